@@ -1,0 +1,1 @@
+"""Benchmarks behind `glm53 bench ...`: ratios measured on one machine in one process."""

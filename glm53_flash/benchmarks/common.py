@@ -1,0 +1,50 @@
+"""Shared measurement helpers: matmul peak, peak memory, environment, table printing."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import torch
+
+
+def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int = 5) -> dict:
+    """Best fp32 GEMM rate over a few square sizes: the denominator of training efficiency."""
+    best = 0.0
+    per_size = {}
+    for n in sizes:
+        a = torch.randn(n, n, device=device)
+        b = torch.randn(n, n, device=device)
+        for _ in range(2):
+            a @ b
+        synchronize(device)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        rate = 2 * n**3 / min(times)
+        per_size[str(n)] = rate
+        best = max(best, rate)
+    return {"flops_per_second": best, "by_size": per_size}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def print_table(rows: list[tuple[str, str]], title: str) -> None:
+    width = max(len(name) for name, _ in rows)
+    print(title)
+    print("-" * (width + 30))
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")

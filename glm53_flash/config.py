@@ -1,0 +1,110 @@
+"""ModelConfig: the miniature's hyper-parameters and named presets.
+
+The `flash` preset mirrors GLM-5.3-Flash's shape at 1/10,000 scale: 12 layers in a
+linear, linear, linear, sparse rhythm, 8 routed experts top-2 plus one shared expert, and four
+residual streams. Switches named `*_original` restore the original miniature's behaviour where we
+fixed a flaw, so an ablation can compare the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 260
+    dim: int = 192
+    layers: int = 12
+    heads: int = 6
+    expert_hidden: int = 384
+    experts: int = 8
+    top_k: int = 2
+    streams: int = 4
+    sparse_window: int = 32
+    sparse_stride: int = 32
+    max_sequence_length: int = 192
+    sparse_every: int = 4  # layer i is sparse iff (i + 1) % sparse_every == 0
+    # How block outputs enter the residual streams:
+    #   "delta"    - each stream adds its share of the block's update only (the default; the fix),
+    #   "original" - the block's output includes its input, so the residual is counted twice,
+    #   "sinkhorn" - mHC-style: a doubly-stochastic stream-mixing matrix (Sinkhorn) plus the delta.
+    stream_mode: str = "delta"
+    # RoPE in the linear-attention layers: "before_feature" is the original (rotate q, k, then apply
+    # the positive ELU+1 feature map, which mixes the rotation into the kernel); "none" applies the
+    # feature map alone and leaves positions to causality and the RoPE of the sparse layers.
+    linear_rope: str = "none"
+    balance_loss_weight: float = 0.01
+    balance_loss: str = "differentiable"  # "differentiable" (default) | "original" (hard counts, no gradient)
+    init_std: float = 0.02
+    rope_base: float = 10000.0
+    linear_chunk: int = 128  # sequences up to this length use one quadratic block; longer ones chunk
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.vocab_size >= 4, "vocab_size must be >= 4"),
+            (self.dim > 0 and self.heads > 0 and self.dim % self.heads == 0, "dim must be a positive multiple of heads"),
+            ((self.dim // max(self.heads, 1)) % 2 == 0, "head dimension (dim / heads) must be even for RoPE"),
+            (self.layers >= 1, "layers must be >= 1"),
+            (1 <= self.top_k <= self.experts, "top_k must be in [1, experts]"),
+            (self.streams >= 1, "streams must be >= 1"),
+            (self.sparse_window >= 1 and self.sparse_stride >= 1, "sparse_window and sparse_stride must be >= 1"),
+            (self.max_sequence_length >= 1, "max_sequence_length must be >= 1"),
+            (self.sparse_every >= 1, "sparse_every must be >= 1"),
+            (self.stream_mode in STREAM_MODES, f"stream_mode must be one of {STREAM_MODES}"),
+            (self.linear_rope in LINEAR_ROPE_MODES, f"linear_rope must be one of {LINEAR_ROPE_MODES}"),
+            (self.balance_loss in BALANCE_LOSS_MODES, f"balance_loss must be one of {BALANCE_LOSS_MODES}"),
+            (self.linear_chunk >= 1, "linear_chunk must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"invalid ModelConfig: {message}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def is_sparse_layer(self, index: int) -> bool:
+        return (index + 1) % self.sparse_every == 0
+
+    @property
+    def attention_pattern(self) -> list[str]:
+        return ["sparse" if self.is_sparse_layer(i) else "linear" for i in range(self.layers)]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields: {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "ModelConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+STREAM_MODES = ("delta", "original", "sinkhorn")
+LINEAR_ROPE_MODES = ("none", "before_feature")
+BALANCE_LOSS_MODES = ("differentiable", "original")
+
+PRESETS: dict[str, ModelConfig] = {
+    "flash": ModelConfig(),
+    "research-mini": ModelConfig(
+        dim=48, layers=3, heads=3, expert_hidden=96, experts=4, top_k=1, streams=2,
+        sparse_window=24, sparse_stride=24,
+    ),
+    "tiny": ModelConfig(
+        dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
+        sparse_window=8, sparse_stride=8, max_sequence_length=64, linear_chunk=16,
+    ),
+}

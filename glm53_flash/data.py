@@ -1,0 +1,56 @@
+"""Pretraining batches from the compatible task stream.
+
+Each example is BOS + text + EOS, right-padded with PAD to seq_len + 1; inputs drop the last
+position, labels drop the first, and PAD labels become -100 (ignored by the loss). Batch `step`
+(0-based) with batch size B holds stream examples step*B .. step*B + B - 1, as in the original.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .tasks import PRETRAINING_SEED, pretraining_text
+from .tokenizer import ByteTokenizer
+
+IGNORE_INDEX = -100
+_TOKENIZER = ByteTokenizer()
+
+
+def encode_examples(texts: list[str], seq_len: int) -> np.ndarray:
+    """Encode texts into a [N, seq_len + 1] int64 array of BOS+bytes+EOS, PAD on the right."""
+    rows = np.full((len(texts), seq_len + 1), _TOKENIZER.pad_id, dtype=np.int64)
+    for i, text in enumerate(texts):
+        ids = _TOKENIZER.encode(text, bos=True, eos=True)
+        if len(ids) > seq_len + 1:
+            raise ValueError(
+                f"example of {len(ids)} tokens (with BOS/EOS) does not fit sequence length {seq_len} "
+                f"(at most {seq_len + 1}); raise --sequence-length"
+            )
+        rows[i, : len(ids)] = ids
+    return rows
+
+
+def rows_to_batch(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shift encoded rows into (inputs, labels), PAD labels ignored."""
+    tokens = torch.from_numpy(np.ascontiguousarray(rows))
+    inputs = tokens[:, :-1].clone()
+    labels = tokens[:, 1:].clone()
+    labels[labels == _TOKENIZER.pad_id] = IGNORE_INDEX
+    return inputs, labels
+
+
+def pretraining_rows(first_example: int, count: int, seq_len: int, seed: int = PRETRAINING_SEED) -> np.ndarray:
+    texts = [pretraining_text(first_example + j, seed) for j in range(count)]
+    return encode_examples(texts, seq_len)
+
+
+def pretraining_batch(step: int, batch_size: int, seq_len: int, seed: int = PRETRAINING_SEED):
+    """(inputs, labels) for 0-based `step`: stream examples step*B .. step*B+B-1."""
+    if step < 0 or batch_size < 1:
+        raise ValueError(f"need step >= 0 and batch_size >= 1, got step={step}, batch_size={batch_size}")
+    return rows_to_batch(pretraining_rows(step * batch_size, batch_size, seq_len, seed))
+
+
+def label_tokens(labels: torch.Tensor) -> int:
+    return int((labels != IGNORE_INDEX).sum())

@@ -1,0 +1,76 @@
+"""`glm53 info`: the parameter table, layer pattern and a cached greedy generation for a preset."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .config import ModelConfig
+from .model import GLM53Flash
+from .tasks import frozen_tasks
+from .tokenizer import ByteTokenizer
+
+
+def parameter_table(model: GLM53Flash) -> list[tuple[str, int]]:
+    """Parameters grouped by component, summing to the model's total."""
+    groups: dict[str, int] = {}
+    for name, param in model.named_parameters():
+        if name.startswith("embedding"):
+            key = "embedding (tied with the output head)"
+        elif name.startswith("norm"):
+            key = "final norm"
+        else:
+            part = name.split(".")[2]
+            key = {
+                "attention": "attention (qkv + output)",
+                "attn_norm": "norms", "moe_norm": "norms",
+                "connection": "stream mixing logits",
+            }.get(part, None)
+            if part == "moe":
+                sub = name.split(".")[3]
+                key = {"router": "MoE router", "shared": "shared expert"}.get(sub, "routed experts")
+        groups[key] = groups.get(key, 0) + param.numel()
+    return sorted(groups.items(), key=lambda kv: -kv[1])
+
+
+@torch.inference_mode()
+def greedy_complete(model: GLM53Flash, prompt: str, max_new_tokens: int) -> str:
+    tok = ByteTokenizer()
+    ids = torch.tensor([tok.encode(prompt, bos=True)])
+    max_new_tokens = min(max_new_tokens, model.config.max_sequence_length - ids.shape[1])
+    cache = model.new_cache(1)
+    logits = model(ids, cache=cache).logits[:, -1]
+    out = []
+    for step in range(max_new_tokens):
+        logits[:, [tok.pad_id, tok.bos_id, tok.sep_id]] = float("-inf")
+        nxt = int(logits.argmax(-1))
+        if nxt == tok.eos_id:
+            break
+        out.append(nxt)
+        if step + 1 < max_new_tokens:
+            logits = model(torch.tensor([[nxt]]), cache=cache).logits[:, -1]
+    return tok.decode(out)
+
+
+def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int = 32) -> None:
+    cfg = ModelConfig.preset(preset)
+    torch.manual_seed(0)
+    model = GLM53Flash(cfg).eval()
+    counts = model.parameter_counts()
+    print(f"preset {preset}: dim {cfg.dim}, {cfg.layers} layers, {cfg.heads} heads, {cfg.experts} experts "
+          f"top-{cfg.top_k} + 1 shared, {cfg.streams} streams, context {cfg.max_sequence_length}")
+    print("layer pattern: " + " ".join("S" if k == "sparse" else "L" for k in cfg.attention_pattern)
+          + "  (L = linear attention, S = local+strided sparse attention)")
+    for name, count in parameter_table(model):
+        print(f"  {name:<40} {count:>12,}")
+    print(f"  {'total':<40} {counts['total']:>12,}")
+    print(f"  {'active per token (estimate)':<40} {counts['active']:>12,}")
+    if generate:
+        task = frozen_tasks("dev", 1)[0]
+        start = time.perf_counter()
+        text = greedy_complete(model, task.prompt, max_new_tokens)
+        seconds = time.perf_counter() - start
+        print(f"\nprompt ({task.task_id}):\n{task.prompt}")
+        print(f"greedy completion from random weights ({seconds:.2f} s, cached decoding):\n{text!r}")
+        print("(random weights produce noise; `glm53 pretrain` is what teaches the model)")

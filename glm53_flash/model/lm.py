@@ -1,0 +1,165 @@
+"""GLM53Flash: embedding -> residual streams -> 12 hybrid blocks -> RMSNorm -> tied head.
+
+Each block is pre-norm attention (linear or local+strided sparse) followed by a mixture of experts,
+in GLM-5.3-Flash's linear, linear, linear, sparse rhythm. `forward(ids, cache=...)` serves both
+training (full sequences) and cached decoding (prefill, then any number of tokens at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from .linear_attention import LinearAttention, LinearState
+from .moe import MixtureOfExperts, original_balance_metric
+from .norm import RMSNorm
+from .rope import RotaryEmbedding
+from .sparse_attention import SparseAttention, SparseKV
+from .streams import StreamConnection
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # [B, T, V]
+    aux_loss: torch.Tensor  # router balance loss (scalar)
+    usage: torch.Tensor  # [layers, experts] routed-slot fractions (no gradient)
+
+
+@dataclass
+class ModelCache:
+    """Decode state for every layer; `position` is the number of tokens already consumed."""
+
+    batch_size: int
+    max_length: int
+    position: int = 0
+    layers: list = field(default_factory=list)  # LinearState | SparseKV | None per layer
+
+    def tokens_left(self) -> int:
+        return self.max_length - self.position
+
+
+class HybridBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.sparse = cfg.is_sparse_layer(index)
+        self.attn_norm = RMSNorm(cfg.dim)
+        if self.sparse:
+            self.attention = SparseAttention(cfg.dim, cfg.heads, cfg.sparse_window, cfg.sparse_stride)
+        else:
+            self.attention = LinearAttention(cfg.dim, cfg.heads, cfg.linear_chunk,
+                                             rope_before_feature=cfg.linear_rope == "before_feature")
+        self.moe_norm = RMSNorm(cfg.dim)
+        self.moe = MixtureOfExperts(cfg.dim, cfg.expert_hidden, cfg.experts, cfg.top_k, cfg.init_std)
+        self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
+
+    def forward(self, streams, rope, position, state, return_state, token_mask):
+        mixed = self.connection.read(streams)
+        b, t, d = mixed.shape
+        attn_out, new_state = self.attention(self.attn_norm(mixed), rope, position, state, return_state)
+        hidden = mixed + attn_out
+        moe_out, used, balance = self.moe(self.moe_norm(hidden).reshape(b * t, d), token_mask,
+                                          with_balance=not return_state)
+        update = attn_out + moe_out.view(b, t, d)
+        return self.connection.write(streams, mixed, update), new_state, used, balance
+
+
+class GLM53Flash(nn.Module):
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        self.config = cfg = config or ModelConfig()
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.blocks = nn.ModuleList(HybridBlock(cfg, i) for i in range(cfg.layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_sequence_length, cfg.rope_base)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, std)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def parameter_counts(self) -> dict[str, int]:
+        """Total parameters (tied head counted once) and the per-token active estimate."""
+        total = sum(p.numel() for p in self.parameters())
+        routed = sum(block.moe.routed_parameter_count() for block in self.blocks)
+        active = total - routed + routed * self.config.top_k // self.config.experts
+        return {"total": total, "active": active}
+
+    def new_cache(self, batch_size: int) -> ModelCache:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        return ModelCache(batch_size, self.config.max_sequence_length, 0, [None] * self.config.layers)
+
+    # -- forward -------------------------------------------------------------------------------
+    def _check_ids(self, ids) -> None:
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"ids must be a torch.Tensor, got {type(ids).__name__}")
+        if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+            raise ValueError(f"ids must have an integer dtype, got {ids.dtype}")
+        if ids.dim() != 2:
+            raise ValueError(f"ids must have shape [batch, time], got rank {ids.dim()} shape {tuple(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"ids must lie in [0, {self.config.vocab_size}), got values in [{int(ids.min())}, {int(ids.max())}]")
+
+    def _check_length(self, batch: int, length: int, cache: ModelCache | None) -> int:
+        if length < 1:
+            raise ValueError("sequence must have at least one position")
+        position = 0 if cache is None else cache.position
+        limit = self.config.max_sequence_length
+        if position + length > limit:
+            where = f" (cache already holds {position})" if cache is not None else ""
+            raise ValueError(f"sequence of {length} tokens{where} exceeds max_sequence_length {limit}")
+        if cache is not None and cache.batch_size != batch:
+            raise ValueError(f"cache was made for batch size {cache.batch_size}, got a batch of {batch}")
+        return position
+
+    def forward(self, ids: torch.Tensor, cache: ModelCache | None = None) -> ModelOutput:
+        """ids [B, T] -> logits [B, T, V]; with `cache`, ids continue the cached sequence."""
+        self._check_ids(ids)
+        ids = ids.long()
+        # PAD (id 0) tokens do not count towards the balance statistics.
+        token_mask = ids != 0 if self.config.balance_loss == "differentiable" else None
+        return self.forward_embeddings(self.embedding(ids), cache=cache, token_mask=token_mask)
+
+    def forward_embeddings(
+        self, embedded: torch.Tensor, cache: ModelCache | None = None, token_mask: torch.Tensor | None = None,
+    ) -> ModelOutput:
+        """The body on embeddings [B, T, D] (the vision path enters here)."""
+        cfg = self.config
+        if embedded.dim() != 3 or embedded.shape[-1] != cfg.dim:
+            raise ValueError(f"embeddings must have shape [batch, time, {cfg.dim}], got {tuple(embedded.shape)}")
+        b, t, _ = embedded.shape
+        position = self._check_length(b, t, cache)
+        streams = embedded.unsqueeze(0).expand(cfg.streams, b, t, cfg.dim)  # [S, B, T, D]
+        usage, balances = [], []
+        for i, block in enumerate(self.blocks):
+            state = cache.layers[i] if cache is not None else None
+            streams, new_state, used, balance = block(
+                streams, self.rope, position, state, cache is not None, token_mask)
+            if cache is not None:
+                cache.layers[i] = new_state
+            usage.append(used)
+            balances.append(balance)
+        if cache is not None:
+            cache.position = position + t
+        hidden = self.norm(streams.mean(dim=0))
+        logits = F.linear(hidden, self.embedding.weight)
+        usage_by_layer = torch.stack(usage).float()
+        usage_by_layer = usage_by_layer / usage_by_layer.sum(-1, keepdim=True).clamp_min(1.0)
+        if cache is not None:  # decoding: no balance statistics
+            aux = logits.new_zeros(())
+        elif cfg.balance_loss == "original":
+            aux = original_balance_metric(usage_by_layer)
+        else:
+            aux = torch.stack(balances).mean()
+        return ModelOutput(logits=logits, aux_loss=aux, usage=usage_by_layer)
+
+
+__all__ = ["GLM53Flash", "ModelOutput", "ModelCache", "HybridBlock", "LinearState", "SparseKV"]

@@ -1,0 +1,145 @@
+"""Mixture of experts: a router, routed SwiGLU experts (top-k) and one always-on shared expert.
+
+Mirrors GLM-5.3-Flash's MoE layers at small scale (8 routed experts top-2 + 1 shared instead of
+288 top-8 + 1). Tokens are grouped by expert with one stable sort and one host sync per layer (the
+original looped over experts with a sync each). The balance loss is the Switch-Transformer form
+E * sum_e f_e * P_e, whose router probabilities P_e carry gradients; the original's hard-count
+metric (no gradient) stays reachable for ablation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class _SwiGLUActivation(torch.autograd.Function):
+    """silu(gate) * value for h = [gate | value] [N, 2H], with a backward that writes both halves
+    of the gradient in place instead of concatenating them (a measurable cost on CPU)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor) -> torch.Tensor:
+        gate, value = h.chunk(2, dim=-1)
+        ctx.save_for_backward(h)
+        return F.silu(gate) * value
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
+        (h,) = ctx.saved_tensors
+        gate, value = h.chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        grad = torch.empty_like(h)
+        grad_gate, grad_value = grad.chunk(2, dim=-1)
+        torch.mul(gate * sig, grad_out, out=grad_value)  # d/d value = silu(gate)
+        # d silu(g)/dg = sig * (1 + g * (1 - sig))
+        torch.mul(sig * (1 + gate * (1 - sig)), grad_out * value, out=grad_gate)
+        return grad
+
+
+def swiglu_activation(h: torch.Tensor) -> torch.Tensor:
+    return _SwiGLUActivation.apply(h)
+
+
+def swiglu(x: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """SwiGLU with x @ W weights: up [D, 2H], down [H, D]."""
+    return torch.matmul(swiglu_activation(torch.matmul(x, up)), down)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(swiglu_activation(self.up(x)))
+
+
+def route_tokens(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k experts per token and gate weights: softmax over the chosen k logits only."""
+    top_logits, top_index = router_logits.topk(top_k, dim=-1)
+    gates = torch.softmax(top_logits.float(), dim=-1).to(router_logits.dtype)
+    return gates, top_index
+
+
+class MixtureOfExperts(nn.Module):
+    def __init__(self, dim: int, hidden: int, experts: int, top_k: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.experts = experts
+        self.top_k = top_k
+        self.router = nn.Linear(dim, experts, bias=False)
+        # Routed experts stored stacked: up [E, D, 2H] and down [E, H, D] (x @ W layout).
+        self.expert_up = nn.Parameter(torch.empty(experts, dim, 2 * hidden).normal_(0.0, init_std))
+        self.expert_down = nn.Parameter(torch.empty(experts, hidden, dim).normal_(0.0, init_std))
+        self.shared = SwiGLU(dim, hidden)
+
+    def routed_parameter_count(self) -> int:
+        return self.expert_up.numel() + self.expert_down.numel()
+
+    def run_expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        return swiglu(x, self.expert_up[e], self.expert_down[e])
+
+    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None, with_balance: bool = True):
+        """x [N, D] -> (output [N, D], per-expert slot counts [E], balance loss scalar or None).
+
+        `token_mask` [N] (bool) excludes tokens (padding) from the balance statistics only;
+        `with_balance=False` skips the statistics altogether (cached decoding needs none).
+        """
+        n, dim = x.shape
+        logits = self.router(x)
+        gates, top_index = route_tokens(logits, self.top_k)
+        flat_expert = top_index.reshape(-1)  # [N * k], slot i belongs to token i // k
+        order = torch.argsort(flat_expert, stable=True)
+        counts = torch.bincount(flat_expert, minlength=self.experts)
+        rows = x.index_select(0, order // self.top_k)
+        # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
+        sizes = counts.tolist()  # the layer's single host sync
+        ups, downs = self.expert_up.unbind(0), self.expert_down.unbind(0)
+        outputs = [
+            swiglu(chunk, ups[e], downs[e])
+            for e, chunk in enumerate(torch.split(rows, sizes)) if sizes[e]
+        ]
+        expert_out = torch.cat(outputs) if outputs else rows[:0]
+        # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
+        slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
+        routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
+
+        if not with_balance:
+            return self.shared(x) + routed, counts, None
+        weights = None
+        if token_mask is not None:
+            weights = token_mask.reshape(-1).to(logits.dtype).repeat_interleave(self.top_k)
+        used = torch.bincount(flat_expert, weights=weights, minlength=self.experts).to(torch.float32)
+        balance = self.balance_loss(logits, used, token_mask)
+        return self.shared(x) + routed, used.detach(), balance
+
+    def balance_loss(self, logits: torch.Tensor, used: torch.Tensor, token_mask: torch.Tensor | None):
+        probs = torch.softmax(logits.float(), dim=-1)
+        if token_mask is not None:
+            mask = token_mask.reshape(-1, 1).to(probs.dtype)
+            mean_prob = (probs * mask).sum(0) / mask.sum().clamp_min(1.0)
+        else:
+            mean_prob = probs.mean(0)
+        fraction = used / used.sum().clamp_min(1.0)
+        return self.experts * (fraction.detach() * mean_prob).sum()
+
+
+def dense_moe_reference(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
+    """Every expert on every token, masked by the gates: the plain oracle for the sorted dispatch."""
+    gates, top_index = route_tokens(moe.router(x), moe.top_k)
+    out = moe.shared(x)
+    for e in range(moe.experts):
+        weight = (gates * (top_index == e)).sum(-1, keepdim=True)
+        out = out + weight * moe.run_expert(e, x)
+    return out
+
+
+def original_balance_metric(usage_by_layer: torch.Tensor) -> torch.Tensor:
+    """The original's balance term: E * mean_e((mean-over-layers usage_e - 1/E)^2); no gradient."""
+    experts = usage_by_layer.shape[-1]
+    mean_usage = usage_by_layer.mean(0)
+    return experts * ((mean_usage - 1.0 / experts) ** 2).mean()
+
+
+__all__ = ["MixtureOfExperts", "SwiGLU", "route_tokens", "dense_moe_reference", "original_balance_metric"]

@@ -1,0 +1,76 @@
+"""Receipts: provenance for every run (git commit, argv, versions, machine) and atomic JSON writing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    """The checkout's HEAD commit (with '+dirty' when the tree has changes), or None outside git."""
+    where = Path(cwd) if cwd else Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                                timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"glm53_flash": __version__, "python": platform.python_version()}
+    for name in ("torch", "numpy", "safetensors"):
+        module = sys.modules.get(name)
+        versions[name] = getattr(module, "__version__", None) if module else None
+    return versions
+
+
+def provenance(argv: list[str] | None = None, device: str | None = None) -> dict:
+    return {
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "argv": list(sys.argv if argv is None else argv),
+        "versions": package_versions(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "device": device,
+    }
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_json(payload) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def write_json(path: str | Path, payload, indent: int = 2) -> Path:
+    """Write JSON atomically: a temporary file in the same directory, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=indent, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

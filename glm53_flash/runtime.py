@@ -1,0 +1,39 @@
+"""Device choice, seeding and the autocast context shared by training, sampling and benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """'auto' picks CUDA, then MPS, then CPU; an unavailable explicit choice is a clear error."""
+    if name not in DEVICE_CHOICES:
+        raise ValueError(f"unknown device {name!r}; allowed: {', '.join(DEVICE_CHOICES)}")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' requested but MPS is not available")
+    return torch.device(name)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; full precision elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)

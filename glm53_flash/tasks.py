@@ -1,0 +1,164 @@
+"""The synthetic coding benchmark: 8 function families, frozen splits and the pretraining stream.
+
+Compatible with the original miniature: same families in the same order, same descriptions,
+reference bodies and hidden cases, and the same seed formulas and RNG draw order, so every
+entry-point name, task_id and pretraining example matches. One deliberate difference: hidden
+cases are immutable (tuples) and every call gets fresh argument objects, so no candidate can
+alter the inputs another evaluation sees.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+from typing import Any
+
+SPLIT_SEEDS = {"dev": 1701, "final": 2909, "rl": 3907, "confirm": 8123}
+PRETRAINING_SEED = 42
+PROMPT_HEADER = "# Complete this Python function.\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hidden test: positional arguments (stored immutably) and the expected result."""
+
+    arguments: tuple
+    expected: Any
+    list_arguments: tuple[bool, ...] = ()
+
+    def fresh_arguments(self) -> tuple:
+        """A new argument tuple for one call: sequences the function takes as lists are new lists."""
+        return tuple(
+            list(arg) if (i < len(self.list_arguments) and self.list_arguments[i]) else arg
+            for i, arg in enumerate(self.arguments)
+        )
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    argument: str
+    descriptions: tuple[str, str]
+    body: str
+    cases: tuple[Case, ...]
+
+    @property
+    def reference_completion(self) -> str:
+        return "\n    " + self.body + "\n"
+
+
+def _cases(pairs, takes_list: bool = False) -> tuple[Case, ...]:
+    flags = (takes_list,)
+    return tuple(
+        Case(arguments=(tuple(arg) if takes_list else arg,), expected=expected, list_arguments=flags)
+        for arg, expected in pairs
+    )
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("increment", "x", ("Return x plus one.", "Increase x by one."), "return x + 1",
+           _cases([(-3, -2), (0, 1), (7, 8)])),
+    Family("double", "x", ("Return two times x.", "Double the input."), "return x * 2",
+           _cases([(-4, -8), (0, 0), (6, 12)])),
+    Family("square", "x", ("Return x squared.", "Multiply x by itself."), "return x * x",
+           _cases([(-4, 16), (0, 0), (5, 25)])),
+    Family("absolute", "x", ("Return the absolute value of x.", "Make a negative x positive."),
+           "return -x if x < 0 else x", _cases([(-7, 7), (0, 0), (9, 9)])),
+    Family("nonnegative", "x", ("Clamp x to at least zero.", "Return zero when x is negative."),
+           "return x if x > 0 else 0", _cases([(-5, 0), (0, 0), (8, 8)])),
+    Family("even", "x", ("Return whether x is even.", "Check divisibility by two."),
+           "return x % 2 == 0", _cases([(-3, False), (0, True), (8, True)])),
+    Family("reverse", "text", ("Return text in reverse order.", "Reverse the string."),
+           "return text[::-1]", _cases([("", ""), ("abc", "cba"), ("level", "level")])),
+    Family("list_sum", "values", ("Return the sum of values.", "Add every number in the list."),
+           "return sum(values)", _cases([([], 0), ([1, 2, 3], 6), ([-2, 5], 3)], takes_list=True)),
+)
+FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+_BY_NAME = {f.name: f for f in FAMILIES}
+
+
+@dataclass(frozen=True)
+class CodingTask:
+    task_id: str
+    family: str
+    entry_point: str
+    prompt: str
+    reference_completion: str
+    cases: tuple[Case, ...]
+
+    @property
+    def reference_source(self) -> str:
+        return self.prompt + self.reference_completion
+
+
+def family_by_name(name: str) -> Family:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown family {name!r}; allowed: {', '.join(FAMILY_NAMES)}") from None
+
+
+def parse_families(text: str | None) -> tuple[str, ...]:
+    """Parse a comma list of family names ('' or None = all), keeping the canonical order."""
+    if not text:
+        return FAMILY_NAMES
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    for name in wanted:
+        family_by_name(name)
+    return tuple(name for name in FAMILY_NAMES if name in wanted)
+
+
+def make_task(family: Family | str, split: str, index: int, seed: int) -> CodingTask:
+    """Build task `index` of `family`; the name suffix and description come from one seeded RNG."""
+    fam = family_by_name(family) if isinstance(family, str) else family
+    rng = random.Random((seed + 1) * 1_000_003 + index * 9176 + sum(ord(c) for c in fam.name))
+    suffix = "".join(rng.choice(string.ascii_lowercase) for _ in range(7))
+    description = fam.descriptions[rng.randrange(2)]
+    entry_point = f"{fam.name}_{suffix}"
+    prompt = f"{PROMPT_HEADER}# {description}\ndef {entry_point}({fam.argument}):"
+    return CodingTask(
+        task_id=f"{split}-{fam.name}-{index:03d}",
+        family=fam.name,
+        entry_point=entry_point,
+        prompt=prompt,
+        reference_completion=fam.reference_completion,
+        cases=fam.cases,
+    )
+
+
+def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | None = None) -> list[CodingTask]:
+    """The locked evaluation/RL tasks: family-major, then index (the original's order)."""
+    if split not in SPLIT_SEEDS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLIT_SEEDS)}")
+    if per_family < 1:
+        raise ValueError(f"per_family must be >= 1, got {per_family}")
+    chosen = set(FAMILY_NAMES if families is None else [family_by_name(f).name for f in families])
+    base = SPLIT_SEEDS[split]
+    return [
+        make_task(fam, split, index, base + 53 * f)
+        for f, fam in enumerate(FAMILIES)
+        if fam.name in chosen
+        for index in range(per_family)
+    ]
+
+
+def task_by_id(task_id: str) -> CodingTask:
+    """Rebuild a frozen task from its id, e.g. 'confirm-double-000'."""
+    split, _, rest = task_id.partition("-")
+    family, _, index = rest.rpartition("-")
+    if split not in SPLIT_SEEDS or not index.isdigit():
+        raise ValueError(f"bad task id {task_id!r}; expected '<split>-<family>-<NNN>' with split in "
+                         f"{', '.join(SPLIT_SEEDS)}")
+    fam_index = FAMILY_NAMES.index(family_by_name(family).name)
+    return make_task(family, split, int(index), SPLIT_SEEDS[split] + 53 * fam_index)
+
+
+def pretraining_task(index: int, seed: int = PRETRAINING_SEED) -> CodingTask:
+    family = FAMILIES[random.Random(seed * 10_000_019 + index).randrange(len(FAMILIES))]
+    return make_task(family, "pretrain", index, seed)
+
+
+def pretraining_text(index: int, seed: int = PRETRAINING_SEED) -> str:
+    """Example `index` of the unbounded pretraining stream: a prompt plus its reference body."""
+    return pretraining_task(index, seed).reference_source

@@ -1,0 +1,209 @@
+import dataclasses
+
+import pytest
+import torch
+
+import glm53_flash as g
+from glm53_flash.model.linear_attention import (
+    LinearState, causal_linear_attention, feature_map, recurrent_linear_attention,
+)
+from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask
+from glm53_flash.model.streams import sinkhorn
+
+TINY = g.ModelConfig.preset("tiny")
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return g.GLM53Flash(TINY.replace(**overrides)).eval()
+
+
+def test_parameter_counts():
+    assert g.GLM53Flash(g.ModelConfig()).parameter_counts() == {"total": 25_730_592, "active": 9_805_344}
+    assert g.GLM53Flash(g.ModelConfig.preset("research-mini")).parameter_counts()["total"] == 248_412
+    assert g.ModelConfig() == g.ModelConfig.preset("flash")
+
+
+def test_layer_pattern():
+    model = g.GLM53Flash(g.ModelConfig())
+    sparse = [i for i, b in enumerate(model.blocks) if isinstance(b.attention, SparseAttention)]
+    assert sparse == [3, 7, 11]
+    assert g.ModelConfig().attention_pattern.count("linear") == 9
+
+
+def test_config_validation_and_round_trip():
+    with pytest.raises(ValueError, match="multiple of heads"):
+        g.ModelConfig(dim=100, heads=6)
+    with pytest.raises(ValueError, match="unknown preset"):
+        g.ModelConfig.preset("huge")
+    cfg = g.ModelConfig.preset("research-mini")
+    assert g.ModelConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.dim = 3
+
+
+@pytest.mark.parametrize("mode", ["delta", "original", "sinkhorn"])
+def test_causality(mode):
+    model = tiny_model(stream_mode=mode)
+    ids = torch.randint(4, 260, (2, 40))
+    changed = ids.clone()
+    changed[:, 25:] = torch.randint(4, 260, (2, 15))
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    assert a.shape == (2, 40, 260)
+    torch.testing.assert_close(a[:, :25], b[:, :25], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, 25:], b[:, 25:])
+
+
+@pytest.mark.parametrize("t,chunk", [(1, 4), (7, 16), (16, 16), (37, 8), (64, 16)])
+def test_linear_attention_forms_equal_recurrence(t, chunk):
+    torch.manual_seed(t)
+    q, k, v = (torch.randn(2, 3, t, 8, dtype=torch.float64) for _ in range(3))
+    q, k = feature_map(q), feature_map(k)
+    expected, expected_state = recurrent_linear_attention(q, k, v)
+    out, state = causal_linear_attention(q, k, v, chunk=chunk, return_state=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state.kv, expected_state.kv)
+    torch.testing.assert_close(state.z, expected_state.z)
+    # continuing from a state equals running the recurrence from that state
+    q2, k2, v2 = (feature_map(torch.randn(2, 3, 5, 8, dtype=torch.float64)) for _ in range(3))
+    cont, _ = causal_linear_attention(q2, k2, v2, state=state, chunk=chunk)
+    torch.testing.assert_close(cont, recurrent_linear_attention(q2, k2, v2, expected_state)[0])
+
+
+def gathered_sparse_reference(q, k, v, window, stride):
+    """The original's formulation: per query, gather anchors + window keys, softmax over them."""
+    b, h, t, d = q.shape
+    out = torch.zeros_like(q)
+    for i in range(t):
+        keys = sorted(set(range(0, i + 1, stride)) | set(range(max(0, i - window + 1), i + 1)))
+        scores = torch.einsum("bhd,bhnd->bhn", q[:, :, i], k[:, :, keys]) * d ** -0.5
+        out[:, :, i] = torch.einsum("bhn,bhnd->bhd", scores.softmax(-1), v[:, :, keys])
+    return out
+
+
+def test_sparse_mask_matches_gathered_reference():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 50, 8, dtype=torch.float64) for _ in range(3))
+    mask = sparse_mask(range(50), range(50), 8, 8)
+    fast = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(fast, gathered_sparse_reference(q, k, v, 8, 8))
+    # row widths as in the original: 35 keys at T=128 and 37 at T=192 with window = stride = 32
+    assert int(sparse_mask(range(128), range(128), 32, 32).sum(1).max()) == 35
+    assert int(sparse_mask(range(192), range(192), 32, 32).sum(1).max()) == 37
+
+
+def test_sparse_mask_is_cached_per_length():
+    layer = SparseAttention(16, 2, 4, 4)
+    rope = g.GLM53Flash(TINY).rope
+    layer(torch.randn(1, 10, 16), rope)
+    mask = next(iter(layer._masks.values()))
+    layer(torch.randn(3, 10, 16), rope)
+    assert len(layer._masks) == 1 and next(iter(layer._masks.values())) is mask
+
+
+def test_sorted_moe_dispatch_equals_dense_reference():
+    torch.manual_seed(2)
+    moe = MixtureOfExperts(16, 24, experts=4, top_k=2).double()
+    x = torch.randn(50, 16, dtype=torch.float64)
+    out, used, _ = moe(x)
+    torch.testing.assert_close(out, dense_moe_reference(moe, x))
+    assert used.sum() == 100
+
+
+def test_router_gets_gradients_from_balance_loss():
+    model = tiny_model().train()
+    out = model(torch.randint(4, 260, (2, 20)))
+    out.aux_loss.backward()
+    for block in model.blocks:
+        grad = block.moe.router.weight.grad
+        assert grad is not None and grad.abs().sum() > 0
+
+
+def test_original_balance_metric_has_no_gradient():
+    model = tiny_model(balance_loss="original").train()
+    out = model(torch.randint(4, 260, (2, 20)))
+    assert not out.aux_loss.requires_grad
+    torch.testing.assert_close(out.usage.sum(-1), torch.ones(TINY.layers))
+
+
+def test_padding_excluded_from_balance_statistics():
+    model = tiny_model()
+    ids = torch.randint(4, 260, (1, 12))
+    padded = torch.cat([ids, torch.zeros(1, 20, dtype=torch.long)], 1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).usage, model(padded).usage)
+
+
+def test_sinkhorn_is_doubly_stochastic():
+    m = sinkhorn(torch.randn(4, 4) * 3, iterations=50)
+    torch.testing.assert_close(m.sum(0), torch.ones(4), atol=1e-4, rtol=0)
+    torch.testing.assert_close(m.sum(1), torch.ones(4), atol=1e-4, rtol=0)
+
+
+def cached_logits(model, ids, splits):
+    cache = model.new_cache(ids.shape[0])
+    parts, start = [], 0
+    for end in splits:
+        parts.append(model(ids[:, start:end], cache=cache).logits)
+        start = end
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("mode,rope", [("delta", "none"), ("original", "before_feature"), ("sinkhorn", "none")])
+@pytest.mark.parametrize("prefill", [1, 20])
+def test_cached_decode_equals_full_forward(mode, rope, prefill):
+    model = tiny_model(stream_mode=mode, linear_rope=rope)
+    length = TINY.max_sequence_length  # beyond window, stride and the linear chunk
+    ids = torch.randint(4, 260, (3, length))
+    splits = list(range(prefill, length + 1))
+    with torch.no_grad():
+        full = model(ids).logits
+        cached = cached_logits(model, ids, splits)
+    assert (full - cached).abs().max().item() <= 1e-4
+
+
+def test_cached_decode_multi_token_steps_and_rows_independent():
+    model = tiny_model()
+    ids = torch.randint(4, 260, (4, 50))
+    with torch.no_grad():
+        full = model(ids).logits
+        cached = cached_logits(model, ids, [9, 10, 23, 24, 31, 50])
+        single = cached_logits(model, ids[2:3], [9, 10, 23, 24, 31, 50])
+    assert (full - cached).abs().max().item() <= 1e-4
+    assert (cached[2:3] - single).abs().max().item() <= 1e-4
+
+
+def test_flash_cached_decode_matches_at_full_length():
+    torch.manual_seed(3)
+    model = g.GLM53Flash(g.ModelConfig()).eval()
+    ids = torch.randint(4, 260, (1, 192))
+    with torch.no_grad():
+        full = model(ids).logits
+        cached = cached_logits(model, ids, [64] + list(range(65, 193)))
+    assert (full - cached).abs().max().item() <= 1e-4
+
+
+def test_bad_inputs():
+    model = tiny_model()
+    cases = [
+        (torch.tensor([[1, 260]]), "ids must lie in \\[0, 260\\)"),
+        (torch.tensor([[-1, 5]]), "ids must lie in"),
+        (torch.ones(1, 65, dtype=torch.long), "exceeds max_sequence_length 64"),
+        (torch.ones(2, 3), "integer dtype"),
+        (torch.ones(5, dtype=torch.long), "rank 1"),
+        ([[1, 2]], "must be a torch.Tensor"),
+        (torch.ones(1, 0, dtype=torch.long), "at least one position"),
+    ]
+    for ids, message in cases:
+        with pytest.raises(ValueError, match=message):
+            model(ids)
+    cache = model.new_cache(2)
+    model(torch.ones(2, 60, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="cache already holds 60"):
+        model(torch.ones(2, 5, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="cache was made for batch size 2"):
+        model(torch.ones(3, 1, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="batch_size"):
+        model.new_cache(0)
