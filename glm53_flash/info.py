@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from .config import ModelConfig
-from .model import GLM53Flash
+from .config import PRESETS, ModelConfig
 from .tasks import frozen_tasks
 from .tokenizer import ByteTokenizer
 
 
-def parameter_table(model: GLM53Flash) -> list[tuple[str, int]]:
+def register(sub, bench_sub) -> None:
+    parser = sub.add_parser("info", help="print a preset's parameter table, layer pattern and a sample generation")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--no-generate", action="store_true", help="skip the sample generation")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.set_defaults(func=lambda args: describe(args.preset, not args.no_generate, args.max_new_tokens))
+
+
+def parameter_table(model) -> list[tuple[str, int]]:
     """Parameters grouped by component, summing to the model's total."""
     groups: dict[str, int] = {}
     for name, param in model.named_parameters():
@@ -34,26 +39,32 @@ def parameter_table(model: GLM53Flash) -> list[tuple[str, int]]:
     return sorted(groups.items(), key=lambda kv: -kv[1])
 
 
-@torch.inference_mode()
-def greedy_complete(model: GLM53Flash, prompt: str, max_new_tokens: int) -> str:
+def greedy_complete(model, prompt: str, max_new_tokens: int) -> str:
+    import torch
+
     tok = ByteTokenizer()
     ids = torch.tensor([tok.encode(prompt, bos=True)])
     max_new_tokens = min(max_new_tokens, model.config.max_sequence_length - ids.shape[1])
     cache = model.new_cache(1)
-    logits = model(ids, cache=cache).logits[:, -1]
     out = []
-    for step in range(max_new_tokens):
-        logits[:, [tok.pad_id, tok.bos_id, tok.sep_id]] = float("-inf")
-        nxt = int(logits.argmax(-1))
-        if nxt == tok.eos_id:
-            break
-        out.append(nxt)
-        if step + 1 < max_new_tokens:
-            logits = model(torch.tensor([[nxt]]), cache=cache).logits[:, -1]
+    with torch.inference_mode():
+        logits = model(ids, cache=cache).logits[:, -1]
+        for step in range(max_new_tokens):
+            logits[:, [tok.pad_id, tok.bos_id, tok.sep_id]] = float("-inf")
+            nxt = int(logits.argmax(-1))
+            if nxt == tok.eos_id:
+                break
+            out.append(nxt)
+            if step + 1 < max_new_tokens:
+                logits = model(torch.tensor([[nxt]]), cache=cache).logits[:, -1]
     return tok.decode(out)
 
 
-def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int = 32) -> None:
+def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int = 32) -> int:
+    import torch
+
+    from .model import GLM53Flash
+
     cfg = ModelConfig.preset(preset)
     torch.manual_seed(0)
     model = GLM53Flash(cfg).eval()
@@ -68,9 +79,13 @@ def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int =
     print(f"  {'active per token (estimate)':<40} {counts['active']:>12,}")
     if generate:
         task = frozen_tasks("dev", 1)[0]
+        if len(ByteTokenizer().encode(task.prompt, bos=True)) >= cfg.max_sequence_length:
+            print(f"\n(no sample generation: the task prompt does not fit context {cfg.max_sequence_length})")
+            return 0
         start = time.perf_counter()
         text = greedy_complete(model, task.prompt, max_new_tokens)
         seconds = time.perf_counter() - start
         print(f"\nprompt ({task.task_id}):\n{task.prompt}")
         print(f"greedy completion from random weights ({seconds:.2f} s, cached decoding):\n{text!r}")
         print("(random weights produce noise; `glm53 pretrain` is what teaches the model)")
+    return 0

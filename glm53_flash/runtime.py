@@ -1,17 +1,20 @@
-"""Device choice, seeding and the autocast context shared by training, sampling and benchmarks."""
+"""Device choice, seeding and the autocast context shared by training, sampling and benchmarks.
+
+torch is imported inside the functions so that CLI registration can read DEVICE_CHOICES cheaply.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import random
 
-import torch
-
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 
 
-def resolve_device(name: str = "auto") -> torch.device:
+def resolve_device(name: str = "auto"):
     """'auto' picks CUDA, then MPS, then CPU; an unavailable explicit choice is a clear error."""
+    import torch
+
     if name not in DEVICE_CHOICES:
         raise ValueError(f"unknown device {name!r}; allowed: {', '.join(DEVICE_CHOICES)}")
     if name == "auto":
@@ -27,13 +30,17 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device):
+def autocast(device):
     """bf16 autocast on CUDA; full precision elsewhere."""
+    import torch
+
     if device.type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
 def seed_everything(seed: int) -> None:
+    import torch
+
     random.seed(seed)
     torch.manual_seed(seed)

@@ -207,3 +207,16 @@ def test_bad_inputs():
         model(torch.ones(3, 1, dtype=torch.long), cache=cache)
     with pytest.raises(ValueError, match="batch_size"):
         model.new_cache(0)
+
+
+def test_cache_keep_rows_drops_finished_sequences():
+    model = tiny_model()
+    ids = torch.randint(4, 260, (4, 30))
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = model.new_cache(4)
+        model(ids[:, :20], cache=cache)
+        cache.keep_rows(torch.tensor([1, 3]))
+        rest = model(ids[[1, 3], 20:], cache=cache).logits
+    assert cache.batch_size == 2
+    assert (full[[1, 3], 20:] - rest).abs().max().item() <= 1e-4

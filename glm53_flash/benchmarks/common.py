@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import resource
-import sys
 import time
 
 import torch
@@ -34,12 +32,6 @@ def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int =
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def print_table(rows: list[tuple[str, str]], title: str) -> None:

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from ..data import pretraining_batch
 from ..model import GLM53Flash
-from ..receipts import provenance, write_json
+from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, resolve_device
-from .common import measure_matmul_peak, peak_rss_bytes, print_table, synchronize
+from .common import measure_matmul_peak, print_table, synchronize
 
 
 def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:

@@ -41,6 +41,19 @@ class ModelCache:
     def tokens_left(self) -> int:
         return self.max_length - self.position
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the given batch rows (e.g. drop finished sequences so they cost nothing more)."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        for i, state in enumerate(self.layers):
+            if isinstance(state, LinearState):
+                index = rows.to(state.kv.device)
+                self.layers[i] = LinearState(state.kv.index_select(0, index), state.z.index_select(0, index))
+            elif isinstance(state, SparseKV):
+                index = rows.to(state.k.device)
+                self.layers[i] = SparseKV(state.k.index_select(0, index), state.v.index_select(0, index),
+                                          state.positions)
+        self.batch_size = int(rows.numel())
+
 
 class HybridBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int) -> None:
@@ -56,13 +69,13 @@ class HybridBlock(nn.Module):
         self.moe = MixtureOfExperts(cfg.dim, cfg.expert_hidden, cfg.experts, cfg.top_k, cfg.init_std)
         self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
 
-    def forward(self, streams, rope, position, state, return_state, token_mask):
+    def forward(self, streams, rope, position, state, return_state, token_mask, balance_reduce=None):
         mixed = self.connection.read(streams)
         b, t, d = mixed.shape
         attn_out, new_state = self.attention(self.attn_norm(mixed), rope, position, state, return_state)
         hidden = mixed + attn_out
         moe_out, used, balance = self.moe(self.moe_norm(hidden).reshape(b * t, d), token_mask,
-                                          with_balance=not return_state)
+                                          with_balance=not return_state, balance_reduce=balance_reduce)
         update = attn_out + moe_out.view(b, t, d)
         return self.connection.write(streams, mixed, update), new_state, used, balance
 
@@ -120,16 +133,21 @@ class GLM53Flash(nn.Module):
             raise ValueError(f"cache was made for batch size {cache.batch_size}, got a batch of {batch}")
         return position
 
-    def forward(self, ids: torch.Tensor, cache: ModelCache | None = None) -> ModelOutput:
-        """ids [B, T] -> logits [B, T, V]; with `cache`, ids continue the cached sequence."""
+    def forward(self, ids: torch.Tensor, cache: ModelCache | None = None, balance_reduce=None) -> ModelOutput:
+        """ids [B, T] -> logits [B, T, V]; with `cache`, ids continue the cached sequence.
+
+        `balance_reduce` (data-parallel training only) sums balance statistics across ranks.
+        """
         self._check_ids(ids)
         ids = ids.long()
         # PAD (id 0) tokens do not count towards the balance statistics.
         token_mask = ids != 0 if self.config.balance_loss == "differentiable" else None
-        return self.forward_embeddings(self.embedding(ids), cache=cache, token_mask=token_mask)
+        return self.forward_embeddings(self.embedding(ids), cache=cache, token_mask=token_mask,
+                                       balance_reduce=balance_reduce)
 
     def forward_embeddings(
         self, embedded: torch.Tensor, cache: ModelCache | None = None, token_mask: torch.Tensor | None = None,
+        balance_reduce=None,
     ) -> ModelOutput:
         """The body on embeddings [B, T, D] (the vision path enters here)."""
         cfg = self.config
@@ -142,7 +160,7 @@ class GLM53Flash(nn.Module):
         for i, block in enumerate(self.blocks):
             state = cache.layers[i] if cache is not None else None
             streams, new_state, used, balance = block(
-                streams, self.rope, position, state, cache is not None, token_mask)
+                streams, self.rope, position, state, cache is not None, token_mask, balance_reduce)
             if cache is not None:
                 cache.layers[i] = new_state
             usage.append(used)

@@ -80,11 +80,13 @@ class MixtureOfExperts(nn.Module):
     def run_expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         return swiglu(x, self.expert_up[e], self.expert_down[e])
 
-    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None, with_balance: bool = True):
+    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None, with_balance: bool = True,
+                balance_reduce=None):
         """x [N, D] -> (output [N, D], per-expert slot counts [E], balance loss scalar or None).
 
         `token_mask` [N] (bool) excludes tokens (padding) from the balance statistics only;
-        `with_balance=False` skips the statistics altogether (cached decoding needs none).
+        `with_balance=False` skips the statistics altogether (cached decoding needs none);
+        `balance_reduce` sums count tensors across data-parallel ranks (see balance_loss).
         """
         n, dim = x.shape
         logits = self.router(x)
@@ -96,33 +98,38 @@ class MixtureOfExperts(nn.Module):
         # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
         sizes = counts.tolist()  # the layer's single host sync
         ups, downs = self.expert_up.unbind(0), self.expert_down.unbind(0)
-        outputs = [
-            swiglu(chunk, ups[e], downs[e])
-            for e, chunk in enumerate(torch.split(rows, sizes)) if sizes[e]
-        ]
-        expert_out = torch.cat(outputs) if outputs else rows[:0]
+        # Idle experts still run on their empty chunk: every parameter stays in the graph (with a
+        # zero gradient), which data-parallel training needs.
+        expert_out = torch.cat([swiglu(chunk, ups[e], downs[e])
+                                for e, chunk in enumerate(torch.split(rows, sizes))])
         # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
         slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
         routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
-
         if not with_balance:
             return self.shared(x) + routed, counts, None
-        weights = None
-        if token_mask is not None:
-            weights = token_mask.reshape(-1).to(logits.dtype).repeat_interleave(self.top_k)
-        used = torch.bincount(flat_expert, weights=weights, minlength=self.experts).to(torch.float32)
-        balance = self.balance_loss(logits, used, token_mask)
+        if token_mask is None:
+            mask = torch.ones(n, 1, dtype=torch.float32, device=x.device)
+        else:
+            mask = token_mask.reshape(-1, 1).to(torch.float32)
+        used = torch.bincount(flat_expert, weights=mask.repeat_interleave(self.top_k),
+                              minlength=self.experts).to(torch.float32)
+        balance = self.balance_loss(logits, used, mask, balance_reduce)
         return self.shared(x) + routed, used.detach(), balance
 
-    def balance_loss(self, logits: torch.Tensor, used: torch.Tensor, token_mask: torch.Tensor | None):
+    def balance_loss(self, logits: torch.Tensor, used: torch.Tensor, mask: torch.Tensor, reduce=None):
+        """E * sum_e f_e * P_e: f_e = share of routed slots (no gradient), P_e = mean router probability.
+
+        f is fixed, so the loss is a sum over tokens divided by the token count. Under data parallelism
+        `reduce` sums the counts over ranks: each rank then holds its exact share of the global loss.
+        """
         probs = torch.softmax(logits.float(), dim=-1)
-        if token_mask is not None:
-            mask = token_mask.reshape(-1, 1).to(probs.dtype)
-            mean_prob = (probs * mask).sum(0) / mask.sum().clamp_min(1.0)
-        else:
-            mean_prob = probs.mean(0)
-        fraction = used / used.sum().clamp_min(1.0)
-        return self.experts * (fraction.detach() * mean_prob).sum()
+        totals = torch.cat((used, mask.sum().reshape(1)))
+        if reduce is not None:
+            totals = reduce(totals)
+        used_all, tokens_all = totals[:-1], totals[-1].clamp_min(1.0)
+        fraction = used_all / used_all.sum().clamp_min(1.0)
+        prob_sum = (probs * mask).sum(0)
+        return self.experts * (fraction.detach() * prob_sum).sum() / tokens_all
 
 
 def dense_moe_reference(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:

@@ -38,10 +38,11 @@ class StreamConnection(nn.Module):
 
     def read(self, streams: torch.Tensor) -> torch.Tensor:
         """streams [S, B, T, D] -> the block input [B, T, D]."""
-        if streams.stride(0) == 0:
-            # Still the broadcast embedding: identical streams, and the weights sum to one.
-            return streams[0]
         weights = torch.softmax(self.input_logits, dim=0).to(streams.dtype)
+        if streams.stride(0) == 0:
+            # Still the broadcast embedding: the streams are identical, so the mix is one stream times
+            # the weights' sum (one); multiplying keeps input_logits in the graph for DDP.
+            return streams[0] * weights.sum()
         return torch.matmul(weights, streams.flatten(1)).view(streams.shape[1:])
 
     def write(self, streams: torch.Tensor, mixed: torch.Tensor, update: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Training loops (pretraining, RL) and the checkpoint format they share."""

@@ -1,0 +1,141 @@
+"""Checkpoint directories: config.json, model.safetensors, metadata.json, trainer-state.pt.
+
+Written atomically (a temporary sibling directory, then one rename), so a run killed at any moment
+leaves only complete checkpoints. metadata.json records the sha256 of every other file; loading
+verifies them and names the missing or corrupt file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..config import ModelConfig
+from ..model import GLM53Flash
+from ..receipts import sha256_file, write_json
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+METADATA_FILE = "metadata.json"
+TRAINER_FILE = "trainer-state.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete or corrupt."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"checkpoint-{step:04d}"
+
+
+def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
+                    trainer_state: dict | None = None) -> dict:
+    """Write a checkpoint directory atomically; refuses to replace an existing one."""
+    directory = Path(directory)
+    if directory.exists():
+        raise FileExistsError(f"checkpoint {directory} already exists")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        write_json(tmp / CONFIG_FILE, model.config.to_dict())
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE))
+        files = {CONFIG_FILE: sha256_file(tmp / CONFIG_FILE), WEIGHTS_FILE: sha256_file(tmp / WEIGHTS_FILE)}
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER_FILE)
+            files[TRAINER_FILE] = sha256_file(tmp / TRAINER_FILE)
+        meta = dict(metadata)
+        meta.update(weights_sha256=files[WEIGHTS_FILE], files=files,
+                    parameter_counts=model.parameter_counts())
+        write_json(tmp / METADATA_FILE, meta)
+        _fsync_dir(tmp)
+        os.rename(tmp, directory)
+        _fsync_dir(directory.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"path": str(directory), "weights_sha256": meta["weights_sha256"]}
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_metadata(directory: str | Path, verify: bool = True) -> dict:
+    """metadata.json of a checkpoint, after checking every listed file exists and matches its hash."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    meta_path = directory / METADATA_FILE
+    if not meta_path.is_file():
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt ({error})") from None
+    if verify:
+        for name, digest in meta.get("files", {}).items():
+            path = directory / name
+            if not path.is_file():
+                raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+            if sha256_file(path) != digest:
+                raise CheckpointError(f"checkpoint {directory}: {name} is corrupt (sha256 mismatch)")
+    return meta
+
+
+def load_config(directory: str | Path) -> ModelConfig:
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
+    try:
+        return ModelConfig.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
+
+
+def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu",
+                    verify: bool = True) -> tuple[GLM53Flash, dict]:
+    """(model, metadata) from a checkpoint directory, hashes verified."""
+    meta = read_metadata(directory, verify=verify)
+    model = GLM53Flash(load_config(directory))
+    try:
+        state = load_file(str(Path(directory) / WEIGHTS_FILE), device="cpu")
+    except Exception as error:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"checkpoint {directory}: {WEIGHTS_FILE} cannot be read ({error})") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
+                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device), meta
+
+
+def load_trainer_state(directory: str | Path) -> dict:
+    path = Path(directory) / TRAINER_FILE
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {directory} has no {TRAINER_FILE}; it cannot be resumed from")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, by step (temporary directories are ignored)."""
+    found = []
+    for path in Path(run_dir).glob("checkpoint-*"):
+        suffix = path.name.removeprefix("checkpoint-")
+        if path.is_dir() and suffix.isdigit() and (path / METADATA_FILE).is_file():
+            found.append((int(suffix), path))
+    return sorted(found)

@@ -1,0 +1,173 @@
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from glm53_flash.train.checkpoint import (
+    CheckpointError, load_checkpoint, read_metadata, save_checkpoint,
+)
+from glm53_flash.train.pretrain import PretrainConfig, TrainingDiverged, learning_rate_at, parameter_groups, pretrain
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def tiny_cfg(output, **kw):
+    base = dict(output=str(output), preset="tiny", steps=6, checkpoints=(3,), batch_size=4,
+                sequence_length=128, device="cpu", progress=False)
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+def curve(run_dir):
+    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"], r["aux_loss"], r["grad_norm"]) for r in rows]
+
+
+def cli(*args):
+    return [str(VENV_BIN / "glm53"), *args]
+
+
+def test_receipt_fields_and_checkpoints(tmp_path):
+    receipt = pretrain(tiny_cfg(tmp_path / "run"))
+    for key in ("schema_version", "status", "stage", "config", "parameter_counts", "seed", "steps", "batch_size",
+                "sequence_length", "learning_rate", "tokens_seen", "elapsed_seconds", "device", "peak_vram_gib",
+                "checkpoints", "training_curve", "provenance", "data", "peak_rss_bytes", "timing"):
+        assert key in receipt, key
+    assert receipt["status"] == "complete" and receipt["stage"] == "coding_pretraining"
+    assert [c["step"] for c in receipt["checkpoints"]] == [0, 3, 6]
+    assert receipt["tokens_seen"] == sum(r["tokens"] for r in receipt["training_curve"])
+    assert receipt["provenance"]["argv"] and "torch" in receipt["provenance"]["versions"]
+    assert len(receipt["data"]["sha256"]) == 64
+    meta = read_metadata(tmp_path / "run" / "checkpoint-0006")
+    assert meta["step"] == 6 and meta["weights_sha256"] == receipt["checkpoints"][-1]["weights_sha256"]
+    model, _ = load_checkpoint(tmp_path / "run" / "checkpoint-0006")
+    assert model.parameter_counts() == receipt["parameter_counts"]
+    # tied weights are stored once
+    from safetensors.torch import load_file
+    assert not any("head" in k for k in load_file(str(tmp_path / "run/checkpoint-0006/model.safetensors")))
+
+
+def test_resume_after_sigkill_is_bit_identical(tmp_path):
+    args = ["pretrain", "--preset", "tiny", "--steps", "150", "--checkpoints", "40,80,120", "--batch-size", "4",
+            "--device", "cpu", "--no-progress"]
+    subprocess.run(cli(*args, "--output", str(tmp_path / "full")), check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(cli(*args, "--output", str(killed)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = killed / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 50:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rows_at_kill = len(metrics.read_text().splitlines())
+    assert 50 <= rows_at_kill < 150, "the run must be killed midway"
+    assert not (killed / "checkpoint-0120").exists()
+    subprocess.run(cli(*args, "--output", str(killed), "--resume"), check=True, capture_output=True)
+    assert curve(killed) == curve(tmp_path / "full")
+    assert json.loads((killed / "training-receipt.json").read_text())["status"] == "complete"
+
+
+def test_ddp_two_processes_match_one_process(tmp_path):
+    args = ["--preset", "tiny", "--steps", "4", "--checkpoints", "4", "--batch-size", "8", "--device", "cpu",
+            "--no-progress"]
+    subprocess.run(cli("pretrain", *args, "--output", str(tmp_path / "one")), check=True, capture_output=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([str(VENV_BIN / "torchrun"), "--standalone", "--nproc_per_node=2", "-m", "glm53_flash.cli",
+                           "pretrain", *args, "--output", str(tmp_path / "two")], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    one, two = curve(tmp_path / "one"), curve(tmp_path / "two")
+    assert len(one) == len(two) == 4
+    for a, b in zip(one, two):
+        assert a[0] == b[0]
+        assert abs(a[1] - b[1]) <= 1e-5 and abs(a[2] - b[2]) <= 1e-5
+    receipt = json.loads((tmp_path / "two" / "training-receipt.json").read_text())
+    assert receipt["world_size"] == 2
+
+
+def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeypatch):
+    from glm53_flash import GLM53Flash, ModelConfig
+    import glm53_flash.train.checkpoint as ckpt
+
+    model = GLM53Flash(ModelConfig.preset("tiny"))
+    save_checkpoint(tmp_path / "checkpoint-0001", model, {"step": 1})
+
+    def explode(*a, **k):
+        raise KeyboardInterrupt("killed midway")
+
+    monkeypatch.setattr(ckpt.torch, "save", explode)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path / "checkpoint-0002", model, {"step": 2}, trainer_state={"x": 1})
+    assert not (tmp_path / "checkpoint-0002").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+    loaded, meta = load_checkpoint(tmp_path / "checkpoint-0001")
+    assert meta["step"] == 1
+
+
+def test_corrupt_or_missing_files_are_clear_errors(tmp_path):
+    from glm53_flash import GLM53Flash, ModelConfig
+
+    model = GLM53Flash(ModelConfig.preset("tiny"))
+    good = tmp_path / "c"
+    save_checkpoint(good, model, {"step": 0})
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    with open(bad / "model.safetensors", "r+b") as handle:
+        handle.seek(200)
+        handle.write(b"\x00\x01\x02\x03")
+    with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
+        load_checkpoint(bad)
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model.safetensors is missing"):
+        load_checkpoint(bad)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        save_checkpoint(good, model, {})
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    out = tmp_path / "run"
+    pretrain(tiny_cfg(out, steps=2, checkpoints=(2,)))
+    before = sorted(p.name for p in out.iterdir())
+    result = subprocess.run(cli("pretrain", "--preset", "tiny", "--steps", "2", "--output", str(out)),
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "already exists; pass --resume" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
+    with pytest.raises(ValueError, match="outside 1..5"):
+        pretrain(tiny_cfg(tmp_path / "x", steps=5, checkpoints=(6,)))
+    with pytest.raises(ValueError, match="does not divide across 3 ranks"):
+        tiny_cfg(tmp_path / "y", batch_size=4).validate(world_size=3)
+    with pytest.raises(ValueError, match="different learning_rate"):
+        pretrain(tiny_cfg(out, steps=2, checkpoints=(2,), resume=True, learning_rate=1e-3))
+
+
+def test_divergence_stops_and_names_last_good_checkpoint(tmp_path):
+    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*Last good checkpoint: .*checkpoint-"):
+        pretrain(tiny_cfg(tmp_path / "run", steps=40, checkpoints=(1,), learning_rate=1e20))
+    load_checkpoint(tmp_path / "run" / "checkpoint-0001")
+
+
+def test_schedule_and_weight_decay_groups():
+    cfg = PretrainConfig(output="x", steps=100, warmup=10, schedule="cosine", learning_rate=1.0)
+    assert learning_rate_at(0, cfg) == pytest.approx(0.1)
+    assert learning_rate_at(9, cfg) == pytest.approx(1.0)
+    assert learning_rate_at(99, cfg) == pytest.approx(0.1, abs=1e-3)
+    from glm53_flash import GLM53Flash, ModelConfig
+
+    model = GLM53Flash(ModelConfig.preset("tiny"))
+    decay, no_decay = parameter_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(p.ndim >= 2 for p in decay["params"])
+    assert {names[id(p)].split(".")[-1] for p in no_decay["params"]} == {"weight", "input_logits", "output_logits"}
+    assert all(p.ndim == 1 for p in no_decay["params"])
