@@ -19,6 +19,8 @@ REGISTRARS = (
     ("glm53_flash.info", "register"),
     ("glm53_flash.benchmarks", "register"),
     ("glm53_flash.train.commands", "register"),
+    ("glm53_flash.evaluate_commands", "register"),
+    ("glm53_flash.verifier.commands", "register"),
 )
 
 

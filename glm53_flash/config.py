@@ -26,11 +26,12 @@ class ModelConfig:
     sparse_stride: int = 32
     max_sequence_length: int = 192
     sparse_every: int = 4  # layer i is sparse iff (i + 1) % sparse_every == 0
-    # How block outputs enter the residual streams:
-    #   "delta"    - each stream adds its share of the block's update only (the default; the fix),
-    #   "original" - the block's output includes its input, so the residual is counted twice,
+    # How block outputs enter the residual streams (measured in docs/BENCHMARKS.md, "Architecture"):
+    #   "original" - the original's form: each stream adds its share of (block input + update), so
+    #                the identity path is counted twice; it gave the lowest loss, so it stays default,
+    #   "delta"    - each stream adds S x its share of the update only (a standard residual),
     #   "sinkhorn" - mHC-style: a doubly-stochastic stream-mixing matrix (Sinkhorn) plus the delta.
-    stream_mode: str = "delta"
+    stream_mode: str = "original"
     # RoPE in the linear-attention layers: "before_feature" is the original (rotate q, k, then apply
     # the positive ELU+1 feature map, which mixes the rotation into the kernel); "none" applies the
     # feature map alone and leaves positions to causality and the RoPE of the sparse layers.

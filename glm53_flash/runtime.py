@@ -34,7 +34,7 @@ def autocast(device):
     """bf16 autocast on CUDA; full precision elsewhere."""
     import torch
 
-    if device.type == "cuda":
+    if torch.device(device).type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -22,6 +22,17 @@ def register(sub, bench_sub) -> None:
     parser.add_argument("--output", default="runs/bench/model.json", help="JSON receipt path")
     parser.set_defaults(func=lambda a: _run_model(a))
 
+    arch = bench_sub.add_parser(
+        "architecture", help="loss after a short pretraining run for each variant of the original's flaws")
+    arch.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    arch.add_argument("--steps", type=int, default=60)
+    arch.add_argument("--batch-size", type=int, default=16)
+    arch.add_argument("--seeds", default="1", help="comma-separated initialisation seeds (paired across variants)")
+    arch.add_argument("--variants", default="", help="comma-separated subset (default: all)")
+    arch.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    arch.add_argument("--output", default="runs/bench/architecture.json", help="JSON receipt path")
+    arch.set_defaults(func=_run_architecture)
+
 
 def _run_model(a) -> int:
     from .model import run
@@ -33,3 +44,12 @@ def _run_model(a) -> int:
     return 0
 
 
+
+
+def _run_architecture(a) -> int:
+    from .architecture import VARIANTS, run
+
+    variants = tuple(v for v in a.variants.split(",") if v) or tuple(VARIANTS)
+    run(preset=a.preset, steps=a.steps, batch_size=a.batch_size,
+        seeds=tuple(int(s) for s in a.seeds.split(",") if s), variants=variants, device=a.device, output=a.output)
+    return 0

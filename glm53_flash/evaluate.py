@@ -1,0 +1,327 @@
+"""Evaluation on frozen tasks: greedy pass@1 and sampled pass@k, written as receipts.
+
+Receipt keys match the original's evaluate / evaluate_passk receipts (seed-core 7.3, 7.4); added:
+`pass_at_k` (the unbiased estimator for every k <= samples), `timing`, `provenance`. Tasks run in
+batches through the cached sampler, and each batch is judged by one sandboxed `evaluate_many` call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from .sampling import DEFAULT_BATCH_ROWS, Completion, generate_for_tasks
+from .stats import pass_at_k
+from .tasks import FAMILY_NAMES
+from .tokenizer import ByteTokenizer
+
+SCHEMA_VERSION = "1.0"
+EVAL_SPLITS = ("dev", "final", "confirm")  # `rl` is the training split and is never evaluated
+GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": 2026}
+SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": 0.35, "seed": 8675309}
+
+
+def split_of(tasks: Sequence) -> str:
+    """The one split all tasks come from (task ids are '<split>-<family>-<NNN>'); refuses `rl`."""
+    if not tasks:
+        raise ValueError("no tasks to evaluate")
+    splits = sorted({task.task_id.partition("-")[0] for task in tasks})
+    if len(splits) != 1:
+        raise ValueError(f"tasks come from several splits ({', '.join(splits)}); evaluate one split at a time")
+    split = splits[0]
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"split {split!r} cannot be evaluated; allowed: {', '.join(EVAL_SPLITS)} "
+                         f"(rl is the training split)")
+    return split
+
+
+def families_field(tasks: Sequence) -> list[str] | str:
+    """The receipt's `inference.families`: "all" or the families present, in canonical order."""
+    present = {task.family for task in tasks}
+    return "all" if present == set(FAMILY_NAMES) else [name for name in FAMILY_NAMES if name in present]
+
+
+def evaluate_greedy(
+    model,
+    tasks: Sequence,
+    *,
+    max_new_tokens: int = GREEDY_DEFAULTS["max_new_tokens"],
+    stop: str = "parse",
+    seed: int = GREEDY_DEFAULTS["seed"],
+    verifier=None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    checkpoint: str | None = None,
+    checkpoint_sha256: str | None = None,
+    progress: bool = False,
+) -> dict:
+    """Greedy pass@1 receipt (the original's evaluate.py). `seed` is recorded only: greedy decoding
+    uses no randomness. A Verifier is created (and closed) when none is given."""
+    inference = {"greedy": True, "max_new_tokens": max_new_tokens, "seed": seed, "families": families_field(tasks),
+                 "stop": stop, "batch_rows": batch_rows}
+    completions, evaluations, timing = _run(model, tasks, samples=1, temperature=0.0, top_k=None, top_p=None,
+                                            max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier,
+                                            batch_rows=batch_rows, progress=progress)
+    receipt = greedy_receipt(tasks, [c[0] for c in completions], [e[0] for e in evaluations], inference)
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing)
+
+
+def evaluate_sampled(
+    model,
+    tasks: Sequence,
+    *,
+    samples: int = SAMPLED_DEFAULTS["samples"],
+    temperature: float = SAMPLED_DEFAULTS["temperature"],
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int = SAMPLED_DEFAULTS["max_new_tokens"],
+    stop: str = "parse",
+    seed: int = SAMPLED_DEFAULTS["seed"],
+    verifier=None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    checkpoint: str | None = None,
+    checkpoint_sha256: str | None = None,
+    progress: bool = False,
+) -> dict:
+    """Sampled pass@k receipt (the original's evaluate_passk.py) plus the unbiased pass@k.
+
+    Sample i of a task uses the random stream (seed, task_id, i), so a task's samples do not change
+    when other tasks or families are added (the original seeded by position in the filtered list).
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"sampled evaluation needs temperature > 0, got {temperature!r}")
+    inference = {"samples_per_task": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
+                 "seed": seed, "families": families_field(tasks), "stop": stop, "top_k": top_k, "top_p": top_p,
+                 "batch_rows": batch_rows, "seed_scheme": "sha256(seed, task_id, sample) -> Gumbel-max stream"}
+    completions, evaluations, timing = _run(model, tasks, samples=samples, temperature=temperature, top_k=top_k,
+                                            top_p=top_p, max_new_tokens=max_new_tokens, stop=stop, seed=seed,
+                                            verifier=verifier, batch_rows=batch_rows, progress=progress)
+    receipt = sampled_receipt(tasks, completions, evaluations, inference)
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def task_batches(tasks: Sequence, samples: int, batch_rows: int) -> list[list[int]]:
+    """Task indices in batches of about `batch_rows` rollouts, shortest prompts first, so that the
+    prompts in a batch have similar lengths (the sampler decodes them in lockstep)."""
+    tokenizer = ByteTokenizer()
+    order = sorted(range(len(tasks)), key=lambda i: (len(tokenizer.encode(tasks[i].prompt)), i))
+    per_batch = max(1, batch_rows // samples)
+    return [order[i:i + per_batch] for i in range(0, len(order), per_batch)]
+
+
+def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, stop, seed, verifier, batch_rows,
+         progress):
+    """Generate and judge every task; returns completions[t][s], evaluations[t][s], timing."""
+    import torch
+
+    from .verifier import Verifier
+
+    wall_start = time.perf_counter()
+    tasks = list(tasks)
+    split_of(tasks)
+    ids = [task.task_id for task in tasks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("tasks must have distinct task_ids")
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    completions: list[list[Completion] | None] = [None] * len(tasks)
+    evaluations: list[list | None] = [None] * len(tasks)
+    generation_seconds = verification_seconds = 0.0
+    bar = _progress_bar(len(tasks) * samples, progress)
+    own_verifier = verifier is None
+    if own_verifier:
+        verifier = Verifier()
+    try:
+        for batch in task_batches(tasks, samples, batch_rows):
+            batch_tasks = [tasks[i] for i in batch]
+            start = time.perf_counter()
+            generated = generate_for_tasks(model, batch_tasks, samples=samples, max_new_tokens=max_new_tokens,
+                                           temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop,
+                                           batch_rows=batch_rows, progress=bar.update if bar else None)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            generation_seconds += time.perf_counter() - start
+            start = time.perf_counter()
+            # One call per batch: the verifier's worker pool judges all of its rollouts in parallel.
+            judged = verifier.evaluate_many([(task, task.prompt + completion.text)
+                                             for task, rows in zip(batch_tasks, generated) for completion in rows])
+            verification_seconds += time.perf_counter() - start
+            for position, i in enumerate(batch):
+                completions[i] = generated[position]
+                evaluations[i] = judged[position * samples:(position + 1) * samples]
+            if bar:
+                solved = sum(any(e.passed for e in row) for row in evaluations if row is not None)
+                bar.set_postfix(solved=f"{solved}/{sum(row is not None for row in evaluations)}")
+    finally:
+        if bar:
+            bar.close()
+        if own_verifier:
+            verifier.close()
+    timing = {"generation_seconds": generation_seconds, "verification_seconds": verification_seconds,
+              "total_seconds": time.perf_counter() - wall_start, "rollouts": len(tasks) * samples,
+              "generated_tokens": sum(len(c.token_ids) for rows in completions for c in rows)}
+    timing["rollouts_per_second"] = timing["rollouts"] / max(timing["total_seconds"], 1e-9)
+    return completions, evaluations, timing
+
+
+def _progress_bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="evaluate", unit="rollout", dynamic_ncols=True)
+
+
+def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing) -> dict:
+    import torch
+
+    from .receipts import provenance
+
+    device = next(model.parameters()).device
+    receipt.update(
+        schema_version=SCHEMA_VERSION, status="complete", checkpoint=checkpoint, checkpoint_sha256=checkpoint_sha256,
+        elapsed_seconds=timing["total_seconds"],
+        peak_vram_gib=(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None),
+        timing=timing, provenance=provenance(device=str(device)),
+    )
+    return receipt
+
+
+# --------------------------------------------------------------------------- receipts (pure functions)
+
+
+def _valid(evaluation) -> bool:
+    # "valid" = passed the static policy and compiled (the original's meaning); a program killed for
+    # time or memory ("limit") was a valid program, so it counts.
+    return evaluation.status != "invalid"
+
+
+def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluations: Sequence,
+                   inference: dict) -> dict:
+    """summary, by_family, episodes and pass_at_k of a greedy run, in the original's layout."""
+    episodes, by_family = [], {}
+    for task, completion, evaluation in zip(tasks, completions, evaluations, strict=True):
+        episodes.append({
+            "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
+            "reference_completion": task.reference_completion, "generated_completion": completion.text,
+            "generated_tokens": len(completion.token_ids), "hit_token_cap": completion.hit_cap,
+            "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
+            "evaluation": evaluation.to_dict(),
+        })
+        family = by_family.setdefault(task.family, {"solved": 0, "tasks": 0, "tests_passed": 0, "tests_total": 0})
+        family["solved"] += int(evaluation.passed)
+        family["tasks"] += 1
+        family["tests_passed"] += evaluation.tests_passed
+        family["tests_total"] += evaluation.tests_total
+    solved = sum(e.passed for e in evaluations)
+    tests_passed = sum(e.tests_passed for e in evaluations)
+    tests_total = sum(e.tests_total for e in evaluations)
+    summary = {
+        "tasks_solved": solved, "tasks_total": len(episodes), "pass_at_1": solved / len(episodes),
+        "tests_passed": tests_passed, "tests_total": tests_total,
+        "test_accuracy": tests_passed / tests_total if tests_total else 0.0,
+        "valid_programs": sum(_valid(e) for e in evaluations),
+        "token_cap_hits": sum(c.hit_cap for c in completions),
+    }
+    return {"split": split_of(tasks), "inference": inference, "summary": summary,
+            "by_family": _canonical_order(by_family), "episodes": episodes,
+            "pass_at_k": {"1": summary["pass_at_1"]}}
+
+
+def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]], evaluations: Sequence[Sequence],
+                    inference: dict) -> dict:
+    """summary, by_family, episodes and the unbiased pass@k of a sampled run (original layout + pass_at_k)."""
+    episodes, by_family, passed_counts = [], {}, []
+    samples = len(completions[0]) if completions else 0
+    for task, rows, judged in zip(tasks, completions, evaluations, strict=True):
+        if len(rows) != samples or len(judged) != samples:
+            raise ValueError(f"task {task.task_id} has {len(rows)} completions and {len(judged)} evaluations; "
+                             f"expected {samples} of each")
+        passed = sum(e.passed for e in judged)
+        passed_counts.append(passed)
+        episodes.append({
+            "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
+            "reference_completion": task.reference_completion, "solved_at_k": passed > 0, "passed_samples": passed,
+            "samples": [
+                {"sample": i, "completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
+                 "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "evaluation": e.to_dict()}
+                for i, (c, e) in enumerate(zip(rows, judged))
+            ],
+        })
+        family = by_family.setdefault(task.family, {"tasks_solved_at_k": 0, "tasks": 0, "exact_rollouts": 0,
+                                                    "rollouts": 0, "valid_rollouts": 0, "_counts": []})
+        family["tasks_solved_at_k"] += int(passed > 0)
+        family["tasks"] += 1
+        family["exact_rollouts"] += passed
+        family["rollouts"] += samples
+        family["valid_rollouts"] += sum(_valid(e) for e in judged)
+        family["_counts"].append(passed)
+    for family in by_family.values():
+        family["pass_at_k"] = unbiased_pass_at_k(family.pop("_counts"), samples)
+    flat = [e for judged in evaluations for e in judged]
+    rollouts = len(flat)
+    tests_passed = sum(e.tests_passed for e in flat)
+    tests_total = sum(e.tests_total for e in flat)
+    solved = sum(count > 0 for count in passed_counts)
+    summary = {
+        "tasks_solved_at_k": solved, "tasks_total": len(episodes),
+        "pass_at_k": solved / len(episodes),  # the original's any-of-k rate; see top-level pass_at_k
+        "exact_rollouts": sum(passed_counts), "rollouts_total": rollouts,
+        "exact_rollout_rate": sum(passed_counts) / rollouts,
+        "tests_passed": tests_passed, "tests_total": tests_total,
+        "test_accuracy": tests_passed / tests_total if tests_total else 0.0,
+        "valid_rollouts": sum(_valid(e) for e in flat),
+        "token_cap_hits": sum(c.hit_cap for rows in completions for c in rows),
+    }
+    return {"split": split_of(tasks), "inference": inference, "summary": summary,
+            "by_family": _canonical_order(by_family), "episodes": episodes,
+            "pass_at_k": unbiased_pass_at_k(passed_counts, samples)}
+
+
+def unbiased_pass_at_k(passed_counts: Sequence[int], samples: int) -> dict[str, float]:
+    """{"k": mean over tasks of 1 - C(n-c, k)/C(n, k)} for k = 1..n, n = samples per task."""
+    return {str(k): sum(pass_at_k(samples, c, k) for c in passed_counts) / len(passed_counts)
+            for k in range(1, samples + 1)}
+
+
+def _canonical_order(by_family: dict) -> dict:
+    return {name: by_family[name] for name in FAMILY_NAMES if name in by_family}
+
+
+def format_summary(receipt: dict) -> str:
+    """A few human lines about a receipt (what the CLI prints)."""
+    s, timing = receipt["summary"], receipt["timing"]
+    if receipt["inference"].get("greedy"):
+        head = (f"greedy pass@1 {s['tasks_solved']}/{s['tasks_total']} = {s['pass_at_1']:.3f}  "
+                f"tests {s['tests_passed']}/{s['tests_total']}  valid {s['valid_programs']}  "
+                f"cap hits {s['token_cap_hits']}")
+    else:
+        k = receipt["inference"]["samples_per_task"]
+        unbiased = "  ".join(f"pass@{key} {value:.3f}" for key, value in receipt["pass_at_k"].items()
+                             if key in {"1", str(k)} or int(key) in (2, 4))
+        head = (f"solved@{k} {s['tasks_solved_at_k']}/{s['tasks_total']}  exact rollouts "
+                f"{s['exact_rollouts']}/{s['rollouts_total']}  valid {s['valid_rollouts']}  cap hits "
+                f"{s['token_cap_hits']}\nunbiased: {unbiased}")
+    return (f"{head}\n{receipt['split']}: {timing['rollouts']} rollouts, generation "
+            f"{timing['generation_seconds']:.1f} s, verification {timing['verification_seconds']:.1f} s")
+
+
+__all__ = [
+    "EVAL_SPLITS",
+    "GREEDY_DEFAULTS",
+    "SAMPLED_DEFAULTS",
+    "SCHEMA_VERSION",
+    "evaluate_greedy",
+    "evaluate_sampled",
+    "families_field",
+    "format_summary",
+    "greedy_receipt",
+    "sampled_receipt",
+    "split_of",
+    "task_batches",
+    "unbiased_pass_at_k",
+]

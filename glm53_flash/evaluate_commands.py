@@ -1,0 +1,243 @@
+"""CLI glue for sampling and evaluation: `glm53 generate`, `eval`, `compare` and `bench decode`.
+
+Handlers only read flags, call library functions and print; torch is imported inside them so that
+registering these commands keeps `glm53 --help` fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .runtime import DEVICE_CHOICES
+
+STOP_CHOICES = ("parse", "eos", "none")  # mirrors sampling.STOP_RULES without importing torch
+
+
+def register(sub, bench_sub) -> None:
+    _add_generate(sub)
+    _add_eval(sub)
+    _add_compare(sub)
+    _add_bench_decode(bench_sub)
+
+
+# --------------------------------------------------------------------------- shared flags
+
+
+def _add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (> 0); default: greedy for one sample, 0.35 for several")
+    parser.add_argument("--top-k", type=int, default=None, help="sample only among the k most likely tokens")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep this much probability")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="cap on generated tokens (default 48)")
+    parser.add_argument("--batch-rows", type=int, default=512, help="most rows in one forward (default 512)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+
+
+def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
+    if path and Path(path).exists() and not force:
+        raise FileExistsError(f"{flag} {path} already exists; pass --force to overwrite it")
+
+
+def _load_model(checkpoint: str, device_name: str):
+    from .runtime import resolve_device
+    from .train.checkpoint import load_checkpoint
+
+    device = resolve_device(device_name)
+    model, metadata = load_checkpoint(checkpoint, device)
+    return model, metadata
+
+
+# --------------------------------------------------------------------------- glm53 generate
+
+
+def _add_generate(sub) -> None:
+    parser = sub.add_parser(
+        "generate", help="continue a prompt (or a frozen task) with a checkpoint",
+        description="Generate one or more continuations. With --task-id the task's prompt is used and "
+                    "generation stops once the program parses (the original's rule); with --prompt it "
+                    "stops at EOS.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text (use $'...' in bash for newlines)")
+    source.add_argument("--task-id", help="a frozen task id, e.g. dev-double-000")
+    parser.add_argument("--samples", type=int, default=1, help="continuations to draw (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--stop", choices=STOP_CHOICES, default=None,
+                        help="parse (needs --task-id), eos, or none (run to the cap); default parse for a "
+                             "task, eos for a prompt")
+    _add_sampling_flags(parser)
+    parser.add_argument("--json", action="store_true", help="print the completions as JSON")
+    parser.set_defaults(func=_run_generate)
+
+
+def _resolve_temperature(value: float | None, samples: int) -> float:
+    from .evaluate import SAMPLED_DEFAULTS
+
+    if value is None:
+        return 0.0 if samples == 1 else SAMPLED_DEFAULTS["temperature"]
+    return value
+
+
+def _run_generate(args) -> int:
+    from .sampling import generate
+    from .tasks import task_by_id
+
+    task = task_by_id(args.task_id) if args.task_id else None
+    stop = args.stop or ("parse" if task else "eos")
+    if stop == "parse" and task is None:
+        raise ValueError("--stop parse needs --task-id (the parse rule checks the task's program)")
+    prompt = task.prompt if task else args.prompt
+    model, _ = _load_model(args.checkpoint, args.device)
+    rows = generate(model, [prompt], samples=args.samples, max_new_tokens=args.max_new_tokens,
+                    temperature=_resolve_temperature(args.temperature, args.samples), top_k=args.top_k,
+                    top_p=args.top_p, seed=args.seed, keys=[task.task_id] if task else None, stop=stop,
+                    tasks=[task] if task else None, batch_rows=args.batch_rows)[0]
+    if args.json:
+        print(json.dumps([c.to_dict() for c in rows], indent=2))
+        return 0
+    print(prompt, end="" if prompt.endswith("\n") else "\n")
+    for i, completion in enumerate(rows):
+        mean = sum(completion.logprobs) / len(completion.logprobs)
+        print(f"--- sample {i}: {len(completion.token_ids)} tokens, stopped by {completion.finish_reason}, "
+              f"mean log-prob {mean:.3f}")
+        print(completion.text)
+    return 0
+
+
+# --------------------------------------------------------------------------- glm53 eval
+
+
+def _add_eval(sub) -> None:
+    parser = sub.add_parser(
+        "eval", help="greedy pass@1 or sampled pass@k on a frozen split, written as a receipt",
+        description="Evaluate a checkpoint on frozen tasks: greedy when --samples is 1 (defaults: per-family 4, "
+                    "seed 2026), sampled otherwise (defaults: per-family 8, temperature 0.35, seed 8675309). "
+                    "The rl split is for training and cannot be evaluated.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    parser.add_argument("--split", required=True, choices=("dev", "final", "confirm"))
+    parser.add_argument("--output", required=True, help="receipt path (must not exist unless --force)")
+    parser.add_argument("--per-family", type=int, default=None, help="tasks per family (default 4 greedy, 8 sampled)")
+    parser.add_argument("--families", default="", help="comma list of families (default: all)")
+    parser.add_argument("--samples", type=int, default=1, help="samples per task; 1 = greedy (default 1)")
+    parser.add_argument("--seed", type=int, default=None, help="default 2026 greedy, 8675309 sampled")
+    parser.add_argument("--stop", choices=STOP_CHOICES, default="parse",
+                        help="parse (the original's rule, default), eos, or none")
+    parser.add_argument("--workers", type=int, default=None, help="verifier processes (default: CPU count)")
+    _add_sampling_flags(parser)
+    parser.add_argument("--force", action="store_true", help="overwrite --output")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=_run_eval)
+
+
+def _run_eval(args) -> int:
+    from .evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
+    from .receipts import write_json
+    from .tasks import frozen_tasks, parse_families
+    from .verifier import Verifier
+
+    _refuse_existing(args.output, args.force, "--output")
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    greedy = args.samples == 1
+    if greedy and (args.temperature not in (None, 0.0) or args.top_k is not None or args.top_p is not None):
+        raise ValueError("--temperature, --top-k and --top-p apply only with --samples > 1 (one sample is greedy)")
+    defaults = GREEDY_DEFAULTS if greedy else SAMPLED_DEFAULTS
+    per_family = defaults["per_family"] if args.per_family is None else args.per_family
+    seed = defaults["seed"] if args.seed is None else args.seed
+    tasks = frozen_tasks(args.split, per_family, parse_families(args.families))
+    model, metadata = _load_model(args.checkpoint, args.device)
+    common = dict(max_new_tokens=args.max_new_tokens, stop=args.stop, seed=seed, batch_rows=args.batch_rows,
+                  checkpoint=str(args.checkpoint), checkpoint_sha256=metadata.get("weights_sha256"),
+                  progress=not args.quiet)
+    with Verifier(workers=args.workers) as verifier:
+        if greedy:
+            receipt = evaluate_greedy(model, tasks, verifier=verifier, **common)
+        else:
+            receipt = evaluate_sampled(model, tasks, samples=args.samples,
+                                       temperature=_resolve_temperature(args.temperature, args.samples),
+                                       top_k=args.top_k, top_p=args.top_p, verifier=verifier, **common)
+    write_json(args.output, receipt)
+    print(format_summary(receipt))
+    print(f"wrote {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- glm53 compare
+
+
+def _add_compare(sub) -> None:
+    parser = sub.add_parser(
+        "compare", help="paired per-task comparison of two eval receipts on the same tasks",
+        description="Gains, losses and exact McNemar p on solved tasks; a task-bootstrap CI of the pass-rate "
+                    "difference; per family (Holm-adjusted) and overall. Receipts must cover the same tasks.")
+    parser.add_argument("before", help="receipt of the baseline")
+    parser.add_argument("after", help="receipt of the candidate")
+    parser.add_argument("--families", default="", help="compare only these families (comma list)")
+    parser.add_argument("--output", default=None, help="write the comparison as JSON here")
+    parser.add_argument("--markdown", default=None, help="write the markdown table here as well")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=int, default=20260826, help="bootstrap seed (default 20260826)")
+    parser.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
+    parser.add_argument("--force", action="store_true", help="overwrite --output / --markdown")
+    parser.set_defaults(func=_run_compare)
+
+
+def _run_compare(args) -> int:
+    from .compare import compare_receipts, format_markdown, load_receipt, write_text
+    from .receipts import provenance, write_json
+    from .tasks import parse_families
+
+    _refuse_existing(args.output, args.force, "--output")
+    _refuse_existing(args.markdown, args.force, "--markdown")
+    families = parse_families(args.families) if args.families else None
+    result = compare_receipts(load_receipt(args.before), load_receipt(args.after), families=families,
+                              level=args.level, resamples=args.resamples, seed=args.seed,
+                              labels=(str(args.before), str(args.after)))
+    markdown = format_markdown(result)
+    print(markdown, end="")
+    if args.output:
+        result["provenance"] = provenance()
+        write_json(args.output, result)
+        print(f"wrote {args.output}")
+    if args.markdown:
+        write_text(args.markdown, markdown)
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+# --------------------------------------------------------------------------- glm53 bench decode
+
+
+def _add_bench_decode(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "decode", help="batched cached sampling vs the original's per-task re-forward; 64x8 eval timing",
+        description="Rollouts/s of glm53_flash.sampling against the original's generation (one task at a time, "
+                    "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
+                    "random weights; then the wall time of a sampled evaluation (confirm, 8 per family x 8 "
+                    "samples). Random weights rarely stop early, so both run (nearly) to the token cap.")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--preset", default="flash", help="model preset (default flash)")
+    parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")
+    parser.add_argument("--samples", type=int, default=16, help="samples per task (default 16)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=0.35)
+    parser.add_argument("--baseline-tasks", type=int, default=None,
+                        help="time the slow baseline on this many tasks and scale (default: 2 on CPU, all on GPU)")
+    parser.add_argument("--eval-per-family", type=int, default=8,
+                        help="tasks per family for the eval timing; 0 skips it (default 8)")
+    parser.add_argument("--eval-samples", type=int, default=8, help="samples per task for the eval timing")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--output", default="runs/bench/decode.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_decode)
+
+
+def _run_bench_decode(args) -> int:
+    from .benchmarks.decode import run
+
+    run(device_name=args.device, preset=args.preset, per_family=args.per_family, samples=args.samples,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, baseline_tasks=args.baseline_tasks,
+        eval_per_family=args.eval_per_family, eval_samples=args.eval_samples, threads=args.threads,
+        output=args.output)
+    return 0

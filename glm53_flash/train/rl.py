@@ -1,0 +1,491 @@
+"""RLOO post-training whose only reward is running hidden unit tests.
+
+Per prompt, G completions are sampled with the cached batched sampler and judged by the sandboxed
+verifier; each completion's advantage is its reward minus the mean of the other G - 1. Compatible
+with the original's flags, defaults and task schedule; its flaws are fixed behind switches that
+restore the original for ablation:
+- log-probabilities for the gradient come from the distribution that sampled (temperature, masks)
+  (`logprob_source="original"`: untempered, unmasked);
+- loss normalisation `constant` (sum over tokens / (G x max_new_tokens)); `sequence-mean` is the
+  original's per-sequence mean, `token-sum` the plain sum;
+- completions stopped by the parse rule are trained with an EOS appended, so valid code learns to
+  stop (`eos_handling="original"`: no EOS, as the original).
+Extras: several groups per optimizer step, a KL penalty to the frozen initial policy, LR warmup.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..receipts import provenance, write_json
+from ..runtime import autocast, resolve_device
+from ..sampling import generate, mask_logits
+from ..tasks import frozen_tasks, parse_families
+from ..tokenizer import ByteTokenizer
+from .checkpoint import checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, save_checkpoint
+
+TRAIN_SCOPES = ("all", "last-block", "last-block-head")
+REWARD_MODES = ("case-fraction", "binary")
+LOSS_NORMALIZATIONS = ("constant", "token-sum", "sequence-mean")
+LOGPROB_SOURCES = ("sampler", "original")
+EOS_HANDLING = ("append", "original")
+STOP_RULES = ("parse", "eos")
+RUN_FILE = "run.json"
+ROLLOUTS_FILE = "rollouts.jsonl"
+METRICS_FILE = "metrics.jsonl"
+SCHEDULE_FILE = "schedule.json"
+RECEIPT_FILE = "training-receipt.json"
+_TOK = ByteTokenizer()
+
+
+@dataclass
+class RLConfig:
+    initial_checkpoint: str
+    output: str
+    groups: int = 32
+    checkpoints: tuple[int, ...] = (8, 16, 32)
+    group_size: int = 4
+    max_new_tokens: int = 48
+    temperature: float = 0.8
+    learning_rate: float = 2e-5
+    train_scope: str = "all"
+    reward_mode: str = "case-fraction"
+    invalid_penalty: float = -0.1
+    exact_bonus: float = 0.0
+    families: str = ""
+    tasks_per_family: int = 4
+    seed: int = 31415
+    device: str = "auto"
+    # the fixes (defaults) and the switches that restore the original
+    logprob_source: str = "sampler"
+    loss_normalization: str = "constant"
+    eos_handling: str = "append"
+    stop: str = "parse"
+    # extras
+    prompts_per_update: int = 1
+    kl_coef: float = 0.0
+    warmup: int = 0
+    grad_clip: float = 1.0
+    verifier_workers: int | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def validate(self) -> None:
+        checks = [
+            (self.groups >= 1, f"--groups must be >= 1, got {self.groups}"),
+            (self.group_size >= 2, f"--group-size must be >= 2 (RLOO needs others to compare with), got {self.group_size}"),
+            (self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
+            (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
+            (self.learning_rate > 0, "--learning-rate must be > 0"),
+            (self.tasks_per_family >= 1, "--tasks-per-family must be >= 1"),
+            (self.prompts_per_update >= 1, "--prompts-per-update must be >= 1"),
+            (self.kl_coef >= 0 and self.warmup >= 0, "--kl-coef and --warmup must be >= 0"),
+            (self.train_scope in TRAIN_SCOPES, f"--train-scope must be one of {', '.join(TRAIN_SCOPES)}"),
+            (self.reward_mode in REWARD_MODES, f"--reward-mode must be one of {', '.join(REWARD_MODES)}"),
+            (self.loss_normalization in LOSS_NORMALIZATIONS,
+             f"--loss-normalization must be one of {', '.join(LOSS_NORMALIZATIONS)}"),
+            (self.logprob_source in LOGPROB_SOURCES, f"--logprob-source must be one of {', '.join(LOGPROB_SOURCES)}"),
+            (self.eos_handling in EOS_HANDLING, f"--eos-handling must be one of {', '.join(EOS_HANDLING)}"),
+            (self.stop in STOP_RULES, f"--stop must be one of {', '.join(STOP_RULES)}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        bad = [c for c in self.checkpoints if c < 1 or c > self.groups]
+        if bad:
+            raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.groups} (--groups)")
+        off = [c for c in self.checkpoints if c % self.prompts_per_update and c != self.groups]
+        if off:
+            raise ValueError(f"--checkpoints {','.join(map(str, off))} are not multiples of "
+                             f"--prompts-per-update {self.prompts_per_update}")
+        parse_families(self.families)
+
+
+# ----------------------------------------------------------------------------------- pure pieces
+
+
+def task_schedule(tasks: list, groups: int, seed: int) -> list:
+    """The original's schedule: epoch e is the task list shuffled by Random(seed + 1009 e)."""
+    schedule: list = []
+    epoch = 0
+    while len(schedule) < groups:
+        order = list(tasks)
+        random.Random(seed + 1009 * epoch).shuffle(order)
+        schedule.extend(order)
+        epoch += 1
+    return schedule[:groups]
+
+
+def reward_for(evaluation, mode: str, invalid_penalty: float, exact_bonus: float) -> float:
+    """Binary: 1 pass, penalty if invalid (or killed by a limit), else 0. Case-fraction: the share of
+    passed cases, plus the bonus when all pass, plus the penalty when invalid."""
+    invalid = evaluation.status in ("invalid", "limit")
+    if mode == "binary":
+        return 1.0 if evaluation.passed else (invalid_penalty if invalid else 0.0)
+    return (evaluation.pass_fraction + (exact_bonus if evaluation.passed else 0.0)
+            + (invalid_penalty if invalid else 0.0))
+
+
+def leave_one_out_advantages(rewards: list[float]) -> list[float]:
+    """A_i = r_i - mean of the other G - 1 rewards."""
+    total, g = sum(rewards), len(rewards)
+    return [r - (total - r) / (g - 1) for r in rewards]
+
+
+def has_signal(rewards: list[float]) -> bool:
+    return max(rewards) - min(rewards) > 1e-8
+
+
+def set_train_scope(model, scope: str) -> int:
+    """Freeze everything outside the scope; returns the number of trainable parameters."""
+    if scope not in TRAIN_SCOPES:
+        raise ValueError(f"train scope must be one of {', '.join(TRAIN_SCOPES)}, got {scope!r}")
+    for param in model.parameters():
+        param.requires_grad_(scope == "all")
+    if scope != "all":
+        for module in (model.blocks[-1], model.norm):
+            for param in module.parameters():
+                param.requires_grad_(True)
+        if scope == "last-block-head":
+            model.embedding.weight.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], temperature: float,
+                      source: str, device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per sequence: log-probs of its completion tokens (with grad) and the entropy at each position.
+
+    `sequences` holds (prompt ids with BOS, completion ids). With source 'sampler' the distribution is
+    the sampler's (PAD/BOS/SEP masked, divided by the temperature); 'original' is the untempered,
+    unmasked softmax the original used.
+    """
+    length = max(len(p) + len(c) for p, c in sequences)
+    batch = torch.zeros(len(sequences), length, dtype=torch.long)
+    for i, (prompt, completion) in enumerate(sequences):
+        ids = prompt + completion
+        batch[i, : len(ids)] = torch.tensor(ids)
+    with autocast(device):
+        logits = model(batch.to(device)).logits.float()
+    logprobs, entropies = [], []
+    for i, (prompt, completion) in enumerate(sequences):
+        start = len(prompt) - 1  # logits at position t predict token t + 1
+        rows = logits[i, start : start + len(completion)]
+        if source == "sampler":
+            rows = mask_logits(rows) / temperature
+        logp = torch.log_softmax(rows, dim=-1)
+        target = torch.tensor(completion, device=device)
+        logprobs.append(logp.gather(-1, target[:, None])[:, 0])
+        probs = logp.exp()
+        entropies.append(-(probs * torch.where(probs > 0, logp, torch.zeros_like(logp))).sum(-1).detach())
+    return logprobs, entropies
+
+
+def policy_objective(logprobs: list[torch.Tensor], advantages: list[float], normalization: str,
+                     max_new_tokens: int) -> torch.Tensor:
+    """-mean over samples of A_i x (normalised sum of token log-probs) for one group."""
+    g = len(logprobs)
+    terms = []
+    for logp, advantage in zip(logprobs, advantages):
+        if normalization == "sequence-mean":
+            value = logp.mean()
+        elif normalization == "token-sum":
+            value = logp.sum()
+        else:
+            value = logp.sum() / max_new_tokens
+        terms.append(advantage * value)
+    return -torch.stack(terms).sum() / g
+
+
+# ----------------------------------------------------------------------------------- the trainer
+
+
+class RLTrainer:
+    def __init__(self, cfg: RLConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.out = Path(cfg.output)
+        self.device = resolve_device(cfg.device)
+        families = parse_families(cfg.families)
+        self.tasks = frozen_tasks("rl", cfg.tasks_per_family, families=families)
+        self.family_label = "all" if not cfg.families else sorted(families)
+        self.schedule = task_schedule(self.tasks, cfg.groups, cfg.seed)
+        self.schedule_sha256 = hashlib.sha256(json.dumps([t.task_id for t in self.schedule]).encode()).hexdigest()
+        self.checkpoints: list[dict] = []
+        self.metrics_rows: list[dict] = []
+        self.elapsed_before = 0.0
+        self.done_groups = 0
+
+    def run_record(self) -> dict:
+        record = asdict(self.cfg)
+        for key in ("resume", "progress", "verifier_workers", "device", "output"):
+            record.pop(key)
+        record["checkpoints"] = list(self.cfg.checkpoints)
+        return record
+
+    def prepare(self) -> None:
+        cfg = self.cfg
+        exists = self.out.exists() and any(self.out.iterdir())
+        if exists and not cfg.resume:
+            raise FileExistsError(f"output {self.out} already exists; pass --resume to continue it "
+                                  "or choose a new --output")
+        self.model, meta = load_checkpoint(cfg.initial_checkpoint, self.device)
+        self.initial_sha256 = meta["weights_sha256"]
+        self.trainable = set_train_scope(self.model, cfg.train_scope)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+        self.reference = None
+        if cfg.kl_coef > 0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        saved = list_checkpoints(self.out) if exists else []
+        if saved:
+            self._resume(saved)
+        else:
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_json(self.out / RUN_FILE, self.run_record())
+            write_json(self.out / SCHEDULE_FILE, [t.task_id for t in self.schedule])
+            for name in (ROLLOUTS_FILE, METRICS_FILE):
+                (self.out / name).write_text("")
+            self._save(0, 0.0)
+
+    def _resume(self, saved) -> None:
+        recorded = json.loads((self.out / RUN_FILE).read_text())
+        current = self.run_record()
+        mismatched = sorted(k for k in current if recorded.get(k) != current[k])
+        if mismatched:
+            raise ValueError(f"--resume: {self.out} was started with different {', '.join(mismatched)}; "
+                             "use the same flags or a new --output")
+        group, path = saved[-1]
+        model, _ = load_checkpoint(path, self.device)
+        self.model.load_state_dict(model.state_dict())
+        state = load_trainer_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.done_groups = int(state["group"])
+        self.elapsed_before = float(state["elapsed_seconds"])
+        self.checkpoints = [c for c in state["checkpoints"] if c["group"] <= group]
+        for name, key in ((ROLLOUTS_FILE, "group"), (METRICS_FILE, "last_group")):
+            rows = [json.loads(line) for line in (self.out / name).read_text().splitlines() if line]
+            kept = [r for r in rows if r[key] <= self.done_groups]
+            (self.out / name).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            if name == METRICS_FILE:
+                self.metrics_rows = kept
+
+    def _save(self, group: int, elapsed: float) -> None:
+        stage = "pre_rl" if group == 0 else "executable_reward_rl"
+        meta = {"stage": stage, "group": group, "seed": self.cfg.seed,
+                "source_checkpoint": str(self.cfg.initial_checkpoint), "source_sha256": self.initial_sha256}
+        entry = {"group": group, "path": str(self.out / checkpoint_name(group)), "weights_sha256": None}
+        self.checkpoints.append(entry)
+        state = {"optimizer": self.optimizer.state_dict(), "group": group, "elapsed_seconds": elapsed,
+                 "checkpoints": self.checkpoints}
+        info = save_checkpoint(self.out / checkpoint_name(group), self.model, meta, state)
+        entry["weights_sha256"] = info["weights_sha256"]
+
+    def write_receipt(self, status: str, elapsed: float) -> None:
+        cfg = self.cfg
+        peak_vram = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
+        rows = [json.loads(line) for line in (self.out / ROLLOUTS_FILE).read_text().splitlines() if line]
+        receipt = {
+            "schema_version": "1.0", "status": status, "stage": "executable_reward_rl", "algorithm": "RLOO",
+            "initial_checkpoint": str(cfg.initial_checkpoint), "initial_checkpoint_sha256": self.initial_sha256,
+            "seed": cfg.seed, "groups": cfg.groups, "group_size": cfg.group_size, "temperature": cfg.temperature,
+            "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
+            "train_scope": cfg.train_scope, "trainable_parameters": self.trainable,
+            "reward_mode": cfg.reward_mode, "invalid_penalty": cfg.invalid_penalty, "exact_bonus": cfg.exact_bonus,
+            "device": str(self.device), "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
+            "schedule_sha256": self.schedule_sha256, "elapsed_seconds": round(elapsed, 3),
+            "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
+            "checkpoints": self.checkpoints,
+            "logprob_source": cfg.logprob_source, "loss_normalization": cfg.loss_normalization,
+            "eos_handling": cfg.eos_handling, "stop": cfg.stop, "prompts_per_update": cfg.prompts_per_update,
+            "kl_coef": cfg.kl_coef, "warmup": cfg.warmup,
+            "updated_groups": sum(r["updated"] for r in rows),
+            "exact_training_rollouts": sum(r["exact_rollouts"] for r in rows),
+            "groups_detail_file": ROLLOUTS_FILE, "metrics_file": METRICS_FILE,
+            "provenance": provenance(device=str(self.device)),
+        }
+        write_json(self.out / RECEIPT_FILE, receipt)
+
+    # -- one update --------------------------------------------------------------------------
+    def rollouts(self, first_group: int, tasks: list, verifier) -> list[dict]:
+        cfg = self.cfg
+        # One batched call for the whole update; each group's random stream is keyed by (seed, group,
+        # task), so it does not depend on which other groups share the batch (and resumes exactly).
+        completions = generate(
+            self.model, [t.prompt for t in tasks], samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature, seed=cfg.seed, tasks=tasks, stop=cfg.stop,
+            keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)])
+        pairs = [(task, task.prompt + c.text) for task, group in zip(tasks, completions) for c in group]
+        evaluations, verifier_failed = _evaluate_safely(verifier, pairs)
+        groups = []
+        for offset, (task, samples) in enumerate(zip(tasks, completions)):
+            evals = evaluations[offset * cfg.group_size : (offset + 1) * cfg.group_size]
+            if verifier_failed:  # no trustworthy reward: identical rewards, so no update from this group
+                rewards = [0.0] * cfg.group_size
+            else:
+                rewards = [reward_for(e, cfg.reward_mode, cfg.invalid_penalty, cfg.exact_bonus) for e in evals]
+            groups.append({"group": first_group + offset, "task": task, "completions": samples,
+                           "evaluations": evals, "rewards": rewards})
+        return groups
+
+    def training_sequences(self, task, completions) -> list[tuple[list[int], list[int]]]:
+        prompt = _TOK.encode(task.prompt, bos=True)
+        sequences = []
+        for c in completions:
+            ids = list(c.token_ids)
+            if self.cfg.eos_handling == "append" and c.finish_reason == "parse":
+                ids.append(_TOK.eos_id)  # teach valid code to stop by itself
+            sequences.append((prompt, ids))
+        return sequences
+
+    def update(self, groups: list[dict], lr: float) -> dict:
+        cfg = self.cfg
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        learning = [g for g in groups if has_signal(g["rewards"])]
+        stats = {"loss": None, "grad_norm": None, "entropy": None, "kl": None}
+        for g in groups:
+            g["advantages"] = leave_one_out_advantages(g["rewards"])
+            g["policy_loss"] = None
+        if not learning:
+            return stats
+        self.model.train()
+        sequences, owners = [], []
+        for g in learning:
+            for s in self.training_sequences(g["task"], g["completions"]):
+                sequences.append(s)
+                owners.append(g)
+        logprobs, entropies = sequence_logprobs(self.model, sequences, cfg.temperature, cfg.logprob_source,
+                                                self.device)
+        total = torch.zeros((), device=self.device)
+        for g in learning:
+            idx = [i for i, o in enumerate(owners) if o is g]
+            objective = policy_objective([logprobs[i] for i in idx], g["advantages"], cfg.loss_normalization,
+                                         cfg.max_new_tokens)
+            g["policy_loss"] = float(objective.detach())
+            total = total + objective / len(learning)
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logprobs, _ = sequence_logprobs(self.reference, sequences, cfg.temperature,
+                                                    cfg.logprob_source, self.device)
+            # k3 estimator of KL(policy || reference) on the sampled tokens.
+            log_ratio = torch.cat(ref_logprobs) - torch.cat(logprobs)
+            kl = (log_ratio.exp() - log_ratio - 1).mean()
+            total = total + cfg.kl_coef * kl
+            stats["kl"] = float(kl)
+        if not torch.isfinite(total):
+            raise FloatingPointError(f"non-finite RL objective at group {groups[-1]['group']}")
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        self.optimizer.step()
+        stats.update(loss=float(total.detach()), grad_norm=grad_norm, entropy=float(torch.cat(entropies).mean()))
+        for g in learning:
+            g["gradient_norm"] = grad_norm
+        return stats
+
+    def run(self) -> dict:
+        from ..verifier import Verifier
+
+        cfg = self.cfg
+        self.prepare()
+        session_start = time.perf_counter()
+        save_at = set(cfg.checkpoints) | {cfg.groups}
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.groups, initial=self.done_groups, desc="rl", unit="group", dynamic_ncols=True)
+        try:
+            with Verifier(workers=cfg.verifier_workers) as verifier:
+                while self.done_groups < cfg.groups:
+                    first = self.done_groups + 1
+                    last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
+                    update_index = (first - 1) // cfg.prompts_per_update
+                    lr = cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup else cfg.learning_rate
+                    start = time.perf_counter()
+                    groups = self.rollouts(first, self.schedule[first - 1 : last], verifier)
+                    rollout_seconds = time.perf_counter() - start
+                    stats = self.update(groups, lr)
+                    seconds = time.perf_counter() - start
+                    self._log(groups, stats, lr, rollout_seconds, seconds)
+                    self.done_groups = last
+                    if bar is not None:
+                        bar.update(len(groups))
+                        bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
+                                        exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
+                    if any(g["group"] in save_at for g in groups):
+                        elapsed = self.elapsed_before + time.perf_counter() - session_start
+                        self._save(last, elapsed)
+                        self.write_receipt("running", elapsed)
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = self.elapsed_before + time.perf_counter() - session_start
+        self.write_receipt("complete", elapsed)
+        return json.loads((self.out / RECEIPT_FILE).read_text())
+
+    def _log(self, groups, stats, lr, rollout_seconds, seconds) -> None:
+        lengths, caps = [], 0
+        with open(self.out / ROLLOUTS_FILE, "a") as handle:
+            for g in groups:
+                evals = g["evaluations"]
+                row = {
+                    "group": g["group"], "task_id": g["task"].task_id, "family": g["task"].family,
+                    "rewards": g["rewards"], "advantages": g["advantages"],
+                    "reward_spread": max(g["rewards"]) - min(g["rewards"]),
+                    "updated": g["policy_loss"] is not None, "policy_loss": g["policy_loss"],
+                    "gradient_norm": g.get("gradient_norm"),
+                    "exact_rollouts": sum(e.passed for e in evals),
+                    "valid_rollouts": sum(e.status in ("passed", "failed") for e in evals),
+                    "token_cap_hits": sum(c.hit_cap for c in g["completions"]),
+                    "seconds": seconds / len(groups),
+                    "samples": [{"completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
+                                 "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "reward": r,
+                                 "evaluation": e.to_dict()}
+                                for c, e, r in zip(g["completions"], evals, g["rewards"])],
+                }
+                handle.write(json.dumps(row, sort_keys=True) + "\n")
+                lengths.extend(len(c.token_ids) for c in g["completions"])
+                caps += row["token_cap_hits"]
+        rewards = [r for g in groups for r in g["rewards"]]
+        metrics = {
+            "update": len(self.metrics_rows) + 1, "first_group": groups[0]["group"], "last_group": groups[-1]["group"],
+            "mean_reward": sum(rewards) / len(rewards),
+            "zero_variance_fraction": sum(not has_signal(g["rewards"]) for g in groups) / len(groups),
+            "mean_completion_length": sum(lengths) / len(lengths), "truncation_rate": caps / len(lengths),
+            "entropy": stats["entropy"], "kl": stats["kl"], "loss": stats["loss"], "grad_norm": stats["grad_norm"],
+            "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
+        }
+        self.metrics_rows.append(metrics)
+        with open(self.out / METRICS_FILE, "a") as handle:
+            handle.write(json.dumps(metrics, sort_keys=True) + "\n")
+
+
+def _evaluate_safely(verifier, pairs):
+    """A verifier failure never kills the run: retry once, then report the batch as unjudged."""
+    from ..verifier import Evaluation
+
+    for _ in range(2):
+        try:
+            return verifier.evaluate_many(pairs), False
+        except Exception as error:  # the pool replaces dead workers; a second failure is reported
+            last = error
+    message = f"verifier failure: {last}"
+    return [Evaluation.limit(message, len(task.cases)) for task, _ in pairs], True
+
+
+def train_rl(cfg: RLConfig) -> dict:
+    return RLTrainer(cfg).run()
+
+
+__all__ = ["RLConfig", "train_rl", "task_schedule", "reward_for", "leave_one_out_advantages", "has_signal",
+           "set_train_scope", "sequence_logprobs", "policy_objective"]

@@ -1,0 +1,89 @@
+"""Checkpoint selection: evaluate every checkpoint of a run on a held-out split and name the best.
+
+Stated rule: with samples > 1, the most exact sampled rollouts (pass@1 by sampling); with greedy
+evaluation, the most tasks solved, then the most tests passed. Ties go to the earlier checkpoint,
+so selection never prefers more training without evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..receipts import provenance, write_json
+from ..tasks import frozen_tasks, parse_families
+from .checkpoint import list_checkpoints, load_checkpoint
+
+RULE_SAMPLED = "max exact sampled rollouts; ties to the earlier checkpoint"
+RULE_GREEDY = "max greedy tasks solved, then tests passed; ties to the earlier checkpoint"
+
+
+def selection_score(receipt: dict, sampled: bool) -> tuple:
+    summary = receipt["summary"]
+    if sampled:
+        return (summary["exact_rollouts"],)
+    return (summary["tasks_solved"], summary["tests_passed"])
+
+
+def best_entry(entries: list[dict]) -> dict:
+    """The highest score; among equal scores, the earliest step."""
+    return max(entries, key=lambda e: (tuple(e["score"]), -e["step"]))
+
+
+def run_families(run_dir: Path) -> str:
+    """The families an RL run trained on ('' = all); pretraining runs use all."""
+    receipt = run_dir / "training-receipt.json"
+    if receipt.is_file():
+        families = json.loads(receipt.read_text()).get("families", "all")
+        if isinstance(families, list):
+            return ",".join(families)
+    return ""
+
+
+def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int = 4,
+                      families: str | None = None, temperature: float = 0.35, max_new_tokens: int = 48,
+                      seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
+                      force: bool = False, progress: bool = True) -> dict:
+    from ..evaluate import EVAL_SPLITS, evaluate_greedy, evaluate_sampled
+    from ..verifier import Verifier
+
+    run_dir = Path(run_dir)
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"--split {split!r} cannot be used for selection; allowed: {', '.join(EVAL_SPLITS)}")
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise FileNotFoundError(f"no checkpoints in {run_dir}")
+    out = Path(output) if output else run_dir / f"selection-{split}.json"
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    family_text = run_families(run_dir) if families is None else families
+    tasks = frozen_tasks(split, per_family, families=parse_families(family_text))
+    sampled = samples > 1
+    entries = []
+    with Verifier() as verifier:
+        for step, path in checkpoints:
+            model, meta = load_checkpoint(path, device)
+            common = dict(max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier,
+                          checkpoint=str(path), checkpoint_sha256=meta["weights_sha256"])
+            if sampled:
+                receipt = evaluate_sampled(model, tasks, samples=samples, temperature=temperature, **common)
+            else:
+                receipt = evaluate_greedy(model, tasks, **common)
+            eval_path = run_dir / "selection" / f"{split}-{path.name}.json"
+            write_json(eval_path, receipt)
+            entries.append({"checkpoint": str(path), "step": step, "weights_sha256": meta["weights_sha256"],
+                            "score": list(selection_score(receipt, sampled)), "summary": receipt["summary"],
+                            "pass_at_k": receipt.get("pass_at_k"), "receipt": str(eval_path)})
+            if progress:
+                print(f"  {path.name}: score {entries[-1]['score']}", flush=True)
+    best = best_entry(entries)
+    result = {
+        "schema_version": "1.0", "status": "complete", "run": str(run_dir), "split": split,
+        "rule": RULE_SAMPLED if sampled else RULE_GREEDY,
+        "inference": {"samples": samples, "temperature": temperature if sampled else None,
+                      "max_new_tokens": max_new_tokens, "per_family": per_family,
+                      "families": family_text or "all", "seed": seed, "stop": stop},
+        "selected": best, "checkpoints": entries, "provenance": provenance(device=device),
+    }
+    write_json(out, result)
+    return result

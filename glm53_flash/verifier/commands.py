@@ -1,0 +1,114 @@
+"""CLI glue for the verifier: `glm53 verify` (judge one program) and `glm53 bench verify`.
+
+Each `add_*_parser` registers a subcommand whose `func` takes the parsed Namespace and returns the
+exit code; the handlers only read flags, call library functions and print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..tasks import task_by_id
+
+DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
+
+
+def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu-seconds", type=float, default=1.0, help="CPU time per candidate (default 1)")
+    parser.add_argument("--wall-seconds", type=float, default=2.0, help="wall-clock time per candidate (default 2)")
+    parser.add_argument("--memory-mb", type=int, default=256, help="address-space cap per candidate (default 256)")
+
+
+def add_verify_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "verify",
+        help="judge one program for one task in the sandbox and print the Evaluation as JSON",
+        description="Judge a full program (prompt + completion) for a frozen task. Exit status: 0 passed, "
+                    "1 judged but not passed (failed, invalid or limit), 2 bad input.",
+    )
+    parser.add_argument("--task-id", required=True, help="frozen task id, e.g. confirm-double-000")
+    parser.add_argument("--source", required=True,
+                        help="file holding the full program (prompt + completion); '-' reads stdin")
+    _add_limit_flags(parser)
+    parser.set_defaults(func=run_verify_command)
+    return parser
+
+
+def run_verify_command(args: argparse.Namespace) -> int:
+    from .sandbox import Verifier
+
+    try:
+        task = task_by_id(args.task_id)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        raw = sys.stdin.buffer.read() if args.source == "-" else Path(args.source).read_bytes()
+    except OSError as exc:
+        print(f"error: cannot read --source {args.source!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    # surrogateescape keeps non-UTF-8 bytes visible to the policy, which rejects them as invalid.
+    source = raw.decode("utf-8", errors="surrogateescape")
+    try:
+        with Verifier(workers=1, cpu_seconds=args.cpu_seconds, wall_seconds=args.wall_seconds,
+                      memory_mb=args.memory_mb) as verifier:
+            evaluation = verifier.evaluate(task, source)
+    except ValueError as exc:  # a bad limit flag
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"task_id": task.task_id, **evaluation.to_dict()}, indent=2))
+    return 0 if evaluation.passed else 1
+
+
+def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
+    parser = bench_subparsers.add_parser(
+        "verify",
+        help="isolated verifier throughput on a realistic mix, against the unsafe in-process evaluator",
+        description="Candidates per second of the sandboxed Verifier on a seeded mix of passing, failing, "
+                    "invalid and memory-limit programs, against the unsafe in-process evaluator. Prints a "
+                    "table and writes a JSON receipt.",
+    )
+    parser.add_argument("--count", type=int, default=3000, help="candidates in the mix (default 3000)")
+    parser.add_argument("--workers", type=int, default=2, help="sandbox worker processes (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mix (default 0)")
+    parser.add_argument("--time-limit-cases", type=int, default=4,
+                        help="extra CPU-bound candidates timed apart (default 4; each costs its CPU limit)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_BENCH_OUTPUT,
+                        help=f"receipt path (default {DEFAULT_BENCH_OUTPUT})")
+    _add_limit_flags(parser)
+    parser.set_defaults(func=run_bench_verify_command)
+    return parser
+
+
+def run_bench_verify_command(args: argparse.Namespace) -> int:
+    from .bench import format_table, run_verify_benchmark, write_receipt
+
+    if args.count < 1:
+        print(f"error: --count must be >= 1, got {args.count}", file=sys.stderr)
+        return 2
+    if args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.time_limit_cases < 0:
+        print(f"error: --time-limit-cases must be >= 0, got {args.time_limit_cases}", file=sys.stderr)
+        return 2
+    try:
+        receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
+                                       time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
+                                       wall_seconds=args.wall_seconds, memory_mb=args.memory_mb)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(receipt))
+    write_receipt(receipt, args.output)
+    print(f"receipt: {args.output}")
+    return 0
+
+
+def register(sub, bench_sub) -> None:
+    """Entry point for glm53_flash.cli: `glm53 verify` and `glm53 bench verify`."""
+    add_verify_parser(sub)
+    add_bench_verify_parser(bench_sub)

@@ -1,0 +1,417 @@
+"""`Verifier`: the static policy in the calling process, then a pool of sandbox workers.
+
+Candidate code never runs in the calling process. Each worker is a small stdlib-only Python process
+(see worker.py) that forks one resource-limited child per candidate. The parent decodes the child's
+raw results and does the type-exact comparison itself, so nothing the candidate does can report a
+pass. Dead or stuck workers are replaced; closing (or exiting, or Ctrl-C) leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import worker as wire
+from .evaluation import Evaluation, mismatch_message, result_matches
+from .policy import check_policy
+
+WORKER_SCRIPT = Path(wire.__file__).resolve()
+# Requests queued per worker: one running plus one waiting in the pipe hides the round trip.
+PIPELINE_DEPTH = 2
+# Extra time the parent grants a worker beyond the wall deadline before declaring it stuck.
+WATCHDOG_GRACE_SECONDS = 5.0
+# Attempts per candidate when its worker dies mid-run (killed from outside, crashed).
+MAX_ATTEMPTS = 2
+
+_OPEN_VERIFIERS: "weakref.WeakSet[Verifier]" = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-candidate limits; the defaults are the documented ones."""
+
+    cpu_seconds: float = 1.0
+    wall_seconds: float = 2.0
+    memory_bytes: int = 256 * 2**20
+    output_bytes: int = 2**20
+
+    def __post_init__(self) -> None:
+        if not self.cpu_seconds > 0:
+            raise ValueError(f"cpu_seconds must be > 0, got {self.cpu_seconds}")
+        if not self.wall_seconds > 0:
+            raise ValueError(f"wall_seconds must be > 0, got {self.wall_seconds}")
+        if self.memory_bytes < 64 * 2**20:
+            raise ValueError(f"memory_bytes must be at least 64 MiB (Python itself needs the room), "
+                             f"got {self.memory_bytes}")
+        if self.output_bytes < 64 * 2**10:
+            raise ValueError(f"output_bytes must be at least 64 KiB, got {self.output_bytes}")
+
+
+@dataclass
+class _Job:
+    index: int
+    cases: tuple
+    frame: bytes
+    attempts: int = 0
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen
+    to_worker: int
+    from_worker: int
+    buffer: bytearray = field(default_factory=bytearray)
+    inflight: deque = field(default_factory=deque)
+    head_since: float = 0.0
+
+
+class Verifier:
+    """Sandboxed executable verifier; a context manager owning a pool of worker processes.
+
+    >>> with Verifier(workers=2) as verifier:
+    ...     results = verifier.evaluate_many([(task, task.reference_source)])
+
+    Not for concurrent use from several threads at once (calls are serialised by a lock).
+    """
+
+    def __init__(self, workers: int | None = None, cpu_seconds: float = 1.0, wall_seconds: float = 2.0,
+                 memory_mb: int = 256, output_bytes: int = 2**20) -> None:
+        count = (os.cpu_count() or 1) if workers is None else workers
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        self.limits = SandboxLimits(float(cpu_seconds), float(wall_seconds), int(memory_mb) * 2**20,
+                                    int(output_bytes))
+        self.worker_count = count
+        self._owner = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._cases_cache: dict[int, tuple] = {}
+        self._worker_config = json.dumps({
+            "cpu": self.limits.cpu_seconds, "wall": self.limits.wall_seconds,
+            "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": self._owner,
+        })
+        self._workers: list[_Worker | None] = [None] * count
+        try:
+            for slot in range(count):
+                self._workers[slot] = self._spawn()
+        except BaseException:
+            self.close()
+            raise
+        _OPEN_VERIFIERS.add(self)
+
+    # ------------------------------------------------------------------ public API
+    def evaluate(self, task, source: str) -> Evaluation:
+        """Judge one program (prompt + completion) for `task`."""
+        return self.evaluate_many([(task, source)])[0]
+
+    def evaluate_many(self, pairs) -> list[Evaluation]:
+        """Judge (task, source) pairs in parallel; results keep the input order."""
+        pairs = list(pairs)
+        with self._lock:
+            self._check_usable()
+            results: list[Evaluation | None] = [None] * len(pairs)
+            jobs = []
+            for index, (task, source) in enumerate(pairs):
+                reason = check_policy(source, task.entry_point)
+                if reason is not None:
+                    results[index] = Evaluation.invalid(reason, len(task.cases))
+                    continue
+                jobs.append(self._job(index, task, source))
+            if jobs:
+                self._execute(jobs, results)
+            return results  # type: ignore[return-value]
+
+    def _evaluate_unchecked(self, task, source: str) -> Evaluation:
+        """Test hook: run `source` in the sandbox WITHOUT the static policy.
+
+        Exists so tests can show what the process sandbox enforces on its own (file writes,
+        stdin, descriptors, memory, wall clock) when the first layer is assumed broken. Never use
+        it on untrusted programs: without the policy a candidate can import modules and forge
+        its own result line.
+        """
+        with self._lock:
+            self._check_usable()
+            results: list[Evaluation | None] = [None]
+            self._execute([self._job(0, task, source)], results)
+            return results[0]  # type: ignore[return-value]
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (for monitoring and tests)."""
+        return [w.process.pid for w in self._workers if w is not None]
+
+    def close(self) -> None:
+        """Stop every worker and reap it; idempotent. Called by __exit__ and at interpreter exit."""
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() == self._owner:
+            self._stop_all_workers()
+        _OPEN_VERIFIERS.discard(self)
+
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ requests and verdicts
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Verifier is closed")
+        if os.getpid() != self._owner:
+            raise RuntimeError("a Verifier cannot be used from a forked child process; create a new one")
+
+    def _job(self, index: int, task, source: str) -> _Job:
+        encoded_cases = self._encoded_cases(task.cases)
+        body = ('{"e":' + json.dumps(task.entry_point) + ',"c":' + encoded_cases
+                + ',"s":' + json.dumps(source) + "}").encode()
+        return _Job(index, task.cases, wire.FRAME_HEADER.pack(len(body)) + body)
+
+    def _encoded_cases(self, cases) -> str:
+        """Wire form of the cases' fresh arguments, cached per cases object (tasks share them)."""
+        cached = self._cases_cache.get(id(cases))
+        if cached is not None and cached[0] is cases:
+            return cached[1]
+        for case in cases:
+            # Large or deep expected values would break the argument that an oversized or too
+            # deep result can never be equal to them.
+            expected = wire.encode_value(case.expected, wire.VALUE_BUDGET // 2, wire.MAX_DEPTH // 2)
+            if not wire.is_transportable(expected):
+                raise ValueError(f"expected value {case.expected!r} is too large, too deep or of a type "
+                                 f"the sandbox cannot carry")
+        arguments = [wire.encode_value(case.fresh_arguments()) for case in cases]
+        if not all(wire.is_transportable(encoded) for encoded in arguments):
+            raise ValueError("case arguments contain a value the sandbox cannot carry")
+        text = json.dumps(arguments, separators=(",", ":"))
+        if len(self._cases_cache) > 4096:
+            self._cases_cache.clear()
+        self._cases_cache[id(cases)] = (cases, text)  # the reference keeps id() from being reused
+        return text
+
+    def _verdict(self, job: _Job, reply: bytes) -> Evaluation:
+        total = len(job.cases)
+        head, _, payload = reply.partition(b"\n")
+        try:
+            header = json.loads(head)
+            if header["k"] == "limit":
+                return Evaluation.limit(str(header["m"]), total)
+            outcome = json.loads(payload)
+            state = outcome["s"]
+            if state == "invalid":
+                return Evaluation.invalid(str(outcome["m"]), total)
+            if state == "memory":
+                limit_mib = self.limits.memory_bytes // 2**20
+                return Evaluation.limit(f"memory limit ({limit_mib} MiB) exceeded {outcome['m']}", total)
+            if state != "ran" or len(outcome["c"]) != total:
+                raise wire.ProtocolError("unexpected result shape")
+            tests_passed, first_failure = 0, ""
+            for number, (case, (ok, data)) in enumerate(zip(job.cases, outcome["c"]), start=1):
+                if ok != 1:
+                    first_failure = first_failure or f"case {number}/{total}: {str(data)[:wire.MESSAGE_CHARS]}"
+                    continue
+                actual = wire.decode_value(data)
+                if result_matches(actual, case.expected):
+                    tests_passed += 1
+                elif not first_failure:
+                    if isinstance(actual, wire.Unsupported):
+                        first_failure = f"case {number}/{total}: returned an {actual.reason}"
+                    else:
+                        first_failure = mismatch_message(number, total, actual, case.expected)
+            return Evaluation.from_cases(tests_passed, total, first_failure)
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
+            # Unreachable unless the harness itself was subverted; never a pass.
+            return Evaluation.limit(f"sandbox returned an unreadable result ({type(exc).__name__})", total)
+
+    # ------------------------------------------------------------------ the dispatch loop
+    def _execute(self, jobs: list[_Job], results: list) -> None:
+        try:
+            self._run(jobs, results)
+        except BaseException:
+            # Ctrl-C or a bug mid-batch: in-flight replies would be misattributed later, so drop
+            # the whole pool (it respawns on the next call) before re-raising.
+            self._stop_all_workers()
+            raise
+
+    def _run(self, jobs: list[_Job], results: list) -> None:
+        queue = deque(jobs)
+        remaining = len(jobs)
+        poller = select.poll()
+        by_fd: dict[int, int] = {}
+
+        def watch(slot: int) -> None:
+            worker = self._workers[slot]
+            poller.register(worker.from_worker, select.POLLIN)
+            by_fd[worker.from_worker] = slot
+
+        for slot in range(len(self._workers)):
+            if self._workers[slot] is None:
+                self._workers[slot] = self._spawn()
+            watch(slot)
+
+        def finish(job: _Job, evaluation: Evaluation) -> None:
+            nonlocal remaining
+            results[job.index] = evaluation
+            remaining -= 1
+
+        def replace(slot: int, reason: str) -> None:
+            """Kill the worker in `slot`, requeue its jobs (the running one counts an attempt)."""
+            worker = self._workers[slot]
+            poller.unregister(worker.from_worker)
+            del by_fd[worker.from_worker]
+            self._kill_worker(worker)
+            inflight = list(worker.inflight)
+            if inflight:
+                head = inflight[0]
+                head.attempts += 1
+                if head.attempts >= MAX_ATTEMPTS:
+                    finish(head, Evaluation.limit(f"sandbox worker {reason} twice while running "
+                                                  f"this candidate", len(head.cases)))
+                    inflight = inflight[1:]
+            queue.extendleft(reversed(inflight))
+            self._workers[slot] = self._spawn()
+            watch(slot)
+
+        while remaining:
+            now = time.monotonic()
+            for slot, worker in enumerate(self._workers):
+                while queue and len(worker.inflight) < PIPELINE_DEPTH:
+                    job = queue.popleft()
+                    try:
+                        _write_all(worker.to_worker, job.frame)
+                    except OSError:  # broken pipe: the worker died while idle
+                        queue.appendleft(job)
+                        replace(slot, "died")
+                        worker = self._workers[slot]
+                        continue
+                    if not worker.inflight:
+                        worker.head_since = now
+                    worker.inflight.append(job)
+            for fd, _ in poller.poll(250):
+                slot = by_fd.get(fd)
+                if slot is None:
+                    continue
+                worker = self._workers[slot]
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:  # a stale event for a descriptor number now reused
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    replace(slot, "died")
+                    continue
+                worker.buffer += data
+                for reply in list(_frames(worker.buffer)):
+                    if not worker.inflight:  # a reply nobody asked for: the worker is broken
+                        replace(slot, "misbehaved")
+                        break
+                    job = worker.inflight.popleft()
+                    finish(job, self._verdict(job, reply))
+                    worker.head_since = time.monotonic()
+            stuck_after = self.limits.wall_seconds + WATCHDOG_GRACE_SECONDS
+            now = time.monotonic()
+            for slot, worker in enumerate(self._workers):
+                if worker.inflight and now - worker.head_since > stuck_after:
+                    replace(slot, "hung")
+
+    # ------------------------------------------------------------------ worker processes
+    def _spawn(self) -> _Worker:
+        if self._closed:  # close() from another thread (e.g. atexit) while a batch was running
+            raise RuntimeError("this Verifier was closed during an evaluation")
+        env = {key: os.environ[key] for key in ("PATH", "LD_LIBRARY_PATH") if key in os.environ}
+        # -I -S: no user site, no site-packages, no PYTHON* variables, script dir not on sys.path;
+        # the worker needs only the standard library. New session: a terminal Ctrl-C reaches the
+        # parent only, which then stops the workers in order (see _kill_worker).
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-W", "ignore", str(WORKER_SCRIPT), self._worker_config],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
+            close_fds=True, bufsize=0,
+        )
+        # Non-blocking reads: the dispatch loop only reads what poll() reported as ready.
+        os.set_blocking(process.stdout.fileno(), False)
+        return _Worker(process, process.stdin.fileno(), process.stdout.fileno())
+
+    def _kill_worker(self, worker: _Worker, graceful: bool = False) -> None:
+        process = worker.process
+        if graceful and process.returncode is None:
+            # EOF lets an idle worker exit; SIGTERM makes a busy one kill and reap its child first.
+            _close_quietly(process.stdin)
+            if worker.inflight:
+                _signal_quietly(process.pid, signal.SIGTERM, group=False)
+            try:
+                process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if process.returncode is None:
+            # Not reaped yet (alive, or a zombie after an outside kill), so its process group id
+            # cannot have been reused. A candidate child it leaves behind has its own group and
+            # dies with the worker (PDEATHSIG).
+            _signal_quietly(process.pid, signal.SIGKILL, group=True)
+            process.wait()
+        _close_quietly(process.stdin)
+        _close_quietly(process.stdout)
+
+    def _stop_all_workers(self) -> None:
+        for slot, worker in enumerate(self._workers):
+            if worker is not None:
+                self._kill_worker(worker, graceful=True)
+                self._workers[slot] = None
+
+
+def _frames(buffer: bytearray):
+    """Pop complete length-prefixed frames off the front of `buffer`."""
+    size = wire.FRAME_HEADER.size
+    while len(buffer) >= size:
+        (length,) = wire.FRAME_HEADER.unpack_from(buffer)
+        if len(buffer) < size + length:
+            return
+        frame = bytes(buffer[size:size + length])
+        del buffer[:size + length]
+        yield frame
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _close_quietly(stream) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except OSError:
+        pass
+
+
+def _signal_quietly(pid: int, signum: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _close_open_verifiers() -> None:
+    for verifier in list(_OPEN_VERIFIERS):
+        verifier.close()

@@ -1,0 +1,273 @@
+"""Evaluation receipts: original-compatible keys, exact summaries, unbiased pass@k, seeding, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+import torch
+
+from glm53_flash import ByteTokenizer, GLM53Flash, ModelConfig
+from glm53_flash.cli import main
+from glm53_flash.evaluate import (
+    evaluate_greedy,
+    evaluate_sampled,
+    greedy_receipt,
+    sampled_receipt,
+    task_batches,
+    unbiased_pass_at_k,
+)
+from glm53_flash.model import ModelCache, ModelOutput
+from glm53_flash.model.linear_attention import LinearState
+from glm53_flash.sampling import Completion
+from glm53_flash.tasks import frozen_tasks
+from glm53_flash.train.checkpoint import save_checkpoint
+from glm53_flash.verifier import Evaluation, Verifier
+
+TOK = ByteTokenizer()
+
+# Key lists of the original's receipts (seed-core 7.3 and 7.4); ours may add keys, never drop one.
+GREEDY_TOP = {"schema_version", "status", "split", "checkpoint", "checkpoint_sha256", "inference", "summary",
+              "by_family", "elapsed_seconds", "peak_vram_gib", "episodes"}
+GREEDY_INFERENCE = {"greedy", "max_new_tokens", "seed", "families"}
+GREEDY_SUMMARY = {"tasks_solved", "tasks_total", "pass_at_1", "tests_passed", "tests_total", "test_accuracy",
+                  "valid_programs", "token_cap_hits"}
+GREEDY_FAMILY = {"solved", "tasks", "tests_passed", "tests_total"}
+GREEDY_EPISODE = {"task_id", "family", "prompt", "reference_completion", "generated_completion", "generated_tokens",
+                  "hit_token_cap", "evaluation"}
+EVALUATION = {"status", "passed", "tests_passed", "tests_total", "pass_fraction", "message"}
+SAMPLED_INFERENCE = {"samples_per_task", "temperature", "max_new_tokens", "seed", "families"}
+SAMPLED_SUMMARY = {"tasks_solved_at_k", "tasks_total", "pass_at_k", "exact_rollouts", "rollouts_total",
+                   "exact_rollout_rate", "tests_passed", "tests_total", "test_accuracy", "valid_rollouts",
+                   "token_cap_hits"}
+SAMPLED_FAMILY = {"tasks_solved_at_k", "tasks", "exact_rollouts", "rollouts", "valid_rollouts"}
+SAMPLED_EPISODE = {"task_id", "family", "prompt", "reference_completion", "solved_at_k", "samples"}
+SAMPLE = {"sample", "completion", "token_ids", "tokens", "hit_token_cap", "evaluation"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with Verifier(workers=2) as v:
+        yield v
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    # The tiny architecture with room for a task prompt (about 90 tokens) plus the completion.
+    torch.manual_seed(3)
+    return GLM53Flash(ModelConfig.preset("tiny", max_sequence_length=160)).eval()
+
+
+class ScriptedModel(torch.nn.Module):
+    """A test double that writes a fixed completion after each known prompt, then '#' forever.
+
+    It keeps each row's token history in the cache (as a LinearState, so keep_rows carries it along
+    when rows are dropped or copied), which lets the sampler's bookkeeping run unchanged.
+    """
+
+    def __init__(self, scripts: dict[str, str]) -> None:
+        super().__init__()
+        self.config = ModelConfig.preset("tiny", max_sequence_length=192)
+        self.scripts = scripts
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+
+    def new_cache(self, batch_size: int) -> ModelCache:
+        empty = LinearState(torch.zeros(batch_size, 0), torch.zeros(batch_size, 1))
+        return ModelCache(batch_size, self.config.max_sequence_length, 0, [empty])
+
+    def forward(self, ids, cache=None):
+        history = torch.cat([cache.layers[0].kv, ids.float()], dim=1)
+        cache.layers[0] = LinearState(history, cache.layers[0].z)
+        cache.position += ids.shape[1]
+        logits = torch.full((ids.shape[0], ids.shape[1], 260), -30.0)
+        for row, seen in enumerate(history.long().tolist()):
+            text = TOK.decode(seen)
+            script = next((p + c for p, c in self.scripts.items() if text.startswith(p)), "")
+            nxt = script[len(text)] if len(text) < len(script) else "#"
+            logits[row, -1, TOK.encode(nxt)[0]] = 30.0
+        return ModelOutput(logits, torch.zeros(()), torch.zeros(1))
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    tasks = frozen_tasks("dev", 1, ("increment", "double", "reverse"))
+    scripts = {
+        tasks[0].prompt: tasks[0].reference_completion,  # "\n    return x + 1\n": solved, 18 tokens
+        tasks[1].prompt: "\n    return x * 3\n",  # valid but wrong: 1 of 3 cases (0 -> 0)
+        tasks[2].prompt: "\n    return text[::-1\n",  # never parses: runs to the cap, invalid
+    }
+    return ScriptedModel(scripts), tasks
+
+
+def test_greedy_receipt_is_compatible_and_exact(scripted, verifier):
+    model, tasks = scripted
+    receipt = evaluate_greedy(model, tasks, verifier=verifier, checkpoint="ckpt", checkpoint_sha256="abc")
+    assert GREEDY_TOP | {"pass_at_k", "timing", "provenance"} <= set(receipt)
+    assert GREEDY_INFERENCE <= set(receipt["inference"])
+    assert receipt["inference"]["families"] == ["increment", "double", "reverse"]
+    assert receipt["status"] == "complete" and receipt["split"] == "dev" and receipt["schema_version"] == "1.0"
+    assert receipt["checkpoint"] == "ckpt" and receipt["checkpoint_sha256"] == "abc"
+    assert receipt["summary"] == {"tasks_solved": 1, "tasks_total": 3, "pass_at_1": 1 / 3, "tests_passed": 4,
+                                  "tests_total": 9, "test_accuracy": 4 / 9, "valid_programs": 2, "token_cap_hits": 1}
+    assert receipt["pass_at_k"] == {"1": 1 / 3}
+    assert receipt["by_family"]["double"] == {"solved": 0, "tasks": 1, "tests_passed": 1, "tests_total": 3}
+    assert list(receipt["by_family"]) == ["increment", "double", "reverse"]
+    increment, double, reverse = receipt["episodes"]
+    for episode in receipt["episodes"]:
+        assert GREEDY_EPISODE <= set(episode) and EVALUATION <= set(episode["evaluation"])
+    # The original's stop rule: the reference body ends generation after 18 tokens, without EOS.
+    assert increment["generated_completion"] == tasks[0].reference_completion
+    assert increment["generated_tokens"] == 18 and not increment["hit_token_cap"]
+    assert increment["evaluation"]["status"] == "passed"
+    assert double["evaluation"]["status"] == "failed" and double["evaluation"]["tests_passed"] == 1
+    assert reverse["hit_token_cap"] and reverse["generated_tokens"] == 48
+    assert reverse["evaluation"]["status"] == "invalid"
+    assert set(receipt["timing"]) >= {"generation_seconds", "verification_seconds", "total_seconds"}
+    json.dumps(receipt)  # the receipt is plain JSON
+
+
+def test_sampled_receipt_is_compatible_and_exact(scripted, verifier):
+    model, tasks = scripted
+    receipt = evaluate_sampled(model, tasks, samples=4, verifier=verifier)
+    assert GREEDY_TOP | {"pass_at_k", "timing", "provenance"} <= set(receipt)
+    assert SAMPLED_INFERENCE <= set(receipt["inference"])
+    assert SAMPLED_SUMMARY <= set(receipt["summary"])
+    summary = receipt["summary"]
+    assert (summary["tasks_solved_at_k"], summary["exact_rollouts"], summary["rollouts_total"]) == (1, 4, 12)
+    assert (summary["tests_passed"], summary["tests_total"], summary["valid_rollouts"]) == (16, 36, 8)
+    assert summary["token_cap_hits"] == 4 and summary["pass_at_k"] == 1 / 3
+    assert receipt["pass_at_k"] == {str(k): pytest.approx(1 / 3) for k in range(1, 5)}
+    assert receipt["by_family"]["increment"]["pass_at_k"] == {str(k): 1.0 for k in range(1, 5)}
+    for family in receipt["by_family"].values():
+        assert SAMPLED_FAMILY <= set(family)
+    for episode in receipt["episodes"]:
+        assert SAMPLED_EPISODE <= set(episode)
+        assert [s["sample"] for s in episode["samples"]] == [0, 1, 2, 3]
+        for sample in episode["samples"]:
+            assert SAMPLE <= set(sample) and EVALUATION <= set(sample["evaluation"])
+
+
+def _fake(passed: bool, status: str | None = None) -> Evaluation:
+    status = status or ("passed" if passed else "failed")
+    return Evaluation(status, passed, 3 if passed else 0, 3, 1.0 if passed else 0.0)
+
+
+def test_unbiased_pass_at_k_matches_brute_force_enumeration():
+    rng = random.Random(0)
+    tasks = frozen_tasks("dev", 2)
+    for n in (1, 2, 5):
+        outcomes = [[rng.random() < 0.4 for _ in range(n)] for _ in tasks]
+        completions = [[Completion("", (4,), False, (0.0,), "eos")] * n for _ in tasks]
+        evaluations = [[_fake(p) for p in row] for row in outcomes]
+        receipt = sampled_receipt(tasks, completions, evaluations, {})
+        for k in range(1, n + 1):
+            # pass@k = the chance that a uniformly chosen k-subset of a task's n samples holds a pass
+            brute = [sum(any(row[i] for i in subset) for subset in itertools.combinations(range(n), k))
+                     / len(list(itertools.combinations(range(n), k))) for row in outcomes]
+            assert receipt["pass_at_k"][str(k)] == pytest.approx(sum(brute) / len(brute), abs=1e-12)
+        assert set(receipt["pass_at_k"]) == {str(k) for k in range(1, n + 1)}
+    assert unbiased_pass_at_k([0, 8, 2], 8)["8"] == pytest.approx(2 / 3)
+
+
+def test_greedy_receipt_counts_limit_as_valid_and_invalid_as_not():
+    tasks = frozen_tasks("confirm", 1, ("increment", "double", "square"))
+    completions = [Completion("x", (4,), i == 2, (0.0,), "cap" if i == 2 else "parse") for i in range(3)]
+    evaluations = [_fake(True), Evaluation.limit("wall clock", 3), Evaluation.invalid("SyntaxError", 3)]
+    summary = greedy_receipt(tasks, completions, evaluations, {})["summary"]
+    assert summary["valid_programs"] == 2 and summary["token_cap_hits"] == 1 and summary["tasks_solved"] == 1
+
+
+def test_task_samples_do_not_depend_on_which_families_are_evaluated(tiny_model, verifier):
+    # The original seeded each task by its position in the filtered list; here the stream follows task_id.
+    alone = evaluate_sampled(tiny_model, frozen_tasks("dev", 2, ("double",)), samples=3, max_new_tokens=8,
+                             stop="eos", verifier=verifier)
+    mixed = evaluate_sampled(tiny_model, frozen_tasks("dev", 2, ("increment", "double", "reverse")), samples=3,
+                             max_new_tokens=8, stop="eos", verifier=verifier, batch_rows=4)
+    by_id = {e["task_id"]: e for e in mixed["episodes"]}
+    for episode in alone["episodes"]:
+        together = by_id[episode["task_id"]]["samples"]
+        assert [s["token_ids"] for s in episode["samples"]] == [s["token_ids"] for s in together]
+
+
+def test_task_batches_sort_by_prompt_length_and_cover_every_task():
+    tasks = frozen_tasks("confirm", 3)
+    batches = task_batches(tasks, samples=8, batch_rows=40)
+    assert all(len(b) <= 5 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(len(tasks)))
+    lengths = [len(tasks[i].prompt) for b in batches for i in b]
+    assert lengths == sorted(lengths)
+
+
+def test_rl_split_and_mixed_splits_are_refused(tiny_model, verifier):
+    with pytest.raises(ValueError, match="rl is the training split"):
+        evaluate_greedy(tiny_model, frozen_tasks("rl", 1), verifier=verifier)
+    with pytest.raises(ValueError, match="several splits"):
+        evaluate_greedy(tiny_model, frozen_tasks("dev", 1) + frozen_tasks("final", 1), verifier=verifier)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        evaluate_sampled(tiny_model, frozen_tasks("dev", 1), temperature=0.0, verifier=verifier)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tiny_model):
+    path = tmp_path_factory.mktemp("ckpt") / "checkpoint-0000"
+    save_checkpoint(path, tiny_model, {"stage": "random_initialization", "seed": 3})
+    return path
+
+
+def test_cli_eval_greedy_and_sampled_write_receipts(checkpoint, tmp_path, capsys):
+    out = tmp_path / "greedy.json"
+    args = ["eval", "--checkpoint", str(checkpoint), "--split", "dev", "--per-family", "1", "--families",
+            "increment,double", "--max-new-tokens", "6", "--device", "cpu", "--workers", "1", "--quiet"]
+    assert main(args + ["--output", str(out)]) == 0
+    receipt = json.loads(out.read_text())
+    assert receipt["inference"]["greedy"] and receipt["inference"]["seed"] == 2026
+    assert [e["task_id"] for e in receipt["episodes"]] == ["dev-increment-000", "dev-double-000"]
+    assert len(receipt["checkpoint_sha256"]) == 64
+    assert main(args + ["--output", str(out)]) == 2  # never overwrites without --force
+    assert "already exists" in capsys.readouterr().err
+    assert main(args + ["--output", str(out), "--force"]) == 0
+
+    sampled = tmp_path / "sampled.json"
+    assert main(args + ["--samples", "3", "--output", str(sampled)]) == 0
+    receipt = json.loads(sampled.read_text())
+    assert receipt["inference"]["samples_per_task"] == 3 and receipt["inference"]["temperature"] == 0.35
+    assert receipt["inference"]["seed"] == 8675309 and set(receipt["pass_at_k"]) == {"1", "2", "3"}
+    assert main(args + ["--temperature", "0.5", "--output", str(tmp_path / "x.json")]) == 2
+    assert "only with --samples > 1" in capsys.readouterr().err
+
+
+def test_cli_eval_refuses_the_rl_split(checkpoint, tmp_path):
+    with pytest.raises(SystemExit) as error:
+        main(["eval", "--checkpoint", str(checkpoint), "--split", "rl", "--output", str(tmp_path / "r.json")])
+    assert error.value.code == 2
+
+
+def test_cli_eval_reports_a_bad_checkpoint(tmp_path, capsys):
+    code = main(["eval", "--checkpoint", str(tmp_path / "missing"), "--split", "dev", "--output",
+                 str(tmp_path / "r.json"), "--device", "cpu"])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_cli_generate_prints_samples(checkpoint, capsys):
+    assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "def f(x):", "--samples", "2",
+                 "--max-new-tokens", "5", "--device", "cpu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2 and all(len(r["token_ids"]) <= 5 for r in rows)
+    assert main(["generate", "--checkpoint", str(checkpoint), "--task-id", "dev-double-000", "--max-new-tokens",
+                 "5", "--device", "cpu"]) == 0
+    assert "--- sample 0:" in capsys.readouterr().out
+    assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "x", "--stop", "parse"]) == 2
+    assert "needs --task-id" in capsys.readouterr().err

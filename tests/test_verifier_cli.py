@@ -1,0 +1,68 @@
+"""`glm53 verify` and `glm53 bench verify`, registered on a parser shaped like glm53_flash/cli.py's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from glm53_flash.tasks import task_by_id
+from glm53_flash.verifier.commands import add_bench_verify_parser, add_verify_parser
+
+TASK = task_by_id("confirm-double-000")
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="glm53")
+    sub = parser.add_subparsers()
+    add_verify_parser(sub)
+    bench = sub.add_parser("bench")
+    add_bench_verify_parser(bench.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.mark.parametrize("source, code, status", [
+    (TASK.reference_source.encode(), 0, "passed"),
+    ((TASK.prompt + "\n    return x * x\n").encode(), 1, "failed"),
+    ((TASK.prompt + "\n    return 'a' * 10 ** 10\n").encode(), 1, "limit"),
+    (TASK.prompt.encode() + b"\n    return '\xff'\n", 1, "invalid"),  # not UTF-8
+])
+def test_verify_prints_the_evaluation_as_json(tmp_path, capsys, source, code, status):
+    path = tmp_path / "candidate.py"
+    path.write_bytes(source)
+    assert run(["verify", "--task-id", TASK.task_id, "--source", str(path), "--wall-seconds", "1"]) == code
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["task_id"] == TASK.task_id and printed["status"] == status
+    assert set(printed) == {"task_id", "status", "passed", "tests_passed", "tests_total", "pass_fraction", "message"}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["verify", "--task-id", "confirm-nope-000", "--source", "x.py"], "unknown family"),
+    (["verify", "--task-id", "confirm-double-000", "--source", "/nonexistent/file.py"], "cannot read --source"),
+    (["verify", "--task-id", "confirm-double-000", "--source", __file__, "--memory-mb", "1"], "memory_bytes"),
+    (["bench", "verify", "--count", "0"], "--count"),
+    (["bench", "verify", "--workers", "0"], "--workers"),
+])
+def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
+    assert run(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error:") and fragment in error and error.count("\n") == 1
+
+
+def test_bench_verify_writes_a_receipt(tmp_path, capsys):
+    output = tmp_path / "bench" / "verify.json"
+    argv = ["bench", "verify", "--count", "80", "--time-limit-cases", "1", "--cpu-seconds", "0.2",
+            "--wall-seconds", "1", "--output", str(output)]
+    assert run(argv) == 0
+    receipt = json.loads(output.read_text())
+    assert receipt["mix"]["total"] == 80 and receipt["workers"] == 2
+    assert receipt["status_mismatches_vs_in_process"] == 0
+    assert receipt["isolated"]["candidates_per_second"] > 0 and receipt["in_process"]["candidates_per_second"] > 0
+    assert receipt["ratio_isolated_to_in_process"] == pytest.approx(
+        receipt["isolated"]["candidates_per_second"] / receipt["in_process"]["candidates_per_second"])
+    assert receipt["time_limit_candidates"]["statuses"] == {"limit": 1}
+    assert sum(receipt["isolated"]["statuses"].values()) == 80
+    assert not list(output.parent.glob("*.tmp"))
+    assert "candidates/s" in capsys.readouterr().out

@@ -1,0 +1,333 @@
+"""Static policy, stop rule, result record and wire format of the verifier (no processes started)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glm53_flash.tasks import FAMILIES, frozen_tasks, task_by_id
+from glm53_flash.verifier import (
+    MAX_SOURCE_BYTES,
+    SAFE_CALL_NAMES,
+    Evaluation,
+    check_policy,
+    completion_is_parseable,
+    result_matches,
+    validate_source,
+)
+from glm53_flash.verifier import worker as wire
+
+TASK = task_by_id("confirm-double-000")
+
+
+def program(body: str, task=TASK) -> str:
+    """The task's prompt followed by `body`, indented as the function body."""
+    lines = body.split("\n")
+    return task.prompt + "\n" + "\n".join("    " + line for line in lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------- policy
+ALLOWED_BODIES = [
+    "return x * 2",
+    "'''docstring'''\nreturn x * 2",
+    "y = x * 2\nreturn y",
+    "def helper(y):\n    return y * 2\nreturn x * 2",  # nested def is allowed (calling it is not)
+    "return [v * 2 for v in [x]][0]",
+    "return sum(v for v in [x, x])",
+    "return x * 2 if x else 0",
+    "assert x == x\nreturn x * 2",
+    "match x:\n    case 0:\n        return 0\n    case _:\n        return x * 2",
+    "return (y := x * 2)",
+    "yield x",
+    "y = [x]\ny += [x]\ny[0] = 1\ny[:] = [2]\nreturn y",
+    "try:\n    return x * 2\nexcept* ValueError:\n    return 0",
+    "@abs\ndef g(y):\n    return y\nreturn x * 2",  # a decorator is a Name, not a Call
+    "return max(min(abs(x), len(str(x))), int(bool(x)))",
+    "return f'{x}'",
+    "break",  # passes the policy; only the compiler rejects it
+]
+DENIED_BODIES = {
+    "async def g():\n    return 1\nreturn x": "AsyncFunctionDef",
+    "class A:\n    pass\nreturn x": "ClassDef",
+    "import os\nreturn x": "Import",
+    "from os import path\nreturn x": "ImportFrom",
+    "with x:\n    pass": "With",
+    "return lambda: x": "Lambda",
+    "global y\nreturn x": "Global",
+    "def g():\n    nonlocal x\n    return x\nreturn x": "Nonlocal",
+    "while x:\n    pass": "While",
+    "for v in str(x):\n    pass": "For",
+    "try:\n    return x\nexcept ValueError:\n    return 0": "Try",
+    "raise ValueError": "Raise",
+    "del x\nreturn 1": "Delete",
+    "return x.real": "attribute",
+    "return f'{x.real}'": "attribute",
+    "y = __import__\nreturn x": "name",
+    "return __import__('os')": "unsafe call",
+    "return __builtins__": "name",
+    "print(x)\nreturn x": "unsafe call",
+    "return open('f')": "unsafe call",
+    "return getattr(x, 'real')": "unsafe call",
+    "return [len][0](x)": "unsafe call",
+    "def g(y):\n    return y\nreturn g(x)": "unsafe call",  # even nested helpers: the original's rule
+}
+
+
+@pytest.mark.parametrize("body", ALLOWED_BODIES)
+def test_policy_allows_what_the_original_allowed(body):
+    assert check_policy(program(body), TASK.entry_point) is None
+    validate_source(program(body), TASK.entry_point)
+
+
+@pytest.mark.parametrize("body, reason", DENIED_BODIES.items())
+def test_policy_denies_what_the_original_denied(body, reason):
+    message = check_policy(program(body), TASK.entry_point)
+    assert message is not None and reason.lower() in message.lower()
+    with pytest.raises(ValueError):
+        validate_source(program(body), TASK.entry_point)
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("", "exactly one function"),
+    ("'''only a docstring'''\n", "exactly one function"),
+    ("def other(x):\n    return x * 2\n", "exactly one function"),
+    (program("return x * 2") + "def extra(y):\n    return y\n", "exactly one function"),
+    (program("return x * 2") + "y = 1\n", "top level"),
+    (program("return x * 2") + "x\n", "top level"),
+    (program("return x * 2") + "1\n", "top level"),  # only *string* constants are allowed
+])
+def test_top_level_rule(source, reason):
+    message = check_policy(source, TASK.entry_point)
+    assert message is not None and reason in message
+
+
+def test_size_limit_counts_utf8_bytes_of_the_whole_program():
+    base = program("return x * 2")
+    padding = MAX_SOURCE_BYTES - len(base.encode()) - len("# \n")
+    exact = base + "# " + "a" * padding + "\n"
+    assert len(exact.encode()) == MAX_SOURCE_BYTES
+    assert check_policy(exact, TASK.entry_point) is None
+    assert check_policy(exact + " ", TASK.entry_point) == "source too large"
+    # Same character count, but "é" is two bytes in UTF-8.
+    wide = base + "# " + "é" * (padding // 2 + 1) + "\n"
+    assert len(wide) < MAX_SOURCE_BYTES < len(wide.encode())
+    assert check_policy(wide, TASK.entry_point) == "source too large"
+
+
+@pytest.mark.parametrize("source, reason", [
+    (program("return x * 2\x00"), "null"),
+    (program("return '\udcff'"), "UTF-8"),
+    (b"def f(x):\n    return x\n", "text"),
+    (None, "text"),
+    (program("return x *"), "SyntaxError"),
+])
+def test_unparseable_or_non_text_sources_are_verdicts_not_exceptions(source, reason):
+    message = check_policy(source, TASK.entry_point)
+    assert message is not None and reason in message
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+class _LowRecursionLimit:
+    """Lower the recursion limit to `headroom` frames above the current depth, for one block."""
+
+    def __init__(self, headroom: int) -> None:
+        self.headroom = headroom
+
+    def __enter__(self):
+        self.saved = sys.getrecursionlimit()
+        sys.setrecursionlimit(_stack_depth() + self.headroom)
+
+    def __exit__(self, *exc_info):
+        sys.setrecursionlimit(self.saved)
+
+
+DEEP_SOURCE = program("return " + "-" * 1500 + "x")
+
+
+def test_parser_recursion_is_a_verdict():
+    with _LowRecursionLimit(40):
+        with pytest.raises(RecursionError):
+            ast.parse(DEEP_SOURCE)
+        verdict = check_policy(DEEP_SOURCE, TASK.entry_point)
+    assert verdict == "source is nested too deeply to parse"
+    assert check_policy(DEEP_SOURCE, TASK.entry_point) is None  # fine at the normal limit
+
+
+def test_compile_recursion_is_invalid_not_an_exception():
+    # The original crashed here (RecursionError escaped evaluate_source); the sandbox child maps
+    # every compile failure to a reason. 1,500 signs only overflow under a low limit on 3.11.7.
+    with _LowRecursionLimit(40):
+        code, reason = wire.compile_candidate(DEEP_SOURCE)
+    assert code is None and reason.startswith("RecursionError")
+
+
+def test_safe_calls_are_the_original_eight():
+    assert SAFE_CALL_NAMES == {"sum", "len", "abs", "min", "max", "bool", "int", "str"}
+    assert set(wire.SAFE_BUILTINS) == SAFE_CALL_NAMES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_check_policy_and_stop_rule_never_raise(text):
+    verdict = check_policy(text, TASK.entry_point)
+    assert verdict is None or isinstance(verdict, str)
+    assert isinstance(completion_is_parseable(TASK, text), bool)
+    assert isinstance(completion_is_parseable(TASK, "\n    return " + text + "\n"), bool)
+
+
+# ------------------------------------------------------------------------------------- stop rule
+@pytest.mark.parametrize("completion, expected", [
+    ("\n    return x * 2\n", True),
+    ("\n    return x * 2", False),  # the stop rule requires the trailing newline
+    ("\n    return x *\n", False),
+    ("\n    return x.real\n", False),
+    ("\n    import os\n", False),
+    ("\n    y = x * 2\n", True),  # parse + policy only: a body without return is "finished"
+    ("\n    break\n", True),  # compile errors are not checked by the stop rule (original)
+    ("\n    return " + "-" * 1000 + "x\n", True),
+    ("", False),
+    ("\n", False),
+])
+def test_completion_is_parseable_is_the_original_stop_rule(completion, expected):
+    assert completion_is_parseable(TASK, completion) is expected
+
+
+def test_every_reference_completion_is_parseable():
+    for split in ("dev", "final", "rl", "confirm"):
+        for task in frozen_tasks(split, per_family=2):
+            assert completion_is_parseable(task, task.reference_completion)
+            # every proper prefix of a one-line body is unfinished
+            for cut in range(1, len(task.reference_completion)):
+                assert not completion_is_parseable(task, task.reference_completion[:cut])
+
+
+# --------------------------------------------------------------------------------- result record
+def test_evaluation_record():
+    result = Evaluation.from_cases(2, 3, "case 3/3: wrong")
+    assert result.to_dict() == {"status": "failed", "passed": False, "tests_passed": 2, "tests_total": 3,
+                                "pass_fraction": 2 / 3, "message": "case 3/3: wrong"}
+    assert Evaluation.from_cases(3, 3, "ignored").to_dict()["message"] == ""
+    assert Evaluation.invalid("why", 3).to_dict() == {"status": "invalid", "passed": False, "tests_passed": 0,
+                                                      "tests_total": 3, "pass_fraction": 0.0, "message": "why"}
+    assert Evaluation.limit("CPU", 3).status == "limit"
+    with pytest.raises(ValueError, match="status must be one of"):
+        Evaluation("maybe", False, 0, 3, 0.0)
+    with pytest.raises(AttributeError):
+        result.status = "passed"  # frozen
+
+
+@pytest.mark.parametrize("actual, expected, match", [
+    (8, 8, True), (True, 1, False), (1, True, False), (8.0, 8, False), (None, 0, False),
+    ("abc", "abc", True), (False, False, True), ([1], [1], True), ((1,), [1], False),
+])
+def test_result_matching_is_type_exact(actual, expected, match):
+    assert result_matches(actual, expected) is match
+
+
+# ---------------------------------------------------------------------------------- wire format
+wire_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-2**300, max_value=2**300)
+    | st.floats(allow_nan=True) | st.text(max_size=20) | st.binary(max_size=10)
+    | st.complex_numbers(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.frozensets(st.integers() | st.text(max_size=5), max_size=4)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+def same_value(a, b) -> bool:
+    """Equal with identical types all the way down (NaN equal to NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_values)
+def test_wire_format_round_trips_with_exact_types(value):
+    import json
+
+    decoded = wire.decode_value(json.loads(json.dumps(wire.encode_value(value))))
+    assert same_value(decoded, value)
+
+
+def test_wire_format_marks_what_it_cannot_carry():
+    def generator():
+        yield 1
+
+    cyclic = [1]
+    cyclic.append(cyclic)
+    deep = []
+    for _ in range(100):
+        deep = [deep]
+    for value, reason in [(generator(), "unsupported type generator"), (len, "unsupported type"),
+                          ("a" * 10**6, "oversized str"), (7 ** 100000, "oversized int"),
+                          ([0] * 10**6, "oversized list"), (cyclic, "nested too deeply"),
+                          (deep, "nested too deeply"), ({1: len}, "unsupported type")]:
+        encoded = wire.encode_value(value)
+        assert encoded[0] == "X" and reason in encoded[1]
+        decoded = wire.decode_value(encoded)
+        assert isinstance(decoded, wire.Unsupported) and not result_matches(decoded, 0)
+
+
+@pytest.mark.parametrize("bad", [
+    ["Q", 1], [], ["L", ["Z"]], ["I", 5], ["I", "zz"], ["D", 1], ["S", ["L"]], 1.5, {"a": 1},
+    ["X", 1], ["E", 1],
+])
+def test_wire_decoder_rejects_malformed_values(bad):
+    with pytest.raises(wire.ProtocolError):
+        wire.decode_value(bad)
+
+
+def test_decoded_arguments_are_fresh_objects():
+    encoded = wire.encode_value(([1, 2, 3],))
+    first, second = wire.decode_value(encoded), wire.decode_value(encoded)
+    assert first == second and first[0] is not second[0]
+
+
+def test_verifier_package_does_not_import_torch():
+    """Every import in glm53_flash/verifier is the standard library or the package's own task code."""
+    allowed_roots = set(sys.stdlib_module_names) | {"glm53_flash"}
+    package = Path(wire.__file__).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            assert roots <= allowed_roots, f"{path.name} imports {roots - allowed_roots}"
+            assert "torch" not in roots
+
+
+def test_families_expected_values_fit_the_wire_budget():
+    for family in FAMILIES:
+        for case in family.cases:
+            encoded = wire.encode_value(case.expected, wire.VALUE_BUDGET // 2, wire.MAX_DEPTH // 2)
+            assert not (isinstance(encoded, list) and encoded[:1] == ["X"])
+
+
+def test_transportability_looks_at_markers_not_at_text():
+    assert wire.is_transportable(wire.encode_value(("X", ["X", "I"], {"X": 1})))
+    assert not wire.is_transportable(wire.encode_value(("ok", [len])))
+    assert not wire.is_transportable(wire.encode_value("a" * 10**5))
