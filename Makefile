@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glm53 info --preset flash
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -21,6 +21,7 @@ REGISTRARS = (
     ("glm53_flash.train.commands", "register"),
     ("glm53_flash.evaluate_commands", "register"),
     ("glm53_flash.verifier.commands", "register"),
+    ("glm53_flash.reproduce", "register"),
 )
 
 

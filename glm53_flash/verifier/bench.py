@@ -40,7 +40,7 @@ INVALID_BODIES = [
     "return x +", "return (x", "retrun x", "return x.real", "import os", "print(x)",
     "while True:\n        pass", "for item in x:\n        pass", "return lambda: x", "return open('f')",
 ]
-LIMIT_BODIES = ["return [0] * 10 ** 10", "return 'a' * 10 ** 10", "return str(x) * 10 ** 12"]
+LIMIT_BODIES = ["return [0] * 10 ** 10", "return 'a' * 10 ** 10", "return str(10 ** 100) * 10 ** 12"]
 TIME_LIMIT_BODY = "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000) for c in str(10 ** 4000)])"
 
 
