@@ -220,3 +220,14 @@ def test_cache_keep_rows_drops_finished_sequences():
         rest = model(ids[[1, 3], 20:], cache=cache).logits
     assert cache.batch_size == 2
     assert (full[[1, 3], 20:] - rest).abs().max().item() <= 1e-4
+
+
+def test_fused_rms_norm_equals_reference():
+    from glm53_flash.model.norm import RMSNorm, rms_norm_reference
+
+    norm = RMSNorm(16)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 5, 16) * 7
+    torch.testing.assert_close(norm(x), rms_norm_reference(x, norm.weight, norm.eps))
+    torch.testing.assert_close(norm(x.double()), rms_norm_reference(x.double(), norm.weight, norm.eps))

@@ -44,6 +44,7 @@ def test_verify_prints_the_evaluation_as_json(tmp_path, capsys, source, code, st
     (["verify", "--task-id", "confirm-double-000", "--source", __file__, "--memory-mb", "1"], "memory_bytes"),
     (["bench", "verify", "--count", "0"], "--count"),
     (["bench", "verify", "--workers", "0"], "--workers"),
+    (["bench", "verify", "--repeats", "0"], "--repeats"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
     assert run(argv) == 2
@@ -53,7 +54,7 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
 
 def test_bench_verify_writes_a_receipt(tmp_path, capsys):
     output = tmp_path / "bench" / "verify.json"
-    argv = ["bench", "verify", "--count", "80", "--time-limit-cases", "1", "--cpu-seconds", "0.2",
+    argv = ["bench", "verify", "--count", "80", "--repeats", "2", "--time-limit-cases", "1", "--cpu-seconds", "0.2",
             "--wall-seconds", "1", "--output", str(output)]
     assert run(argv) == 0
     receipt = json.loads(output.read_text())

@@ -1,11 +1,14 @@
 """RMSNorm, as in GLM-5.3-Flash's pre-norm blocks (and the original miniature).
 
-Normalises in float32 (stable under bf16 autocast), casts back, then applies a learned gain.
+Statistics in float32 (stable under bf16 autocast), then a learned gain. Float32 inputs outside
+autocast take torch's fused `rms_norm` (one kernel instead of six); everything else the explicit
+formula, which is also the test oracle.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -16,5 +19,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.to(x.dtype) * self.weight.to(x.dtype)
+        if (x.dtype == torch.float32 and self.weight.dtype == torch.float32
+                and not torch.is_autocast_enabled(x.device.type)):
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return rms_norm_reference(x, self.weight, self.eps)
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rsqrt(mean(x^2) + eps) computed in float32, cast back, times the gain."""
+    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return normed.to(x.dtype) * weight.to(x.dtype)

@@ -76,6 +76,8 @@ def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the mix (default 0)")
     parser.add_argument("--time-limit-cases", type=int, default=4,
                         help="extra CPU-bound candidates timed apart (default 4; each costs its CPU limit)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each evaluator; the best is reported (default 3)")
     parser.add_argument("--output", type=Path, default=DEFAULT_BENCH_OUTPUT,
                         help=f"receipt path (default {DEFAULT_BENCH_OUTPUT})")
     _add_limit_flags(parser)
@@ -92,13 +94,17 @@ def run_bench_verify_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
         return 2
+    if args.repeats < 1:
+        print(f"error: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
+        return 2
     if args.time_limit_cases < 0:
         print(f"error: --time-limit-cases must be >= 0, got {args.time_limit_cases}", file=sys.stderr)
         return 2
     try:
         receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
                                        time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
-                                       wall_seconds=args.wall_seconds, memory_mb=args.memory_mb)
+                                       wall_seconds=args.wall_seconds, memory_mb=args.memory_mb,
+                                       repeats=args.repeats)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
