@@ -41,6 +41,11 @@ class ReproducePlan:
     rl_scope: str = "last-block-head"
     rl_reward: str = "binary"
     rl_prompts_per_update: int = 1
+    # The original's RL recipe: on the step-100 checkpoint it beat our fixed defaults on one seed
+    # (confirm greedy 15/24 vs 12/24; docs/BENCHMARKS.md "RL outcome preview"), so the headline uses it.
+    rl_logprob_source: str = "original"
+    rl_loss_normalization: str = "sequence-mean"
+    rl_eos_handling: str = "original"
     max_new_tokens: int = 48
     dev_per_family: int = 4
     dev_samples: int = 8
@@ -147,7 +152,9 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                 checkpoints=plan.rl_checkpoints, group_size=plan.rl_group_size, max_new_tokens=plan.max_new_tokens,
                 temperature=plan.rl_temperature, learning_rate=plan.rl_lr, train_scope=plan.rl_scope,
                 reward_mode=plan.rl_reward, families=plan.families, tasks_per_family=plan.rl_tasks_per_family,
-                seed=seed, device=device, prompts_per_update=plan.rl_prompts_per_update, resume=True,
+                seed=seed, device=device, prompts_per_update=plan.rl_prompts_per_update,
+                logprob_source=plan.rl_logprob_source, loss_normalization=plan.rl_loss_normalization,
+                eos_handling=plan.rl_eos_handling, resume=True,
                 progress=progress))
         selection = run_dir / "selection-dev.json"
         if not selection.exists():
