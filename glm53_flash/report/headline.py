@@ -131,6 +131,24 @@ def result_table(summary: dict) -> list[str]:
     return lines
 
 
+def goal_lines(summary: dict) -> list[str]:
+    """The issue's goals, checked per seed: greedy trained-family pass@1 at least the original's with
+    no losses, and no untrained family dropping beyond its confidence interval."""
+    target = ORIGINAL["greedy_trained"][1]
+    seeds = summary["seeds"]
+    met = [s for s, v in seeds.items()
+           if v["greedy_trained"]["after_solved"] >= target and v["greedy_trained"]["losses"] == 0]
+    clean = [s for s, v in seeds.items() if not any(f["significant_drop"] for f in v["untrained_interference"].values())]
+    return [
+        f"Goal 1, greedy confirm pass@1 on the trained families >= {target}/24 with no losses: "
+        + (f"**reached on {len(met)} of {len(seeds)} seeds**" if met else f"**not reached on any of {len(seeds)} seeds**")
+        + (f" ({', '.join(met)})." if met else "."),
+        "",
+        f"Goal 2, no untrained family drops by more than its confidence interval allows: "
+        f"**{'met' if len(clean) == len(seeds) else 'not met'}** ({len(clean)} of {len(seeds)} seeds clean).",
+    ]
+
+
 def _stage_order(name: str) -> tuple:
     prefixes = ("pretrain", "select_pretrain", "rl_", "select_rl_", "confirm")
     return (next((i for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes)), name)
@@ -164,6 +182,8 @@ def build_report(out: str | Path) -> Path:
         "## Result, side by side with the original's published numbers",
         "",
         *result_table(summary),
+        "",
+        *goal_lines(summary),
         "",
         f"![per-seed greedy]({charts['per_seed']})",
         "",

@@ -131,6 +131,14 @@ def load_trainer_state(directory: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def prepare_run_directory(out: Path, resume: bool) -> bool:
+    """True when `out` already holds a run; refuses to reuse it without --resume."""
+    exists = out.exists() and any(out.iterdir())
+    if exists and not resume:
+        raise FileExistsError(f"output {out} already exists; pass --resume to continue it or choose a new --output")
+    return exists
+
+
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """Complete checkpoints of a run, by step (temporary directories are ignored)."""
     found = []

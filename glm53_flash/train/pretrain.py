@@ -25,7 +25,9 @@ from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, resolve_device
-from .checkpoint import checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, save_checkpoint
+from .checkpoint import (
+    checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, prepare_run_directory, save_checkpoint,
+)
 from .distributed import DistributedContext, setup_distributed, teardown_distributed
 
 SCHEDULES = ("constant", "cosine")
@@ -146,10 +148,7 @@ class Pretrainer:
 
     def prepare(self) -> None:
         cfg = self.cfg
-        exists = self.out.exists() and any(self.out.iterdir())
-        if exists and not cfg.resume:
-            raise FileExistsError(f"output {self.out} already exists; pass --resume to continue it "
-                                  "or choose a new --output")
+        exists = prepare_run_directory(self.out, cfg.resume)
         saved = list_checkpoints(self.out) if exists else []
         if exists and saved:
             self._resume(saved)

@@ -30,7 +30,9 @@ from ..runtime import autocast, resolve_device
 from ..sampling import generate, mask_logits
 from ..tasks import frozen_tasks, parse_families
 from ..tokenizer import ByteTokenizer
-from .checkpoint import checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, save_checkpoint
+from .checkpoint import (
+    checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, prepare_run_directory, save_checkpoint,
+)
 
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
 REWARD_MODES = ("case-fraction", "binary")
@@ -232,10 +234,7 @@ class RLTrainer:
 
     def prepare(self) -> None:
         cfg = self.cfg
-        exists = self.out.exists() and any(self.out.iterdir())
-        if exists and not cfg.resume:
-            raise FileExistsError(f"output {self.out} already exists; pass --resume to continue it "
-                                  "or choose a new --output")
+        exists = prepare_run_directory(self.out, cfg.resume)
         self.model, meta = load_checkpoint(cfg.initial_checkpoint, self.device)
         self.initial_sha256 = meta["weights_sha256"]
         self.trainable = set_train_scope(self.model, cfg.train_scope)

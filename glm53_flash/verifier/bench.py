@@ -8,15 +8,13 @@ milliseconds. Candidates that run into the CPU limit cost that limit each, so th
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import random
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from ..receipts import provenance, write_json
 from ..tasks import frozen_tasks
 from .reference import evaluate_in_process
 from .sandbox import Verifier
@@ -105,12 +103,7 @@ def run_verify_benchmark(count: int = 3000, workers: int = 2, seed: int = 0, tim
     in_process_rate = len(safe_subset) / min(in_process_seconds)
     return {
         "benchmark": "verify",
-        "created_unix": time.time(),
-        "argv": sys.argv,
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
+        "provenance": provenance(),
         "load_average_1min_after": os.getloadavg()[0],
         "workers": workers,
         "seed": seed,
@@ -163,8 +156,5 @@ def _runs(timing: dict) -> str:
 
 
 def write_receipt(receipt: dict, path: Path) -> None:
-    """Write JSON to a temporary file, then rename, so a reader never sees half a receipt."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(receipt, indent=2) + "\n")
-    os.replace(temporary, path)
+    """Atomic JSON (the project's receipt writer)."""
+    write_json(path, receipt)
