@@ -77,6 +77,7 @@ def write_json(path: str | Path, payload, indent: int = 2) -> Path:
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle, indent=indent, sort_keys=True)
             handle.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; receipts are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
