@@ -152,6 +152,9 @@ def test_bad_inputs(checkpoint, tmp_path):
         train_rl(rl_cfg(checkpoint, tmp_path / "c", checkpoints=(8,)))
     with pytest.raises(ValueError, match="does not exist"):
         train_rl(rl_cfg(tmp_path / "missing", tmp_path / "d"))
+    with pytest.raises(ValueError, match="is not a 'flash' model"):
+        train_rl(rl_cfg(checkpoint, tmp_path / "e", preset="flash"))
+    train_rl(rl_cfg(checkpoint, tmp_path / "f", preset="tiny", groups=1, checkpoints=()))
 
 
 def test_selection_rule_prefers_score_then_earlier():

@@ -69,6 +69,8 @@ def register_rl(sub) -> None:
     p.add_argument("--tasks-per-family", type=int, default=4)
     p.add_argument("--seed", type=int, default=31415)
     p.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="refuse a checkpoint whose model is not this preset")
     p.add_argument("--logprob-source", choices=LOGPROB_SOURCES, default="sampler",
                    help="'original' = untempered, unmasked log-probs (the original's mismatch)")
     p.add_argument("--loss-normalization", choices=LOSS_NORMALIZATIONS, default="constant",
@@ -97,7 +99,7 @@ def run_rl(args: argparse.Namespace) -> int:
         temperature=args.temperature, learning_rate=args.learning_rate, train_scope=args.train_scope,
         reward_mode=args.reward_mode, invalid_penalty=args.invalid_penalty, exact_bonus=args.exact_bonus,
         families=args.families, tasks_per_family=args.tasks_per_family, seed=args.seed, device=args.device,
-        logprob_source=args.logprob_source, loss_normalization=args.loss_normalization,
+        preset=args.preset, logprob_source=args.logprob_source, loss_normalization=args.loss_normalization,
         eos_handling=args.eos_handling, stop=args.stop, prompts_per_update=args.prompts_per_update,
         kl_coef=args.kl_coef, warmup=args.warmup, verifier_workers=args.verifier_workers, resume=args.resume,
         progress=not args.no_progress)

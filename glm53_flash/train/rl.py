@@ -66,6 +66,7 @@ class RLConfig:
     tasks_per_family: int = 4
     seed: int = 31415
     device: str = "auto"
+    preset: str | None = None  # when given, the checkpoint's model must be this preset
     # the fixes (defaults) and the switches that restore the original
     logprob_source: str = "sampler"
     loss_normalization: str = "constant"
@@ -112,6 +113,16 @@ class RLConfig:
 
 
 # ----------------------------------------------------------------------------------- pure pieces
+
+
+def check_preset(config, preset: str, checkpoint) -> None:
+    """The checkpoint's architecture must be the named preset (the context length may differ)."""
+    from ..config import ModelConfig
+
+    expected = ModelConfig.preset(preset).replace(max_sequence_length=config.max_sequence_length)
+    if config != expected:
+        differing = sorted(k for k, v in expected.to_dict().items() if config.to_dict()[k] != v)
+        raise ValueError(f"checkpoint {checkpoint} is not a {preset!r} model (differs in {', '.join(differing)})")
 
 
 def task_schedule(tasks: list, groups: int, seed: int) -> list:
@@ -236,6 +247,8 @@ class RLTrainer:
         cfg = self.cfg
         exists = prepare_run_directory(self.out, cfg.resume)
         self.model, meta = load_checkpoint(cfg.initial_checkpoint, self.device)
+        if cfg.preset is not None:
+            check_preset(self.model.config, cfg.preset, cfg.initial_checkpoint)
         self.initial_sha256 = meta["weights_sha256"]
         self.trainable = set_train_scope(self.model, cfg.train_scope)
         params = [p for p in self.model.parameters() if p.requires_grad]
