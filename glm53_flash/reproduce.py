@@ -63,12 +63,12 @@ class ReproducePlan:
 PLANS: dict[str, ReproducePlan] = {
     # The original's headline run (seed-README "Result"), on the CPU.
     "headline": ReproducePlan(model_preset="flash"),
-    # A small model and few steps: the test suite's end-to-end run and a first look in about a minute.
+    # A small model and few steps: the test suite's end-to-end run and a first look in about 35 s.
     "quick": ReproducePlan(
-        model_preset="tiny", pretrain_steps=30, pretrain_checkpoints=(15, 30), batch_size=8, rl_seeds=(31415,),
-        rl_groups=4, rl_checkpoints=(2, 4), rl_group_size=4, rl_tasks_per_family=2, rl_lr=1e-3,
-        max_new_tokens=16, dev_per_family=1, dev_samples=4, confirm_greedy_per_family=2,
-        confirm_sampled_per_family=1, confirm_samples=4,
+        model_preset="tiny", pretrain_steps=300, pretrain_checkpoints=(150, 300), batch_size=16, pretrain_lr=3e-3,
+        rl_seeds=(31415,), rl_groups=8, rl_checkpoints=(4, 8), rl_group_size=8, rl_tasks_per_family=4, rl_lr=1e-3,
+        max_new_tokens=24, dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4,
+        confirm_sampled_per_family=2, confirm_samples=4,
     ),
 }
 

@@ -5,7 +5,7 @@ import torch
 
 import glm53_flash as g
 from glm53_flash.model.linear_attention import (
-    LinearState, causal_linear_attention, feature_map, recurrent_linear_attention,
+    causal_linear_attention, feature_map, recurrent_linear_attention,
 )
 from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
 from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from glm53_flash.train.checkpoint import (
     CheckpointError, load_checkpoint, read_metadata, save_checkpoint,

@@ -8,7 +8,7 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     summary = reproduce(out, preset="quick", progress=False)
     assert summary["confirm_opened_after_selection"] is True
     seed = summary["seeds"]["31415"]
-    assert seed["greedy_trained"]["tasks"] == 6 and "untrained_interference" in seed
+    assert seed["greedy_trained"]["tasks"] == 12 and "untrained_interference" in seed
     report = (out / "REPORT.md").read_text()
     assert "side by side with the original" in report and "16/24" in report
     for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):

@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from glm53_flash.tokenizer import ByteTokenizer
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.rl import (
     RLConfig, RLTrainer, has_signal, leave_one_out_advantages, policy_objective, reward_for,
-    sequence_logprobs, set_train_scope, task_schedule, train_rl,
+    sequence_logprobs, task_schedule, train_rl,
 )
 from glm53_flash.verifier import Evaluation
 
