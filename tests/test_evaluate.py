@@ -47,12 +47,7 @@ SAMPLED_EPISODE = {"task_id", "family", "prompt", "reference_completion", "solve
 SAMPLE = {"sample", "completion", "token_ids", "tokens", "hit_token_cap", "evaluation"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

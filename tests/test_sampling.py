@@ -24,14 +24,7 @@ TOK = ByteTokenizer()
 EOS = ByteTokenizer.eos_id
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The tiny model's ops are too small to gain from threads; on a shared 2-core machine extra
-    # threads only add contention. Restored afterwards so other test modules are unaffected.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
