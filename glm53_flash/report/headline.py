@@ -15,6 +15,11 @@ ORIGINAL = {
 }
 
 
+def seed_order(summary: dict) -> list[str]:
+    """RL seeds in the plan's order (JSON receipts store them with sorted keys)."""
+    return [str(seed) for seed in summary["plan"]["rl_seeds"]]
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
@@ -32,7 +37,7 @@ def make_charts(out: Path, summary: dict) -> dict[str, str]:
     charts = out / "charts"
     charts.mkdir(exist_ok=True)
     paths = {}
-    seeds = list(summary["seeds"])
+    seeds = seed_order(summary)
 
     # learning curves: pretraining loss; RL mean reward per update for every seed
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -105,7 +110,7 @@ def make_charts(out: Path, summary: dict) -> dict[str, str]:
 
 
 def result_table(summary: dict) -> list[str]:
-    seeds = list(summary["seeds"])
+    seeds = seed_order(summary)
     k = summary["plan"]["confirm_samples"]
     header = "| confirmation metric | original before | original after | ours before | " + \
              " | ".join(f"ours after (seed {s})" for s in seeds) + " |"
@@ -158,7 +163,7 @@ def build_report(out: str | Path) -> Path:
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
     charts = make_charts(out, summary)
-    seeds = list(summary["seeds"])
+    seeds = seed_order(summary)
     trained = ", ".join(summary["trained_families"])
     plan = summary["plan"]
     k = plan["confirm_samples"]
