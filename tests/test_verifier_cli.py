@@ -1,26 +1,15 @@
-"""`glm53 verify` and `glm53 bench verify`, registered on a parser shaped like glm53_flash/cli.py's."""
+"""`glm53 verify` and `glm53 bench verify`, run through the real `glm53` entry point."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
 from glm53_flash.tasks import task_by_id
-from glm53_flash.verifier.commands import add_bench_verify_parser, add_verify_parser
+from glm53_flash.cli import main as run
 
 TASK = task_by_id("confirm-double-000")
-
-
-def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="glm53")
-    sub = parser.add_subparsers()
-    add_verify_parser(sub)
-    bench = sub.add_parser("bench")
-    add_bench_verify_parser(bench.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 @pytest.mark.parametrize("source, code, status", [
@@ -49,7 +38,7 @@ def test_verify_prints_the_evaluation_as_json(tmp_path, capsys, source, code, st
 def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
     assert run(argv) == 2
     error = capsys.readouterr().err
-    assert error.startswith("error:") and fragment in error and error.count("\n") == 1
+    assert error.startswith("glm53 ") and "error:" in error and fragment in error and error.count("\n") == 1
 
 
 def test_bench_verify_writes_a_receipt(tmp_path, capsys):

@@ -12,9 +12,8 @@ import os
 import random
 import time
 from collections import Counter
-from pathlib import Path
 
-from ..receipts import provenance, write_json
+from ..receipts import provenance
 from ..tasks import frozen_tasks
 from .reference import evaluate_in_process
 from .sandbox import Verifier
@@ -153,8 +152,3 @@ def format_table(receipt: dict) -> str:
 
 def _runs(timing: dict) -> str:
     return ", ".join(f"{timing['candidates'] / seconds:,.0f}" for seconds in timing["seconds_per_run"])
-
-
-def write_receipt(receipt: dict, path: Path) -> None:
-    """Atomic JSON (the project's receipt writer)."""
-    write_json(path, receipt)

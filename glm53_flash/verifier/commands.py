@@ -38,27 +38,19 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_verify_command(args: argparse.Namespace) -> int:
+    """Bad input raises ValueError; glm53_flash.cli prints it as one line with exit status 2."""
     from .sandbox import Verifier
 
-    try:
-        task = task_by_id(args.task_id)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    task = task_by_id(args.task_id)
     try:
         raw = sys.stdin.buffer.read() if args.source == "-" else Path(args.source).read_bytes()
     except OSError as exc:
-        print(f"error: cannot read --source {args.source!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        raise ValueError(f"cannot read --source {args.source!r}: {exc.strerror or exc}") from None
     # surrogateescape keeps non-UTF-8 bytes visible to the policy, which rejects them as invalid.
     source = raw.decode("utf-8", errors="surrogateescape")
-    try:
-        with Verifier(workers=1, cpu_seconds=args.cpu_seconds, wall_seconds=args.wall_seconds,
-                      memory_mb=args.memory_mb) as verifier:
-            evaluation = verifier.evaluate(task, source)
-    except ValueError as exc:  # a bad limit flag
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with Verifier(workers=1, cpu_seconds=args.cpu_seconds, wall_seconds=args.wall_seconds,
+                  memory_mb=args.memory_mb) as verifier:
+        evaluation = verifier.evaluate(task, source)
     print(json.dumps({"task_id": task.task_id, **evaluation.to_dict()}, indent=2))
     return 0 if evaluation.passed else 1
 
@@ -86,30 +78,18 @@ def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
 
 
 def run_bench_verify_command(args: argparse.Namespace) -> int:
-    from .bench import format_table, run_verify_benchmark, write_receipt
+    from ..receipts import write_json
+    from .bench import format_table, run_verify_benchmark
 
-    if args.count < 1:
-        print(f"error: --count must be >= 1, got {args.count}", file=sys.stderr)
-        return 2
-    if args.workers < 1:
-        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return 2
-    if args.repeats < 1:
-        print(f"error: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
-        return 2
-    if args.time_limit_cases < 0:
-        print(f"error: --time-limit-cases must be >= 0, got {args.time_limit_cases}", file=sys.stderr)
-        return 2
-    try:
-        receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
-                                       time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
-                                       wall_seconds=args.wall_seconds, memory_mb=args.memory_mb,
-                                       repeats=args.repeats)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    for flag, value, least in (("--count", args.count, 1), ("--workers", args.workers, 1),
+                               ("--repeats", args.repeats, 1), ("--time-limit-cases", args.time_limit_cases, 0)):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
+                                   time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
+                                   wall_seconds=args.wall_seconds, memory_mb=args.memory_mb, repeats=args.repeats)
     print(format_table(receipt))
-    write_receipt(receipt, args.output)
+    write_json(args.output, receipt)
     print(f"receipt: {args.output}")
     return 0
 
