@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .receipts import provenance, write_json
@@ -55,8 +56,6 @@ class ReproducePlan:
     eval_temperature: float = 0.35
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -77,16 +76,12 @@ def _log(message: str) -> None:
     print(f"[reproduce {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+@contextmanager
 def _timed(stages: dict, name: str):
-    class Timer:
-        def __enter__(self):
-            self.start = time.perf_counter()
-
-        def __exit__(self, *exc):
-            if exc[0] is None:
-                stages[name] = stages.get(name, 0.0) + time.perf_counter() - self.start
-
-    return Timer()
+    """Add the block's seconds to stages[name] (across resumed runs) when it completes."""
+    start = time.perf_counter()
+    yield
+    stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
 
 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
