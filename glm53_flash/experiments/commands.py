@@ -1,0 +1,121 @@
+"""CLI registration for `glm53 experiment ...` (the research studies) and `glm53 analyze DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return values
+
+
+def _seed_range(text: str) -> tuple[int, ...]:
+    """'11,22,33' or 'START:COUNT:STEP' (e.g. 11:20:11 = 11, 22, ..., 220)."""
+    if ":" in text:
+        try:
+            start, count, step = (int(part) for part in text.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected START:COUNT:STEP, got {text!r}") from None
+        if count < 1:
+            raise argparse.ArgumentTypeError(f"COUNT must be >= 1, got {count}")
+        return tuple(start + i * step for i in range(count))
+    return _int_list(text)
+
+
+def _common(p) -> None:
+    p.add_argument("--output", required=True, help="study directory (resumed when it holds the same plan)")
+    p.add_argument("--workers", type=int, default=2, help="runs in parallel, one torch thread each (default 2)")
+    p.add_argument("--force", action="store_true", help="replace a study planned with a different design")
+    p.add_argument("--plan-only", action="store_true", help="write plan.json (design + time estimate) and stop")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def register(sub, bench_sub) -> None:
+    from .pretraining_data import CONDITIONS, DEFAULT_SEEDS
+
+    experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
+    studies = experiment.add_subparsers(dest="study", metavar="STUDY")
+    experiment.set_defaults(func=lambda args: (experiment.print_help(), 2)[1])
+
+    p = studies.add_parser(
+        "pretraining-data", help="diversity / order / curriculum of pretraining structures (research-mini)",
+        description="The original's miniature study, compatible (120 structures shuffled with seed 1701, 88 train / "
+                    "32 held out, research-mini, AdamW 8e-4, batch 24, 200 updates), with every condition paired by "
+                    "seed and evaluated at several points of one run. Analyse with `glm53 analyze DIR`.")
+    _common(p)
+    p.add_argument("--conditions", type=_name_list, default=CONDITIONS, help=f"comma-separated; {', '.join(CONDITIONS)}")
+    p.add_argument("--seeds", type=_seed_range, default=DEFAULT_SEEDS,
+                   help="comma-separated or START:COUNT:STEP (default 11:20:11 = 20 paired seeds)")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=24)
+    p.add_argument("--learning-rate", type=float, default=8e-4)
+    p.add_argument("--sequence-length", type=int, default=128)
+    p.add_argument("--eval-at", type=_int_list, default=None,
+                   help="updates to evaluate at (default 0 and every quarter of --steps)")
+    p.set_defaults(func=run_pretraining_data)
+
+    a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
+                       description="Reads only DIR/plan.json and DIR/runs/*.json; writes DIR/summary.json, "
+                                   "DIR/REPORT.md and PNG charts. Refuses to replace them without --force.")
+    a.add_argument("directory", help="a study directory written by `glm53 experiment ...`")
+    a.add_argument("--force", action="store_true", help="rebuild summary.json / REPORT.md when they exist")
+    a.set_defaults(func=run_analyze)
+
+
+def _finish_study(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
+    from .study import pending_units, prepare_study, run_units
+
+    resuming = prepare_study(out, plan, args.force)
+    estimate = plan["estimate"]
+    todo = pending_units(out, units)
+    print(f"{plan['study']}: plan {plan['plan_sha256'][:12]} -> {out / 'plan.json'}; "
+          f"{len(units) - len(todo)}/{len(units)} runs done{' (resuming)' if resuming else ''}; "
+          f"estimated {estimate.get('expected_minutes')} min with {args.workers} worker(s)", file=sys.stderr)
+    if args.plan_only:
+        return 0
+    design = plan["design"]
+    ran = run_units(out, plan, [u | {"design": design} for u in todo], unit_function, workers=args.workers,
+                    progress=not args.no_progress, argv=sys.argv)
+    print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
+    return 0
+
+
+def run_pretraining_data(args) -> int:
+    from .pretraining_data import build_plan, measure_seconds_per_step, run_unit
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    eval_at = args.eval_at if args.eval_at is not None else sorted({0, *(args.steps * q // 4 for q in (1, 2, 3, 4))})
+    # validate the design before timing anything
+    build_plan(args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate,
+               args.sequence_length, eval_at, args.workers, None)
+    seconds = measure_seconds_per_step()
+    plan = build_plan(args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate,
+                      args.sequence_length, eval_at, args.workers, round(seconds, 4))
+    return _finish_study(args, Path(args.output), plan, plan["units"], run_unit)
+
+
+def run_analyze(args) -> int:
+    from .analysis import analyze
+
+    summary = analyze(args.directory, force=args.force, argv=sys.argv)
+    print(json.dumps({"study": summary["study"], "runs": summary["runs"],
+                      "answers": summary["answers"]}, indent=2))
+    print(f"wrote {Path(args.directory) / 'REPORT.md'}", file=sys.stderr)
+    return 0

@@ -1,0 +1,124 @@
+"""Study runner shared by the research studies: a plan written before anything runs, resumable units.
+
+A study directory holds `plan.json` (the design, hashed; written by the CLI before the first unit
+runs) and one receipt per finished unit under `runs/`. Rerunning with the same design skips finished
+units; a different design is refused unless --force, so nothing is overwritten by accident. Units
+run in worker processes (one torch thread each: on a small CPU two single-threaded runs beat one
+two-threaded run), and a receipt is written atomically only when its unit has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..receipts import peak_rss_bytes, provenance, sha256_json, write_json
+
+PLAN_FILE = "plan.json"
+RUNS_DIR = "runs"
+
+
+def plan_hash(plan: dict) -> str:
+    """Hash of the design only (not of the time estimate or provenance), so a resume can compare it."""
+    return sha256_json({key: plan[key] for key in ("study", "design", "units", "analysis")})
+
+
+def prepare_study(out: Path, plan: dict, force: bool) -> bool:
+    """Create or reopen `out` for `plan`. Returns True when resuming a study with the same design."""
+    plan["plan_sha256"] = plan_hash(plan)
+    plan_path = out / PLAN_FILE
+    if plan_path.exists():
+        existing = json.loads(plan_path.read_text())
+        if existing.get("plan_sha256") == plan["plan_sha256"]:
+            return True
+        if not force:
+            changed = sorted(k for k in ("study", "design", "units", "analysis") if existing.get(k) != plan.get(k))
+            raise FileExistsError(f"{out} holds a study planned with a different {', '.join(changed) or 'design'}; "
+                                  "rerun with the same flags to resume, or add --force to replace it")
+        shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
+    elif out.exists() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} exists and is not a study directory (no {PLAN_FILE}); "
+                              "choose a new --output or add --force")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(plan_path, plan)
+    return False
+
+
+def receipt_path(out: Path, key: str) -> Path:
+    return out / RUNS_DIR / f"{key}.json"
+
+
+def pending_units(out: Path, units: list[dict]) -> list[dict]:
+    return [unit for unit in units if not receipt_path(out, unit["key"]).exists()]
+
+
+def _run_unit(function: Callable[[dict], dict], unit: dict) -> dict:
+    result = function(unit)
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    return result
+
+
+def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict], dict], *,
+              workers: int = 1, progress: bool = True, argv: list[str] | None = None) -> int:
+    """Run every unit without a receipt; returns how many ran. `function` must be a module-level function."""
+    todo = pending_units(out, units)
+    if not todo:
+        return 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=plan["study"], unit="run",
+                   dynamic_ncols=True, file=sys.stderr)
+
+    def finish(unit: dict, result: dict) -> None:
+        result.update(unit={k: v for k, v in unit.items() if k != "design"}, plan_sha256=plan["plan_sha256"], provenance=provenance(argv, device="cpu"))
+        write_json(receipt_path(out, unit["key"]), result)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(unit["key"])
+
+    try:
+        if workers <= 1:
+            for unit in todo:
+                finish(unit, _run_unit(function, unit))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                futures = {pool.submit(_run_unit, function, unit): unit for unit in todo}
+                try:
+                    for future in as_completed(futures):
+                        finish(futures[future], future.result())
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return len(todo)
+
+
+def load_receipts(out: Path) -> list[dict]:
+    directory = Path(out) / RUNS_DIR
+    if not directory.is_dir():
+        return []
+    return [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
+
+
+__all__ = [
+    "PLAN_FILE",
+    "RUNS_DIR",
+    "load_receipts",
+    "pending_units",
+    "plan_hash",
+    "prepare_study",
+    "receipt_path",
+    "run_units",
+]
