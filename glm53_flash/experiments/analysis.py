@@ -354,10 +354,223 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     return lines
 
 
+# --------------------------------------------------------------------------- rl-choices study
+
+
+def _outcome_map(receipt: dict) -> dict[str, bool]:
+    return {o["task_id"]: bool(o["passed"]) for o in receipt["evaluation"]["outcomes"]}
+
+
+def _task_pairs(left: dict[int, dict], right: dict[int, dict]) -> list[tuple[float, float]]:
+    pairs = []
+    for seed in sorted(set(left) & set(right)):
+        a, b = _outcome_map(left[seed]), _outcome_map(right[seed])
+        if set(a) != set(b):
+            raise ValueError(f"seed {seed}: the two arms were evaluated on different tasks")
+        pairs += [(float(a[t]), float(b[t])) for t in sorted(a)]
+    return pairs
+
+
+def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    design, analysis = plan["design"], plan["analysis"]
+    boot, alpha = analysis["bootstrap"], analysis["alpha"]
+    reference = {r["evaluation"]["split"]: r["evaluation"]["summary"] for r in receipts if r["phase"] == "reference"}
+    screen: dict[str, dict[int, dict]] = {}
+    confirm: dict[str, dict[int, dict]] = {}
+    for receipt in receipts:
+        if receipt["phase"] == "screen":
+            screen.setdefault(receipt["arm"], {})[receipt["seed"]] = receipt
+        elif receipt["phase"] == "confirm":
+            confirm.setdefault(receipt["role"], {})[receipt["seed"]] = receipt
+
+    def rates(runs: dict[int, dict]) -> dict[int, float]:
+        return {seed: r["evaluation"]["summary"]["pass_at_1"] for seed, r in runs.items()}
+
+    arms = []
+    for arm in design["arms"]:
+        runs = screen.get(arm, {})
+        if not runs:
+            continue
+        arms.append({
+            "arm": arm, "settings": design["arm_settings"][arm], "seeds": sorted(runs),
+            "pass_rates": [100.0 * rates(runs)[s] for s in sorted(runs)],
+            "mean_pass_rate": 100.0 * float(np.mean(list(rates(runs).values()))),
+            "solved": sum(r["evaluation"]["summary"]["tasks_solved"] for r in runs.values()),
+            "tasks": sum(r["evaluation"]["summary"]["tasks_total"] for r in runs.values()),
+            "updates": float(np.mean([r["training"]["updated_groups"] for r in runs.values()])),
+            "exact_training_rollouts": float(np.mean([r["training"]["exact_training_rollouts"] for r in runs.values()])),
+            "rollouts": runs[min(runs)]["training"]["rollouts"],
+            "seconds": float(np.mean([r["elapsed_seconds"] for r in runs.values()])),
+        })
+    screen_rows = []
+    baseline = screen.get("baseline", {})
+    for index, arm in enumerate(a["arm"] for a in arms if a["arm"] != "baseline"):
+        row = {"name": arm, "left": "baseline", "right": arm}
+        row |= paired_comparison(rates(baseline), rates(screen[arm]), resamples=boot["resamples"],
+                                 seed=boot["seed"] + index, scale=100.0)
+        row["pooled_tasks"] = pooled_pair_test(_task_pairs(baseline, screen[arm]), seed=boot["seed"] + index)
+        row["pooled_p"] = row["pooled_tasks"]["p"]
+        screen_rows.append(row)
+    apply_holm(screen_rows, key="pooled_p", out_key="holm_p")
+
+    selection_path = out / "selection.json"
+    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    confirmation = None
+    if confirm.get("baseline") and confirm.get("candidate"):
+        base_runs, cand_runs = confirm["baseline"], confirm["candidate"]
+        candidate = next(iter(cand_runs.values()))["arm"]
+        row = {"name": f"{candidate} vs baseline", "left": "baseline", "right": candidate}
+        row |= paired_comparison(rates(base_runs), rates(cand_runs), resamples=boot["resamples"], seed=boot["seed"],
+                                 scale=100.0)
+        row["holm_p"] = row["sign_flip_p"]  # one confirmatory comparison: nothing to correct
+        row["pooled_tasks"] = pooled_pair_test(_task_pairs(base_runs, cand_runs), seed=boot["seed"])
+        per_seed = []
+        for seed in row["seeds"]:
+            a, b = _outcome_map(base_runs[seed]), _outcome_map(cand_runs[seed])
+            counts = stats.paired_counts([a[t] for t in sorted(a)], [b[t] for t in sorted(a)])
+            per_seed.append({"seed": seed, "baseline_solved": sum(a.values()), "candidate_solved": sum(b.values()),
+                             "tasks": len(a), "gains": counts["gains"], "losses": counts["losses"],
+                             "mcnemar_p": stats.mcnemar_exact(counts["gains"], counts["losses"])})
+        row["per_seed"] = per_seed
+        row["candidate"] = candidate
+        confirmation = row
+
+    answers = []
+    significant = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
+    if screen_rows:
+        if significant:
+            answers.append("Screen (dev, pooled over seeds and tasks, Holm across arms): " + "; ".join(
+                f"{r['right']} {'beats' if r['mean'] > 0 else 'is worse than'} the baseline by "
+                f"{abs(r['mean']):.1f} points (Holm p {fmt_p(r['holm_p'])})" for r in significant) + ".")
+        else:
+            best = max(screen_rows, key=lambda r: r["mean"])
+            answers.append(f"Screen: no arm differs from the baseline after Holm correction across {len(screen_rows)} "
+                           f"arms (largest gain: {best['right']}, {fmt_signed(best['mean'])} points, Holm p "
+                           f"{fmt_p(best['holm_p'])}).")
+    if confirmation is not None:
+        answers.append(f"Confirmation on {confirmation['n']} fresh seeds and the untouched {design['confirm_split']} "
+                       f"split: does {confirmation['candidate']} beat the baseline? "
+                       f"{verdict(confirmation, alpha, 'points')}.")
+        answers.append(f"Pooled over {confirmation['pooled_tasks']['pairs']} (seed, task) pairs: "
+                       f"{confirmation['pooled_tasks']['gains']} gains, {confirmation['pooled_tasks']['losses']} "
+                       f"losses, sign-flip p {fmt_p(confirmation['pooled_tasks']['p'])}.")
+    columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ points", "95% CI", "test p", "Holm p", "wins/ties/losses",
+               "seeds"]
+    table_rows = [["screen (dev)", r["right"], f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}", fmt_signed(r["mean"]),
+                   fmt_ci(r["ci95"]), fmt_p(r["pooled_p"]), fmt_p(r.get("holm_p")),
+                   f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"]] for r in screen_rows if r["n"]]
+    if confirmation is not None and confirmation["n"]:
+        c = confirmation
+        table_rows.append([f"confirm ({design['confirm_split']})", c["candidate"], f"{c['left_mean']:.1f}",
+                           f"{c['right_mean']:.1f}", fmt_signed(c["mean"]), fmt_ci(c["ci95"]), fmt_p(c["sign_flip_p"]),
+                           fmt_p(c["holm_p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["n"]])
+    summary = {
+        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
+        "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
+        "pretrained": {split: {"pass_rate": 100.0 * s["pass_at_1"], "solved": s["tasks_solved"],
+                               "tasks": s["tasks_total"]} for split, s in reference.items()},
+        "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
+        "headline_table": {"columns": columns, "rows": table_rows}, "answers": answers,
+    }
+    charts = _rl_charts(out, summary, design)
+    return summary, _rl_report(plan, summary, charts), charts
+
+
+def _rl_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
+    plt = _pyplot()
+    charts = {}
+    arms = summary["arms"]
+    if arms:
+        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(arms)))
+        for y, arm in enumerate(arms):
+            ax.scatter(arm["pass_rates"], [y] * len(arm["pass_rates"]), s=18, alpha=0.6)
+            ax.scatter([arm["mean_pass_rate"]], [y], marker="D", color="black")
+        if "dev" in summary["pretrained"]:
+            ax.axvline(summary["pretrained"]["dev"]["pass_rate"], color="grey", ls="--", lw=0.8, label="pretrained")
+            ax.legend(fontsize=8)
+        ax.set_yticks(range(len(arms)), [a["arm"] for a in arms], fontsize=8)
+        ax.set_xlabel("dev greedy pass@1 (%) per screening seed; diamond = mean")
+        ax.set_title("RL screen: one dot per training seed", fontsize=9)
+        fig.tight_layout()
+        charts["screen"] = "screen.png"
+        fig.savefig(out / charts["screen"], dpi=100)
+        plt.close(fig)
+    confirmation = summary["confirmation"]
+    if confirmation and confirmation["per_seed"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for row in confirmation["per_seed"]:
+            ax.plot([0, 1], [100 * row["baseline_solved"] / row["tasks"], 100 * row["candidate_solved"] / row["tasks"]],
+                    marker="o", alpha=0.6)
+        ax.set_xticks([0, 1], ["baseline", confirmation["candidate"]])
+        ax.set_ylabel(f"{design['confirm_split']} greedy pass@1 (%)")
+        ax.set_title(f"Confirmation: one line per fresh training seed (n={confirmation['n']})", fontsize=9)
+        fig.tight_layout()
+        charts["confirmation"] = "confirmation.png"
+        fig.savefig(out / charts["confirmation"], dpi=100)
+        plt.close(fig)
+    return charts
+
+
+def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
+    design, _analysis = plan["design"], plan["analysis"]
+    recipe = design["recipe"]
+    pretrained = ", ".join(f"{split} {v['solved']}/{v['tasks']}" for split, v in summary["pretrained"].items())
+    lines = [
+        "# Which RL choices matter?",
+        "",
+        (f"Every arm starts from checkpoint `{design['checkpoint']}` (sha256 `{design['checkpoint_sha256'][:12]}`; "
+         f"greedy pass@1 before RL: {pretrained}). Recipe: families {recipe['families']}, "
+         f"{recipe['tasks_per_family']} RL prompts per family, lr {recipe['learning_rate']}, scope "
+         f"{recipe['train_scope']}, max {recipe['max_new_tokens']} new tokens. Screen: {len(design['arms'])} arms x "
+         f"seeds {design['screen_seeds']} on {design['screen_split']} ({design['tasks_per_family']} tasks per family). "
+         f"Confirmation: seeds {design['confirm_seeds']} on {design['confirm_split']}. Plan "
+         f"`{summary['plan_sha256'][:12]}` was written before the first run; {summary['runs']}/{summary['runs_planned']} "
+         "runs done."),
+        "",
+        "## Answers",
+        "",
+        *[f"- {answer}" for answer in summary["answers"]],
+        "",
+        "## Results",
+        "",
+        *_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
+        "",
+        (f"Screen rows: test p = sign-flip over (seed, task) pairs, Holm across the arms. Confirmation row: test p = "
+         f"exact sign-flip over training seeds (the primary test). {BOOTSTRAP_NOTE}"),
+        "",
+    ]
+    for chart in charts.values():
+        lines += [f"![{chart}]({chart})", ""]
+    lines += ["## Screen arms", ""]
+    arm_rows = [[a["arm"], a["rollouts"], f"{a['updates']:.1f}", f"{a['exact_training_rollouts']:.1f}",
+                 f"{a['solved']}/{a['tasks']}", f"{a['mean_pass_rate']:.1f}", f"{a['seconds']:.0f}"] for a in summary["arms"]]
+    lines += [*_table(["arm", "rollouts", "updates (mean)", "exact training rollouts (mean)", "dev solved (all seeds)",
+                       "dev pass@1 %", "seconds per run"], arm_rows), ""]
+    if summary["selection"]:
+        lines += [(f"Selected for confirmation: **{summary['selection']['candidate']}** "
+                  f"({summary['selection']['rule']})."), ""]
+    confirmation = summary["confirmation"]
+    if confirmation:
+        lines += ["## Confirmation per seed", ""]
+        lines += _table(["seed", "baseline solved", f"{confirmation['candidate']} solved", "gains", "losses",
+                         "McNemar p"], [[r["seed"], f"{r['baseline_solved']}/{r['tasks']}",
+                                         f"{r['candidate_solved']}/{r['tasks']}", r["gains"], r["losses"],
+                                         fmt_p(r["mcnemar_p"])] for r in confirmation["per_seed"]])
+        mde = confirmation.get("mde")
+        lines += ["", (f"Minimum detectable effect at {confirmation['n']} seeds (80% power, from the observed seed-level "
+                      f"SD): {'n/a' if mde is None else f'{mde:.1f} points'}."), ""]
+    lines += ["## Limits", "",
+              ("- Tasks within a family share their unit tests and differ in name and wording, so task-level tests "
+              "(McNemar, pooled sign-flip) overstate the evidence; the seed-level test is the primary one."),
+              "- One pretraining checkpoint and one learning rate; the screen's few seeds only select a candidate.",
+              ""]
+    return lines
+
+
 # --------------------------------------------------------------------------- entry point
 
 
-ANALYZERS = {"pretraining-data": analyze_pretraining}
+ANALYZERS = {"pretraining-data": analyze_pretraining, "rl-choices": analyze_rl_choices}
 
 
 def analyze(directory: str | Path, force: bool = False, argv: list[str] | None = None) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def _common(p) -> None:
 
 def register(sub, bench_sub) -> None:
     from .pretraining_data import CONDITIONS, DEFAULT_SEEDS
+    from .rl_choices import (
+        ARMS,
+        DEFAULT_CONFIRM_SEEDS,
+        DEFAULT_SCREEN_SEEDS,
+        DEFAULT_TASKS_PER_FAMILY,
+    )
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
     studies = experiment.add_subparsers(dest="study", metavar="STUDY")
@@ -70,6 +77,23 @@ def register(sub, bench_sub) -> None:
                    help="updates to evaluate at (default 0 and every quarter of --steps)")
     p.set_defaults(func=run_pretraining_data)
 
+    r = studies.add_parser(
+        "rl-choices", help="which RLOO choices matter: a screen of arms, then a confirmation on fresh seeds",
+        description="The original's eight RL arms (+ group-size arms at matched updates) from one pretraining "
+                    "checkpoint, screened on dev over --seeds; the best arm (rule fixed in plan.json) is confirmed "
+                    "against the baseline on --confirm-seeds (never a screening seed) and the untouched final split. "
+                    "Resumable: finished (arm, seed) runs are skipped. Analyse with `glm53 analyze DIR`.")
+    _common(r)
+    r.add_argument("--checkpoint", required=True, help="pretraining checkpoint directory every arm starts from")
+    r.add_argument("--arms", type=_name_list, default=tuple(ARMS), help=f"comma-separated; {', '.join(ARMS)}")
+    r.add_argument("--seeds", type=_seed_range, default=DEFAULT_SCREEN_SEEDS, help="screening training seeds")
+    r.add_argument("--confirm-seeds", type=_seed_range, default=DEFAULT_CONFIRM_SEEDS,
+                   help="fresh training seeds for the confirmation (default 1001:10:1)")
+    r.add_argument("--tasks", type=int, default=DEFAULT_TASKS_PER_FAMILY,
+                   help="evaluation tasks per family (5 families; default 20 = 100 tasks per split)")
+    r.add_argument("--confirm-arm", default=None, help="confirm this arm instead of the screen's winner")
+    r.set_defaults(func=run_rl_choices)
+
     a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
                        description="Reads only DIR/plan.json and DIR/runs/*.json; writes DIR/summary.json, "
                                    "DIR/REPORT.md and PNG charts. Refuses to replace them without --force.")
@@ -78,22 +102,38 @@ def register(sub, bench_sub) -> None:
     a.set_defaults(func=run_analyze)
 
 
-def _finish_study(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
-    from .study import pending_units, prepare_study, run_units
+def _existing_plan(out: Path, draft: dict) -> dict | None:
+    """The plan already in `out` when it has the same design as `draft` (then nothing is re-measured)."""
+    from .study import PLAN_FILE, plan_hash
+
+    path = out / PLAN_FILE
+    if path.is_file():
+        existing = json.loads(path.read_text())
+        if existing.get("plan_sha256") == plan_hash(draft):
+            return existing
+    return None
+
+
+def _start_study(args, out: Path, plan: dict) -> bool:
+    from .study import pending_units, prepare_study
 
     resuming = prepare_study(out, plan, args.force)
     estimate = plan["estimate"]
+    units = plan["units"]
     todo = pending_units(out, units)
     print(f"{plan['study']}: plan {plan['plan_sha256'][:12]} -> {out / 'plan.json'}; "
           f"{len(units) - len(todo)}/{len(units)} runs done{' (resuming)' if resuming else ''}; "
-          f"estimated {estimate.get('expected_minutes')} min with {args.workers} worker(s)", file=sys.stderr)
-    if args.plan_only:
-        return 0
+          f"estimated {estimate.get('expected_minutes')} min with {estimate.get('workers')} worker(s)",
+          file=sys.stderr)
+    return resuming
+
+
+def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
+    from .study import run_units
+
     design = plan["design"]
-    ran = run_units(out, plan, [u | {"design": design} for u in todo], unit_function, workers=args.workers,
-                    progress=not args.no_progress, argv=sys.argv)
-    print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
-    return 0
+    return run_units(out, plan, [u | {"design": design} for u in units], unit_function, workers=args.workers,
+                     progress=not args.no_progress, argv=sys.argv)
 
 
 def run_pretraining_data(args) -> int:
@@ -101,14 +141,65 @@ def run_pretraining_data(args) -> int:
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    out = Path(args.output)
     eval_at = args.eval_at if args.eval_at is not None else sorted({0, *(args.steps * q // 4 for q in (1, 2, 3, 4))})
-    # validate the design before timing anything
-    build_plan(args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate,
-               args.sequence_length, eval_at, args.workers, None)
-    seconds = measure_seconds_per_step()
-    plan = build_plan(args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate,
-                      args.sequence_length, eval_at, args.workers, round(seconds, 4))
-    return _finish_study(args, Path(args.output), plan, plan["units"], run_unit)
+    options = (args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate, args.sequence_length,
+               eval_at, args.workers)
+    plan = _existing_plan(out, build_plan(*options, None))  # also validates the flags before timing anything
+    if plan is None:
+        plan = build_plan(*options, round(measure_seconds_per_step(), 4))
+    _start_study(args, out, plan)
+    if args.plan_only:
+        return 0
+    ran = _run(args, out, plan, plan["units"], run_unit)
+    print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
+    return 0
+
+
+SELECTION_FILE = "selection.json"
+
+
+def run_rl_choices(args) -> int:
+    from ..receipts import provenance, write_json
+    from ..train.checkpoint import read_metadata
+    from .rl_choices import build_plan, measure_speed, run_unit, select_candidate
+    from .study import load_receipts
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    out = Path(args.output)
+    checkpoint = Path(args.checkpoint)
+    if not (checkpoint / "metadata.json").is_file() and not checkpoint.is_dir():
+        raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist; make a pretraining checkpoint with "
+                                "`glm53 pretrain --output runs/pretrain --steps 100` (or `make demo`)")
+    sha = read_metadata(checkpoint)["weights_sha256"]
+    options = (str(checkpoint), sha, args.arms, args.seeds, args.confirm_seeds, args.tasks, args.confirm_arm,
+               args.workers)
+    plan = _existing_plan(out, build_plan(*options, None, None))
+    if plan is None:
+        plan = build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint))))
+    _start_study(args, out, plan)
+    if args.plan_only:
+        return 0
+    work = out / "work"
+    first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
+    ran = _run(args, out, plan, first, run_unit)
+    confirm = [u for u in plan["units"] if u["phase"] == "confirm"]
+    if confirm:
+        selection_path = out / SELECTION_FILE
+        if selection_path.exists():
+            selection = json.loads(selection_path.read_text())
+        else:
+            selection = select_candidate(plan, load_receipts(out)) | {"plan_sha256": plan["plan_sha256"],
+                                                                      "provenance": provenance(sys.argv)}
+            write_json(selection_path, selection)
+        print(f"rl-choices: confirmation candidate = {selection['candidate']} ({selection['rule']})", file=sys.stderr)
+        resolved = [u | {"arm": "baseline" if u["role"] == "baseline" else selection["candidate"],
+                         "work_dir": str(work / u["key"])} for u in confirm]
+        ran += _run(args, out, plan, resolved, run_unit)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
+    return 0
 
 
 def run_analyze(args) -> int:

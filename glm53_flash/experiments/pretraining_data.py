@@ -354,16 +354,19 @@ METRICS = ("target_byte_accuracy", "target_loss", "execution_accuracy", "free_ru
 REFERENCE_SD_POINTS = 3.5
 
 
-def measure_seconds_per_step(probe_steps: int = 4) -> float:
-    """Time a few training steps of the research miniature (one thread) to size the study."""
+def measure_seconds_per_step(probe_steps: int = 6) -> float:
+    """Time training steps of the research miniature (one thread) to size the study: the difference
+    between a 1-step and a (1 + probe_steps)-step run, so model building and warm-up do not count."""
     import torch
 
     before = torch.get_num_threads()
     try:
-        cfg = RunConfig("diverse-88", 0, steps=probe_steps + 1, eval_at=())
-        started = time.perf_counter()
-        train_condition(cfg)
-        return (time.perf_counter() - started) / (probe_steps + 1)
+        timings = []
+        for steps in (1, 1 + probe_steps):
+            started = time.perf_counter()
+            train_condition(RunConfig("diverse-88", 0, steps=steps, eval_at=()))
+            timings.append(time.perf_counter() - started)
+        return max(0.0, timings[1] - timings[0]) / probe_steps
     finally:
         torch.set_num_threads(before)
 

@@ -1,0 +1,217 @@
+"""RL-choices study: which RLOO choices beat the baseline? A screen, then a confirmation on fresh seeds.
+
+The original's eight arms (seed-research §5.2: reward binary vs partial, invalid penalty 0 / -0.1 / -1,
+temperature 0.20 / 0.35 / 0.80, group size 4 / 8 / 16 at a fixed budget of 128 completions), plus the
+group-size arms at a matched number of updates (16 updates with 4 or 16 samples), so group size is
+not confounded with how many updates and prompts a run gets. Every arm starts from one pretraining
+checkpoint. The screen scores each arm on the dev split over a few training seeds; the arm with the
+best mean dev pass rate (a rule fixed in the plan) is then compared with the baseline on fresh
+training seeds, never a screening seed, and on the `final` split, which nothing else opens.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+STUDY = "rl-choices"
+BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1, "temperature": 0.35}
+ARMS: dict[str, dict] = {
+    "baseline": {},
+    "partial": {"reward_mode": "case-fraction"},
+    "invalid-zero": {"invalid_penalty": 0.0},
+    "invalid-hard": {"invalid_penalty": -1.0},
+    "temp-low": {"temperature": 0.20},
+    "temp-high": {"temperature": 0.80},
+    "group-4": {"groups": 32, "group_size": 4},
+    "group-16": {"groups": 8, "group_size": 16},
+    # the same 16 updates as the baseline: only the group size differs (64 / 256 completions)
+    "group-4-matched-updates": {"group_size": 4},
+    "group-16-matched-updates": {"group_size": 16},
+}
+# The original screen's shared recipe (run_rl_variant_screen.sh) and the headline's RL switches.
+RECIPE = {
+    "families": "increment,double,square,even,reverse", "tasks_per_family": 8, "max_new_tokens": 32,
+    "learning_rate": 5e-5, "train_scope": "last-block-head", "exact_bonus": 0.0,
+    "logprob_source": "original", "loss_normalization": "sequence-mean", "eos_handling": "original", "stop": "parse",
+}
+SCREEN_SPLIT, CONFIRM_SPLIT = "dev", "final"
+DEFAULT_SCREEN_SEEDS = (101, 202, 303)
+DEFAULT_CONFIRM_SEEDS = tuple(range(1001, 1011))
+DEFAULT_TASKS_PER_FAMILY = 20
+EVAL_SEED = 2026  # recorded only: greedy decoding draws no random numbers
+
+
+def arm_settings(name: str) -> dict:
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; allowed: {', '.join(ARMS)}")
+    return BASE_ARM | ARMS[name]
+
+
+def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, confirm_seeds, tasks_per_family: int,
+               confirm_arm: str | None, workers: int, seconds_per_rollout: float | None,
+               seconds_per_eval_task: float | None) -> dict:
+    arms, screen_seeds, confirm_seeds = list(arms), list(screen_seeds), list(confirm_seeds)
+    for arm in arms:
+        arm_settings(arm)
+    if "baseline" not in arms:
+        raise ValueError("--arms must include baseline (every arm is compared with it)")
+    if len(set(arms)) != len(arms) or len(set(screen_seeds)) != len(screen_seeds) \
+            or len(set(confirm_seeds)) != len(confirm_seeds):
+        raise ValueError("arms and seeds must not repeat")
+    reused = sorted(set(screen_seeds) & set(confirm_seeds))
+    if reused:
+        raise ValueError(f"confirmation seeds must be fresh; {reused} are also screening seeds")
+    if tasks_per_family < 1:
+        raise ValueError(f"--tasks must be >= 1, got {tasks_per_family}")
+    if confirm_arm is not None:
+        arm_settings(confirm_arm)
+        if confirm_arm == "baseline":
+            raise ValueError("--confirm-arm must differ from baseline")
+    if confirm_seeds and confirm_arm is None and len(arms) < 2:
+        raise ValueError("a confirmation needs a second arm: list one in --arms or name it with --confirm-arm")
+    units = [{"key": f"pretrained-{split}", "phase": "reference", "split": split}
+             for split in (SCREEN_SPLIT, CONFIRM_SPLIT)]
+    units += [{"key": f"screen-{arm}-seed-{seed}", "phase": "screen", "arm": arm, "seed": seed, "split": SCREEN_SPLIT}
+              for seed in screen_seeds for arm in arms]
+    units += [{"key": f"confirm-{role}-seed-{seed}", "phase": "confirm", "role": role, "seed": seed,
+               "split": CONFIRM_SPLIT} for seed in confirm_seeds for role in ("baseline", "candidate")]
+    n_tasks = tasks_per_family * len(RECIPE["families"].split(","))
+    rollouts = sum(arm_settings(a)["groups"] * arm_settings(a)["group_size"] for a in arms) * len(screen_seeds)
+    rollouts += 2 * 128 * len(confirm_seeds)  # the candidate's budget is not known yet; 128 is the arms' budget
+    evaluations = n_tasks * (2 + len(arms) * len(screen_seeds) + 2 * len(confirm_seeds))
+    expected = None
+    if seconds_per_rollout is not None and seconds_per_eval_task is not None:
+        expected = round((rollouts * seconds_per_rollout + evaluations * seconds_per_eval_task) / max(1, workers) / 60, 1)
+    return {
+        "study": STUDY,
+        "design": {
+            "checkpoint": str(checkpoint), "checkpoint_sha256": checkpoint_sha256, "arms": arms,
+            "arm_settings": {arm: arm_settings(arm) for arm in arms}, "recipe": RECIPE,
+            "screen_seeds": screen_seeds, "confirm_seeds": confirm_seeds, "tasks_per_family": tasks_per_family,
+            "screen_split": SCREEN_SPLIT, "confirm_split": CONFIRM_SPLIT, "evaluation": "greedy pass@1",
+            "max_new_tokens": RECIPE["max_new_tokens"], "confirm_arm": confirm_arm or "screen-winner",
+        },
+        "units": units,
+        "analysis": {
+            "selection_rule": ("the non-baseline arm with the highest mean dev pass rate over the screening seeds "
+                               "(ties: more dev tasks solved in total, then arm order)"
+                               if confirm_arm is None else f"fixed in advance: {confirm_arm}"),
+            "screen": "each arm vs baseline: pooled sign-flip over (seed, task) pairs, Holm across the arms; "
+                      "seed-level exact sign-flip reported (too few seeds to decide)",
+            "confirmation": "candidate vs baseline: exact sign-flip over training seeds of the paired pass-rate "
+                            "difference (primary), per-seed exact McNemar, pooled sign-flip over (seed, task) pairs",
+            "bootstrap": {"resamples": 20000, "seed": 20261130, "level": 0.95}, "alpha": 0.05,
+        },
+        "estimate": {"workers": workers, "seconds_per_rollout": seconds_per_rollout,
+                     "seconds_per_eval_task": seconds_per_eval_task, "rollouts": rollouts,
+                     "evaluated_tasks": evaluations, "expected_minutes": expected},
+    }
+
+
+def select_candidate(plan: dict, receipts: list[dict]) -> dict:
+    """Apply the plan's selection rule to the finished screen; returns the selection record."""
+    design = plan["design"]
+    if design["confirm_arm"] != "screen-winner":
+        return {"candidate": design["confirm_arm"], "rule": plan["analysis"]["selection_rule"], "screen": {}}
+    screen = {}
+    for receipt in receipts:
+        if receipt["phase"] == "screen":
+            screen.setdefault(receipt["arm"], []).append(receipt["evaluation"]["summary"])
+    expected = len(design["screen_seeds"])
+    incomplete = [arm for arm in design["arms"] if len(screen.get(arm, [])) != expected]
+    if incomplete:
+        raise ValueError(f"the screen is not finished for {', '.join(incomplete)}; cannot select a candidate")
+    table = {arm: {"mean_pass_rate": sum(s["pass_at_1"] for s in rows) / len(rows),
+                   "solved": sum(s["tasks_solved"] for s in rows)} for arm, rows in screen.items()}
+    order = {arm: i for i, arm in enumerate(design["arms"])}
+    contenders = [arm for arm in design["arms"] if arm != "baseline"]
+    best = max(contenders, key=lambda a: (table[a]["mean_pass_rate"], table[a]["solved"], -order[a]))
+    return {"candidate": best, "rule": plan["analysis"]["selection_rule"], "screen": table}
+
+
+def _evaluate(model, split: str, tasks_per_family: int) -> dict:
+    from ..evaluate import evaluate_greedy
+    from ..tasks import frozen_tasks, parse_families
+
+    tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE["families"]))
+    receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE["max_new_tokens"], seed=EVAL_SEED)
+    outcomes = [{"task_id": e["task_id"], "family": e["family"], "passed": e["evaluation"]["passed"],
+                 "status": e["evaluation"]["status"], "pass_fraction": e["evaluation"]["pass_fraction"],
+                 "completion": e["generated_completion"]} for e in receipt["episodes"]]
+    return {"split": split, "summary": receipt["summary"], "by_family": receipt["by_family"], "outcomes": outcomes,
+            "timing": receipt.get("timing")}
+
+
+def run_unit(unit: dict) -> dict:
+    """Worker entry point: evaluate the checkpoint (reference) or train one arm at one seed and evaluate it."""
+    import torch
+
+    from ..train.checkpoint import load_checkpoint
+    from ..train.rl import RLConfig, train_rl
+
+    torch.set_num_threads(1)
+    design = unit["design"]
+    started = time.perf_counter()
+    if unit["phase"] == "reference":
+        model, _ = load_checkpoint(design["checkpoint"])
+        evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
+        return {"phase": "reference", "arm": "pretrained", "seed": None, "evaluation": evaluation,
+                "elapsed_seconds": round(time.perf_counter() - started, 3)}
+    arm = unit["arm"]
+    settings = arm_settings(arm)
+    work = Path(unit["work_dir"])
+    rl = train_rl(RLConfig(
+        initial_checkpoint=design["checkpoint"], output=str(work), groups=settings["groups"],
+        checkpoints=(settings["groups"],), group_size=settings["group_size"],
+        max_new_tokens=RECIPE["max_new_tokens"], temperature=settings["temperature"],
+        learning_rate=RECIPE["learning_rate"], train_scope=RECIPE["train_scope"],
+        reward_mode=settings["reward_mode"], invalid_penalty=settings["invalid_penalty"],
+        exact_bonus=RECIPE["exact_bonus"], families=RECIPE["families"], tasks_per_family=RECIPE["tasks_per_family"],
+        seed=unit["seed"], device="cpu", logprob_source=RECIPE["logprob_source"],
+        loss_normalization=RECIPE["loss_normalization"], eos_handling=RECIPE["eos_handling"], stop=RECIPE["stop"],
+        verifier_workers=1, resume=True, progress=False))
+    final = rl["checkpoints"][-1]
+    model, meta = load_checkpoint(final["path"])
+    evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
+    training = {key: rl[key] for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
+                                         "exact_training_rollouts", "elapsed_seconds", "trainable_parameters")}
+    training.update(rollouts=settings["groups"] * settings["group_size"], final_weights_sha256=meta["weights_sha256"])
+    shutil.rmtree(work, ignore_errors=True)  # ~100 MB of weights per run; the receipt keeps the hashes
+    return {"phase": unit["phase"], "arm": arm, "role": unit.get("role"), "seed": unit["seed"],
+            "settings": settings, "training": training, "evaluation": evaluation,
+            "elapsed_seconds": round(time.perf_counter() - started, 3)}
+
+
+def measure_speed(checkpoint: str) -> tuple[float, float]:
+    """(seconds per training rollout, seconds per evaluated task) on this machine, one thread each."""
+    import tempfile
+
+    import torch
+
+    from ..train.checkpoint import load_checkpoint
+    from ..train.rl import RLConfig, train_rl
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
+            started = time.perf_counter()
+            train_rl(RLConfig(initial_checkpoint=checkpoint, output=str(Path(tmp) / "probe"), groups=1,
+                              checkpoints=(1,), group_size=8, max_new_tokens=RECIPE["max_new_tokens"],
+                              temperature=0.35, learning_rate=RECIPE["learning_rate"],
+                              train_scope=RECIPE["train_scope"], reward_mode="binary", families=RECIPE["families"],
+                              tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, progress=False))
+            per_rollout = (time.perf_counter() - started) / 8
+        model, _ = load_checkpoint(checkpoint)
+        started = time.perf_counter()
+        _evaluate(model, SCREEN_SPLIT, 2)
+        per_task = (time.perf_counter() - started) / (2 * len(RECIPE["families"].split(",")))
+        return per_rollout, per_task
+    finally:
+        torch.set_num_threads(before)
+
+
+__all__ = ["ARMS", "BASE_ARM", "RECIPE", "STUDY", "arm_settings", "build_plan", "measure_speed", "run_unit",
+           "select_candidate"]

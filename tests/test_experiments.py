@@ -1,0 +1,309 @@
+"""Research studies: the compatible task and schedules, the runner's plan/resume rules, and the analysis
+on synthetic receipts whose answers are known."""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+
+import pytest
+
+from glm53_flash.cli import main
+from glm53_flash.experiments import analysis, pretraining_data as pd, rl_choices
+from glm53_flash.experiments.study import plan_hash
+
+# ------------------------------------------------------------------------------------ the task
+
+
+def test_structures_are_the_originals_shuffle():
+    structures = pd.all_structures()
+    assert len(structures) == 120 and len(set(structures)) == 120
+    assert all(len(set(s)) >= 2 for s in structures)
+    # Random(1701).shuffle of the itertools.product order: pinned so a change of stream is caught
+    assert structures[:5] == [("add", "add", "abs"), ("mul", "sub", "neg"), ("neg", "abs", "neg"),
+                              ("mul", "add", "abs"), ("mul", "abs", "mul")]
+    train, held_out = pd.split_structures()
+    assert len(train) == 88 and len(held_out) == 32 and not set(train) & set(held_out)
+
+
+@pytest.mark.parametrize("seed", [11, 22, 110, 220])
+def test_held_out_targets_are_585_tokens_per_seed(seed):
+    examples = pd.held_out_examples(seed)
+    assert len(examples) == 32
+    assert sum(len(e.expression) + 2 for e in examples) == 585  # expression bytes + "\n" + EOS
+
+
+def test_render_matches_the_original_draw_order():
+    example = pd.render_example(("add", "mul", "neg"), 0, 11)
+    assert example.text == "Task: start with x. Add 5. Multiply by 2. Negate it.\nPython: (-((x + 5) * 2))\n"
+    # redo the draw order by hand: constants, the unused start value, then one phrase per op
+    structure, index, seed = ("abs", "sub", "sub"), 7, 22
+    key = sum((p + 1) * (pd.OPS.index(op) + 1) * 101 for p, op in enumerate(structure))
+    rng = random.Random(seed * 1_000_003 + index * 9176 + key)
+    constants = [rng.choice((2, 3, 4, 5)) for _ in structure]
+    rng.randint(-5, 5)
+    phrases = [rng.choice(pd.PHRASES[op]).format(c=c) for op, c in zip(structure, constants)]
+    example = pd.render_example(structure, index, seed)
+    assert example.prompt == "Task: start with x. " + " ".join(phrases) + "\nPython: "
+    assert example.expression == f"((abs(x) - {constants[1]}) - {constants[2]})"
+    assert example.prompt_tokens == len(example.prompt.encode()) + 1
+
+
+def test_expressions_compute_what_the_phrases_say():
+    apply = {"add": lambda v, c: v + c, "sub": lambda v, c: v - c, "mul": lambda v, c: v * c,
+             "neg": lambda v, c: -v, "abs": lambda v, c: abs(v)}
+    for i, structure in enumerate(pd.all_structures()):
+        example = pd.render_example(structure, i, 5)
+        for x in pd.EXECUTION_POINTS:
+            value = x
+            for op, c in zip(structure, example.constants):
+                value = apply[op](value, c)
+            assert pd.expression_value(example.expression, x) == value
+
+
+def test_expression_interpreter_refuses_anything_but_arithmetic():
+    assert pd.expression_value("abs((-x) * 3) - 2", -4) == 10
+    for text in ("__import__('os').getcwd()", "x.real", "2 ** 99999", "y + 1", "lambda: 1", "(" * 500 + "x",
+                 "abs(x, 1)", "1 / x", "True + x", ""):
+        assert pd.expression_value(text, 3) is None
+    assert pd.executes_correctly("((x + 2) * 3)", "(x * 3) + 6")
+    assert not pd.executes_correctly("((x + 2) * 3)", "((x + 3) * 3)")
+
+
+# ------------------------------------------------------------------------------------ schedules
+
+
+def test_schedules_of_each_condition():
+    train, _ = pd.split_structures()
+    steps, batch = 200, 24
+    total = steps * batch
+    schedules = {c: pd.condition_schedule(c, steps, batch) for c in pd.CONDITIONS}
+    for condition, schedule in schedules.items():
+        assert len(schedule) == total, condition
+        assert sorted(i for _, i in schedule) == list(range(total)), condition  # every render index once
+    assert {s for s, _ in schedules["repeated-8"]} == set(train[:8])
+    assert [s for s, _ in schedules["diverse-88"][:176]] == train * 2  # interleaved round-robin
+    blocked = [s for s, _ in schedules["diverse-blocked"]]
+    runs = [(s, len(list(group))) for s, group in __import__("itertools").groupby(blocked)]
+    assert [s for s, _ in runs] == train  # one contiguous block per structure, in pool order
+    assert collections.Counter(n for _, n in runs) == {55: 48, 54: 40}
+    curriculum = schedules["curriculum-8-to-88"]
+    switch = (steps // 2) * batch
+    assert {s for s, _ in curriculum[:switch]} == set(train[:8])
+    assert [s for s, _ in curriculum[switch:]] == [train[i % 88] for i in range(switch, total)]
+    with pytest.raises(ValueError, match="unknown condition"):
+        pd.condition_schedule("shuffled", 2, 2)
+
+
+# ------------------------------------------------------------------------------------ the study CLI
+
+
+def _study(tmp_path, *extra):
+    return ["experiment", "pretraining-data", "--output", str(tmp_path / "study"), "--steps", "2", "--seeds", "3,4",
+            "--conditions", "repeated-8,diverse-88", "--eval-at", "0,2", "--workers", "1", "--no-progress", *extra]
+
+
+def test_pretraining_study_runs_resumes_and_refuses_to_overwrite(tmp_path, capsys, one_thread):
+    out = tmp_path / "study"
+    assert main(_study(tmp_path)) == 0
+    receipts = sorted((out / "runs").glob("*.json"))
+    assert [p.stem for p in receipts] == ["diverse-88-seed-3", "diverse-88-seed-4", "repeated-8-seed-3",
+                                         "repeated-8-seed-4"]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["plan_sha256"] == plan_hash(plan)
+    runs = {p.stem: json.loads(p.read_text()) for p in receipts}
+    for seed in (3, 4):  # pairing: both conditions start from the same weights at a seed
+        a, b = runs[f"repeated-8-seed-{seed}"], runs[f"diverse-88-seed-{seed}"]
+        assert a["initial_weights_sha256"] == b["initial_weights_sha256"]
+        assert a["final_weights_sha256"] != b["final_weights_sha256"]
+        assert [e["step"] for e in a["evaluations"]] == [0, 2]
+        assert a["plan_sha256"] == plan["plan_sha256"] and a["provenance"]["argv"]
+        before = a["evaluations"][0]["summary"]
+        assert before["target_tokens"] == 585 and before["examples"] == 32
+    assert runs["repeated-8-seed-3"]["initial_weights_sha256"] != runs["repeated-8-seed-4"]["initial_weights_sha256"]
+
+    mtimes = {p: p.stat().st_mtime_ns for p in receipts}
+    capsys.readouterr()
+    assert main(_study(tmp_path)) == 0  # same design: resumes, nothing reruns
+    assert "4/4 runs done (resuming)" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in receipts} == mtimes
+
+    plan_text = (out / "plan.json").read_text()
+    assert main(_study(tmp_path, "--learning-rate", "1e-3")) == 2  # a different design is refused
+    assert "different design" in capsys.readouterr().err
+    assert (out / "plan.json").read_text() == plan_text and all(p.exists() for p in receipts)
+
+    assert main(["analyze", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pairing_verified"] and summary["runs"] == 4
+    assert summary["headline_table"]["rows"][0][0] == "diversity"
+    report = (out / "REPORT.md").read_text()
+    assert (out / "learning-curves.png").stat().st_size > 1000
+    assert main(["analyze", str(out)]) == 2  # never overwrites without --force
+    assert "--force" in capsys.readouterr().err
+    assert (out / "REPORT.md").read_text() == report
+    assert main(["analyze", str(out), "--force"]) == 0
+
+
+def test_analyze_help_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["analyze", "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: glm53 analyze" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "no plan.json" in capsys.readouterr().err
+
+
+def test_plan_rejects_bad_designs():
+    args = (["diverse-88"], [1], 10, 4, 1e-3, 128, [0, 10], 1, None)
+    assert pd.build_plan(*args)["analysis"]["comparisons"] == []
+    with pytest.raises(ValueError, match="unknown condition"):
+        pd.build_plan(["diverse-99"], *args[1:])
+    with pytest.raises(ValueError, match="eval-at"):
+        pd.build_plan(["diverse-88"], [1], 10, 4, 1e-3, 128, [0, 11], 1, None)
+    rl = ("ckpt", "0" * 64, ["baseline", "temp-low"], [1, 2], [2, 3], 4, None, 1, None, None)
+    with pytest.raises(ValueError, match="fresh"):
+        rl_choices.build_plan(*rl)
+    with pytest.raises(ValueError, match="baseline"):
+        rl_choices.build_plan("ckpt", "0" * 64, ["temp-low"], [1], [3], 4, None, 1, None, None)
+    with pytest.raises(ValueError, match="unknown arm"):
+        rl_choices.build_plan("ckpt", "0" * 64, ["baseline", "greedy"], [1], [3], 4, None, 1, None, None)
+
+
+def test_rl_arms_keep_the_budget_or_the_updates():
+    budget = {arm: rl_choices.arm_settings(arm) for arm in rl_choices.ARMS}
+    for arm, s in budget.items():
+        if "matched" in arm:
+            assert s["groups"] == budget["baseline"]["groups"] and s["group_size"] != 8
+        else:
+            assert s["groups"] * s["group_size"] == 128, arm
+    assert {budget[a]["temperature"] for a in budget} == {0.2, 0.35, 0.8}
+    assert {budget[a]["invalid_penalty"] for a in budget} == {0.0, -0.1, -1.0}
+
+
+# ------------------------------------------------------------------------------------ analysis, known answers
+
+
+def _write_study(directory, plan, receipts):
+    (directory / "runs").mkdir(parents=True)
+    plan["plan_sha256"] = plan_hash(plan)
+    (directory / "plan.json").write_text(json.dumps(plan))
+    for receipt in receipts:
+        receipt["plan_sha256"] = plan["plan_sha256"]
+        (directory / "runs" / f"{receipt['key']}.json").write_text(json.dumps(receipt))
+    return plan
+
+
+def _pretraining_receipt(condition, seed, accuracy, execution):
+    examples = [{"structure": f"s{i}", "correct_tokens": round(accuracy * 20), "target_tokens": 20, "loss_sum": 1.0,
+                 "teacher_forced_exact": False, "free_run_exact": False, "execution_correct": i < execution}
+                for i in range(32)]
+    summary = {"target_byte_accuracy": accuracy, "target_loss": 1.0 - accuracy, "execution_accuracy": execution / 32,
+               "free_run_exact": 0.0, "teacher_forced_exact": 0.0}
+    return {"key": f"{condition}-seed-{seed}", "condition": condition, "seed": seed, "elapsed_seconds": 1.0,
+            "initial_weights_sha256": f"init-{seed}",
+            "evaluations": [{"step": 0, "summary": summary | {"target_byte_accuracy": 0.1}, "examples": examples},
+                            {"step": 10, "summary": summary, "examples": examples}]}
+
+
+def test_pretraining_analysis_on_synthetic_receipts(tmp_path):
+    plan = pd.build_plan(["repeated-8", "diverse-88"], list(range(1, 11)), 10, 4, 1e-3, 128, [0, 10], 1, None)
+    receipts = []
+    for seed in range(1, 11):
+        receipts.append(_pretraining_receipt("repeated-8", seed, 0.5, 4))
+        # diverse is 5 points better on 9 seeds and 5 points worse on one; execution +2 items everywhere
+        receipts.append(_pretraining_receipt("diverse-88", seed, 0.55 if seed != 10 else 0.45, 6))
+    _write_study(tmp_path, plan, receipts)
+    summary = analysis.analyze(tmp_path)
+    row = summary["comparisons"]["target_byte_accuracy"][0]
+    assert row["name"] == "diversity" and row["n"] == 10
+    assert row["mean"] == pytest.approx(4.0)
+    assert (row["wins"], row["ties"], row["losses"]) == (9, 0, 1)
+    # exact sign-flip over +-5 x 10: |sum| >= 40 needs 0, 1, 9 or 10 plus signs: (1 + 10 + 10 + 1) / 1024
+    assert row["sign_flip_p"] == pytest.approx(22 / 1024)
+    assert row["holm_p"] == row["sign_flip_p"]  # one comparison
+    execution = summary["comparisons"]["execution_accuracy"][0]
+    assert execution["mean"] == pytest.approx(100 * 2 / 32)
+    assert execution["sign_flip_p"] == pytest.approx(2 / 1024)
+    assert execution["pooled_items"]["gains"] == 20 and execution["pooled_items"]["losses"] == 0
+    assert summary["untrained_byte_accuracy"] == [0.1]
+    assert summary["answers"][0].startswith("Does training on 88 structures")
+    assert "Holm p 0.0215" in summary["answers"][0]
+
+
+def _rl_receipt(phase, arm, seed, passed, role=None):
+    outcomes = [{"task_id": f"dev-x-{i:03d}", "family": "x", "passed": p, "status": "passed" if p else "failed",
+                 "pass_fraction": float(p), "completion": ""} for i, p in enumerate(passed)]
+    key = f"{phase}-{role or arm}-seed-{seed}"
+    return {"key": key, "phase": phase, "arm": arm, "role": role, "seed": seed, "elapsed_seconds": 2.0,
+            "training": {"updated_groups": 5, "exact_training_rollouts": 3, "rollouts": 128},
+            "evaluation": {"split": "final" if phase == "confirm" else "dev", "outcomes": outcomes,
+                           "summary": {"pass_at_1": sum(passed) / len(passed), "tasks_solved": sum(passed),
+                                       "tasks_total": len(passed)}}}
+
+
+def test_rl_analysis_on_synthetic_receipts(tmp_path):
+    plan = rl_choices.build_plan("ckpt", "a" * 64, ["baseline", "temp-low"], [1, 2], list(range(11, 21)), 2, None, 1,
+                                 None, None)
+    receipts = [{"key": "pretrained-dev", "phase": "reference", "evaluation": {
+        "split": "dev", "summary": {"pass_at_1": 0.1, "tasks_solved": 1, "tasks_total": 10}}}]
+    for seed in (1, 2):
+        receipts.append(_rl_receipt("screen", "baseline", seed, [True] * 2 + [False] * 8))
+        receipts.append(_rl_receipt("screen", "temp-low", seed, [True] * 4 + [False] * 6))
+    for seed in range(11, 21):
+        receipts.append(_rl_receipt("confirm", "baseline", seed, [True] * 3 + [False] * 7, role="baseline"))
+        # the candidate gains tasks 3 and 4 on every seed and loses task 0 on seed 20
+        cand = [seed != 20, True, True, True, True] + [False] * 5
+        receipts.append(_rl_receipt("confirm", "temp-low", seed, cand, role="candidate"))
+    _write_study(tmp_path, plan, receipts)
+    summary = analysis.analyze(tmp_path)
+    screen = summary["screen_comparisons"][0]
+    assert screen["mean"] == pytest.approx(20.0) and screen["pooled_tasks"]["gains"] == 4
+    assert screen["pooled_tasks"]["p"] == pytest.approx(2 / 16, abs=0.01)  # 4 discordant pairs, Monte Carlo
+    confirmation = summary["confirmation"]
+    assert confirmation["candidate"] == "temp-low" and confirmation["n"] == 10
+    assert confirmation["mean"] == pytest.approx(19.0)
+    assert confirmation["sign_flip_p"] == pytest.approx(2 / 1024)
+    per_seed = {r["seed"]: r for r in confirmation["per_seed"]}
+    assert (per_seed[11]["gains"], per_seed[11]["losses"]) == (2, 0)
+    assert per_seed[11]["mcnemar_p"] == pytest.approx(0.5)
+    assert (per_seed[20]["gains"], per_seed[20]["losses"]) == (2, 1)
+    assert summary["pretrained"]["dev"]["solved"] == 1
+    assert summary["headline_table"]["rows"][-1][1] == "temp-low"
+    assert "untouched final split" in summary["answers"][1]
+
+
+def test_rl_selection_follows_the_planned_rule():
+    plan = rl_choices.build_plan("ckpt", "a" * 64, ["baseline", "temp-low", "partial"], [1], [2], 2, None, 1, None,
+                                 None)
+    receipts = [_rl_receipt("screen", "baseline", 1, [True, False]),
+                _rl_receipt("screen", "temp-low", 1, [True, False]),
+                _rl_receipt("screen", "partial", 1, [True, False])]
+    assert rl_choices.select_candidate(plan, receipts)["candidate"] == "temp-low"  # tie: arm order
+    receipts[2] = _rl_receipt("screen", "partial", 1, [True, True])
+    assert rl_choices.select_candidate(plan, receipts)["candidate"] == "partial"
+    with pytest.raises(ValueError, match="not finished"):
+        rl_choices.select_candidate(plan, receipts[:2])
+
+
+def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
+    ckpt_run = tmp_path / "pretrain"
+    assert main(["pretrain", "--preset", "tiny", "--steps", "1", "--sequence-length", "128", "--batch-size", "2",
+                 "--output", str(ckpt_run), "--checkpoints", "1", "--no-progress"]) == 0
+    out = tmp_path / "rl"
+    args = ["experiment", "rl-choices", "--output", str(out), "--checkpoint", str(ckpt_run / "checkpoint-0001"),
+            "--arms", "baseline,group-16", "--seeds", "1", "--confirm-seeds", "2", "--tasks", "1", "--workers", "1",
+            "--no-progress"]
+    assert main(args) == 0
+    names = sorted(p.stem for p in (out / "runs").glob("*.json"))
+    assert names == ["confirm-baseline-seed-2", "confirm-candidate-seed-2", "pretrained-dev", "pretrained-final",
+                     "screen-baseline-seed-1", "screen-group-16-seed-1"]
+    candidate = json.loads((out / "runs" / "confirm-candidate-seed-2.json").read_text())
+    assert candidate["arm"] == "group-16" and candidate["evaluation"]["split"] == "final"
+    assert candidate["training"]["rollouts"] == 128 and len(candidate["evaluation"]["outcomes"]) == 5
+    assert not (out / "work").exists()  # checkpoints are removed once evaluated
+    assert json.loads((out / "selection.json").read_text())["candidate"] == "group-16"
+    assert main(["analyze", str(out)]) == 0
+    assert "Which RL choices matter" in (out / "REPORT.md").read_text()
