@@ -8,6 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..runtime import DEVICE_CHOICES
+
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
@@ -45,6 +47,8 @@ def _common(p) -> None:
     p.add_argument("--force", action="store_true", help="replace a study planned with a different design")
     p.add_argument("--plan-only", action="store_true", help="write plan.json (design + time estimate) and stop")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
+                   help="where each run trains (default cpu; with cuda, --workers processes share the GPU)")
 
 
 def register(sub, bench_sub) -> None:
@@ -131,9 +135,11 @@ def _start_study(args, out: Path, plan: dict) -> bool:
 def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
     from .study import run_units
 
-    design = plan["design"]
-    return run_units(out, plan, [u | {"design": design} for u in units], unit_function, workers=args.workers,
-                     progress=not args.no_progress, argv=sys.argv)
+    from ..runtime import resolve_device
+
+    design, device = plan["design"], str(resolve_device(args.device))
+    return run_units(out, plan, [u | {"design": design, "device": device} for u in units], unit_function,
+                     workers=args.workers, progress=not args.no_progress, argv=sys.argv, device=device)
 
 
 def run_pretraining_data(args) -> int:

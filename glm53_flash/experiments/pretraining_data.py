@@ -237,7 +237,9 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
         with torch.inference_mode():
             inputs, _ = encode_examples(examples, sequence_length)
             length = max(len(e.text.encode()) + 2 for e in examples) - 1
-            logits = model(inputs[:, :length]).logits.float()  # right padding cannot reach earlier positions
+            device = next(model.parameters()).device
+            # one batched forward: right padding cannot reach earlier positions (causal, per-token routing)
+            logits = model(inputs[:, :length].to(device)).logits.float().cpu()
             # the longest target is 24 tokens; never ask for more room than the context has left
             cap = min(generation_tokens, sequence_length - max(e.prompt_tokens for e in examples))
             completions = generate(model, [e.prompt for e in examples], max_new_tokens=cap,
@@ -422,7 +424,7 @@ def run_unit(unit: dict) -> dict:
     """Worker entry point: one (condition, seed) run of the plan carried in the unit."""
     design = unit["design"]
     cfg = RunConfig(unit["condition"], unit["seed"], design["steps"], design["batch_size"], design["learning_rate"],
-                    design["sequence_length"], tuple(design["eval_at"]))
+                    design["sequence_length"], tuple(design["eval_at"]), device=unit.get("device", "cpu"))
     return train_condition(cfg)
 
 

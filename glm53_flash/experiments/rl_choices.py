@@ -152,10 +152,10 @@ def run_unit(unit: dict) -> dict:
     from ..train.rl import RLConfig, train_rl
 
     torch.set_num_threads(1)
-    design = unit["design"]
+    design, device = unit["design"], unit.get("device", "cpu")
     started = time.perf_counter()
     if unit["phase"] == "reference":
-        model, _ = load_checkpoint(design["checkpoint"])
+        model, _ = load_checkpoint(design["checkpoint"], device)
         evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
         return {"phase": "reference", "arm": "pretrained", "seed": None, "evaluation": evaluation,
                 "elapsed_seconds": round(time.perf_counter() - started, 3)}
@@ -169,11 +169,11 @@ def run_unit(unit: dict) -> dict:
         learning_rate=RECIPE["learning_rate"], train_scope=RECIPE["train_scope"],
         reward_mode=settings["reward_mode"], invalid_penalty=settings["invalid_penalty"],
         exact_bonus=RECIPE["exact_bonus"], families=RECIPE["families"], tasks_per_family=RECIPE["tasks_per_family"],
-        seed=unit["seed"], device="cpu", logprob_source=RECIPE["logprob_source"],
+        seed=unit["seed"], device=device, logprob_source=RECIPE["logprob_source"],
         loss_normalization=RECIPE["loss_normalization"], eos_handling=RECIPE["eos_handling"], stop=RECIPE["stop"],
         verifier_workers=1, resume=True, progress=False))
     final = rl["checkpoints"][-1]
-    model, meta = load_checkpoint(final["path"])
+    model, meta = load_checkpoint(final["path"], device)
     evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
     training = {key: rl[key] for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                          "exact_training_rollouts", "elapsed_seconds", "trainable_parameters")}

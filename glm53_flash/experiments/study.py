@@ -62,11 +62,13 @@ def _run_unit(function: Callable[[dict], dict], unit: dict) -> dict:
 
 
 def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict], dict], *,
-              workers: int = 1, progress: bool = True, argv: list[str] | None = None) -> int:
+              workers: int = 1, progress: bool = True, argv: list[str] | None = None, device: str = "cpu") -> int:
     """Run every unit without a receipt; returns how many ran. `function` must be a module-level function."""
     todo = pending_units(out, units)
     if not todo:
         return 0
+    # the code that runs is the code loaded now: record its commit once, not at each (later) write
+    started_with = provenance(argv, device=device)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -75,7 +77,8 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
                    dynamic_ncols=True, file=sys.stderr)
 
     def finish(unit: dict, result: dict) -> None:
-        result.update(unit={k: v for k, v in unit.items() if k != "design"}, plan_sha256=plan["plan_sha256"], provenance=provenance(argv, device="cpu"))
+        result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device")}, plan_sha256=plan["plan_sha256"],
+                      provenance=started_with | {"finished_utc": _now()})
         write_json(receipt_path(out, unit["key"]), result)
         if bar is not None:
             bar.update(1)
@@ -103,6 +106,12 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
         if bar is not None:
             bar.close()
     return len(todo)
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def load_receipts(out: Path) -> list[dict]:
