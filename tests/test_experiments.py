@@ -307,3 +307,15 @@ def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     assert json.loads((out / "selection.json").read_text())["candidate"] == "group-16"
     assert main(["analyze", str(out)]) == 0
     assert "Which RL choices matter" in (out / "REPORT.md").read_text()
+
+
+def test_shards_split_the_units_of_one_plan(tmp_path, one_thread):
+    out = tmp_path / "study"
+    base = ["experiment", "pretraining-data", "--output", str(out), "--steps", "1", "--seeds", "5,6",
+            "--conditions", "diverse-88", "--eval-at", "1", "--workers", "1", "--no-progress"]
+    assert main([*base, "--shard", "1/2"]) == 0
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["diverse-88-seed-6"]
+    assert main([*base, "--shard", "0/2"]) == 0  # same plan: the other half joins it
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["diverse-88-seed-5", "diverse-88-seed-6"]
+    with pytest.raises(SystemExit):
+        main([*base, "--shard", "2/2"])

@@ -41,12 +41,24 @@ def _seed_range(text: str) -> tuple[int, ...]:
     return _int_list(text)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N such as 0/2, got {text!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"need 0 <= I < N, got {text!r}")
+    return index, count
+
+
 def _common(p) -> None:
     p.add_argument("--output", required=True, help="study directory (resumed when it holds the same plan)")
     p.add_argument("--workers", type=int, default=2, help="runs in parallel, one torch thread each (default 2)")
     p.add_argument("--force", action="store_true", help="replace a study planned with a different design")
     p.add_argument("--plan-only", action="store_true", help="write plan.json (design + time estimate) and stop")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                   help="run only every N-th unit of the plan starting at I (split a study across machines)")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
                    help="where each run trains (default cpu; with cuda, --workers processes share the GPU)")
 
@@ -138,6 +150,9 @@ def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
     from ..runtime import resolve_device
 
     design, device = plan["design"], str(resolve_device(args.device))
+    index, count = args.shard
+    position = {u["key"]: i for i, u in enumerate(plan["units"])}
+    units = [u for u in units if position[u["key"]] % count == index]
     return run_units(out, plan, [u | {"design": design, "device": device} for u in units], unit_function,
                      workers=args.workers, progress=not args.no_progress, argv=sys.argv, device=device)
 
