@@ -14,6 +14,7 @@ import ipaddress
 import json
 import secrets
 import threading
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -65,6 +66,7 @@ class SlideServer(ThreadingHTTPServer):
         self.token = secrets.token_urlsafe(24)
         self.notes = NotesStore(notes_dir)
         self.playground = playground
+        self.refusals: Counter[int] = Counter()  # refused requests by status, for the operator and tests
         bound_port = self.server_address[1]
         names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
         self.allowed_hosts = {f"{name}:{bound_port}" for name in names}
@@ -159,6 +161,7 @@ class Handler(BaseHTTPRequestHandler):
             action()
         except RequestRefused as refused:
             self.close_connection = True  # an unread body must not be parsed as the next request
+            self.server.refusals[refused.status] += 1
             self._error(refused.status, str(refused))
 
     # ------------------------------------------------------------------ routes
@@ -172,7 +175,10 @@ class Handler(BaseHTTPRequestHandler):
         self._guarded(self._post)
 
     def _not_allowed(self) -> None:
-        self._guarded(lambda: self._error(405, f"method {self.command} is not allowed"))
+        def refuse() -> None:
+            raise RequestRefused(405, f"method {self.command} is not allowed")
+
+        self._guarded(refuse)
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
