@@ -355,8 +355,8 @@ def build_deck(runs: str | Path) -> str:
             body += "".join(f"<p>{esc(answer)}</p>" for answer in study.get("answers", []))
             notes = f"Read from {esc(relative)}."
         else:
-            body = (f"<p class='missing'>Not in this build: <code>{esc(relative)}</code> is missing under "
-                    f"<code>{esc(runs)}</code>. <code>{esc(command)}</code> produces it; then rebuild with "
+            body = (f"<p class='missing'>Not in this build: <code>{esc(runs.name)}/{esc(relative)}</code> is "
+                    f"missing. <code>{esc(command)}</code> produces it; then rebuild with "
                     f"<code>glm53 slides build</code>.</p>")
             notes = "No numbers are shown for a study that has not been run."
         deck.add(slide_id, title, body, notes)
@@ -365,7 +365,7 @@ def build_deck(runs: str | Path) -> str:
     prov = summary["provenance"]
     deck.add("sources", "Where every number came from",
              table(["", ""], [
-                 ("headline summary", str(run / "summary.json")),
+                 ("headline summary", str(Path(runs.name) / run.relative_to(runs) / "summary.json")),
                  ("written by", " ".join(prov["argv"])),
                  ("code version", prov["git_commit"]), ("created", prov["created_utc"]),
                  ("machine", f"{prov['platform']}, {prov['cpu_count']} CPUs"),
