@@ -15,7 +15,11 @@ from glm53_flash.tasks import task_by_id
 from glm53_flash.train.checkpoint import load_checkpoint
 from glm53_flash.verifier import Verifier
 from glm53_flash.web.notes import NotesStore
-from glm53_flash.web.playground import NO_CHECKPOINT_HELP, RateLimiter, default_checkpoint
+from glm53_flash.web.playground import (
+    NO_CHECKPOINT_HELP,
+    RateLimiter,
+    default_checkpoint,
+)
 from glm53_flash.web.server import MAX_BODY_BYTES, SlideServer
 
 NOTE = {"feedback": {"result": "say the seed count out loud"},

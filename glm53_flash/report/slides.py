@@ -217,8 +217,8 @@ def build_deck(runs: str | Path) -> str:
         ("active parameters per token", RELEASED["active_parameters"], f"{counts['active']:,} (routed experts at k/E)"),
         ("layers", RELEASED["layers"], str(cfg.layers)),
         ("attention", RELEASED["attention"],
-         f"{facts['linear']} linear + {facts['sparse']} local+strided sparse (layers "
-         f"{', '.join(map(str, facts['sparse_layers']))})"),
+         (f"{facts['linear']} linear + {facts['sparse']} local+strided sparse (layers "
+          f"{', '.join(map(str, facts['sparse_layers']))})")),
         ("hidden size", RELEASED["hidden"], str(cfg.dim)),
         ("experts", RELEASED["experts"], f"{cfg.experts} routed, top-{cfg.top_k}, + 1 shared"),
         ("residual streams", RELEASED["streams"], f"{cfg.streams} (stream mode '{cfg.stream_mode}')"),
@@ -241,8 +241,8 @@ def build_deck(runs: str | Path) -> str:
              + table(["piece", "setting"], [
                  ("linear attention", f"ELU+1 feature map, {cfg.heads} heads, chunk {cfg.linear_chunk}"),
                  ("sparse attention", f"window {cfg.sparse_window} + every {cfg.sparse_stride}th key"),
-                 ("mixture of experts", f"{cfg.experts} SwiGLU experts of width {cfg.expert_hidden}, top-{cfg.top_k}, "
-                                        f"+ 1 shared; balance loss weight {cfg.balance_loss_weight}"),
+                 ("mixture of experts", (f"{cfg.experts} SwiGLU experts of width {cfg.expert_hidden}, "
+                                         f"top-{cfg.top_k}, + 1 shared; balance loss weight {cfg.balance_loss_weight}")),
              ]),
              "Linear layers carry a fixed-size state, so decoding costs the same per token at any length; the "
              "sparse layers see exact keys in a window plus strided anchors.")
@@ -313,8 +313,8 @@ def build_deck(runs: str | Path) -> str:
         gt, st = v["greedy_trained"], v["sampled_trained"]
         rows.append((s, f"{gt['before_solved']}/{gt['tasks']} -> {gt['after_solved']}/{gt['tasks']}",
                      f"{gt['gains']} / {gt['losses']}", _p(gt["mcnemar_p"]),
-                     f"{100 * st['rate_difference']:+.1f} [{100 * st['rate_difference_ci'][0]:+.1f}, "
-                     f"{100 * st['rate_difference_ci'][1]:+.1f}]"))
+                     (f"{100 * st['rate_difference']:+.1f} [{100 * st['rate_difference_ci'][0]:+.1f}, "
+                      f"{100 * st['rate_difference_ci'][1]:+.1f}]")))
     opened = ("opened after the last selection receipt" if summary["confirm_opened_after_selection"]
               else "NOT opened after all selection")
     deck.add("confirmation", "Confirmation: paired tests on a held-out split",

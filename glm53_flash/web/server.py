@@ -94,7 +94,7 @@ class Handler(BaseHTTPRequestHandler):
     timeout = 30  # a client that stops sending mid-body cannot hold a thread forever
 
     # ------------------------------------------------------------------ plumbing
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args) -> None:
         if getattr(self.server, "verbose", False):
             super().log_message(format, *args)
 
@@ -165,13 +165,13 @@ class Handler(BaseHTTPRequestHandler):
             self._error(refused.status, str(refused))
 
     # ------------------------------------------------------------------ routes
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self._guarded(self._get)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._guarded(self._get)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._guarded(self._post)
 
     def _not_allowed(self) -> None:
@@ -234,7 +234,7 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 return  # the page went away; stop generating
-            except Exception as error:  # report it on the stream the page is reading, then end it
+            except Exception as error:  # noqa: BLE001 (reported on the stream the page reads, then it ends)
                 self.wfile.write(json.dumps({"type": "error", "error": f"{type(error).__name__}: {error}"}).encode()
                                  + b"\n")
         finally:
