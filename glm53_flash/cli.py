@@ -23,6 +23,7 @@ REGISTRARS = (
     ("glm53_flash.verifier.commands", "register"),
     ("glm53_flash.reproduce", "register"),
     ("glm53_flash.experiments.commands", "register"),
+    ("glm53_flash.web.commands", "register"),
 )
 
 

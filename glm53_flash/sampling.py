@@ -8,7 +8,7 @@ RNG reseeded per call). Prompts of different lengths share one cache without pad
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -223,6 +223,66 @@ def generate_for_tasks(model, tasks: Sequence, *, stop: str = "parse", **options
                     stop=stop, **options)
 
 
+
+def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
+                    top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+                    key: str | None = None, stop: str = "eos", task=None) -> Iterator[tuple[int, Completion | None]]:
+    """One prompt, one sample, one token at a time: yields (token_id, None) for every token chosen,
+    and (token_id, Completion) for the last one.
+
+    The same decision rule as `generate(model, [prompt], samples=1, ...)` (same masks, the same
+    Gumbel stream for (seed, key, sample 0), the same stop rules), so the tokens and the final
+    Completion equal that call's; it exists so a caller (the playground) can show each token as it
+    is decided. stop='parse' needs `task` (the CodingTask whose prompt this is).
+    """
+    from .verifier.policy import completion_is_parseable
+
+    cfg = model.config
+    _check_arguments([prompt], 1, max_new_tokens, temperature, top_k, top_p, None if key is None else [key],
+                     stop, None if task is None else [task], 1, cfg.vocab_size)
+    encoded = _TOKENIZER.encode(prompt, bos=True)
+    if len(encoded) + max_new_tokens > cfg.max_sequence_length:
+        raise ValueError(f"prompt is {len(encoded)} tokens (with BOS); plus max_new_tokens={max_new_tokens} "
+                         f"that exceeds max_sequence_length {cfg.max_sequence_length}")
+    settings = _Settings(1, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop)
+    device = next(model.parameters()).device
+    noise = None
+    if settings.temperature > 0:
+        noise = gumbel_noise(settings.seed, prompt if key is None else key, 0, max_new_tokens,
+                             cfg.vocab_size).to(device)
+
+    def is_parseable(_: int, text: str) -> bool:
+        return completion_is_parseable(task, text)
+
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), autocast(device):
+            cache = model.new_cache(1)
+            logits = model(torch.tensor([encoded], dtype=torch.long, device=device), cache=cache).logits[:, -1]
+            while True:
+                masked = mask_logits(logits.float(), stop)
+                if noise is None:
+                    scores = masked
+                    choice = masked.argmax(-1)
+                else:
+                    scores = sampling_logits(masked, settings.temperature, top_k, top_p)
+                    choice = (scores + noise[len(tokens)]).argmax(-1)
+                token = int(choice.item())
+                tokens.append(token)
+                logprobs.append(float(torch.log_softmax(scores, -1)[0, token].item()))
+                reason = _finish_reason(tokens, settings, is_parseable, 0)
+                if reason is not None:
+                    yield token, _completion(tokens, logprobs, settings, reason)
+                    return
+                yield token, None
+                logits = model(torch.tensor([[token]], dtype=torch.long, device=device), cache=cache).logits[:, -1]
+    finally:
+        model.train(was_training)
+
+
 @dataclass(frozen=True)
 class _Settings:
     samples: int
@@ -386,5 +446,6 @@ __all__ = [
     "gumbel_noise",
     "mask_logits",
     "sampling_logits",
+    "stream_generate",
     "stream_seed",
 ]

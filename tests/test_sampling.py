@@ -15,6 +15,7 @@ from glm53_flash.sampling import (
     generate_for_tasks,
     gumbel_noise,
     sampling_logits,
+    stream_generate,
     stream_seed,
 )
 from glm53_flash.tasks import frozen_tasks
@@ -303,3 +304,41 @@ def test_bad_arguments_raise_clear_errors(model, kwargs, message):
     prompts = options.pop("prompts")
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         generate(model, prompts, **options)
+
+
+# --------------------------------------------------------------------------- token-by-token streaming
+
+
+@pytest.mark.parametrize("options", [
+    {"temperature": 0.0},
+    {"temperature": 0.9, "seed": 3},
+    {"temperature": 1.3, "seed": 11, "top_k": 20, "top_p": 0.9, "key": "k"},
+    {"temperature": 0.0, "stop": "none"},
+])
+def test_stream_generate_equals_generate(model, options):
+    for prompt in PROMPTS:
+        steps = list(stream_generate(model, prompt, max_new_tokens=24, **options))
+        batch_options = {k: v for k, v in options.items() if k != "key"}
+        if "key" in options:
+            batch_options["keys"] = [options["key"]]
+        (expected,), = generate(model, [prompt], max_new_tokens=24, **batch_options)
+        assert [t for t, _ in steps] == list(expected.token_ids)
+        assert all(c is None for _, c in steps[:-1])
+        final = steps[-1][1]
+        assert final == expected
+
+
+def test_stream_generate_parse_rule_matches_generate_for_tasks():
+    model = BigramModel({":": "\n", "\n": " ", " ": "1", "1": "\n"})
+    task = frozen_tasks("dev", 1, ("double",))[0]
+    steps = list(stream_generate(model, task.prompt, max_new_tokens=20, stop="parse", task=task, key=task.task_id))
+    (expected,), = generate_for_tasks(model, [task], max_new_tokens=20)
+    assert steps[-1][1] == expected and expected.finish_reason == "parse"
+    assert TOK.decode(t for t, _ in steps) == "\n 1\n"
+
+
+def test_stream_generate_rejects_bad_arguments(model):
+    with pytest.raises(ValueError, match="needs tasks"):
+        next(stream_generate(model, "def f(x):", stop="parse"))
+    with pytest.raises(ValueError, match="exceeds max_sequence_length"):
+        next(stream_generate(model, "x" * 60, max_new_tokens=10))

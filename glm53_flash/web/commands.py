@@ -1,0 +1,75 @@
+"""`glm53 serve` and `glm53 slides build`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DEFAULT_RUNS = "results"
+DEFAULT_NOTES = "runs/slide-notes"
+
+
+def register(sub, bench_sub) -> None:
+    slides = sub.add_parser("slides", help="the course deck, built from receipts")
+    slides_sub = slides.add_subparsers(dest="slides_command", metavar="ACTION")
+    slides.set_defaults(func=lambda args: slides.print_help() or 2)
+    build = slides_sub.add_parser("build", help="write the self-contained HTML deck")
+    build.add_argument("--runs", default=DEFAULT_RUNS,
+                       help="results directory (holds headline/summary.json) or a reproduce run directory "
+                            f"(default {DEFAULT_RUNS})")
+    build.add_argument("--output", default="slides/index.html", help="the HTML file to write (default slides/index.html)")
+    build.set_defaults(func=_run_build)
+
+    serve = sub.add_parser("serve", help="serve the deck, its notes and the live playground on this machine")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow a non-loopback --host (anyone who can reach it can read the deck and run the model)")
+    serve.add_argument("--runs", default=DEFAULT_RUNS, help=f"receipts the deck is built from (default {DEFAULT_RUNS})")
+    serve.add_argument("--checkpoint", default=None,
+                       help="the playground's model (default: the demo run's selected checkpoint under runs/demo)")
+    serve.add_argument("--notes", default=DEFAULT_NOTES,
+                       help=f"directory for feedback notes and text edits (default {DEFAULT_NOTES}; never served)")
+    serve.add_argument("--generations-per-minute", type=int, default=12, help="playground rate limit (default 12)")
+    serve.add_argument("--device", default="cpu", help="device for the playground model (default cpu)")
+    serve.set_defaults(func=_run_serve)
+
+
+def _run_build(args) -> int:
+    from ..report.slides import write_deck
+
+    path = write_deck(args.runs, args.output)
+    print(f"wrote {path} ({path.stat().st_size:,} bytes) from {args.runs}")
+    return 0
+
+
+def _run_serve(args) -> int:
+    from ..report.slides import build_deck
+    from .playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
+    from .server import is_loopback, start_server
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port} is outside 0-65535")
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            raise ValueError(f"--host {args.host} is not a loopback address; pass --allow-remote to expose the "
+                             f"server to the network")
+        print(f"WARNING: serving on {args.host}: anyone who can reach this address can read the deck and the "
+              f"notes and run the model (writes still need the page's token)", file=sys.stderr)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
+    deck = build_deck(args.runs)
+    playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device)
+    server, thread = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes, playground=playground,
+                                  allow_remote=args.allow_remote)
+    print(f"slides:     {server.url}", flush=True)
+    print(f"playground: {server.url}playground", flush=True)
+    print(f"notes:      {Path(args.notes).resolve()} (not served)", flush=True)
+    print(f"model:      {checkpoint if checkpoint else NO_CHECKPOINT_HELP}", flush=True)
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0

@@ -1,0 +1,146 @@
+"""Slide notes: the deck's feedback notes and text edits, validated and stored with history.
+
+The original's `/api/feedback` document shape is kept ({version, updatedAt, feedback, catalog});
+`/api/text-edits` (a route the original deck called but its server lacked) stores
+{version, updatedAt, edits: {key: text}}. Every write replaces the current file atomically
+(temporary file, then rename) and appends the stored document to an append-only history file, so
+no note is ever lost to a later write. Notes live in their own directory, outside anything served.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..receipts import write_json
+
+MAX_KEY_CHARS = 200
+MAX_TEXT_CHARS = 20_000
+MAX_ENTRIES = 2_000
+
+KINDS = ("feedback", "text-edits")
+
+
+class NoteError(ValueError):
+    """A request body that does not have the document's shape; answered with 400."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def empty_document(kind: str) -> dict:
+    if kind == "feedback":
+        return {"version": 1, "updatedAt": None, "feedback": {}, "catalog": {}}
+    if kind == "text-edits":
+        return {"version": 1, "updatedAt": None, "edits": {}}
+    raise ValueError(f"unknown notes kind {kind!r}; allowed: {', '.join(KINDS)}")
+
+
+def _check_key(key, where: str) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+        raise NoteError(f"{where}: keys must be non-empty strings of at most {MAX_KEY_CHARS} characters")
+
+
+def _text_map(value, where: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise NoteError(f"{where} must be an object")
+    if len(value) > MAX_ENTRIES:
+        raise NoteError(f"{where} has {len(value)} entries; at most {MAX_ENTRIES} are allowed")
+    for key, text in value.items():
+        _check_key(key, where)
+        if not isinstance(text, str) or len(text) > MAX_TEXT_CHARS:
+            raise NoteError(f"{where}[{key!r}] must be a string of at most {MAX_TEXT_CHARS} characters")
+    return dict(value)
+
+
+def _catalog(value) -> dict:
+    if not isinstance(value, dict):
+        raise NoteError("catalog must be an object")
+    if len(value) > MAX_ENTRIES:
+        raise NoteError(f"catalog has {len(value)} entries; at most {MAX_ENTRIES} are allowed")
+    clean = {}
+    for key, entry in value.items():
+        _check_key(key, "catalog")
+        if not isinstance(entry, dict):
+            raise NoteError(f"catalog[{key!r}] must be an object")
+        title = entry.get("title", "")
+        position = entry.get("lastKnownPosition")
+        seen = entry.get("lastSeenAt")
+        if not isinstance(title, str) or len(title) > MAX_TEXT_CHARS:
+            raise NoteError(f"catalog[{key!r}].title must be a string")
+        if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
+            raise NoteError(f"catalog[{key!r}].lastKnownPosition must be an integer or null")
+        if seen is not None and (not isinstance(seen, str) or len(seen) > 64):
+            raise NoteError(f"catalog[{key!r}].lastSeenAt must be a short string or null")
+        clean[key] = {"title": title, "lastKnownPosition": position, "lastSeenAt": seen}
+    return clean
+
+
+def validate(kind: str, body) -> dict:
+    """The document to store for a POSTed body, or NoteError naming what is wrong."""
+    if not isinstance(body, dict):
+        raise NoteError("the body must be a JSON object")
+    if kind == "feedback":
+        unknown = set(body) - {"version", "updatedAt", "feedback", "catalog"}
+        if unknown:
+            raise NoteError(f"unknown fields: {', '.join(sorted(unknown))}")
+        return {"version": 1, "updatedAt": _now(), "feedback": _text_map(body.get("feedback", {}), "feedback"),
+                "catalog": _catalog(body.get("catalog", {}))}
+    if kind == "text-edits":
+        unknown = set(body) - {"version", "updatedAt", "edits"}
+        if unknown:
+            raise NoteError(f"unknown fields: {', '.join(sorted(unknown))}")
+        return {"version": 1, "updatedAt": _now(), "edits": _text_map(body.get("edits", {}), "edits")}
+    raise ValueError(f"unknown notes kind {kind!r}")
+
+
+class NotesStore:
+    """`<dir>/<kind>.json` (the current document) and `<dir>/<kind>.history.jsonl` (every write)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+
+    def path(self, kind: str) -> Path:
+        empty_document(kind)  # validates the kind
+        return self.directory / f"{kind}.json"
+
+    def history_path(self, kind: str) -> Path:
+        return self.directory / f"{kind}.history.jsonl"
+
+    def read(self, kind: str) -> dict:
+        """The stored document; the empty skeleton when the file is missing or unreadable."""
+        document = empty_document(kind)
+        try:
+            stored = json.loads(self.path(kind).read_text())
+        except (OSError, ValueError):
+            return document
+        if isinstance(stored, dict):
+            for key in document:
+                if key in stored and isinstance(stored[key], type(document[key]) if document[key] is not None
+                                                else (str, type(None))):
+                    document[key] = stored[key]
+        return document
+
+    def write(self, kind: str, body) -> dict:
+        """Validate, append to the history, then atomically replace the current document."""
+        document = validate(kind, body)
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            line = json.dumps(document, sort_keys=True, ensure_ascii=False) + "\n"
+            with open(self.history_path(kind), "a", encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+            write_json(self.path(kind), document)
+        return document
+
+    def history(self, kind: str) -> list[dict]:
+        path = self.history_path(kind)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

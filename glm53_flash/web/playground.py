@@ -1,0 +1,206 @@
+"""The live playground: a checkpoint completes a prompt token by token, then the sandboxed verifier
+runs the task's hidden tests, one verdict for the program and one per case.
+
+Nothing here is scripted: the tokens come from `sampling.stream_generate` on the loaded
+checkpoint and the verdicts from `verifier.Verifier`. Generation is limited to one at a time and a
+fixed number per minute, so a page left open cannot keep the machine busy.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..tasks import frozen_tasks, task_by_id
+from ..verifier.evaluation import short_repr
+
+MAX_PROMPT_CHARS = 1_000
+MAX_NEW_TOKENS = 96
+PLAYGROUND_SPLIT = "dev"  # tasks offered by the picker: the dev split, never the confirm split
+NO_CHECKPOINT_HELP = ("no checkpoint to load: `make demo` (glm53 reproduce --preset headline --output runs/demo) "
+                      "makes one, or start the server with --checkpoint DIR")
+
+
+class PlaygroundError(ValueError):
+    """A request the playground refuses before generating; `status` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
+    """The demo run's selected checkpoint: among the RL seeds, the one whose dev-selected checkpoint
+    scored highest on dev (ties to the plan's seed order); the dev-selected pretraining checkpoint
+    when no RL run has finished; None when neither exists. Chosen from dev receipts only."""
+    demo = Path(demo_dir)
+    best, best_score = None, None
+    plan_path = demo / "plan.json"
+    seeds = json.loads(plan_path.read_text())["plan"]["rl_seeds"] if plan_path.exists() else []
+    for seed in seeds:
+        selection = demo / f"rl-{seed}" / "selection-dev.json"
+        if selection.exists():
+            chosen = json.loads(selection.read_text())["selected"]
+            if best_score is None or tuple(chosen["score"]) > best_score:
+                best, best_score = chosen["checkpoint"], tuple(chosen["score"])
+    if best is None:
+        selection = demo / "pretrain" / "selection-dev.json"
+        if selection.exists():
+            best = json.loads(selection.read_text())["selected"]["checkpoint"]
+    if best is None:
+        return None
+    path = Path(best)
+    return path if path.is_dir() else None
+
+
+class RateLimiter:
+    """At most `per_minute` starts in any 60-second window (a sliding log of start times)."""
+
+    def __init__(self, per_minute: int, clock=time.monotonic) -> None:
+        if per_minute < 1:
+            raise ValueError(f"the generation rate limit must be >= 1 per minute, got {per_minute}")
+        self.per_minute = per_minute
+        self._clock = clock
+        self._starts: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            while self._starts and now - self._starts[0] >= 60.0:
+                self._starts.popleft()
+            if len(self._starts) >= self.per_minute:
+                return False
+            self._starts.append(now)
+            return True
+
+
+class Playground:
+    """A loaded checkpoint, a verifier pool and the limits that guard them."""
+
+    def __init__(self, checkpoint: str | Path | None, *, per_minute: int = 12, device: str = "cpu") -> None:
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.limiter = RateLimiter(per_minute)
+        self._busy = threading.Lock()
+        self.model = None
+        self.metadata: dict = {}
+        self.verifier = None
+        if self.checkpoint is not None:
+            from ..train.checkpoint import load_checkpoint
+            from ..verifier import Verifier
+
+            if not self.checkpoint.is_dir():
+                raise FileNotFoundError(f"--checkpoint {self.checkpoint} is not a directory")
+            self.model, self.metadata = load_checkpoint(self.checkpoint, device)
+            self.model.eval()
+            self.verifier = Verifier(workers=1)
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None
+
+    def describe(self) -> dict:
+        """What the page shows about the model, and the tasks it offers."""
+        tasks = [{"task_id": t.task_id, "family": t.family, "prompt": t.prompt}
+                 for t in frozen_tasks(PLAYGROUND_SPLIT, 2)]
+        if not self.ready:
+            return {"ready": False, "message": NO_CHECKPOINT_HELP, "tasks": tasks}
+        counts = self.metadata.get("parameter_counts") or self.model.parameter_counts()
+        return {"ready": True, "checkpoint": str(self.checkpoint), "weights_sha256": self.metadata.get("weights_sha256"),
+                "parameters": counts.get("total"), "max_new_tokens": MAX_NEW_TOKENS, "tasks": tasks}
+
+    def close(self) -> None:
+        if self.verifier is not None:
+            self.verifier.close()
+
+    # ------------------------------------------------------------------ one request
+    def prepare(self, body) -> dict:
+        """Validate a generation request; PlaygroundError (with its HTTP status) when refused."""
+        if not self.ready:
+            raise PlaygroundError(NO_CHECKPOINT_HELP, 503)
+        if not isinstance(body, dict):
+            raise PlaygroundError("the body must be a JSON object")
+        unknown = set(body) - {"task_id", "prompt", "temperature", "max_new_tokens", "seed"}
+        if unknown:
+            raise PlaygroundError(f"unknown fields: {', '.join(sorted(unknown))}")
+        task = None
+        if body.get("task_id") not in (None, ""):
+            if not isinstance(body["task_id"], str):
+                raise PlaygroundError("task_id must be a string")
+            task = task_by_id(body["task_id"])  # ValueError names the bad id
+        prompt = body.get("prompt", task.prompt if task else None)
+        if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_CHARS:
+            raise PlaygroundError(f"prompt must be a non-empty string of at most {MAX_PROMPT_CHARS} characters")
+        temperature = body.get("temperature", 0.0)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+            raise PlaygroundError("temperature must be a number in [0, 2] (0 = greedy)")
+        max_new = body.get("max_new_tokens", 48)
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or not 1 <= max_new <= MAX_NEW_TOKENS:
+            raise PlaygroundError(f"max_new_tokens must be an integer in [1, {MAX_NEW_TOKENS}]")
+        seed = body.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise PlaygroundError("seed must be an integer in [0, 2^31)")
+        length = len(prompt.encode("utf-8")) + 1
+        limit = self.model.config.max_sequence_length
+        if length + max_new > limit:
+            raise PlaygroundError(f"prompt is {length} tokens (with BOS); plus max_new_tokens={max_new} that exceeds "
+                                  f"the model's context of {limit}")
+        # The parse stop rule needs the task's own prompt; an edited prompt stops at EOS or the cap.
+        stop = "parse" if task is not None and prompt == task.prompt else "eos"
+        return {"task": task, "prompt": prompt, "temperature": float(temperature), "max_new_tokens": max_new,
+                "seed": seed, "stop": stop}
+
+    def acquire(self) -> None:
+        """Take the single generation slot, or refuse with 429 (busy or over the per-minute limit)."""
+        if not self._busy.acquire(blocking=False):
+            raise PlaygroundError("the model is busy with another generation; try again in a moment", 429)
+        if not self.limiter.allow():
+            self._busy.release()
+            raise PlaygroundError(f"rate limit: at most {self.limiter.per_minute} generations per minute", 429)
+
+    def release(self) -> None:
+        self._busy.release()
+
+    def run(self, request: dict) -> Iterator[dict]:
+        """Events: start, one token event per generated token, done, then verdict (tasks only)."""
+        from ..sampling import stream_generate
+        from ..tokenizer import ByteTokenizer
+
+        task = request["task"]
+        yield {"type": "start", "checkpoint": str(self.checkpoint), "prompt": request["prompt"],
+               "task_id": task.task_id if task else None, "stop": request["stop"]}
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        started = time.perf_counter()
+        completion = None
+        for token, finished in stream_generate(
+                self.model, request["prompt"], max_new_tokens=request["max_new_tokens"],
+                temperature=request["temperature"], seed=request["seed"],
+                key=task.task_id if task else None, stop=request["stop"],
+                task=task if request["stop"] == "parse" else None):
+            is_byte = ByteTokenizer.byte_offset <= token < ByteTokenizer.vocab_size
+            text = decoder.decode(bytes([token - ByteTokenizer.byte_offset])) if is_byte else ""
+            yield {"type": "token", "id": token, "text": text}
+            completion = finished
+        seconds = time.perf_counter() - started
+        yield {"type": "done", "completion": completion.text, "finish_reason": completion.finish_reason,
+               "tokens": len(completion.token_ids), "seconds": round(seconds, 3)}
+        if task is not None:
+            yield self.verdict(task, request["prompt"] + completion.text)
+
+    def verdict(self, task, source: str) -> dict:
+        """The program's verdict and one per hidden case (each case judged alone in the sandbox)."""
+        singles = [dataclasses.replace(task, cases=(case,)) for case in task.cases]
+        results = self.verifier.evaluate_many([(task, source)] + [(single, source) for single in singles])
+        overall, per_case = results[0], results[1:]
+        cases = [{"number": i, "arguments": ", ".join(short_repr(a) for a in case.arguments),
+                  "expected": short_repr(case.expected), "status": r.status, "passed": r.passed,
+                  "message": r.message}
+                 for i, (case, r) in enumerate(zip(task.cases, per_case), start=1)]
+        return {"type": "verdict", "task_id": task.task_id, "entry_point": task.entry_point,
+                "evaluation": overall.to_dict(), "cases": cases}

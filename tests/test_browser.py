@@ -1,0 +1,194 @@
+"""The deck and the playground in a real headless Chromium (Debian's `chromium` + `chromium-driver`,
+driven by Selenium). Screenshots go to tests/artifacts/ for a person to look at."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from web_helpers import RESULTS, serve, stop, tiny_checkpoint
+
+from glm53_flash.report.slides import build_deck
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and CHROMEDRIVER):
+    pytest.skip("no headless browser: install Debian's chromium and chromium-driver (.ci/run does)",
+                allow_module_level=True)
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1400,900", "--no-first-run", "--disable-extensions"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def deck_html():
+    return build_deck(RESULTS)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-0000")
+
+
+@pytest.fixture
+def server(deck_html, checkpoint, tmp_path):
+    srv = serve(deck_html, tmp_path / "notes", checkpoint)
+    yield srv
+    stop(srv)
+
+
+def wait(driver, condition, seconds=20):
+    return WebDriverWait(driver, seconds, poll_frequency=0.1).until(lambda d: condition(d))
+
+
+def errors(driver) -> list[dict]:
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def counter(driver) -> str:
+    return driver.find_element(By.ID, "counter").text
+
+
+def test_deck_loads_without_console_errors_and_navigates(browser, server):
+    browser.get(server.url)
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-notes-loaded") == "true")
+    slides = browser.find_elements(By.CSS_SELECTOR, ".slide")
+    total = len(slides)
+    assert total >= 12 and counter(browser).startswith(f"1 / {total}")
+    browser.save_screenshot(str(ARTIFACTS / "deck-01-result.png"))
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.ARROW_RIGHT)
+    assert counter(browser).startswith(f"2 / {total}") and "slide=2" in browser.current_url
+    body.send_keys(Keys.SPACE)
+    body.send_keys(Keys.ARROW_LEFT)
+    assert counter(browser).startswith(f"2 / {total}")
+    body.send_keys("s")
+    assert browser.find_element(By.CSS_SELECTOR, ".slide.active .notes").is_displayed()
+    body.send_keys(Keys.ARROW_RIGHT)
+    browser.save_screenshot(str(ARTIFACTS / "deck-03-architecture-with-notes.png"))
+    body.send_keys(Keys.END)
+    assert counter(browser).startswith(f"{total} / {total}")
+    width = browser.execute_script("return document.getElementById('bar').style.width")
+    assert width == "100%"
+    active = [s.get_attribute("id") for s in slides if "active" in s.get_attribute("class")]
+    assert active == ["sources"]
+    browser.get(server.url + "?slide=5")
+    assert counter(browser).startswith(f"5 / {total}")
+    assert errors(browser) == []
+
+
+def test_deck_opens_from_a_file_without_a_server(browser, deck_html, tmp_path):
+    path = tmp_path / "deck.html"
+    path.write_text(deck_html)
+    browser.get(path.as_uri())
+    assert counter(browser).startswith("1 / ")
+    assert "in this browser" in browser.find_element(By.ID, "feedback-status").get_attribute("textContent")
+    assert errors(browser) == []
+
+
+def test_a_note_saved_in_the_page_survives_a_server_restart(browser, deck_html, checkpoint, tmp_path):
+    first = serve(deck_html, tmp_path / "notes", checkpoint)
+    note = "slow down on the McNemar slide"
+    try:
+        browser.get(first.url + "?slide=2")
+        wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-notes-loaded") == "true")
+        browser.find_element(By.TAG_NAME, "body").send_keys("f")
+        browser.find_element(By.ID, "feedback-text").send_keys(note)
+        wait(browser, lambda d: d.find_element(By.ID, "feedback-status").text == "saved on the server")
+        browser.save_screenshot(str(ARTIFACTS / "deck-feedback-panel.png"))
+    finally:
+        stop(first)
+    stored = json.loads((tmp_path / "notes" / "feedback.json").read_text())
+    assert stored["feedback"] == {"result-chart": note}
+    browser.execute_script("localStorage.clear()")  # the note must come back from the server, not the browser
+    second = serve(deck_html, tmp_path / "notes", checkpoint)
+    try:
+        browser.get(second.url + "?slide=2")
+        wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-notes-loaded") == "true")
+        assert browser.find_element(By.ID, "feedback-text").get_attribute("value") == note
+        assert errors(browser) == []
+    finally:
+        stop(second)
+
+
+def test_playground_completes_a_prompt_and_shows_the_verdict(browser, server):
+    browser.get(server.url + "playground")
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true")
+    assert "checkpoint-0000" in browser.find_element(By.ID, "model").text
+    browser.find_element(By.ID, "run").click()
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-finished") == "true", 60)
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert "hidden tests passed" in verdict, verdict
+    rows = browser.find_elements(By.CSS_SELECTOR, "#cases tbody tr")
+    assert len(rows) == 3
+    output = browser.find_element(By.ID, "output").text
+    assert output.startswith("# Complete this Python function.")
+    assert "tokens in" in browser.find_element(By.ID, "stats").text
+    browser.save_screenshot(str(ARTIFACTS / "playground.png"))
+    assert errors(browser) == []
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_cross_origin_post_from_another_page_is_refused(browser, server, tmp_path):
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "index.html").write_text("<!doctype html><title>another site</title><p>another site</p>")
+    other = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(tmp_path / "evil")))
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://localhost:{other.server_address[1]}/")
+        target = f"{server.url}api/feedback"
+        payload = json.dumps({"feedback": {"result": "overwritten by another site"}})
+        result = browser.execute_async_script("""
+            const [target, payload, token, done] = arguments;
+            const outcomes = [];
+            // a simple (no-preflight) form-like POST, as a cross-site attacker would send it
+            await fetch(target, {method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},
+                                 body: payload}).then(() => outcomes.push('sent'), e => outcomes.push('blocked'));
+            // even holding a stolen token, the Origin gives it away
+            await fetch(target, {method: 'POST', headers: {'Content-Type': 'application/json', 'X-GLM53-Token': token},
+                                 body: payload}).then(r => outcomes.push(r.status), e => outcomes.push('blocked'));
+            done(outcomes);""", target, payload, server.token)
+        # The simple POST reaches the server and is refused (the browser then hides the reply: CORP);
+        # the JSON one needs a CORS preflight, which is answered 405, so its POST is never sent.
+        assert result == ["blocked", "blocked"], result
+        assert server.refusals == {403: 1, 405: 1}
+        assert not (server.notes.directory / "feedback.json").exists()
+        assert server.notes.history("feedback") == []
+        # and the page's own origin still can write
+        browser.get(server.url)
+        wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-notes-loaded") == "true")
+        browser.find_element(By.TAG_NAME, "body").send_keys("f")
+        browser.find_element(By.ID, "feedback-text").send_keys("ok")
+        wait(browser, lambda d: d.find_element(By.ID, "feedback-status").text == "saved on the server")
+    finally:
+        other.shutdown()
+        other.server_close()

@@ -1,0 +1,79 @@
+"""`glm53 slides build`: every number comes from the receipts it is given, the build is
+deterministic, the deck fetches nothing from the network, and missing studies say what makes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from web_helpers import RESULTS
+
+from glm53_flash.cli import main
+from glm53_flash.report.slides import STUDIES, build_deck
+
+SLIDE_ORDER = ["result", "result-chart", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
+               "verifier", "rloo", "confirmation", "failures", "vision", "research-pretraining-data",
+               "research-rl-choices", "sources"]
+
+
+@pytest.fixture(scope="module")
+def deck():
+    return build_deck(RESULTS)
+
+
+def test_course_order_and_no_network_fetches(deck):
+    assert re.findall(r'<section class="slide" id="([^"]+)"', deck) == SLIDE_ORDER
+    for pattern in (r'src="(?!data:)', r'href="https?:', r"@import", r"url\(", r"https?://"):
+        assert not re.search(pattern, deck), pattern
+    assert deck.count('<aside class="notes">') == len(SLIDE_ORDER)
+    assert "@media print" in deck and "break-after: page" in deck
+
+
+def test_numbers_come_from_the_code_and_the_receipts(deck):
+    summary = json.loads((RESULTS / "headline" / "summary.json").read_text())
+    first = summary["seeds"][str(summary["plan"]["rl_seeds"][0])]["greedy_trained"]
+    assert f"{first['before_solved']}/24" in deck and f"{first['after_solved']}/24" in deck
+    assert "25,730,592" in deck and "9,805,344" in deck  # GLM53Flash.parameter_counts() of the flash preset
+    assert "320B" in deck and "154,880" in deck  # published, with the source named on the slide
+    assert "passed" in deck and "invalid" in deck  # verifier verdicts computed at build time
+
+
+def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
+    runs = tmp_path / "results"
+    shutil.copytree(RESULTS, runs)
+    assert build_deck(runs) == deck
+    summary_path = runs / "headline" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    seed = str(summary["plan"]["rl_seeds"][0])
+    summary["seeds"][seed]["greedy_trained"]["after_solved"] = 23
+    summary_path.write_text(json.dumps(summary))
+    assert "23/24" in build_deck(runs) and "23/24" not in deck
+
+
+def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck):
+    for _, _, command, relative in STUDIES:
+        assert command in deck and relative in deck
+    runs = tmp_path / "results"
+    shutil.copytree(RESULTS, runs)
+    (runs / "vision").mkdir()
+    (runs / "vision" / "summary.json").write_text(json.dumps({
+        "headline_table": {"columns": ["arm", "held-out accuracy"], "rows": [["faithful", "0.917"]]},
+        "answers": ["The faithful arm <wins> on held-out digits."]}))
+    built = build_deck(runs)
+    vision = built[built.index('id="vision"'):built.index('id="research-pretraining-data"')]
+    assert "<th>held-out accuracy</th>" in vision and "<td>0.917</td>" in vision
+    assert "&lt;wins&gt;" in vision  # text from receipts is escaped
+    assert "glm53 vision train" not in vision
+
+
+def test_cli_build_and_run_directory_layout(tmp_path, capsys):
+    out = tmp_path / "deck.html"
+    assert main(["slides", "build", "--output", str(out)]) == 0
+    assert out.read_text().startswith("<!doctype html>") and "wrote" in capsys.readouterr().out
+    run = tmp_path / "demo"  # a reproduce run directory: summary.json at its top
+    shutil.copytree(RESULTS / "headline", run)
+    assert main(["slides", "build", "--runs", str(run), "--output", str(tmp_path / "d2.html")]) == 0
+    assert main(["slides", "build", "--runs", str(tmp_path / "nothing"), "--output", str(tmp_path / "x.html")]) == 2
+    assert "make demo" in capsys.readouterr().err
