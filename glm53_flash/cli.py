@@ -22,6 +22,7 @@ REGISTRARS = (
     ("glm53_flash.evaluate_commands", "register"),
     ("glm53_flash.verifier.commands", "register"),
     ("glm53_flash.reproduce", "register"),
+    ("glm53_flash.vision.commands", "register"),
 )
 
 

@@ -52,6 +52,12 @@ def evaluate_digits(model: nn.Module, examples: int, render_seed: int) -> dict:
         logits = predict_ids(model, render_digits(labels, render_seed))
     finally:
         model.train(was_training)
+    return summarise_predictions(logits, labels, render_seed)
+
+
+def summarise_predictions(logits: torch.Tensor, labels: torch.Tensor, render_seed: int) -> dict:
+    """logits [N, V] at the answer position, digit labels [N] -> the evaluation record."""
+    examples = int(labels.shape[0])
     target_ids = torch.tensor([DIGIT_TOKEN_IDS[int(d)] for d in labels])
     predicted = logits.argmax(-1)
     correct = predicted == target_ids

@@ -45,9 +45,12 @@ class VisionTrainConfig:
     grad_clip: float = 1.0
     smoke_test: bool = False
     device: str = "cpu"
+    threads: int | None = 1  # CPU threads while training; the miniature's ops are too small to gain from more
     progress: bool = True
 
     def validate(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
         if not self.architectures:
             raise ValueError("at least one architecture is needed")
         for name in self.architectures:
@@ -75,6 +78,18 @@ class VisionTrainConfig:
             return self
         caps = {k: min(getattr(self, k), v) for k, v in SMOKE_CAPS.items()}
         return VisionTrainConfig(**{**asdict(self), **caps})
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int | None):
+    """torch's intra-op thread count for the duration (restored afterwards); None leaves it alone."""
+    before = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager
@@ -167,7 +182,8 @@ def run_vision_training(cfg: VisionTrainConfig, argv: list[str] | None = None, o
     results = []
     start = time.perf_counter()
     try:
-        with deterministic(device):
+        with deterministic(device), cpu_threads(cfg.threads):
+            threads = torch.get_num_threads()
             for seed in cfg.seeds:
                 for architecture in cfg.architectures:
                     result, model = train_arm(architecture, seed, cfg, device, bar)
@@ -196,7 +212,7 @@ def run_vision_training(cfg: VisionTrainConfig, argv: list[str] | None = None, o
         },
         "provenance": provenance(argv, str(device)),
         "environment": {"device": str(device), "torch_version": torch.__version__,
-                        "torch_threads": torch.get_num_threads()},
+                        "torch_threads": threads},
         "results": results,
         "total_wall_time_seconds": round(total, 4),
         "peak_rss_bytes": peak_rss_bytes(),
