@@ -94,7 +94,10 @@ def run_train(args: argparse.Namespace) -> int:
             return save_vision_model(out / WEIGHTS_DIR / name, model,
                                      {"seed": result["seed"], "held_out_accuracy": result["after"]["accuracy"]})
 
-    receipt = run_vision_training(cfg, ["glm53", *_argv()], on_model)
+    command = canonical_command(args, "train", ("architecture", "seeds", "steps", "batch_size", "learning_rate",
+                                                "eval_examples", "smoke_test", "device", "threads", "output"))
+    receipt = run_vision_training(cfg, None, on_model)
+    receipt["command"] = command
     for r in receipt["results"]:
         print(f"{r['architecture']:>9} seed {r['seed']}: {r['parameter_count']:,} params, held-out "
               f"{r['before']['correct']}/{r['before']['examples']} -> {r['after']['correct']}/{r['after']['examples']}, "
@@ -113,10 +116,17 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _argv() -> list[str]:
-    import sys
-
-    return sys.argv[1:]
+def canonical_command(args: argparse.Namespace, action: str, flags: tuple[str, ...]) -> list[str]:
+    """The command with every run-shaping flag spelled out (what the report prints to reproduce a run)."""
+    words = ["glm53", "vision", action]
+    for flag in flags:
+        value = getattr(args, flag)
+        option = "--" + flag.replace("_", "-")
+        if isinstance(value, bool):
+            words += [option] if value else []
+        elif value is not None:
+            words += [option, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    return words
 
 
 # --------------------------------------------------------------------------- pilot
@@ -159,7 +169,10 @@ def run_pilot_command(args: argparse.Namespace) -> int:
         def on_model(model):
             return save_vision_model(out / WEIGHTS_DIR, model, {"seed": cfg.seed, "pilot": True})
 
-    receipt = run_pilot(cfg, ["glm53", *_argv()], on_model)
+    command = canonical_command(args, "pilot", ("checkpoint", "steps", "batch_size", "learning_rate",
+                                                "eval_examples", "seed", "max_seconds", "device", "output"))
+    receipt = run_pilot(cfg, None, on_model)
+    receipt["command"] = command
     write_json(out / RECEIPT_FILE, receipt)
     before, after, opt = receipt["before"], receipt["after"], receipt["optimization"]
     print(f"pilot: {receipt['model']['trainable_parameters']:,} of {receipt['model']['total_multimodal_parameters']:,} "

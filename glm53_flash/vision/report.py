@@ -235,8 +235,7 @@ def build_vision_report(train_path: str | Path, pilot_path: str | Path | None, o
         if Path(path).resolve() != target.resolve():
             shutil.copyfile(path, target)
         sources[name] = {"receipt": f"receipts/{name}.json", "sha256": sha256_file(target),
-                         "command": "glm53 " + shlex.join(receipt["provenance"]["argv"][1:])
-                         if receipt["provenance"]["argv"] else None}
+                         "command": shlex.join(receipt["command"]) if receipt.get("command") else None}
     summary = build_summary(train, pilot, sources)
     write_json(out / "summary.json", summary)
     _write_text(out / "REPORT.md", render_markdown(summary))
