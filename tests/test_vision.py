@@ -15,19 +15,37 @@ from glm53_flash.model import GLM53Flash
 from glm53_flash.tokenizer import ByteTokenizer
 from glm53_flash.vision.baseline import DirectPatchVisionLanguageModel
 from glm53_flash.vision.config import (
-    IMAGE_TOKENS, MINIATURE_LM, MINIATURE_VISION, PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VisionConfig,
+    IMAGE_TOKENS,
+    MINIATURE_LM,
+    MINIATURE_VISION,
+    PILOT_MAX_SEQUENCE_LENGTH,
+    PILOT_VISION,
+    VisionConfig,
 )
 from glm53_flash.vision.digits import (
-    DIGIT_SEGMENTS, DIGIT_TOKEN_IDS, PROMPT_LENGTH, SEGMENT_BOXES, digit_token_ids, render_digits,
+    DIGIT_SEGMENTS,
+    DIGIT_TOKEN_IDS,
+    PROMPT_LENGTH,
+    SEGMENT_BOXES,
+    digit_token_ids,
+    render_digits,
 )
 from glm53_flash.vision.encoder import MiniGLMVisionEncoder
 from glm53_flash.vision.evaluation import summarise_predictions
 from glm53_flash.vision.language import VisionLanguageModel
 from glm53_flash.vision.merger import SpatialMerger2x2
-from glm53_flash.vision.models import build_vision_model, meta_parameter_counts, parameter_count
+from glm53_flash.vision.models import (
+    build_vision_model,
+    meta_parameter_counts,
+    parameter_count,
+)
 from glm53_flash.vision.pilot import extend_language_model, set_pilot_trainable
 from glm53_flash.vision.predict import load_image, predict_digit, save_image
-from glm53_flash.vision.sequence import IGNORE_INDEX, answer_only_labels, build_multimodal_input_ids
+from glm53_flash.vision.sequence import (
+    IGNORE_INDEX,
+    answer_only_labels,
+    build_multimodal_input_ids,
+)
 from glm53_flash.vision.weights import load_vision_model
 
 TINY_LM = ModelConfig(vocab_size=263, dim=16, layers=1, heads=2, expert_hidden=24, experts=2, top_k=1, streams=2,
