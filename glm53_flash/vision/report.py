@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -73,7 +72,7 @@ def build_summary(train: dict, pilot: dict | None, sources: dict) -> dict:
         leader = "faithful miniature" if comparison["mean_difference"] > 0 else "direct-patch baseline"
         answers.append(
             f"Over {len(comparison['seeds'])} seeds the {leader} named more held-out digits: faithful "
-            f"{_pct(f_arm['mean_accuracy_after'])} vs baseline {_pct(b_arm['mean_accuracy_after'])} on average "
+            f"{f_arm['after_correct']}/{f_arm['examples']} vs baseline {b_arm['after_correct']}/{b_arm['examples']} "
             f"(faithful better on {comparison['seeds_first_better']}, baseline on {comparison['seeds_second_better']}, "
             f"tied on {comparison['seeds_tied']}; exact sign-flip p = {_p(comparison['sign_flip_p'])}).")
         low, high = comparison["bootstrap_ci_mean_difference"]
@@ -233,7 +232,8 @@ def build_vision_report(train_path: str | Path, pilot_path: str | Path | None, o
             continue
         target = receipts / f"{name}.json"
         if Path(path).resolve() != target.resolve():
-            shutil.copyfile(path, target)
+            # the same content without indentation: the per-example lists make indented JSON large
+            _write_text(target, json.dumps(receipt, sort_keys=True, separators=(",", ":")) + "\n")
         sources[name] = {"receipt": f"receipts/{name}.json", "sha256": sha256_file(target),
                          "command": shlex.join(receipt["command"]) if receipt.get("command") else None}
     summary = build_summary(train, pilot, sources)
