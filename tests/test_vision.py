@@ -348,3 +348,34 @@ def test_cli_bad_input_is_a_one_line_error(tmp_path, capsys):
     assert "--save-weights needs --output" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["vision", "train", "--architecture", "resnet"])
+
+
+def test_cli_pilot_from_a_checkpoint(tmp_path, capsys, one_thread):
+    from glm53_flash.train.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "checkpoint-0001"
+    save_checkpoint(checkpoint, GLM53Flash(TINY_LM.replace(vocab_size=260)), {"step": 1})
+    out = tmp_path / "pilot"
+    code = main(["vision", "pilot", "--checkpoint", str(checkpoint), "--steps", "3", "--eval-examples", "10",
+                 "--device", "cpu", "--output", str(out), "--save-weights", "--no-progress"])
+    receipt = json.loads((out / "receipt.json").read_text())
+    assert code == (0 if receipt["learned_at_all"] else 1)
+    assert receipt["initialization"]["source"] == "local_pretraining_checkpoint"
+    assert receipt["initialization"]["checkpoint_step"] == 1 and receipt["initialization"]["checkpoint_weights_sha256"]
+    model_info = receipt["model"]
+    parts = model_info["trainable_by_component"]
+    assert model_info["trainable_parameters"] == sum(parts.values())
+    assert model_info["language_model"]["vocab_size"] == 263
+    assert [r["step"] for r in receipt["optimization"]["loss_trace"]] == [1, 3]
+    assert receipt["optimization"]["completed_steps"] == 3 and receipt["data"]["held_out_seed"] == 100073
+    png = tmp_path / "two.png"
+    save_image(render_digits([2], seed=9)[0], png)
+    capsys.readouterr()
+    assert main(["vision", "predict", "--weights", str(out / "weights"), str(png)]) == 0
+    assert capsys.readouterr().out.strip()  # a digit or "no digit (...)", never a crash
+    wrong = tmp_path / "checkpoint-0002"
+    save_checkpoint(wrong, GLM53Flash(TINY_LM), {"step": 2})
+    assert main(["vision", "pilot", "--checkpoint", str(wrong), "--output", str(tmp_path / "p2"), "--device", "cpu",
+                 "--no-progress"]) == 2
+    assert "vocab_size 260" in capsys.readouterr().err
