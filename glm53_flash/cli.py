@@ -24,6 +24,7 @@ REGISTRARS = (
     ("glm53_flash.reproduce", "register"),
     ("glm53_flash.experiments.commands", "register"),
     ("glm53_flash.web.commands", "register"),
+    ("glm53_flash.vision.commands", "register"),
 )
 
 

@@ -1,0 +1,99 @@
+"""Saved vision models: a directory with config.json (architecture + configs) and model.safetensors.
+
+Written atomically (a temporary sibling directory, then one rename); `glm53 vision predict` loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..config import ModelConfig
+from ..model import GLM53Flash
+from ..receipts import sha256_file, write_json
+from .baseline import DirectPatchVisionLanguageModel
+from .config import VisionConfig
+from .language import VisionLanguageModel
+from .models import check_architecture
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "glm53-vision-model/1"
+
+
+def vision_model_config(model: nn.Module) -> dict:
+    config = {"format": FORMAT, "architecture": model.architecture, "glm_faithful": model.glm_faithful,
+              "language_model": model.language_model.config.to_dict()}
+    if isinstance(model, VisionLanguageModel):
+        config["vision_model"] = model.vision_config.to_dict()
+        config["image_size"] = model.vision_config.image_size
+    else:
+        config["vision_model"] = {"patch_size": model.vision.patch_size, "image_size": model.vision.image_size}
+        config["image_size"] = model.vision.image_size
+    return config
+
+
+def save_vision_model(directory: str | Path, model: nn.Module, metadata: dict | None = None) -> dict:
+    """Write the model; refuses to replace an existing directory. Returns {path, weights_sha256}."""
+    directory = Path(directory)
+    if directory.exists():
+        raise FileExistsError(f"weights directory {directory} already exists")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        config = vision_model_config(model)
+        config["metadata"] = metadata or {}
+        write_json(tmp / CONFIG_FILE, config)
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE))
+        digest = sha256_file(tmp / WEIGHTS_FILE)
+        os.rename(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"path": str(directory), "weights_sha256": digest}
+
+
+def load_vision_model(directory: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
+    """(model in eval mode, config dict) from a directory written by save_vision_model."""
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    if not directory.is_dir():
+        raise ValueError(f"weights directory {directory} does not exist")
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise ValueError(f"weights directory {directory} is incomplete: {path.name} is missing")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{config_path} is not valid JSON ({error})") from None
+    if config.get("format") != FORMAT:
+        raise ValueError(f"{config_path} is not a saved vision model (format {config.get('format')!r}, "
+                         f"expected {FORMAT!r})")
+    architecture = check_architecture(config["architecture"])
+    with torch.device("meta"):  # the weights come from the file; skip the random initialisation
+        lm = GLM53Flash(ModelConfig.from_dict(config["language_model"]))
+        if architecture == "faithful":
+            model = VisionLanguageModel(lm, VisionConfig.from_dict(config["vision_model"]))
+        else:
+            vision = config["vision_model"]
+            model = DirectPatchVisionLanguageModel(lm, vision["patch_size"], vision["image_size"])
+    try:
+        state = load_file(str(weights_path), device="cpu")
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types for damaged files
+        raise ValueError(f"{weights_path} cannot be read ({error})") from None
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if missing or unexpected:
+        raise ValueError(f"{weights_path} does not match its config (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
+    # Non-persistent buffers (the RoPE tables) were never materialised on meta: rebuild them.
+    model.language_model.rope = type(model.language_model.rope)(
+        lm.config.head_dim, lm.config.max_sequence_length, lm.config.rope_base)
+    return model.to(device).eval(), config
