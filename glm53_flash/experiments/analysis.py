@@ -294,7 +294,8 @@ def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str
     return charts
 
 
-def _table(columns: list[str], rows: list[list]) -> list[str]:
+def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
+    """A GitHub markdown table, one string per line (the README and the reports use this form)."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return lines
@@ -320,7 +321,7 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         "",
         "## Held-out target-byte accuracy (primary) and execution accuracy",
         "",
-        *_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
+        *markdown_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
         "",
         f"Tests: {analysis['test']}; {analysis['multiplicity']}. {BOOTSTRAP_NOTE}",
         "",
@@ -335,13 +336,13 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
                   "n/a" if r["mde"] is None else f"{r['mde']:.2f}",
                   fmt_p(r["pooled_items"]["p"]) if "pooled_items" in r else "-"] for r in rows if r["n"]]
         lines += [f"### {metric} ({unit})", "",
-                  *_table(["Comparison", "Δ", "95% CI", "sign-flip p", "Holm p", "wins/ties/losses",
+                  *markdown_table(["Comparison", "Δ", "95% CI", "sign-flip p", "Holm p", "wins/ties/losses",
                            "MDE (80% power)", "pooled item p"], table), ""]
     lines += ["## Per held-out structure (accuracy %, mean over seeds)", ""]
     conditions = [c for c in design["conditions"] if any(c in v for v in summary["per_structure"].values())]
     structure_rows = [[s, *[f"{summary['per_structure'][s].get(c, float('nan')):.1f}" for c in conditions]]
                       for s in sorted(summary["per_structure"])]
-    lines += [*_table(["structure", *conditions], structure_rows), ""]
+    lines += [*markdown_table(["structure", *conditions], structure_rows), ""]
     lines += ["## Limits", "",
               (f"- The untrained model scores {', '.join(f'{100 * v:.1f}%' for v in summary['untrained_byte_accuracy'])} "
               "byte accuracy: with tied embeddings it copies its input, and repeated characters such as `((` "
@@ -533,7 +534,7 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         "",
         "## Results",
         "",
-        *_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
+        *markdown_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
         "",
         (f"Screen rows: test p = sign-flip over (seed, task) pairs, Holm across the arms. Confirmation row: test p = "
          f"exact sign-flip over training seeds (the primary test). {BOOTSTRAP_NOTE}"),
@@ -544,7 +545,7 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     lines += ["## Screen arms", ""]
     arm_rows = [[a["arm"], a["rollouts"], f"{a['updates']:.1f}", f"{a['exact_training_rollouts']:.1f}",
                  f"{a['solved']}/{a['tasks']}", f"{a['mean_pass_rate']:.1f}", f"{a['seconds']:.0f}"] for a in summary["arms"]]
-    lines += [*_table(["arm", "rollouts", "updates (mean)", "exact training rollouts (mean)", "dev solved (all seeds)",
+    lines += [*markdown_table(["arm", "rollouts", "updates (mean)", "exact training rollouts (mean)", "dev solved (all seeds)",
                        "dev pass@1 %", "seconds per run"], arm_rows), ""]
     if summary["selection"]:
         lines += [(f"Selected for confirmation: **{summary['selection']['candidate']}** "
@@ -552,7 +553,7 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     confirmation = summary["confirmation"]
     if confirmation:
         lines += ["## Confirmation per seed", ""]
-        lines += _table(["seed", "baseline solved", f"{confirmation['candidate']} solved", "gains", "losses",
+        lines += markdown_table(["seed", "baseline solved", f"{confirmation['candidate']} solved", "gains", "losses",
                          "McNemar p"], [[r["seed"], f"{r['baseline_solved']}/{r['tasks']}",
                                          f"{r['candidate_solved']}/{r['tasks']}", r["gains"], r["losses"],
                                          fmt_p(r["mcnemar_p"])] for r in confirmation["per_seed"]])
@@ -606,4 +607,4 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-__all__ = ["ANALYZERS", "analyze", "apply_holm", "paired_comparison", "pooled_pair_test"]
+__all__ = ["ANALYZERS", "analyze", "apply_holm", "markdown_table", "paired_comparison", "pooled_pair_test"]
