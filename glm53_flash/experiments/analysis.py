@@ -110,6 +110,10 @@ def _pyplot():
 # --------------------------------------------------------------------------- pretraining-data study
 
 
+# The original's recorded 200-update differences in points (seed-research §4.3, 10 paired seeds),
+# shown beside ours for comparison; they are inputs, not results of this code.
+ORIGINAL_DELTAS = {"diversity": 3.2, "order": 9.7, "curriculum": -0.6, "curriculum-vs-repeated": 2.6}
+
 PERCENT_METRICS = {"target_byte_accuracy", "execution_accuracy", "free_run_exact", "teacher_forced_exact"}
 
 
@@ -213,13 +217,22 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
     unit = "points"
     answers = [f"{row['question']} {verdict(row, alpha, unit)}." for row in primary_rows]
     execution_rows = comparisons.get("execution_accuracy", [])
-    for row in execution_rows:
-        answers.append(f"Execution accuracy, {row['name']}: {fmt_signed(row['mean'])} points "
-                       f"(Holm p {fmt_p(row.get('holm_p'))}; {row['right']} {row['right_mean']:.1f}% vs "
-                       f"{row['left']} {row['left_mean']:.1f}%)." if row["n"] else
-                       f"Execution accuracy, {row['name']}: no paired seeds.")
+    final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
+    correct_programs = sum(e["summary"]["execution_accuracy"] * e["summary"]["examples"] for e in final)
+    exact_programs = sum(e["summary"]["free_run_exact"] * e["summary"]["examples"] for e in final)
+    if final and correct_programs == 0:
+        answers.append(f"Does any condition teach the model to write the held-out expressions? No: none of the "
+                       f"{sum(e['summary']['examples'] for e in final)} greedy generations at update {step} "
+                       f"(every condition and seed) computes the right values, so the byte-accuracy gains are "
+                       f"gains in predicting the expression's form, not in solving the task.")
+    else:
+        for row in execution_rows:
+            answers.append(f"Execution accuracy, {row['name']}: {fmt_signed(row['mean'])} points "
+                           f"(Holm p {fmt_p(row.get('holm_p'))}; {row['right']} {row['right_mean']:.1f}% vs "
+                           f"{row['left']} {row['left_mean']:.1f}%)." if row["n"] else
+                           f"Execution accuracy, {row['name']}: no paired seeds.")
     columns = ["Comparison", "Left", "Right", "Left %", "Right %", "Δ points", "95% CI", "sign-flip p",
-               "Holm p", "wins/ties/losses", "exec Δ points", "exec Holm p"]
+               "Holm p", "wins/ties/losses", "exec Δ points", "original Δ (10 seeds)"]
     table_rows = []
     for row, execution in zip(primary_rows, execution_rows or [None] * len(primary_rows)):
         if not row["n"]:
@@ -229,21 +242,58 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
             fmt_signed(row["mean"]), fmt_ci(row["ci95"]), fmt_p(row["sign_flip_p"]), fmt_p(row.get("holm_p")),
             f"{row['wins']}/{row['ties']}/{row['losses']}",
             fmt_signed(execution["mean"]) if execution and execution["n"] else "n/a",
-            fmt_p(execution.get("holm_p")) if execution else "n/a",
+            fmt_signed(ORIGINAL_DELTAS.get(row["name"])),
         ])
     seeds_done = sorted({r["seed"] for r in receipts})
     summary = {
         "study": plan["study"], "plan_sha256": plan["plan_sha256"], "primary_metric": primary, "primary_step": step,
         "runs": len(receipts), "runs_planned": len(plan["units"]), "seeds_completed": seeds_done,
         "pairing_verified": not unpaired, "unpaired_runs": unpaired,
+        "correct_generations_at_primary_step": int(correct_programs),
+        "exact_generations_at_primary_step": int(exact_programs),
+        "examples": _examples(by_condition, step),
         "untrained_byte_accuracy": sorted({round(_evaluation_at(r, 0)["summary"]["target_byte_accuracy"], 6)
                                           for r in receipts if _evaluation_at(r, 0)}),
         "seconds_per_run": float(np.mean([r["elapsed_seconds"] for r in receipts])) if receipts else None,
+        "wall_minutes": wall_minutes(receipts),
         "curves": curves, "comparisons": comparisons, "trajectory": trajectory, "per_structure": per_structure,
         "headline_table": {"columns": columns, "rows": table_rows}, "answers": answers,
     }
     charts = _pretraining_charts(out, summary, design)
     return summary, _pretraining_report(plan, summary, charts), charts
+
+
+def _code(text: str) -> str:
+    """Model output as inline code in a table cell: newlines and pipes shown, not obeyed."""
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'") + "`"
+
+
+def wall_minutes(receipts: list[dict]) -> float | None:
+    """From the first run's start to the last run's end: each receipt's write time minus its run time."""
+    from datetime import datetime, timedelta
+
+    spans = []
+    for receipt in receipts:
+        written = receipt.get("provenance", {}).get("finished_utc") or receipt.get("provenance", {}).get("created_utc")
+        if written is None or "elapsed_seconds" not in receipt:
+            return None
+        end = datetime.fromisoformat(written)
+        spans.append((end - timedelta(seconds=receipt["elapsed_seconds"]), end))
+    if not spans:
+        return None
+    return round((max(e for _, e in spans) - min(s for s, _ in spans)).total_seconds() / 60, 1)
+
+
+def _examples(by_condition: dict, step: int, count: int = 4) -> list[dict]:
+    """The first held-out examples of the lowest seed at the primary step, for each condition."""
+    rows = []
+    for condition, runs in by_condition.items():
+        evaluation = _evaluation_at(runs[min(runs)], step)
+        for example in (evaluation["examples"] if evaluation else [])[:count]:
+            rows.append({"condition": condition, "seed": min(runs), "target": example["target"],
+                         "teacher_forced_argmax": example["teacher_forced_argmax"],
+                         "generated": example["generated"], "execution_correct": example["execution_correct"]})
+    return rows
 
 
 def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
@@ -311,7 +361,8 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         f"lr {design['learning_rate']}, {len(design['conditions'])} conditions x {n} paired seeds "
         f"({summary['runs']}/{summary['runs_planned']} runs done). Plan `{summary['plan_sha256'][:12]}` "
         f"(plan.json) was written before the first run. Metric: {analysis['primary_metric']} on the 32 held-out "
-        f"structures at update {summary['primary_step']}; differences are right - left, paired by seed."),
+        f"structures at update {summary['primary_step']}; differences are right - left, paired by seed. "
+        f"Wall time {summary['wall_minutes']} min ({summary['seconds_per_run']:.0f} s per run in one thread)."),
         "",
         f"Pairing verified (same initial weights per seed in every condition): {summary['pairing_verified']}.",
         "",
@@ -343,6 +394,11 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     structure_rows = [[s, *[f"{summary['per_structure'][s].get(c, float('nan')):.1f}" for c in conditions]]
                       for s in sorted(summary["per_structure"])]
     lines += [*markdown_table(["structure", *conditions], structure_rows), ""]
+    lines += ["## What the model writes (lowest seed, first held-out structures)", "",
+              *markdown_table(["condition", "target", "teacher-forced argmax", "greedy generation", "executes"],
+                              [[e["condition"], _code(e["target"]), _code(e["teacher_forced_argmax"]),
+                                _code(e["generated"]), "yes" if e["execution_correct"] else "no"]
+                               for e in summary["examples"]]), ""]
     lines += ["## Limits", "",
               (f"- The untrained model scores {', '.join(f'{100 * v:.1f}%' for v in summary['untrained_byte_accuracy'])} "
               "byte accuracy: with tied embeddings it copies its input, and repeated characters such as `((` "
