@@ -248,7 +248,9 @@ def test_rl_analysis_on_synthetic_receipts(tmp_path):
     plan = rl_choices.build_plan("ckpt", "a" * 64, ["baseline", "temp-low"], [1, 2], list(range(11, 21)), 2, None, 1,
                                  None, None)
     receipts = [{"key": "pretrained-dev", "phase": "reference", "evaluation": {
-        "split": "dev", "summary": {"pass_at_1": 0.1, "tasks_solved": 1, "tasks_total": 10}}}]
+        "split": "dev", "summary": {"pass_at_1": 0.1, "tasks_solved": 1, "tasks_total": 10}}},
+                {"key": "pretrained-final", "phase": "reference", "evaluation": {
+                    "split": "final", "summary": {"pass_at_1": 0.3, "tasks_solved": 3, "tasks_total": 10}}}]
     for seed in (1, 2):
         receipts.append(_rl_receipt("screen", "baseline", seed, [True] * 2 + [False] * 8))
         receipts.append(_rl_receipt("screen", "temp-low", seed, [True] * 4 + [False] * 6))
@@ -271,7 +273,12 @@ def test_rl_analysis_on_synthetic_receipts(tmp_path):
     assert per_seed[11]["mcnemar_p"] == pytest.approx(0.5)
     assert (per_seed[20]["gains"], per_seed[20]["losses"]) == (2, 1)
     assert summary["pretrained"]["dev"]["solved"] == 1
-    assert summary["headline_table"]["rows"][-1][1] == "temp-low"
+    baseline_vs, candidate_vs = summary["versus_pretrained"]
+    assert baseline_vs["mean"] == pytest.approx(0.0) and baseline_vs["ties"] == 10
+    assert candidate_vs["mean"] == pytest.approx(19.0) and candidate_vs["wins"] == 10
+    assert candidate_vs["sign_flip_p"] == pytest.approx(2 / 1024)
+    assert candidate_vs["holm_p"] == pytest.approx(4 / 1024)  # two comparisons, Holm
+    assert [row[1] for row in summary["headline_table"]["rows"]] == ["temp-low", "temp-low", "baseline", "temp-low"]
     assert "untouched final split" in summary["answers"][1]
 
 

@@ -492,6 +492,22 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         row["candidate"] = candidate
         confirmation = row
 
+    # Does RL help at all? Each confirmation run against the untouched checkpoint on the same split
+    # (the checkpoint is one fixed value, so the sign-flip tests whether the runs' mean moved from it).
+    versus_pretrained = []
+    final_reference = reference.get(design["confirm_split"])
+    if final_reference is not None:
+        for index, role in enumerate(("baseline", "candidate")):
+            runs = confirm.get(role, {})
+            if not runs:
+                continue
+            arm = next(iter(runs.values()))["arm"]
+            row = {"name": f"{arm} vs pretrained", "left": "pretrained", "right": arm}
+            row |= paired_comparison({s: final_reference["pass_at_1"] for s in runs}, rates(runs),
+                                     resamples=boot["resamples"], seed=boot["seed"] + 100 + index, scale=100.0)
+            versus_pretrained.append(row)
+        apply_holm(versus_pretrained)
+
     answers = []
     significant = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
     if screen_rows:
@@ -511,6 +527,12 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         answers.append(f"Pooled over {confirmation['pooled_tasks']['pairs']} (seed, task) pairs: "
                        f"{confirmation['pooled_tasks']['gains']} gains, {confirmation['pooled_tasks']['losses']} "
                        f"losses, sign-flip p {fmt_p(confirmation['pooled_tasks']['p'])}.")
+    for v in versus_pretrained:
+        if v["n"]:
+            answers.append(f"Does RL with this recipe beat the starting checkpoint on {design['confirm_split']}? "
+                           f"{v['right']}: {v['right_mean']:.1f}% vs {v['left_mean']:.1f}% before RL, "
+                           f"{fmt_signed(v['mean'])} points over {v['n']} seeds (sign-flip p {fmt_p(v['sign_flip_p'])}, "
+                           f"Holm p {fmt_p(v.get('holm_p'))}).")
     columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ points", "95% CI", "test p", "Holm p", "wins/ties/losses",
                "seeds"]
     table_rows = [["screen (dev)", r["right"], f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}", fmt_signed(r["mean"]),
@@ -521,12 +543,19 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         table_rows.append([f"confirm ({design['confirm_split']})", c["candidate"], f"{c['left_mean']:.1f}",
                            f"{c['right_mean']:.1f}", fmt_signed(c["mean"]), fmt_ci(c["ci95"]), fmt_p(c["sign_flip_p"]),
                            fmt_p(c["holm_p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["n"]])
+    for v in versus_pretrained:
+        if v["n"]:
+            table_rows.append([f"RL vs pretrained ({design['confirm_split']})", v["right"], f"{v['left_mean']:.1f} (pretrained)",
+                               f"{v['right_mean']:.1f}", fmt_signed(v["mean"]), fmt_ci(v["ci95"]),
+                               fmt_p(v["sign_flip_p"]), fmt_p(v.get("holm_p")), f"{v['wins']}/{v['ties']}/{v['losses']}",
+                               v["n"]])
     summary = {
         "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
         "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
         "pretrained": {split: {"pass_rate": 100.0 * s["pass_at_1"], "solved": s["tasks_solved"],
                                "tasks": s["tasks_total"]} for split, s in reference.items()},
         "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
+        "versus_pretrained": versus_pretrained,
         "headline_table": {"columns": columns, "rows": table_rows}, "answers": answers,
     }
     charts = _rl_charts(out, summary, design)
