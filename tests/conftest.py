@@ -10,3 +10,31 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- the web server tests' fixtures
+# (module-scoped where building is slow: the deck and a tiny real checkpoint)
+
+
+@pytest.fixture(scope="module")
+def deck_html():
+    from glm53_flash.report.slides import build_deck
+    from web_helpers import RESULTS
+
+    return build_deck(RESULTS)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from web_helpers import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-0000")
+
+
+@pytest.fixture
+def server(deck_html, checkpoint, tmp_path):
+    from web_helpers import serve, stop
+
+    srv = serve(deck_html, tmp_path / "notes", checkpoint)
+    yield srv
+    stop(srv)

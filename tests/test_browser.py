@@ -11,9 +11,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from web_helpers import RESULTS, serve, stop, tiny_checkpoint
+from web_helpers import serve, stop
 
-from glm53_flash.report.slides import build_deck
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
 from selenium.webdriver.chrome.service import Service
@@ -43,23 +42,6 @@ def browser():
     ARTIFACTS.mkdir(exist_ok=True)
     yield driver
     driver.quit()
-
-
-@pytest.fixture(scope="module")
-def deck_html():
-    return build_deck(RESULTS)
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-0000")
-
-
-@pytest.fixture
-def server(deck_html, checkpoint, tmp_path):
-    srv = serve(deck_html, tmp_path / "notes", checkpoint)
-    yield srv
-    stop(srv)
 
 
 def wait(driver, condition, seconds=20):

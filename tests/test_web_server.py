@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from web_helpers import RESULTS, post_json, raw, request, serve, stop, tiny_checkpoint
+from web_helpers import post_json, raw, request, serve, stop
 
 from glm53_flash.cli import main
-from glm53_flash.report.slides import build_deck
 from glm53_flash.sampling import generate_for_tasks
 from glm53_flash.tasks import task_by_id
 from glm53_flash.train.checkpoint import load_checkpoint
@@ -24,23 +23,6 @@ from glm53_flash.web.server import MAX_BODY_BYTES, SlideServer
 
 NOTE = {"feedback": {"result": "say the seed count out loud"},
         "catalog": {"result": {"title": "Result first", "lastKnownPosition": 1, "lastSeenAt": None}}}
-
-
-@pytest.fixture(scope="module")
-def deck_html():
-    return build_deck(RESULTS)
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-0000")
-
-
-@pytest.fixture
-def server(deck_html, checkpoint, tmp_path):
-    srv = serve(deck_html, tmp_path / "notes", checkpoint)
-    yield srv
-    stop(srv)
 
 
 def notes_files(server) -> dict:

@@ -8,17 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..argtypes import comma_ints
 from ..runtime import DEVICE_CHOICES
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
 
 
 def _name_list(text: str) -> tuple[str, ...]:
@@ -38,7 +29,7 @@ def _seed_range(text: str) -> tuple[int, ...]:
         if count < 1:
             raise argparse.ArgumentTypeError(f"COUNT must be >= 1, got {count}")
         return tuple(start + i * step for i in range(count))
-    return _int_list(text)
+    return comma_ints(text)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -89,7 +80,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--batch-size", type=int, default=24)
     p.add_argument("--learning-rate", type=float, default=8e-4)
     p.add_argument("--sequence-length", type=int, default=128)
-    p.add_argument("--eval-at", type=_int_list, default=None,
+    p.add_argument("--eval-at", type=comma_ints, default=None,
                    help="updates to evaluate at (default 0 and every quarter of --steps)")
     p.set_defaults(func=run_pretraining_data)
 

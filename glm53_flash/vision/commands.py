@@ -9,20 +9,11 @@ import argparse
 import json
 from pathlib import Path
 
+from ..argtypes import comma_ints
 from ..runtime import DEVICE_CHOICES
 
 RECEIPT_FILE = "receipt.json"
 WEIGHTS_DIR = "weights"
-
-
-def parse_seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not seeds:
-        raise argparse.ArgumentTypeError("expected at least one seed")
-    return seeds
 
 
 def register(sub, bench_sub) -> None:
@@ -56,7 +47,7 @@ def _add_train(sub) -> None:
                                    "and batches; with several seeds and both architectures, prints the paired "
                                    "comparison.")
     p.add_argument("--architecture", choices=("faithful", "baseline", "both"), default="both")
-    p.add_argument("--seeds", type=parse_seeds, default=(42,), help="comma-separated seeds (default 42)")
+    p.add_argument("--seeds", type=comma_ints, default=(42,), help="comma-separated seeds (default 42)")
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-size", type=int, default=40)
     p.add_argument("--learning-rate", type=float, default=2e-3)
