@@ -197,7 +197,8 @@ def _write_study(directory, plan, receipts):
 
 
 def _pretraining_receipt(condition, seed, accuracy, execution):
-    examples = [{"structure": f"s{i}", "correct_tokens": round(accuracy * 20), "target_tokens": 20, "loss_sum": 1.0,
+    examples = [{"structure": f"s{i}", "target": "(x + 1)", "teacher_forced_argmax": "(x + 2)", "generated": "(x+1)",
+                 "correct_tokens": round(accuracy * 20), "target_tokens": 20, "loss_sum": 1.0,
                  "teacher_forced_exact": False, "free_run_exact": False, "execution_correct": i < execution}
                 for i in range(32)]
     summary = {"target_byte_accuracy": accuracy, "target_loss": 1.0 - accuracy, "execution_accuracy": execution / 32,
@@ -229,6 +230,9 @@ def test_pretraining_analysis_on_synthetic_receipts(tmp_path):
     assert execution["sign_flip_p"] == pytest.approx(2 / 1024)
     assert execution["pooled_items"]["gains"] == 20 and execution["pooled_items"]["losses"] == 0
     assert summary["untrained_byte_accuracy"] == [0.1]
+    assert summary["correct_generations_at_primary_step"] == 10 * (4 + 6)
+    assert summary["examples"][0]["target"] == "(x + 1)"
+    assert not any("Does any condition teach" in a for a in summary["answers"])  # some generations are right
     assert summary["answers"][0].startswith("Does training on 88 structures")
     assert "Holm p 0.0215" in summary["answers"][0]
 

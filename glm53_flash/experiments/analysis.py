@@ -78,11 +78,14 @@ def fmt_p(p: float | None) -> str:
 
 
 def fmt_signed(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:+.{digits}f}"
+    if value is None:
+        return "n/a"
+    rounded = round(value, digits)
+    return f"{rounded + 0.0 if rounded else 0.0:+.{digits}f}"  # no "-0.0"
 
 
 def fmt_ci(ci, digits: int = 1) -> str:
-    return "n/a" if ci is None else f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
+    return "n/a" if ci is None else f"[{fmt_signed(ci[0], digits)}, {fmt_signed(ci[1], digits)}]"
 
 
 def verdict(comparison: dict, alpha: float, unit: str) -> str:
@@ -218,11 +221,11 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
     answers = [f"{row['question']} {verdict(row, alpha, unit)}." for row in primary_rows]
     execution_rows = comparisons.get("execution_accuracy", [])
     final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
-    correct_programs = sum(e["summary"]["execution_accuracy"] * e["summary"]["examples"] for e in final)
-    exact_programs = sum(e["summary"]["free_run_exact"] * e["summary"]["examples"] for e in final)
+    correct_programs = sum(bool(x["execution_correct"]) for e in final for x in e["examples"])
+    exact_programs = sum(bool(x["free_run_exact"]) for e in final for x in e["examples"])
     if final and correct_programs == 0:
         answers.append(f"Does any condition teach the model to write the held-out expressions? No: none of the "
-                       f"{sum(e['summary']['examples'] for e in final)} greedy generations at update {step} "
+                       f"{sum(len(e['examples']) for e in final)} greedy generations at update {step} "
                        f"(every condition and seed) computes the right values, so the byte-accuracy gains are "
                        f"gains in predicting the expression's form, not in solving the task.")
     else:
@@ -552,6 +555,7 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
     summary = {
         "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
         "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
+        "wall_minutes": wall_minutes(receipts),
         "pretrained": {split: {"pass_rate": 100.0 * s["pass_at_1"], "solved": s["tasks_solved"],
                                "tasks": s["tasks_total"]} for split, s in reference.items()},
         "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
@@ -611,7 +615,7 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
          f"seeds {design['screen_seeds']} on {design['screen_split']} ({design['tasks_per_family']} tasks per family). "
          f"Confirmation: seeds {design['confirm_seeds']} on {design['confirm_split']}. Plan "
          f"`{summary['plan_sha256'][:12]}` was written before the first run; {summary['runs']}/{summary['runs_planned']} "
-         "runs done."),
+         f"runs done in {summary['wall_minutes']} min of wall time."),
         "",
         "## Answers",
         "",
