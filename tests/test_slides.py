@@ -3,6 +3,7 @@ deterministic, the deck fetches nothing from the network, and missing studies sa
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -53,11 +54,23 @@ def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
 
 
 def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck):
-    for _, _, command, relative in STUDIES:
-        assert command in deck and relative in deck
+    for slide_id, _, command, relative in STUDIES:
+        summary_path = RESULTS / relative
+        slide = deck[deck.index(f'id="{slide_id}"'):]
+        slide = slide[:slide.index("</section>")]
+        if summary_path.exists():  # committed results: their own table and answers, escaped
+            table = json.loads(summary_path.read_text())["headline_table"]
+            assert all(f"<th>{html.escape(str(c))}</th>" in slide for c in table["columns"]), slide_id
+            assert f"<td>{html.escape(str(table['rows'][0][0]))}</td>" in slide, slide_id
+        else:
+            assert command in slide and relative in slide, slide_id
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
-    (runs / "vision").mkdir()
+    for _, _, _, relative in STUDIES:
+        (runs / relative).unlink(missing_ok=True)
+    missing = build_deck(runs)
+    for _, _, command, relative in STUDIES:  # absent studies name the command that makes them
+        assert command in missing and relative in missing
     (runs / "vision" / "summary.json").write_text(json.dumps({
         "headline_table": {"columns": ["arm", "held-out accuracy"], "rows": [["faithful", "0.917"]]},
         "answers": ["The faithful arm <wins> on held-out digits."]}))
