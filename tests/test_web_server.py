@@ -93,6 +93,13 @@ def _refusals(server):
         "non-numeric length": lambda: raw(server, (head + "Content-Length: 12abc\r\n\r\n").encode() + body),
         "short body": lambda: raw(server, (head + f"Content-Length: {len(body) + 50}\r\n\r\n").encode() + body,
                                   half_close=True),
+        "unicode digit length": lambda: raw(server, (head + "Content-Length: \u00b2\r\n\r\n").encode("latin-1") + body),
+        "4,400-digit length": lambda: raw(server, (head + "Content-Length: " + "9" * 4400 + "\r\n\r\n").encode() + body),
+        "two lengths": lambda: raw(server, (head + f"Content-Length: {len(body)}\r\nContent-Length: 5\r\n\r\n").encode()
+                                   + body),
+        "chunked": lambda: raw(server, (head + f"Transfer-Encoding: chunked\r\nContent-Length: {len(body)}\r\n\r\n")
+                               .encode() + body),
+        "deeply nested json": lambda: request(server, "POST", "/api/feedback", b"[" * 100_000 + b"]" * 100_000),
         "not json": lambda: request(server, "POST", "/api/feedback", b"{not json"),
         "json array": lambda: post_json(server, "/api/feedback", [1, 2]),
         "non-string note": lambda: post_json(server, "/api/feedback", {"feedback": {"result": 5}}),
@@ -109,7 +116,8 @@ def test_every_bad_write_is_refused_and_nothing_is_written(server):
     expected = {"no token": 403, "wrong token": 403, "other origin": 403, "other port origin": 403,
                 "cross-site fetch": 403, "text/plain body": 403, "form body": 403, "rebound host": 403,
                 "missing length": 411, "negative length": 400, "huge length": 413, "non-numeric length": 400,
-                "short body": 400, "not json": 400, "json array": 400, "non-string note": 400,
+                "short body": 400, "unicode digit length": 400, "4,400-digit length": 400, "two lengths": 400,
+                "chunked": 400, "deeply nested json": 400, "not json": 400, "json array": 400, "non-string note": 400,
                 "unknown field": 400, "bad catalog": 400, "bad edits": 400, "unknown route": 404,
                 "PUT": 405, "DELETE": 405}
     refusals = _refusals(server)
@@ -143,8 +151,22 @@ def test_non_loopback_bind_needs_the_explicit_flag(deck_html, tmp_path, capsys):
     assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--notes", str(tmp_path / "n")]) == 2
     assert "--allow-remote" in capsys.readouterr().err
     remote = SlideServer("0.0.0.0", 0, deck_html=deck_html, notes_dir=tmp_path, playground=Playground(None),
-                         allow_remote=True)
+                         allow_remote=True, allowed_hosts=("lecture-room.lan:8765",))
+    assert "lecture-room.lan:8765" in remote.allowed_hosts and "http://lecture-room.lan:8765" in remote.allowed_origins
     remote.server_close()
+
+
+def test_a_busy_port_is_a_one_line_error(tmp_path, capsys, checkpoint):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--notes", str(tmp_path / "n"), "--checkpoint",
+                     str(checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
 
 
 # --------------------------------------------------------------------------- the playground

@@ -25,6 +25,9 @@ def register(sub, bench_sub) -> None:
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     serve.add_argument("--allow-remote", action="store_true",
                        help="allow a non-loopback --host (anyone who can reach it can read the deck and run the model)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME:PORT",
+                       help="an extra Host header value to accept, e.g. myhost.lan:8765 (needed behind a wildcard "
+                            "--host such as 0.0.0.0; repeatable)")
     serve.add_argument("--runs", default=DEFAULT_RUNS, help=f"receipts the deck is built from (default {DEFAULT_RUNS})")
     serve.add_argument("--checkpoint", default=None,
                        help="the playground's model (default: the demo run's selected checkpoint under runs/demo)")
@@ -54,13 +57,19 @@ def _run_serve(args) -> int:
         if not args.allow_remote:
             raise ValueError(f"--host {args.host} is not a loopback address; pass --allow-remote to expose the "
                              f"server to the network")
-        print(f"WARNING: serving on {args.host}: anyone who can reach this address can read the deck and the "
-              f"notes and run the model (writes still need the page's token)", file=sys.stderr)
+        print(f"WARNING: serving on {args.host}: anyone who can reach this address gets the page and with it the "
+              f"write token, so they can read the deck, change the notes and run the model and the sandbox",
+              file=sys.stderr)
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
     deck = build_deck(args.runs)
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device)
-    server, thread = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes, playground=playground,
-                                  allow_remote=args.allow_remote)
+    try:
+        server, thread = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes,
+                                      playground=playground, allow_remote=args.allow_remote,
+                                      allowed_hosts=tuple(args.allowed_host))
+    except OSError as error:  # port in use, unknown address, ...
+        playground.close()
+        raise ValueError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
     print(f"slides:     {server.url}", flush=True)
     print(f"playground: {server.url}playground", flush=True)
     print(f"notes:      {Path(args.notes).resolve()} (not served)", flush=True)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import secrets
+import socket
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,18 +60,21 @@ class SlideServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, *, deck_html: str, notes_dir: str | Path,
-                 playground: Playground, allow_remote: bool = False) -> None:
+                 playground: Playground, allow_remote: bool = False, allowed_hosts: tuple[str, ...] = ()) -> None:
         if not is_loopback(host) and not allow_remote:
             raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and the "
                              f"playground to the network, so it needs --allow-remote")
+        if ":" in host:
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.token = secrets.token_urlsafe(24)
         self.notes = NotesStore(notes_dir)
         self.playground = playground
         self.refusals: Counter[int] = Counter()  # refused requests by status, for the operator and tests
         bound_port = self.server_address[1]
+        # a wildcard bind has no name of its own: the names clients may use come from --allowed-host
         names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
-        self.allowed_hosts = {f"{name}:{bound_port}" for name in names}
+        self.allowed_hosts = {f"{name}:{bound_port}" for name in names} | set(allowed_hosts)
         self.allowed_origins = {f"http://{h}" for h in self.allowed_hosts}
         self.pages = {
             "/": deck_html.replace(TOKEN_PLACEHOLDER, self.token),
@@ -84,7 +89,8 @@ class SlideServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self.playground.close()
+        if hasattr(self, "playground"):  # absent when binding failed inside the base constructor
+            self.playground.close()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -139,11 +145,16 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestRefused(403, f"missing or wrong {TOKEN_HEADER}; reload the page from this server")
 
     def _read_json(self):
-        raw = self.headers.get("Content-Length")
-        if raw is None:
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise RequestRefused(400, "Transfer-Encoding is not accepted; send a Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
             raise RequestRefused(411, "a Content-Length header is required")
-        if not raw.strip().isdigit():
-            raise RequestRefused(400, f"bad Content-Length {raw!r}")
+        if len(lengths) > 1:
+            raise RequestRefused(400, "more than one Content-Length header")
+        raw = lengths[0].strip()
+        if not re.fullmatch(r"[0-9]{1,12}", raw):  # ASCII digits only: str.isdigit() accepts '²'
+            raise RequestRefused(400, f"bad Content-Length {raw[:40]!r}")
         length = int(raw)
         if length > MAX_BODY_BYTES:
             raise RequestRefused(413, f"body of {length} bytes is over the limit of {MAX_BODY_BYTES}")
@@ -152,8 +163,8 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestRefused(400, "the body is shorter than its Content-Length")
         try:
             return json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise RequestRefused(400, "the body is not valid UTF-8 JSON") from None
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise RequestRefused(400, "the body is not valid UTF-8 JSON (or nests too deeply)") from None
 
     def _guarded(self, action) -> None:
         try:
@@ -163,6 +174,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # an unread body must not be parsed as the next request
             self.server.refusals[refused.status] += 1
             self._error(refused.status, str(refused))
+        except Exception as error:  # noqa: BLE001 - any other failure still gets an answer, and nothing was written
+            self.close_connection = True
+            self.server.refusals[500] += 1
+            self._error(500, f"internal error: {type(error).__name__}")
 
     # ------------------------------------------------------------------ routes
     def do_GET(self) -> None:
@@ -242,10 +257,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def start_server(host: str, port: int, *, deck_html: str, notes_dir: str | Path, playground: Playground,
-                 allow_remote: bool = False) -> tuple[SlideServer, threading.Thread]:
+                 allow_remote: bool = False, allowed_hosts: tuple[str, ...] = ()) -> tuple[SlideServer, threading.Thread]:
     """Bind and serve on a background thread (tests and `glm53 serve` use this)."""
     server = SlideServer(host, port, deck_html=deck_html, notes_dir=notes_dir, playground=playground,
-                         allow_remote=allow_remote)
+                         allow_remote=allow_remote, allowed_hosts=allowed_hosts)
     thread = threading.Thread(target=server.serve_forever, name="glm53-serve", daemon=True)
     thread.start()
     return server, thread
