@@ -145,6 +145,13 @@ def test_pretraining_study_runs_resumes_and_refuses_to_overwrite(tmp_path, capsy
     assert (out / "REPORT.md").read_text() == report
     assert main(["analyze", str(out), "--force"]) == 0
 
+    assert main(_study(tmp_path, "--learning-rate", "1e-3", "--force")) == 0  # replaces the study and its analysis
+    assert not (out / "summary.json").exists() and not (out / "REPORT.md").exists()
+    assert not list(out.glob("*.png"))
+    new_plan = json.loads((out / "plan.json").read_text())
+    assert new_plan["plan_sha256"] != plan["plan_sha256"]
+    assert all(json.loads(p.read_text())["plan_sha256"] == new_plan["plan_sha256"] for p in (out / "runs").glob("*.json"))
+
 
 def test_analyze_help_writes_nothing(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -267,7 +274,7 @@ def test_rl_analysis_on_synthetic_receipts(tmp_path):
     summary = analysis.analyze(tmp_path)
     screen = summary["screen_comparisons"][0]
     assert screen["mean"] == pytest.approx(20.0) and screen["pooled_tasks"]["gains"] == 4
-    assert screen["pooled_tasks"]["p"] == pytest.approx(2 / 16, abs=0.01)  # 4 discordant pairs, Monte Carlo
+    assert screen["pooled_tasks"]["p"] == pytest.approx(2 / 16)  # 4 discordant pairs: exact
     confirmation = summary["confirmation"]
     assert confirmation["candidate"] == "temp-low" and confirmation["n"] == 10
     assert confirmation["mean"] == pytest.approx(19.0)
@@ -283,7 +290,8 @@ def test_rl_analysis_on_synthetic_receipts(tmp_path):
     assert candidate_vs["sign_flip_p"] == pytest.approx(2 / 1024)
     assert candidate_vs["holm_p"] == pytest.approx(4 / 1024)  # two comparisons, Holm
     assert [row[1] for row in summary["headline_table"]["rows"]] == ["temp-low", "temp-low", "baseline", "temp-low"]
-    assert "untouched final split" in summary["answers"][1]
+    assert "final split (opened by no other step" in summary["answers"][1]
+    assert summary["answers"][2].startswith("Answer: temp-low beats the baseline")
 
 
 def test_rl_selection_follows_the_planned_rule():

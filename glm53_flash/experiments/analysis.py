@@ -23,16 +23,23 @@ SUMMARY_FILE = "summary.json"
 REPORT_FILE = "REPORT.md"
 OUTPUT_FILES = (SUMMARY_FILE, REPORT_FILE)
 
+MIN_SEEDS_FOR_CI = 8  # below this the percentile bootstrap is little more than [min, max]
+
 # The percentile bootstrap over n seeds is known to under-cover at small n; the report says so.
 BOOTSTRAP_NOTE = ("Bootstrap CIs resample seeds (percentile method). With n below about 20 they are too "
                   "narrow (coverage of a nominal 95% interval is closer to 90% at n = 10), so decisions use "
-                  "the exact sign-flip test, and the CI only describes the size of an effect.")
+                  "the exact sign-flip test, and the CI only describes the size of an effect; below "
+                  f"{MIN_SEEDS_FOR_CI} seeds no CI is shown, only the range of the per-seed differences. "
+                  "MDE = minimum detectable effect at 80% power and alpha / (number of comparisons), normal "
+                  "approximation (optimistic at small n). wins/ties/losses count seeds where right > / = / < left "
+                  "(for a loss, lower is better).")
 
 
 # --------------------------------------------------------------------------- shared statistics
 
 
-def paired_comparison(left: dict, right: dict, *, resamples: int, seed: int, scale: float = 1.0) -> dict:
+def paired_comparison(left: dict, right: dict, *, resamples: int, seed: int, scale: float = 1.0,
+                      family_size: int = 1) -> dict:
     """Compare right - left over the seeds both have; values are scaled (100 turns rates into points)."""
     seeds = sorted(set(left) & set(right))
     differences = [scale * (right[s] - left[s]) for s in seeds]
@@ -45,11 +52,15 @@ def paired_comparison(left: dict, right: dict, *, resamples: int, seed: int, sca
     result["left_mean"] = scale * float(np.mean([left[s] for s in seeds]))
     result["right_mean"] = scale * float(np.mean([right[s] for s in seeds]))
     result["mean"] = float(np.mean(differences))
-    result["ci95"] = list(stats.bootstrap_ci(differences, resamples=resamples, seed=seed))
+    result["range"] = [float(min(differences)), float(max(differences))]
+    if len(seeds) >= MIN_SEEDS_FOR_CI:
+        result["ci95"] = list(stats.bootstrap_ci(differences, resamples=resamples, seed=seed))
     result["sign_flip_p"] = stats.sign_flip_p(differences, seed=seed)
+    result["sign_flip_exact"] = sum(d != 0 for d in differences) <= 20  # beyond that sign_flip_p samples
     if len(seeds) >= 2:
         result["sd"] = float(np.std(differences, ddof=1))
-        result["mde"] = stats.minimum_detectable_effect(len(seeds), result["sd"])
+        if result["sd"] > 0:  # at the first Holm step's level (alpha / m): the bar a difference must clear
+            result["mde"] = stats.minimum_detectable_effect(len(seeds), result["sd"], alpha=0.05 / family_size)
     return result
 
 
@@ -84,21 +95,25 @@ def fmt_signed(value: float | None, digits: int = 1) -> str:
     return f"{rounded + 0.0 if rounded else 0.0:+.{digits}f}"  # no "-0.0"
 
 
-def fmt_ci(ci, digits: int = 1) -> str:
-    return "n/a" if ci is None else f"[{fmt_signed(ci[0], digits)}, {fmt_signed(ci[1], digits)}]"
+def fmt_ci(ci, digits: int = 1, spread=None) -> str:
+    if ci is None:
+        return "n/a" if spread is None else f"range [{fmt_signed(spread[0], digits)}, {fmt_signed(spread[1], digits)}]"
+    return f"[{fmt_signed(ci[0], digits)}, {fmt_signed(ci[1], digits)}]"
 
 
-def verdict(comparison: dict, alpha: float, unit: str) -> str:
+def verdict(comparison: dict, alpha: float, unit: str, what: str = "") -> str:
     p = comparison.get("holm_p")
     if p is None:
         return "not testable (no paired seeds)"
     direction = "higher" if comparison["mean"] > 0 else "lower"
     if p <= alpha:
-        return f"yes: {comparison['right']} is {direction} by {abs(comparison['mean']):.1f} {unit} (Holm p {fmt_p(p)})"
+        subject = f"{comparison['right']}'s {what}" if what else comparison["right"]
+        return f"yes: {subject} is {direction} by {abs(comparison['mean']):.1f} {unit} (Holm p {fmt_p(p)})"
     mde = comparison.get("mde")
     detail = f"; this design detects about {mde:.1f} {unit} with 80% power" if mde else ""
-    return (f"no reliable difference: {fmt_signed(comparison['mean'])} {unit}, CI {fmt_ci(comparison['ci95'])}, "
-            f"Holm p {fmt_p(p)}{detail}")
+    interval = fmt_ci(comparison["ci95"], spread=comparison.get("range"))
+    interval = f"CI {interval}" if comparison["ci95"] else interval
+    return f"no reliable difference: {fmt_signed(comparison['mean'])} {unit}, {interval}, Holm p {fmt_p(p)}{detail}"
 
 
 def _pyplot():
@@ -164,7 +179,8 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
                 if not vals:
                     continue
                 data = [scale * v for v in vals.values()]
-                ci = stats.bootstrap_ci(data, resamples=boot["resamples"], seed=boot["seed"]) if len(data) > 1 else None
+                ci = (stats.bootstrap_ci(data, resamples=boot["resamples"], seed=boot["seed"])
+                      if len(data) >= MIN_SEEDS_FOR_CI else None)
                 points.append({"step": at, "n": len(data), "mean": float(np.mean(data)),
                                "ci95": list(ci) if ci else None})
             curves[metric][condition] = points
@@ -175,7 +191,8 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
         rows = []
         for index, spec in enumerate(analysis["comparisons"]):
             row = dict(spec) | paired_comparison(values(spec["left"], metric, step), values(spec["right"], metric, step),
-                                                 resamples=boot["resamples"], seed=boot["seed"] + index, scale=scale)
+                                                 resamples=boot["resamples"], seed=boot["seed"] + index, scale=scale,
+                                                 family_size=len(analysis["comparisons"]))
             if metric in PERCENT_METRICS - {"target_byte_accuracy"}:
                 key = {"execution_accuracy": "execution_correct", "free_run_exact": "free_run_exact",
                        "teacher_forced_exact": "teacher_forced_exact"}[metric]
@@ -218,7 +235,15 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
 
     primary_rows = comparisons[primary]
     unit = "points"
-    answers = [f"{row['question']} {verdict(row, alpha, unit)}." for row in primary_rows]
+    answers = []
+    loss_rows = comparisons.get("target_loss", [])
+    for index, row in enumerate(primary_rows):
+        text = f"{row['question']} {verdict(row, alpha, unit, what='teacher-forced byte accuracy')}."
+        if index < len(loss_rows) and loss_rows[index]["n"]:
+            loss = loss_rows[index]
+            text += (f" Target loss (lower is better): {fmt_signed(loss['mean'], 2)} nats, Holm p "
+                     f"{fmt_p(loss.get('holm_p'))}.")
+        answers.append(text)
     execution_rows = comparisons.get("execution_accuracy", [])
     final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
     correct_programs = sum(bool(x["execution_correct"]) for e in final for x in e["examples"])
@@ -334,12 +359,16 @@ def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str
         for y, row in enumerate(rows):
             jitter = np.linspace(-0.2, 0.2, len(row["differences"])) if len(row["differences"]) > 1 else [0.0]
             ax.scatter(row["differences"], np.full(len(row["differences"]), y) + jitter, s=14, alpha=0.6)
-            ax.errorbar([row["mean"]], [y], xerr=[[row["mean"] - row["ci95"][0]], [row["ci95"][1] - row["mean"]]],
-                        fmt="D", color="black", capsize=4)
+            if row["ci95"]:
+                ax.errorbar([row["mean"]], [y], xerr=[[row["mean"] - row["ci95"][0]], [row["ci95"][1] - row["mean"]]],
+                            fmt="D", color="black", capsize=4)
+            else:  # too few seeds for a CI: the mean alone
+                ax.scatter([row["mean"]], [y], marker="D", color="black")
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_yticks(range(len(rows)), [f"{r['name']}\n{r['right']} - {r['left']}" for r in rows], fontsize=8)
         ax.set_xlabel(f"per-seed difference in held-out target-byte accuracy at update {summary['primary_step']} (points)")
-        ax.set_title("Each dot is one seed; diamond = mean with 95% bootstrap CI", fontsize=9)
+        ax.set_title(f"Each dot is one seed; diamond = mean (with its 95% bootstrap CI from {MIN_SEEDS_FOR_CI} seeds)",
+                     fontsize=9)
         fig.tight_layout()
         charts["paired_differences"] = "paired-differences.png"
         fig.savefig(out / charts["paired_differences"], dpi=100)
@@ -475,6 +504,12 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
 
     selection_path = out / "selection.json"
     selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    if selection is not None and selection.get("plan_sha256") != plan["plan_sha256"]:
+        raise ValueError(f"{selection_path} was made for another plan; rerun `glm53 experiment rl-choices` to redo it")
+    candidates = {r["arm"] for r in confirm.get("candidate", {}).values()}
+    if len(candidates) > 1 or (selection and candidates and candidates != {selection["candidate"]}):
+        raise ValueError(f"confirmation receipts train {sorted(candidates)} as the candidate but the selection names "
+                         f"{selection and selection['candidate']}; the study directory is inconsistent")
     confirmation = None
     if confirm.get("baseline") and confirm.get("candidate"):
         base_runs, cand_runs = confirm["baseline"], confirm["candidate"]
@@ -495,7 +530,7 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         row["candidate"] = candidate
         confirmation = row
 
-    # Does RL help at all? Each confirmation run against the untouched checkpoint on the same split
+    # Does RL help at all? Each confirmation run against the starting checkpoint on the same split
     # (the checkpoint is one fixed value, so the sign-flip tests whether the runs' mean moved from it).
     versus_pretrained = []
     final_reference = reference.get(design["confirm_split"])
@@ -512,46 +547,55 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         apply_holm(versus_pretrained)
 
     answers = []
-    significant = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
+    flagged = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
+    flag_list = ", ".join(f"{r['right']} ({fmt_signed(r['mean'])})" for r in flagged)
     if screen_rows:
-        if significant:
-            answers.append("Screen (dev, pooled over seeds and tasks, Holm across arms): " + "; ".join(
-                f"{r['right']} {'beats' if r['mean'] > 0 else 'is worse than'} the baseline by "
-                f"{abs(r['mean']):.1f} points (Holm p {fmt_p(r['holm_p'])})" for r in significant) + ".")
-        else:
-            best = max(screen_rows, key=lambda r: r["mean"])
-            answers.append(f"Screen: no arm differs from the baseline after Holm correction across {len(screen_rows)} "
-                           f"arms (largest gain: {best['right']}, {fmt_signed(best['mean'])} points, Holm p "
-                           f"{fmt_p(best['holm_p'])}).")
+        best = max(screen_rows, key=lambda r: r["mean"])
+        answers.append(
+            f"Screen ({design['screen_split']}, {best['n']} seeds per arm; it selects, it does not decide): the best "
+            f"arm was {best['right']}, {fmt_signed(best['mean'])} points over the baseline (seed-level sign-flip p "
+            f"{fmt_p(best['sign_flip_p'])}; task-pooled p {fmt_p(best['pooled_p'])}, Holm across "
+            f"{len(screen_rows)} arms {fmt_p(best.get('holm_p'))})."
+            + (f" Task-pooled tests flag {flag_list}; they condition on these particular runs, so only a "
+               "confirmation on new seeds can back them." if flagged else ""))
     if confirmation is not None:
-        answers.append(f"Confirmation on {confirmation['n']} fresh seeds and the untouched {design['confirm_split']} "
-                       f"split: does {confirmation['candidate']} beat the baseline? "
+        answers.append(f"Confirmation on {confirmation['n']} fresh seeds and the {design['confirm_split']} split "
+                       f"(opened by no other step of this study): does {confirmation['candidate']} beat the baseline? "
                        f"{verdict(confirmation, alpha, 'points')}.")
-        answers.append(f"Pooled over {confirmation['pooled_tasks']['pairs']} (seed, task) pairs: "
-                       f"{confirmation['pooled_tasks']['gains']} gains, {confirmation['pooled_tasks']['losses']} "
-                       f"losses, sign-flip p {fmt_p(confirmation['pooled_tasks']['p'])}.")
+        confirmed = confirmation.get("holm_p") is not None and confirmation["holm_p"] <= alpha
+        untested = [r["right"] for r in flagged if r["right"] != confirmation["candidate"]]
+        if confirmed:
+            answers.append(f"Answer: {confirmation['candidate']} beats the baseline on fresh seeds; "
+                           + (f"the screen's other flags ({', '.join(untested)}) were not confirmed." if untested
+                              else "no other arm was flagged."))
+        else:
+            answers.append(f"Answer: no RL choice was shown to beat the baseline. The screen's "
+                           f"{confirmation['candidate']} signal did not replicate on fresh seeds"
+                           + (f", and {', '.join(untested)} (flagged by the screen) was never confirmed." if untested
+                              else "."))
     for v in versus_pretrained:
         if v["n"]:
             answers.append(f"Does RL with this recipe beat the starting checkpoint on {design['confirm_split']}? "
                            f"{v['right']}: {v['right_mean']:.1f}% vs {v['left_mean']:.1f}% before RL, "
-                           f"{fmt_signed(v['mean'])} points over {v['n']} seeds (sign-flip p {fmt_p(v['sign_flip_p'])}, "
+                           f"{fmt_signed(v['mean'])} points; {v['wins']} of {v['n']} seeds higher, {v['losses']} lower "
+                           f"(sign test against the fixed checkpoint: p {fmt_p(v['sign_flip_p'])}, "
                            f"Holm p {fmt_p(v.get('holm_p'))}).")
-    columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ points", "95% CI", "test p", "Holm p", "wins/ties/losses",
-               "seeds"]
-    table_rows = [["screen (dev)", r["right"], f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}", fmt_signed(r["mean"]),
-                   fmt_ci(r["ci95"]), fmt_p(r["pooled_p"]), fmt_p(r.get("holm_p")),
-                   f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"]] for r in screen_rows if r["n"]]
+    columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ points", "95% CI (or range)", "seed sign-flip p",
+               "task-pooled p", "Holm p", "wins/ties/losses", "seeds"]
+
+    def row_cells(phase, r, pooled, left_label=None):
+        return [phase, r["right"], left_label or f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}",
+                fmt_signed(r["mean"]), fmt_ci(r["ci95"], spread=r.get("range")), fmt_p(r["sign_flip_p"]),
+                fmt_p(pooled), fmt_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"]]
+
+    table_rows = [row_cells(f"screen ({design['screen_split']})", r, r["pooled_p"]) for r in screen_rows if r["n"]]
     if confirmation is not None and confirmation["n"]:
-        c = confirmation
-        table_rows.append([f"confirm ({design['confirm_split']})", c["candidate"], f"{c['left_mean']:.1f}",
-                           f"{c['right_mean']:.1f}", fmt_signed(c["mean"]), fmt_ci(c["ci95"]), fmt_p(c["sign_flip_p"]),
-                           fmt_p(c["holm_p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["n"]])
+        table_rows.append(row_cells(f"confirm ({design['confirm_split']})", confirmation,
+                                    confirmation["pooled_tasks"]["p"]))
     for v in versus_pretrained:
         if v["n"]:
-            table_rows.append([f"RL vs pretrained ({design['confirm_split']})", v["right"], f"{v['left_mean']:.1f} (pretrained)",
-                               f"{v['right_mean']:.1f}", fmt_signed(v["mean"]), fmt_ci(v["ci95"]),
-                               fmt_p(v["sign_flip_p"]), fmt_p(v.get("holm_p")), f"{v['wins']}/{v['ties']}/{v['losses']}",
-                               v["n"]])
+            table_rows.append(row_cells(f"RL vs pretrained ({design['confirm_split']})", v, None,
+                                        f"{v['left_mean']:.1f} (pretrained)"))
     summary = {
         "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
         "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
@@ -678,6 +722,19 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     if not receipts:
         raise ValueError(f"{out} has no finished runs of this plan yet; run `glm53 experiment {plan['study']}` first")
     summary, lines, charts = ANALYZERS[plan["study"]](out, plan, receipts)
+    summary["complete"] = len(receipts) == len(plan["units"])
+    versions: dict[str, int] = {}
+    for receipt in receipts:
+        commit = receipt.get("provenance", {}).get("git_commit") or "unknown"
+        versions[commit] = versions.get(commit, 0) + 1
+    summary["code_versions"] = versions
+    notes = [f"Code: {', '.join(f'{count} runs from `{commit[:12]}{commit[40:]}`' for commit, count in versions.items())}"
+             + (" (more than one version: check that the differences do not touch the study)" if len(versions) > 1
+                else "") + ".", ""]
+    if not summary["complete"]:
+        notes = [f"**INCOMPLETE: {len(receipts)} of {len(plan['units'])} planned runs; every answer below may "
+                 "change when the rest finish.**", ""] + notes
+    lines = lines[:2] + notes + lines[2:]
     summary["charts"] = charts
     summary["provenance"] = provenance(argv)
     summary = json.loads(json.dumps(summary, allow_nan=False, default=_json_default))

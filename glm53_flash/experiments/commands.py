@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -88,7 +87,7 @@ def register(sub, bench_sub) -> None:
         "rl-choices", help="which RLOO choices matter: a screen of arms, then a confirmation on fresh seeds",
         description="The original's eight RL arms (+ group-size arms at matched updates) from one pretraining "
                     "checkpoint, screened on dev over --seeds; the best arm (rule fixed in plan.json) is confirmed "
-                    "against the baseline on --confirm-seeds (never a screening seed) and the untouched final split. "
+                    "against the baseline on --confirm-seeds (never a screening seed) and the final split, which no other step of the study opens. "
                     "Resumable: finished (arm, seed) runs are skipped. Analyse with `glm53 analyze DIR`.")
     _common(r)
     r.add_argument("--checkpoint", required=True, help="pretraining checkpoint directory every arm starts from")
@@ -127,7 +126,7 @@ def _start_study(args, out: Path, plan: dict) -> bool:
     resuming = prepare_study(out, plan, args.force)
     estimate = plan["estimate"]
     units = plan["units"]
-    todo = pending_units(out, units)
+    todo = pending_units(out, units, plan["plan_sha256"])
     print(f"{plan['study']}: plan {plan['plan_sha256'][:12]} -> {out / 'plan.json'}; "
           f"{len(units) - len(todo)}/{len(units)} runs done{' (resuming)' if resuming else ''}; "
           f"estimated {estimate.get('expected_minutes')} min with {estimate.get('workers')} worker(s)",
@@ -199,17 +198,17 @@ def run_rl_choices(args) -> int:
     confirm = [u for u in plan["units"] if u["phase"] == "confirm"]
     if confirm:
         selection_path = out / SELECTION_FILE
-        if selection_path.exists():
-            selection = json.loads(selection_path.read_text())
-        else:
-            selection = select_candidate(plan, load_receipts(out)) | {"plan_sha256": plan["plan_sha256"],
-                                                                      "provenance": provenance(sys.argv)}
+        selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+        if selection is None or selection.get("plan_sha256") != plan["plan_sha256"]:  # none yet, or stale
+            selection = select_candidate(plan, load_receipts(out, plan["plan_sha256"])) | {
+                "plan_sha256": plan["plan_sha256"], "provenance": provenance(sys.argv)}
             write_json(selection_path, selection)
         print(f"rl-choices: confirmation candidate = {selection['candidate']} ({selection['rule']})", file=sys.stderr)
         resolved = [u | {"arm": "baseline" if u["role"] == "baseline" else selection["candidate"],
                          "work_dir": str(work / u["key"])} for u in confirm]
         ran += _run(args, out, plan, resolved, run_unit)
-    shutil.rmtree(work, ignore_errors=True)
+    if work.is_dir() and not any(work.iterdir()):  # each unit removes its own; another shard may still run
+        work.rmdir()
     print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
     return 0
 

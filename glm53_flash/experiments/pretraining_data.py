@@ -240,7 +240,7 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
             device = next(model.parameters()).device
             # one batched forward: right padding cannot reach earlier positions (causal, per-token routing)
             logits = model(inputs[:, :length].to(device)).logits.float().cpu()
-            # the longest target is 24 tokens; never ask for more room than the context has left
+            # the longest target is 21 tokens; never ask for more room than the context has left
             cap = min(generation_tokens, sequence_length - max(e.prompt_tokens for e in examples))
             completions = generate(model, [e.prompt for e in examples], max_new_tokens=cap,
                                    temperature=0.0, stop="eos")

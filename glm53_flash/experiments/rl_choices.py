@@ -6,7 +6,7 @@ group-size arms at a matched number of updates (16 updates with 4 or 16 samples)
 not confounded with how many updates and prompts a run gets. Every arm starts from one pretraining
 checkpoint. The screen scores each arm on the dev split over a few training seeds; the arm with the
 best mean dev pass rate (a rule fixed in the plan) is then compared with the baseline on fresh
-training seeds, never a screening seed, and on the `final` split, which nothing else opens.
+training seeds, never a screening seed, and on the `final` split, which no other step of the study opens.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from ..receipts import peak_rss_bytes, provenance, sha256_json, write_json
 
 PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
+WORK_DIR = "work"
+DERIVED_FILES = ("selection.json", "summary.json", "REPORT.md")
 
 
 def plan_hash(plan: dict) -> str:
@@ -38,7 +40,13 @@ def prepare_study(out: Path, plan: dict, force: bool) -> bool:
             changed = sorted(k for k in ("study", "design", "units", "analysis") if existing.get(k) != plan.get(k))
             raise FileExistsError(f"{out} holds a study planned with a different {', '.join(changed) or 'design'}; "
                                   "rerun with the same flags to resume, or add --force to replace it")
-        shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
+        # everything derived from the old design goes with it: receipts, RL work and selection, analysis
+        for name in (RUNS_DIR, WORK_DIR):
+            shutil.rmtree(out / name, ignore_errors=True)
+        for name in DERIVED_FILES:
+            (out / name).unlink(missing_ok=True)
+        for chart in out.glob("*.png"):
+            chart.unlink()
     elif out.exists() and any(out.iterdir()) and not force:
         raise FileExistsError(f"{out} exists and is not a study directory (no {PLAN_FILE}); "
                               "choose a new --output or add --force")
@@ -51,8 +59,17 @@ def receipt_path(out: Path, key: str) -> Path:
     return out / RUNS_DIR / f"{key}.json"
 
 
-def pending_units(out: Path, units: list[dict]) -> list[dict]:
-    return [unit for unit in units if not receipt_path(out, unit["key"]).exists()]
+def pending_units(out: Path, units: list[dict], plan_sha256: str | None = None) -> list[dict]:
+    """Units without a receipt. A receipt from another plan (e.g. merged in by hand) is an error, not
+    a finished run: it would be skipped here but ignored by the analysis."""
+    pending = []
+    for unit in units:
+        path = receipt_path(out, unit["key"])
+        if not path.exists():
+            pending.append(unit)
+        elif plan_sha256 is not None and json.loads(path.read_text()).get("plan_sha256") != plan_sha256:
+            raise ValueError(f"{path} belongs to a different plan; remove it (or rerun with --force)")
+    return pending
 
 
 def _run_unit(function: Callable[[dict], dict], unit: dict) -> dict:
@@ -64,7 +81,7 @@ def _run_unit(function: Callable[[dict], dict], unit: dict) -> dict:
 def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict], dict], *,
               workers: int = 1, progress: bool = True, argv: list[str] | None = None, device: str = "cpu") -> int:
     """Run every unit without a receipt; returns how many ran. `function` must be a module-level function."""
-    todo = pending_units(out, units)
+    todo = pending_units(out, units, plan["plan_sha256"])
     if not todo:
         return 0
     # the code that runs is the code loaded now: record its commit once, not at each (later) write
@@ -114,15 +131,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def load_receipts(out: Path) -> list[dict]:
+def load_receipts(out: Path, plan_sha256: str | None = None) -> list[dict]:
+    """The finished runs' receipts (only those of `plan_sha256` when given)."""
     directory = Path(out) / RUNS_DIR
     if not directory.is_dir():
         return []
-    return [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
+    receipts = [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
+    return [r for r in receipts if plan_sha256 is None or r.get("plan_sha256") == plan_sha256]
 
 
 __all__ = [
+    "DERIVED_FILES",
     "PLAN_FILE",
+    "WORK_DIR",
     "RUNS_DIR",
     "load_receipts",
     "pending_units",
