@@ -266,6 +266,21 @@ def test_image_ids_decode_and_evaluate_without_error():
     assert [row[10] for row in record["confusion"]["matrix"][:3]] == [1, 1, 1]  # the "other" column
 
 
+def test_grey_16_bit_and_transparent_images_read_like_the_digits(tmp_path):
+    from PIL import Image
+
+    ramp = torch.arange(64 * 64, dtype=torch.int32).view(64, 64) % 1000  # 16-bit values far above 255
+    Image.fromarray(ramp.numpy().astype("uint16")).save(tmp_path / "grey16.png")
+    grey = load_image(tmp_path / "grey16.png", 32)
+    assert 0.0 <= float(grey.min()) < 0.1 and 0.85 < float(grey.max()) <= 1.0  # scaled, not clipped to white
+    clear = Image.new("RGBA", (40, 40), (255, 255, 255, 0))  # fully transparent white
+    clear.save(tmp_path / "clear.png")
+    assert float(load_image(tmp_path / "clear.png", 32).max()) == 0.0  # composited onto the black background
+    (tmp_path / "bomb.txt").write_text("not an image")
+    with pytest.raises(ValueError, match="not a readable image"):
+        load_image(tmp_path / "bomb.txt", 32)
+
+
 def test_image_file_round_trip_and_resize(tmp_path):
     image = render_digits([4], seed=2)[0]
     save_image(image, tmp_path / "four.png")

@@ -1,7 +1,8 @@
 """Reading any RGB image file into the model's input and naming the digit in it.
 
-Pillow reads the file (PNG, JPEG, ...), converts it to RGB and resizes it to the model's square size
-(32x32) with bilinear filtering; pixel values become floats in [0, 1].
+Pillow reads the file (PNG, JPEG, ...), converts it to RGB (see `to_rgb` for 16-bit grey and
+transparency) and resizes it to the model's square size (32x32) with bilinear filtering; pixel
+values become floats in [0, 1].
 """
 
 from __future__ import annotations
@@ -16,6 +17,26 @@ from .digits import id_to_digit
 from .evaluation import predict_ids
 
 
+def to_rgb(image):
+    """Any Pillow image -> 8-bit RGB as the digits are drawn: EXIF rotation applied, 16-bit and float
+    grey scaled to 0-255 (not clipped), transparency composited onto black (the digits' background)."""
+    from PIL import Image, ImageOps
+
+    image = ImageOps.exif_transpose(image)
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        grey = image.convert("F")
+        low, high = grey.getextrema()
+        scale = 255.0 / (high - low) if high > low else 0.0
+        image = grey.point(lambda value: (value - low) * scale).convert("L")
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "PA"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
+        image = Image.alpha_composite(background, rgba)
+    return image.convert("RGB")
+
+
 def load_image(path: str | Path, size: int) -> torch.Tensor:
     """An image file -> [1, 3, size, size] in [0, 1]."""
     from PIL import Image, UnidentifiedImageError
@@ -25,8 +46,8 @@ def load_image(path: str | Path, size: int) -> torch.Tensor:
         raise FileNotFoundError(f"image {path} does not exist")
     try:
         with Image.open(path) as image:
-            rgb = image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
-    except (UnidentifiedImageError, OSError) as error:
+            rgb = to_rgb(image).resize((size, size), Image.Resampling.BILINEAR)
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
         raise ValueError(f"{path} is not a readable image ({error})") from None
     data = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8).view(size, size, 3)
     return data.permute(2, 0, 1).float().div(255.0).unsqueeze(0)

@@ -77,19 +77,25 @@ def load_vision_model(directory: str | Path, device: str | torch.device = "cpu")
     if config.get("format") != FORMAT:
         raise ValueError(f"{config_path} is not a saved vision model (format {config.get('format')!r}, "
                          f"expected {FORMAT!r})")
-    architecture = check_architecture(config["architecture"])
-    with torch.device("meta"):  # the weights come from the file; skip the random initialisation
-        lm = GLM53Flash(ModelConfig.from_dict(config["language_model"]))
-        if architecture == "faithful":
-            model = VisionLanguageModel(lm, VisionConfig.from_dict(config["vision_model"]))
-        else:
-            vision = config["vision_model"]
-            model = DirectPatchVisionLanguageModel(lm, vision["patch_size"], vision["image_size"])
+    try:
+        architecture = check_architecture(config["architecture"])
+        with torch.device("meta"):  # the weights come from the file; skip the random initialisation
+            lm = GLM53Flash(ModelConfig.from_dict(config["language_model"]))
+            if architecture == "faithful":
+                model = VisionLanguageModel(lm, VisionConfig.from_dict(config["vision_model"]))
+            else:
+                vision = config["vision_model"]
+                model = DirectPatchVisionLanguageModel(lm, vision["patch_size"], vision["image_size"])
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{config_path} lacks a field a saved vision model needs ({error})") from None
     try:
         state = load_file(str(weights_path), device="cpu")
     except Exception as error:  # noqa: BLE001 - safetensors raises its own error types for damaged files
         raise ValueError(f"{weights_path} cannot be read ({error})") from None
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    except RuntimeError as error:  # a tensor whose shape differs from the config's
+        raise ValueError(f"{weights_path} does not match its config ({str(error).splitlines()[0]})") from None
     if missing or unexpected:
         raise ValueError(f"{weights_path} does not match its config (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")
