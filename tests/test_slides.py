@@ -90,3 +90,21 @@ def test_cli_build_and_run_directory_layout(tmp_path, capsys):
     assert main(["slides", "build", "--runs", str(run), "--output", str(tmp_path / "d2.html")]) == 0
     assert main(["slides", "build", "--runs", str(tmp_path / "nothing"), "--output", str(tmp_path / "x.html")]) == 2
     assert "make demo" in capsys.readouterr().err
+
+
+def test_the_deck_describes_the_model_the_run_trained(tmp_path):
+    from glm53_flash.config import ModelConfig
+    from glm53_flash.model import GLM53Flash
+
+    runs = tmp_path / "results"
+    shutil.copytree(RESULTS, runs)
+    summary_path = runs / "headline" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["plan"]["model_preset"], summary["plan"]["model_overrides"] = "tiny", {}
+    summary_path.write_text(json.dumps(summary))
+    deck = build_deck(runs)
+    tiny = ModelConfig.preset("tiny")
+    total = GLM53Flash(tiny).parameter_counts()["total"]
+    assert f"{total:,}" in deck and f"One hybrid block, {tiny.layers} times" in deck
+    result = deck[deck.index('id="result"'):deck.index('id="result-chart"')]
+    assert "25.7M" not in result and f"{total / 1e3:.0f}K-parameter" in result

@@ -117,13 +117,14 @@ class Deck:
 # --------------------------------------------------------------------------- facts from the code
 
 
-def miniature_facts() -> dict:
+def miniature_facts(preset: str = "flash", overrides: dict | None = None) -> dict:
+    """Architecture facts of the model a run trained (its plan's preset and overrides)."""
     import torch
 
     from ..config import ModelConfig
     from ..model import GLM53Flash
 
-    cfg = ModelConfig()
+    cfg = ModelConfig.preset(preset, **(overrides or {}))
     with torch.device("meta"):  # shapes only: counting parameters needs no memory or random init
         counts = GLM53Flash(cfg).parameter_counts()
     pattern = cfg.attention_pattern
@@ -174,21 +175,22 @@ def build_deck(runs: str | Path) -> str:
     plan = summary["plan"]
     seeds = seed_order(summary)
     first = summary["seeds"][seeds[0]]
-    facts = miniature_facts()
+    facts = miniature_facts(plan.get("model_preset", "flash"), plan.get("model_overrides"))
     cfg, counts = facts["config"], facts["counts"]
+    size = f"{counts['total'] / 1e6:.1f}M" if counts["total"] >= 1e6 else f"{counts['total'] / 1e3:.0f}K"
     deck = Deck()
 
     # 1. result first
     g = [summary["seeds"][s]["greedy_trained"] for s in seeds]
     deck.add("result", "Result first: RL on hidden unit tests",
-             "<p>A 25.7M-parameter byte-level model, pretrained from random weights, then post-trained with a "
+             f"<p>A {size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
              "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, opened once after "
              "all selection:</p>" + markdown_table(result_table(summary))
              + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(summary) if line),
              f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
              + ", ".join(f"{x['after_solved']}/{x['tasks']} (seed {s})" for s, x in zip(seeds, g))
-             + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/24 to "
-               f"{ORIGINAL['greedy_trained'][1]}/24 with one seed. Say plainly where we fall short.")
+             + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/{ORIGINAL['greedy_trained'][2]} to "
+               f"{ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]} with one seed. Say plainly where we fall short.")
 
     example = example_completion(run, summary)
     if example:
@@ -228,12 +230,12 @@ def build_deck(runs: str | Path) -> str:
     ]
     deck.add("architecture", "GLM-5.3-Flash, and our miniature of it",
              table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
-             + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE)}. Miniature: ModelConfig() and "
-               f"GLM53Flash.parameter_counts().</p>",
+             + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE)}. Miniature: the run's ModelConfig "
+               f"(preset {esc(plan.get('model_preset', 'flash'))}) and GLM53Flash.parameter_counts().</p>",
              "The right-hand column is computed from the code when the deck is built. docs/GLM_MAPPING.md has "
              "every deviation and its reason.")
     rhythm = " ".join("S" if kind == "sparse" else "L" for kind in facts["pattern"])
-    deck.add("architecture-block", "One hybrid block, twelve times",
+    deck.add("architecture-block", f"One hybrid block, {cfg.layers} times",
              code(f"bytes -> embedding [B, T, {cfg.dim}] -> {cfg.streams} residual streams\n"
                   f"  -> {cfg.layers} x HybridBlock:  mix streams -> RMSNorm -> attention -> RMSNorm -> MoE\n"
                   f"     layer rhythm: {rhythm}   (L = linear, S = sparse)\n"
