@@ -194,11 +194,12 @@ def test_playground_streams_the_real_model_and_the_verifiers_verdict(server, che
     assert verdict["evaluation"] == overall.to_dict()
     assert [c["number"] for c in verdict["cases"]] == [1, 2, 3]
     assert sum(c["passed"] for c in verdict["cases"]) == overall.tests_passed
+    assert verdict["prompt_edited"] is False
     assert all(notes_files(server) == {} for _ in [0])  # generation writes no notes
 
 
 def test_playground_refuses_bad_requests(server):
-    for payload, status in [({"task_id": "dev-nosuch-000"}, 400), ({"prompt": ""}, 400), ({"prompt": "x" * 5000}, 400),
+    for payload, status in [({"task_id": "dev-nosuch-000"}, 400), ({"task_id": "confirm-double-000"}, 400), ({"prompt": ""}, 400), ({"prompt": "x" * 5000}, 400),
                             ({"prompt": "def f(x):", "temperature": -1}, 400),
                             ({"prompt": "def f(x):", "max_new_tokens": 10_000}, 400),
                             ({"prompt": "def f(x):", "extra": 1}, 400), ({"prompt": "x" * 180}, 400)]:

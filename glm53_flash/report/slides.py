@@ -108,10 +108,11 @@ class Deck:
         self.slides: list[str] = []
 
     def add(self, slide_id: str, title: str, body: str, notes: str) -> None:
+        """body is HTML built by this module; title and notes are plain text and are escaped."""
         self.slides.append(
             f'<section class="slide" id="{esc(slide_id)}" data-title="{esc(title)}">'
             f'<h2 data-edit="{esc(slide_id)}/title">{esc(title)}</h2><div class="body">{body}</div>'
-            f'<aside class="notes">{notes}</aside></section>')
+            f'<aside class="notes">{esc(notes)}</aside></section>')  # notes are plain text from receipts
 
 
 # --------------------------------------------------------------------------- facts from the code

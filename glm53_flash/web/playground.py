@@ -134,6 +134,9 @@ class Playground:
             if not isinstance(body["task_id"], str):
                 raise PlaygroundError("task_id must be a string")
             task = task_by_id(body["task_id"])  # ValueError names the bad id
+            if task.task_id.split("-", 1)[0] != PLAYGROUND_SPLIT:
+                raise PlaygroundError(f"task_id must name a {PLAYGROUND_SPLIT} task (the other splits stay closed), "
+                                      f"got {task.task_id!r}")
         prompt = body.get("prompt", task.prompt if task else None)
         if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_CHARS:
             raise PlaygroundError(f"prompt must be a non-empty string of at most {MAX_PROMPT_CHARS} characters")
@@ -191,7 +194,10 @@ class Playground:
         yield {"type": "done", "completion": completion.text, "finish_reason": completion.finish_reason,
                "tokens": len(completion.token_ids), "seconds": round(seconds, 3)}
         if task is not None:
-            yield self.verdict(task, request["prompt"] + completion.text)
+            verdict = self.verdict(task, request["prompt"] + completion.text)
+            # with an edited prompt part of the program is the user's text, not the model's
+            verdict["prompt_edited"] = request["prompt"] != task.prompt
+            yield verdict
 
     def verdict(self, task, source: str) -> dict:
         """The program's verdict and one per hidden case (each case judged alone in the sandbox)."""
