@@ -9,7 +9,6 @@ Step s (from 0) uses digits (arange(B) + 3s) % 10 drawn with seed + s; held-out 
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from .config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
 from .evaluation import evaluate_digits
 from .language import VisionLanguageModel
 from .models import parameter_count
-from .training import TrainingDiverged, deterministic, optimisation_step, training_batch
+from .training import TrainingDiverged, check_budget, deterministic, optimisation_step, training_batch
 
 PILOT_HELD_OUT_OFFSET = 100_000
 TRAINED_COMPONENTS = ("vision", "language_model.blocks[-1]", "language_model.norm", "language_model.embedding")
@@ -47,14 +46,7 @@ class PilotConfig:
     progress: bool = True
 
     def validate(self) -> None:
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.eval_examples < 10:
-            raise ValueError(f"eval_examples must be >= 10 (one per digit), got {self.eval_examples}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ValueError(f"learning_rate must be a positive number, got {self.learning_rate}")
+        check_budget(self.steps, self.batch_size, self.eval_examples, self.learning_rate)
         if not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
         if self.seed < 0:

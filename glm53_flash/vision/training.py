@@ -33,6 +33,18 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient became non-finite."""
 
 
+def check_budget(steps: int, batch_size: int, eval_examples: int, learning_rate: float) -> None:
+    """The checks every vision training run shares (the miniatures' and the pilot's)."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if eval_examples < 10:
+        raise ValueError(f"eval_examples must be >= 10 (one per digit), got {eval_examples}")
+    if not (learning_rate > 0 and math.isfinite(learning_rate)):
+        raise ValueError(f"learning_rate must be a positive number, got {learning_rate}")
+
+
 @dataclass
 class VisionTrainConfig:
     architectures: tuple[str, ...] = ARCHITECTURES
@@ -63,14 +75,7 @@ class VisionTrainConfig:
             raise ValueError(f"seeds repeat: {self.seeds}")
         if any(s < 0 for s in self.seeds):
             raise ValueError(f"seeds must be >= 0, got {self.seeds}")
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.eval_examples < 10:
-            raise ValueError(f"eval_examples must be >= 10 (one per digit), got {self.eval_examples}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ValueError(f"learning_rate must be a positive number, got {self.learning_rate}")
+        check_budget(self.steps, self.batch_size, self.eval_examples, self.learning_rate)
 
     def effective(self) -> VisionTrainConfig:
         """The smoke test caps steps, batch and evaluation size."""
