@@ -246,3 +246,19 @@ def test_default_checkpoint_is_the_best_dev_selection_of_the_demo(tmp_path, chec
         (demo / f"rl-{seed}" / "selection-dev.json").write_text(
             json.dumps({"selected": {"checkpoint": str(ckpt), "score": [score]}}))
     assert default_checkpoint(demo) == demo / "rl-6" / "checkpoint-0001"
+
+
+def test_notes_history_skips_unchanged_saves_and_rolls_over(tmp_path, monkeypatch):
+    from glm53_flash.web import notes as notes_module
+
+    store = NotesStore(tmp_path)
+    first = store.write("text-edits", {"edits": {"result/title": "Result first"}})
+    again = store.write("text-edits", {"edits": {"result/title": "Result first"}})  # an autosave, nothing new
+    assert again == first and len(store.history("text-edits")) == 1
+    monkeypatch.setattr(notes_module, "HISTORY_MAX_BYTES", 200)
+    for i in range(6):
+        store.write("text-edits", {"edits": {"result/title": f"version {i} " + "x" * 40}})
+    assert (tmp_path / "text-edits.history.1.jsonl").exists()
+    assert (tmp_path / "text-edits.history.jsonl").stat().st_size <= 200
+    assert store.read("text-edits")["edits"]["result/title"].startswith("version 5")
+    assert store.history("text-edits")[-1]["edits"]["result/title"].startswith("version 5")

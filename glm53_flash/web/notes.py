@@ -98,6 +98,13 @@ def validate(kind: str, body) -> dict:
     raise ValueError(f"unknown notes kind {kind!r}")
 
 
+HISTORY_MAX_BYTES = 8_000_000  # per file; one older file is kept
+
+
+def _content(document: dict) -> dict:
+    return {key: value for key, value in document.items() if key != "updatedAt"}
+
+
 class NotesStore:
     """`<dir>/<kind>.json` (the current document) and `<dir>/<kind>.history.jsonl` (every write)."""
 
@@ -127,12 +134,22 @@ class NotesStore:
         return document
 
     def write(self, kind: str, body) -> dict:
-        """Validate, append to the history, then atomically replace the current document."""
+        """Validate, append to the history, then atomically replace the current document.
+
+        A document equal to the stored one (apart from its timestamp) is not written again, and the
+        history rolls over to `<kind>.history.1.jsonl` past HISTORY_MAX_BYTES, so autosaves cannot
+        fill the disk."""
         document = validate(kind, body)
         with self._lock:
+            current = self.read(kind)
+            if current["updatedAt"] is not None and _content(current) == _content(document):
+                return current
             self.directory.mkdir(parents=True, exist_ok=True)
             line = json.dumps(document, sort_keys=True, ensure_ascii=False) + "\n"
-            with open(self.history_path(kind), "a", encoding="utf-8") as handle:
+            history = self.history_path(kind)
+            if history.exists() and history.stat().st_size + len(line.encode()) > HISTORY_MAX_BYTES:
+                history.replace(self.directory / f"{kind}.history.1.jsonl")
+            with open(history, "a", encoding="utf-8") as handle:
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -140,7 +157,9 @@ class NotesStore:
         return document
 
     def history(self, kind: str) -> list[dict]:
-        path = self.history_path(kind)
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        """Every stored version, oldest first (the rolled-over file, then the current one)."""
+        rows = []
+        for path in (self.directory / f"{kind}.history.1.jsonl", self.history_path(kind)):
+            if path.exists():
+                rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return rows
