@@ -8,12 +8,10 @@ family (Holm-adjusted across families), as JSON and a markdown table. Works on o
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .stats import holm, mcnemar_exact, paired_bootstrap_ci, paired_counts
+from .stats import format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts
 from .tasks import FAMILY_NAMES, parse_families
 
 DEFAULT_RESAMPLES = 10_000
@@ -158,10 +156,6 @@ def _side(receipt: dict, label: str) -> dict:
             "checkpoint_sha256": receipt.get("checkpoint_sha256"), "inference": receipt.get("inference")}
 
 
-def _p(value: float) -> str:
-    return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
-
-
 def format_markdown(result: dict) -> str:
     """The comparison as a markdown section: what was compared, then one row per family and overall."""
     sampled = result["kind"] == "sampled"
@@ -179,12 +173,12 @@ def format_markdown(result: dict) -> str:
         + f"rate diff (pts) | {level}% CI (task bootstrap) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if sampled else "") + "---:|---|",
     ]
-    rows = [(name, row, _p(row["mcnemar_p_holm"])) for name, row in result["by_family"].items()]
+    rows = [(name, row, format_p(row["mcnemar_p_holm"])) for name, row in result["by_family"].items()]
     rows.append(("**all**", result["overall"], "-"))
     for name, row, holm_p in rows:
         low, high = row["rate_difference_ci"]
         cells = [name, str(row["tasks"]), str(row["before_solved"]), str(row["after_solved"]), str(row["gains"]),
-                 str(row["losses"]), _p(row["mcnemar_p"]), holm_p]
+                 str(row["losses"]), format_p(row["mcnemar_p"]), holm_p]
         if sampled:
             cells += [f"{row['before_exact']}/{row['rollouts']}", f"{row['after_exact']}/{row['rollouts']}"]
         cells += [f"{100 * row['rate_difference']:+.1f}", f"[{100 * low:+.1f}, {100 * high:+.1f}]"]
@@ -196,19 +190,4 @@ def format_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write text atomically (temporary file in the same directory, then rename), like write_json."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-__all__ = ["compare_receipts", "format_markdown", "load_receipt", "receipt_kind", "task_outcomes", "write_text"]
+__all__ = ["compare_receipts", "format_markdown", "load_receipt", "receipt_kind", "task_outcomes"]

@@ -185,7 +185,8 @@ def _add_compare(sub) -> None:
 
 
 def _run_compare(args) -> int:
-    from .compare import compare_receipts, format_markdown, load_receipt, write_text
+    from .compare import compare_receipts, format_markdown, load_receipt
+    from .receipts import write_text
     from .receipts import provenance, write_json
     from .tasks import parse_families
 

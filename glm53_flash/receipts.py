@@ -36,9 +36,14 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def utc_now() -> str:
+    """The current time as an ISO 8601 UTC string to the second (every receipt's timestamp format)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def provenance(argv: list[str] | None = None, device: str | None = None) -> dict:
     return {
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": utc_now(),
         "git_commit": git_commit(),
         "argv": list(sys.argv if argv is None else argv),
         "versions": package_versions(),
@@ -68,18 +73,23 @@ def sha256_json(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def write_json(path: str | Path, payload, indent: int = 2) -> Path:
-    """Write JSON atomically: a temporary file in the same directory, then rename."""
+def write_text(path: str | Path, text: str) -> Path:
+    """Write text atomically: a temporary file in the same directory, then rename (readers never see
+    half a file, and an interrupted write leaves the old one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=indent, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; receipts are meant to be shared
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; receipts and reports are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json(path: str | Path, payload, indent: int = 2) -> Path:
+    """Write JSON atomically (see write_text), keys sorted."""
+    return write_text(path, json.dumps(payload, indent=indent, sort_keys=True) + "\n")

@@ -223,7 +223,6 @@ def generate_for_tasks(model, tasks: Sequence, *, stop: str = "parse", **options
                     stop=stop, **options)
 
 
-
 def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None, seed: int = 0,
                     key: str | None = None, stop: str = "eos", task=None) -> Iterator[tuple[int, Completion | None]]:
@@ -263,16 +262,11 @@ def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature
             cache = model.new_cache(1)
             logits = model(torch.tensor([encoded], dtype=torch.long, device=device), cache=cache).logits[:, -1]
             while True:
-                masked = mask_logits(logits.float(), stop)
-                if noise is None:
-                    scores = masked
-                    choice = masked.argmax(-1)
-                else:
-                    scores = sampling_logits(masked, settings.temperature, top_k, top_p)
-                    choice = (scores + noise[len(tokens)]).argmax(-1)
+                choice, logprob = _choose_tokens(logits.float(), settings,
+                                                 None if noise is None else noise[len(tokens)][None])
                 token = int(choice.item())
                 tokens.append(token)
-                logprobs.append(float(torch.log_softmax(scores, -1)[0, token].item()))
+                logprobs.append(float(logprob.item()))
                 reason = _finish_reason(tokens, settings, is_parseable, 0)
                 if reason is not None:
                     yield token, _completion(tokens, logprobs, settings, reason)
@@ -375,17 +369,13 @@ def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, re
         active = [i for i, r in enumerate(rows) if r.slot is not None and not r.finished]
         if active:
             active_index = torch.tensor(active, dtype=torch.long, device=device)
-            masked = mask_logits(logits.index_select(0, active_index), settings.stop)
-            if greedy:
-                scores = masked
-                choice = masked.argmax(-1)
-            else:
-                scores = sampling_logits(masked, settings.temperature, settings.top_k, settings.top_p)
+            row_noise = None
+            if not greedy:
                 slot_index = torch.tensor([rows[i].slot for i in active], dtype=torch.long, device=device)
                 step_index = torch.tensor([len(tokens[rows[i].slot]) for i in active], dtype=torch.long,
                                           device=device)
-                choice = (scores + noise[slot_index, step_index]).argmax(-1)
-            chosen_logprob = torch.log_softmax(scores, -1).gather(-1, choice[:, None])[:, 0]
+                row_noise = noise[slot_index, step_index]
+            choice, chosen_logprob = _choose_tokens(logits.index_select(0, active_index), settings, row_noise)
             done_now = 0
             for i, token, logprob in zip(active, choice.tolist(), chosen_logprob.tolist()):
                 row = rows[i]
@@ -414,6 +404,20 @@ def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, re
                 next_ids.append(tokens[row.slot][-1])
         step = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
         logits = model(step, cache=cache).logits[:, -1].float()
+
+
+def _choose_tokens(logits: torch.Tensor, settings: _Settings, noise: torch.Tensor | None):
+    """The decision rule shared by batched and streamed generation: mask, then argmax (greedy) or
+    argmax of tempered/filtered scores plus the row's Gumbel noise [rows, V]. Returns (token ids [rows],
+    their log-probs under the distribution they were drawn from [rows])."""
+    masked = mask_logits(logits, settings.stop)
+    if noise is None:
+        scores = masked
+        choice = masked.argmax(-1)
+    else:
+        scores = sampling_logits(masked, settings.temperature, settings.top_k, settings.top_p)
+        choice = (scores + noise).argmax(-1)
+    return choice, torch.log_softmax(scores, -1).gather(-1, choice[:, None])[:, 0]
 
 
 def _finish_reason(token_ids: list[int], settings: _Settings, is_parseable, prompt_index: int) -> str | None:

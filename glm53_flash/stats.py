@@ -385,8 +385,14 @@ def minimum_detectable_effect(
     return (normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)) * sd / math.sqrt(n_pairs)
 
 
+def format_p(value: float) -> str:
+    """A p-value for reports: three significant digits, scientific notation below 0.001."""
+    return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
+
+
 __all__ = [
     "bootstrap_ci",
+    "format_p",
     "holm",
     "mcnemar_exact",
     "minimum_detectable_effect",

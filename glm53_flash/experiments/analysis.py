@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import stats
-from ..receipts import provenance, write_json
+from ..receipts import provenance, write_json, write_text
 from .study import PLAN_FILE, load_receipts
 
 SUMMARY_FILE = "summary.json"
@@ -739,9 +739,7 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     summary["provenance"] = provenance(argv)
     summary = json.loads(json.dumps(summary, allow_nan=False, default=_json_default))
     write_json(out / SUMMARY_FILE, summary)
-    tmp = out / f".{REPORT_FILE}.tmp"
-    tmp.write_text("\n".join(lines))
-    tmp.replace(out / REPORT_FILE)
+    write_text(out / REPORT_FILE, "\n".join(lines))
     return summary
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..receipts import peak_rss_bytes, provenance, sha256_json, write_json
+from ..receipts import peak_rss_bytes, provenance, sha256_json, utc_now, write_json
 
 PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
@@ -95,7 +95,7 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
 
     def finish(unit: dict, result: dict) -> None:
         result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device")}, plan_sha256=plan["plan_sha256"],
-                      provenance=started_with | {"finished_utc": _now()})
+                      provenance=started_with | {"finished_utc": utc_now()})
         write_json(receipt_path(out, unit["key"]), result)
         if bar is not None:
             bar.update(1)
@@ -123,12 +123,6 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
         if bar is not None:
             bar.close()
     return len(todo)
-
-
-def _now() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def load_receipts(out: Path, plan_sha256: str | None = None) -> list[dict]:

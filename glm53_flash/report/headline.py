@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..stats import format_p
+
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
 ORIGINAL = {
     "greedy_trained": (0, 16, 24),
@@ -22,10 +24,6 @@ def seed_order(summary: dict) -> list[str]:
 
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
-
-
-def _p(value: float) -> str:
-    return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
 
 
 def make_charts(out: Path, summary: dict) -> dict[str, str]:
@@ -131,8 +129,8 @@ def result_table(summary: dict) -> list[str]:
     a = [summary["seeds"][s]["sampled_all"] for s in seeds]
     row(f"sampled pass@{k}, all eight families", ORIGINAL["sampled_all_solved"],
         f"{a[0]['before_solved']}/{a[0]['tasks']}", [f"{x['after_solved']}/{x['tasks']}" for x in a])
-    lines.append(f"| greedy gains / losses (McNemar p) | | 16 / 0 ({_p(ORIGINAL['mcnemar_p'])}) | | "
-                 + " | ".join(f"{x['gains']} / {x['losses']} ({_p(x['mcnemar_p'])})" for x in g) + " |")
+    lines.append(f"| greedy gains / losses (McNemar p) | | 16 / 0 ({format_p(ORIGINAL['mcnemar_p'])}) | | "
+                 + " | ".join(f"{x['gains']} / {x['losses']} ({format_p(x['mcnemar_p'])})" for x in g) + " |")
     return lines
 
 
@@ -205,7 +203,7 @@ def build_report(out: str | Path) -> Path:
             f"### seed {seed} (selected `{Path(s['selected_checkpoint']).name}`)",
             "",
             f"- greedy pass@1 on the trained families: {g['before_solved']}/{g['tasks']} -> {g['after_solved']}/"
-            f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {_p(g['mcnemar_p'])}.",
+            f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {format_p(g['mcnemar_p'])}.",
             f"- sampled exact rate on the trained families: {100 * t['before_rate']:.1f}% -> "
             f"{100 * t['after_rate']:.1f}% ({100 * t['rate_difference']:+.1f} points, 95% task-bootstrap CI "
             f"[{100 * low:+.1f}, {100 * high:+.1f}]).",

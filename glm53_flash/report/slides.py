@@ -17,7 +17,8 @@ import html
 import json
 from pathlib import Path
 
-from .headline import ORIGINAL, _p, goal_lines, result_table, seed_order
+from ..stats import format_p
+from .headline import ORIGINAL, goal_lines, result_table, seed_order
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKEN_PLACEHOLDER = "__GLM53_TOKEN__"
@@ -315,7 +316,7 @@ def build_deck(runs: str | Path) -> str:
         v = summary["seeds"][s]
         gt, st = v["greedy_trained"], v["sampled_trained"]
         rows.append((s, f"{gt['before_solved']}/{gt['tasks']} -> {gt['after_solved']}/{gt['tasks']}",
-                     f"{gt['gains']} / {gt['losses']}", _p(gt["mcnemar_p"]),
+                     f"{gt['gains']} / {gt['losses']}", format_p(gt["mcnemar_p"]),
                      (f"{100 * st['rate_difference']:+.1f} [{100 * st['rate_difference_ci'][0]:+.1f}, "
                       f"{100 * st['rate_difference_ci'][1]:+.1f}]")))
     opened = ("opened after the last selection receipt" if summary["confirm_opened_after_selection"]
@@ -398,10 +399,6 @@ def render(deck: Deck) -> str:
 
 
 def write_deck(runs: str | Path, output: str | Path) -> Path:
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    text = build_deck(runs)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(output)
-    return output
+    from ..receipts import write_text
+
+    return write_text(output, build_deck(runs))

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
-from ..receipts import peak_rss_bytes, provenance, write_json
+from ..receipts import peak_rss_bytes, provenance, write_json, write_text
 from ..runtime import autocast, resolve_device
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, prepare_run_directory, save_checkpoint,
@@ -346,9 +346,7 @@ def _tuples(value):
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    tmp.replace(path)
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
 __all__ = ["PretrainConfig", "pretrain", "learning_rate_at", "parameter_groups", "TrainingDiverged"]

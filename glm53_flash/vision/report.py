@@ -7,12 +7,11 @@ DIR/receipts/ and derives every figure from them; nothing is typed in by hand.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 from pathlib import Path
 
-from ..receipts import sha256_file, write_json
+from ..receipts import sha256_file, write_json, write_text
+from ..stats import format_p
 from .analysis import arm_summary, compare_architectures
 from .config import ARCHITECTURES
 
@@ -22,10 +21,6 @@ CHART_FILE = "vision-comparison.png"
 
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
-
-
-def _p(value: float) -> str:
-    return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
 
 
 def _read(path: str | Path, kind: str) -> dict:
@@ -40,14 +35,6 @@ def _read(path: str | Path, kind: str) -> dict:
     if receipt.get("kind") != expected:
         raise ValueError(f"{path} is not a vision {kind} receipt (kind {receipt.get('kind')!r}, expected {expected!r})")
     return receipt
-
-
-def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def build_summary(train: dict, pilot: dict | None, sources: dict) -> dict:
@@ -74,7 +61,7 @@ def build_summary(train: dict, pilot: dict | None, sources: dict) -> dict:
             f"Over {len(comparison['seeds'])} seeds the {leader} named more held-out digits: faithful "
             f"{f_arm['after_correct']}/{f_arm['examples']} vs baseline {b_arm['after_correct']}/{b_arm['examples']} "
             f"(faithful better on {comparison['seeds_first_better']}, baseline on {comparison['seeds_second_better']}, "
-            f"tied on {comparison['seeds_tied']}; exact sign-flip p = {_p(comparison['sign_flip_p'])}).")
+            f"tied on {comparison['seeds_tied']}; exact sign-flip p = {format_p(comparison['sign_flip_p'])}).")
         low, high = comparison["bootstrap_ci_mean_difference"]
         pooled = comparison["pooled"]
         answers.append(
@@ -144,9 +131,9 @@ def render_markdown(summary: dict) -> str:
         for row in comparison["per_seed"]:
             lines.append(f"| {row['seed']} | {row['faithful_correct']}/{row['examples']} | "
                          f"{row['baseline_correct']}/{row['examples']} | {100 * row['difference']:+.1f} | "
-                         f"{row['only_faithful_correct']} | {row['only_baseline_correct']} | {_p(row['mcnemar_p'])} |")
+                         f"{row['only_faithful_correct']} | {row['only_baseline_correct']} | {format_p(row['mcnemar_p'])} |")
         low, high = comparison["bootstrap_ci_mean_difference"]
-        lines += ["", (f"Exact sign-flip p over {len(comparison['seeds'])} seeds: {_p(comparison['sign_flip_p'])}; "
+        lines += ["", (f"Exact sign-flip p over {len(comparison['seeds'])} seeds: {format_p(comparison['sign_flip_p'])}; "
                   f"mean difference {100 * comparison['mean_difference']:+.1f} points, 95% paired bootstrap CI "
                   f"[{100 * low:+.1f}, {100 * high:+.1f}] ({comparison['bootstrap']['resamples']:,} resamples, "
                   f"seed {comparison['bootstrap']['seed']}).")]
@@ -204,7 +191,7 @@ def make_chart(summary: dict, path: Path) -> None:
         ax.set_xlim(-0.4, 1.4)
         ax.set_ylim(0, 100)
         ax.set(ylabel="held-out accuracy (%)",
-               title=f"per seed (sign-flip p = {_p(comparison['sign_flip_p'])})")
+               title=f"per seed (sign-flip p = {format_p(comparison['sign_flip_p'])})")
     for name, arm in arms.items():
         ax = axes[index]
         index += 1
@@ -234,11 +221,11 @@ def build_vision_report(train_path: str | Path, pilot_path: str | Path | None, o
         target = receipts / f"{name}.json"
         if Path(path).resolve() != target.resolve():
             # the same content without indentation: the per-example lists make indented JSON large
-            _write_text(target, json.dumps(receipt, sort_keys=True, separators=(",", ":")) + "\n")
+            write_text(target, json.dumps(receipt, sort_keys=True, separators=(",", ":")) + "\n")
         sources[name] = {"receipt": f"receipts/{name}.json", "sha256": sha256_file(target),
                          "command": shlex.join(receipt["command"]) if receipt.get("command") else None}
     summary = build_summary(train, pilot, sources)
     write_json(out / "summary.json", summary)
-    _write_text(out / "REPORT.md", render_markdown(summary))
+    write_text(out / "REPORT.md", render_markdown(summary))
     make_chart(summary, out / CHART_FILE)
     return summary

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 
-from ..receipts import write_json
+from ..receipts import utc_now, write_json
 
 MAX_KEY_CHARS = 200
 MAX_TEXT_CHARS = 20_000
@@ -26,10 +25,6 @@ KINDS = ("feedback", "text-edits")
 
 class NoteError(ValueError):
     """A request body that does not have the document's shape; answered with 400."""
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def empty_document(kind: str) -> dict:
@@ -88,13 +83,13 @@ def validate(kind: str, body) -> dict:
         unknown = set(body) - {"version", "updatedAt", "feedback", "catalog"}
         if unknown:
             raise NoteError(f"unknown fields: {', '.join(sorted(unknown))}")
-        return {"version": 1, "updatedAt": _now(), "feedback": _text_map(body.get("feedback", {}), "feedback"),
+        return {"version": 1, "updatedAt": utc_now(), "feedback": _text_map(body.get("feedback", {}), "feedback"),
                 "catalog": _catalog(body.get("catalog", {}))}
     if kind == "text-edits":
         unknown = set(body) - {"version", "updatedAt", "edits"}
         if unknown:
             raise NoteError(f"unknown fields: {', '.join(sorted(unknown))}")
-        return {"version": 1, "updatedAt": _now(), "edits": _text_map(body.get("edits", {}), "edits")}
+        return {"version": 1, "updatedAt": utc_now(), "edits": _text_map(body.get("edits", {}), "edits")}
     raise ValueError(f"unknown notes kind {kind!r}")
 
 
