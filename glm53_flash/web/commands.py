@@ -67,8 +67,7 @@ def _run_serve(args) -> int:
         server, thread = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes,
                                       playground=playground, allow_remote=args.allow_remote,
                                       allowed_hosts=tuple(args.allowed_host))
-    except OSError as error:  # port in use, unknown address, ...
-        playground.close()
+    except OSError as error:  # port in use, unknown address, ... (the failed server closed the playground)
         raise ValueError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
     print(f"slides:     {server.url}", flush=True)
     print(f"playground: {server.url}playground", flush=True)

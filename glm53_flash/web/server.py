@@ -66,10 +66,10 @@ class SlideServer(ThreadingHTTPServer):
                              f"playground to the network, so it needs --allow-remote")
         if ":" in host:
             self.address_family = socket.AF_INET6
+        self.playground = playground  # before binding: a failed bind calls server_close, which closes it
         super().__init__((host, port), Handler)
         self.token = secrets.token_urlsafe(24)
         self.notes = NotesStore(notes_dir)
-        self.playground = playground
         self.refusals: Counter[int] = Counter()  # refused requests by status, for the operator and tests
         bound_port = self.server_address[1]
         # a wildcard bind has no name of its own: the names clients may use come from --allowed-host
@@ -89,8 +89,7 @@ class SlideServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        if hasattr(self, "playground"):  # absent when binding failed inside the base constructor
-            self.playground.close()
+        self.playground.close()
 
 
 class Handler(BaseHTTPRequestHandler):
