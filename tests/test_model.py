@@ -4,10 +4,11 @@ import pytest
 import torch
 
 import glm53_flash as g
+from glm53_flash.model import moe as moe_module
 from glm53_flash.model.linear_attention import (
-    causal_linear_attention, feature_map, recurrent_linear_attention,
+    causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
 )
-from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+from glm53_flash.model.moe import MixtureOfExperts, _SwiGLUActivation, dense_moe_reference
 from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask
 from glm53_flash.model.streams import sinkhorn
 
@@ -110,6 +111,41 @@ def test_sorted_moe_dispatch_equals_dense_reference():
     out, used, _ = moe(x)
     torch.testing.assert_close(out, dense_moe_reference(moe, x))
     assert used.sum() == 100
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "grouped_mm"), reason="torch without grouped_mm")
+def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatch):
+    torch.manual_seed(3)
+    moe = MixtureOfExperts(16, 24, experts=4, top_k=2)
+    with torch.no_grad():  # one expert idle: its gradient must be zero on both paths
+        moe.router.weight[3] = -10.0
+    x = torch.rand(40, 16) + 0.1  # positive inputs: expert 3's logit is the lowest for every token
+    results = []
+    for grouped in (True, False):
+        monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
+        assert moe_module.grouped_mm_usable(x, moe.expert_up, moe.expert_down) is grouped
+        moe.zero_grad()
+        xi = x.clone().requires_grad_()
+        out, used, balance = moe(xi)
+        (out.pow(2).sum() + balance).backward()
+        results.append((out, xi.grad, moe.expert_up.grad.clone(), moe.expert_down.grad.clone()))
+    assert results[0][2][3].abs().max() == 0
+    for fast, loop in zip(*results):
+        torch.testing.assert_close(fast, loop, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[0][0], dense_moe_reference(moe, x), atol=1e-5, rtol=1e-5)
+
+
+def test_fused_activation_gradients_equal_formulas():
+    torch.manual_seed(4)
+    h = torch.randn(9, 12, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SwiGLUActivation.apply, (h,))
+    gate, value = h.chunk(2, dim=-1)
+    torch.testing.assert_close(_SwiGLUActivation.apply(h), torch.nn.functional.silu(gate) * value)
+    u = torch.randn(200, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(feature_map, (u,))
+    grad_fast, = torch.autograd.grad(feature_map(u).pow(2).sum(), u)
+    grad_plain, = torch.autograd.grad(feature_map_reference(u).pow(2).sum(), u)
+    torch.testing.assert_close(grad_fast, grad_plain)
 
 
 def test_router_gets_gradients_from_balance_loss():

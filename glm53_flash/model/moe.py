@@ -1,8 +1,10 @@
 """Mixture of experts: a router, routed SwiGLU experts (top-k) and one always-on shared expert.
 
 Mirrors GLM-5.3-Flash's MoE layers at small scale (8 routed experts top-2 + 1 shared instead of
-288 top-8 + 1). Tokens are grouped by expert with one stable sort and one host sync per layer (the
-original looped over experts with a sync each). The balance loss is the Switch-Transformer form
+288 top-8 + 1). Tokens are grouped by expert with one stable sort (the original looped over experts
+with a host sync each). On CPU in float32, every expert then runs in one grouped matrix multiply
+(`torch.nn.functional.grouped_mm`, torch >= 2.8) with no host sync at all; elsewhere the experts run
+in a loop over split chunks with one host sync per layer. Both equal `dense_moe_reference`. The balance loss is the Switch-Transformer form
 E * sum_e f_e * P_e, whose router probabilities P_e carry gradients; the original's hard-count
 metric (no gradient) stays reachable for ablation.
 """
@@ -15,8 +17,9 @@ from torch import nn
 
 
 class _SwiGLUActivation(torch.autograd.Function):
-    """silu(gate) * value for h = [gate | value] [N, 2H], with a backward that writes both halves
-    of the gradient in place instead of concatenating them (a measurable cost on CPU)."""
+    """silu(gate) * value for h = [gate | value] [N, 2H]. The backward writes both halves of the
+    gradient in place (no concatenation) with four elementwise passes: aten's fused silu_backward
+    for the gate half, and silu recomputed (not saved) for the value half."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor) -> torch.Tensor:
@@ -28,12 +31,11 @@ class _SwiGLUActivation(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
         (h,) = ctx.saved_tensors
         gate, value = h.chunk(2, dim=-1)
-        sig = torch.sigmoid(gate)
         grad = torch.empty_like(h)
         grad_gate, grad_value = grad.chunk(2, dim=-1)
-        torch.mul(gate * sig, grad_out, out=grad_value)  # d/d value = silu(gate)
-        # d silu(g)/dg = sig * (1 + g * (1 - sig))
-        torch.mul(sig * (1 + gate * (1 - sig)), grad_out * value, out=grad_gate)
+        # d/d gate = grad_out * value * silu'(gate); d/d value = grad_out * silu(gate)
+        torch.ops.aten.silu_backward.grad_input(grad_out * value, gate, grad_input=grad_gate)
+        torch.mul(F.silu(gate), grad_out, out=grad_value)
         return grad
 
 
@@ -57,6 +59,19 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(swiglu_activation(self.up(x)))
+
+
+def grouped_mm_usable(x: torch.Tensor, *weights: torch.Tensor) -> bool:
+    """Whether the grouped kernel serves this call: CPU float32 with 16-byte-aligned row strides.
+
+    (On CUDA it wants bf16 on recent GPUs; the chunk loop is the portable path there.)"""
+    return (GROUPED_MM_ENABLED and x.device.type == "cpu" and x.dtype == torch.float32
+            and all(w.dtype == torch.float32 and w.shape[-1] % 4 == 0 and w.shape[-2] % 4 == 0 for w in weights)
+            and x.shape[-1] % 4 == 0)
+
+
+# A switch for tests and benchmarks: False forces the portable chunk loop everywhere.
+GROUPED_MM_ENABLED = hasattr(F, "grouped_mm")
 
 
 def route_tokens(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,6 +98,19 @@ class MixtureOfExperts(nn.Module):
     def run_expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         return swiglu(x, self.expert_up[e], self.expert_down[e])
 
+    def run_sorted(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """rows [M, D] sorted by expert, counts [E] rows per expert -> each row through its expert."""
+        if grouped_mm_usable(rows, self.expert_up, self.expert_down):
+            offsets = counts.cumsum(0).to(torch.int32)
+            hidden = F.grouped_mm(rows, self.expert_up, offs=offsets)
+            return F.grouped_mm(swiglu_activation(hidden), self.expert_down, offs=offsets)
+        # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
+        sizes = counts.tolist()  # the layer's single host sync
+        ups, downs = self.expert_up.unbind(0), self.expert_down.unbind(0)
+        # Idle experts still run on their empty chunk: every parameter stays in the graph (with a
+        # zero gradient), which data-parallel training needs.
+        return torch.cat([swiglu(chunk, ups[e], downs[e]) for e, chunk in enumerate(torch.split(rows, sizes))])
+
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None, with_balance: bool = True,
                 balance_reduce=None):
         """x [N, D] -> (output [N, D], per-expert slot counts [E], balance loss scalar or None).
@@ -98,13 +126,7 @@ class MixtureOfExperts(nn.Module):
         order = torch.argsort(flat_expert, stable=True)
         counts = torch.bincount(flat_expert, minlength=self.experts)
         rows = x.index_select(0, order // self.top_k)
-        # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
-        sizes = counts.tolist()  # the layer's single host sync
-        ups, downs = self.expert_up.unbind(0), self.expert_down.unbind(0)
-        # Idle experts still run on their empty chunk: every parameter stays in the graph (with a
-        # zero gradient), which data-parallel training needs.
-        expert_out = torch.cat([swiglu(chunk, ups[e], downs[e])
-                                for e, chunk in enumerate(torch.split(rows, sizes))])
+        expert_out = self.run_sorted(rows, counts)
         # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
         slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
         routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
@@ -152,4 +174,4 @@ def original_balance_metric(usage_by_layer: torch.Tensor) -> torch.Tensor:
     return experts * ((mean_usage - 1.0 / experts) ** 2).mean()
 
 
-__all__ = ["MixtureOfExperts", "SwiGLU", "route_tokens", "dense_moe_reference", "original_balance_metric"]
+__all__ = ["GROUPED_MM_ENABLED", "grouped_mm_usable", "MixtureOfExperts", "SwiGLU", "route_tokens", "dense_moe_reference", "original_balance_metric"]
