@@ -123,12 +123,12 @@ def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatc
     results = []
     for grouped in (True, False):
         monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
-        assert moe_module.grouped_mm_usable(x, moe.expert_up, moe.expert_down) is grouped
+        assert moe_module.grouped_mm_usable(x, moe.expert_gate_up, moe.expert_down) is grouped
         moe.zero_grad()
         xi = x.clone().requires_grad_()
         out, used, balance = moe(xi)
         (out.pow(2).sum() + balance).backward()
-        results.append((out, xi.grad, moe.expert_up.grad.clone(), moe.expert_down.grad.clone()))
+        results.append((out, xi.grad, moe.expert_gate_up.grad.clone(), moe.expert_down.grad.clone()))
     assert results[0][2][3].abs().max() == 0
     for fast, loop in zip(*results):
         torch.testing.assert_close(fast, loop, atol=1e-5, rtol=1e-5)

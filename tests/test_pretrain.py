@@ -170,3 +170,39 @@ def test_schedule_and_weight_decay_groups():
     assert all(p.ndim >= 2 for p in decay["params"])
     assert {names[id(p)].split(".")[-1] for p in no_decay["params"]} == {"weight", "input_logits", "output_logits"}
     assert all(p.ndim == 1 for p in no_decay["params"])
+
+
+def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state_is_refused(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash.train.checkpoint import load_optimizer_state
+
+    torch.manual_seed(0)
+    model = GLM53Flash(ModelConfig.preset("tiny")).eval()
+    directory = tmp_path / "old"
+    save_checkpoint(directory, model, {"step": 0})
+    # Rewrite the weights as the earlier layout stored them: expert_up [E, D, 2H].
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    for key in [k for k in state if k.endswith("expert_gate_up")]:
+        state[key.replace("expert_gate_up", "expert_up")] = state.pop(key).transpose(1, 2).contiguous()
+    save_file(state, str(directory / "model.safetensors"))
+    meta = json.loads((directory / "metadata.json").read_text())
+    from glm53_flash.receipts import sha256_file
+    meta["files"]["model.safetensors"] = sha256_file(directory / "model.safetensors")
+    (directory / "metadata.json").write_text(json.dumps(meta))
+    loaded, _ = load_checkpoint(directory)
+    ids = torch.randint(4, 260, (2, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits)
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(ids).logits.sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    load_optimizer_state(torch.optim.AdamW(loaded.parameters()), saved, directory)  # same layout: fine
+    index = next(i for i, (name, _) in enumerate(model.named_parameters()) if name.endswith("expert_gate_up"))
+    saved["state"][index]["exp_avg"] = saved["state"][index]["exp_avg"].transpose(1, 2).contiguous()
+    with pytest.raises(CheckpointError, match="cannot be resumed"):
+        load_optimizer_state(torch.optim.AdamW(loaded.parameters()), saved, directory)

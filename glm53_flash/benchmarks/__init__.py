@@ -16,7 +16,8 @@ def register(sub, bench_sub) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed training steps (the minimum is reported)")
     parser.add_argument("--decode-batch", type=int, default=16)
     parser.add_argument("--prompt-length", type=int, default=64)
-    parser.add_argument("--decode-length", type=int, default=192, help="total length to decode to")
+    parser.add_argument("--decode-length", type=int, default=None,
+                        help="total length to decode to (default: the preset's max_sequence_length)")
     parser.add_argument("--reforward-every", type=int, default=1,
                         help="time the re-forward baseline at every N-th length and interpolate (1 = all)")
     parser.add_argument("--output", default="runs/bench/model.json", help="JSON receipt path")

@@ -12,7 +12,8 @@ from ..config import ModelConfig
 from ..data import pretraining_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json
-from ..runtime import autocast, resolve_device
+from ..runtime import autocast, fused_optimizer_supported, resolve_device
+from ..train.pretrain import parameter_groups
 from .common import measure_matmul_peak, print_table, synchronize
 
 
@@ -24,8 +25,15 @@ def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
 
 
 def bench_training(model, device, batch_size, seq_len, steps, warmup):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    inputs, labels = (t.to(device) for t in pretraining_batch(0, batch_size, seq_len))
+    # The optimizer pretraining uses: decay on matrices only, fused kernel where torch has one.
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95),
+                                  fused=fused_optimizer_supported(device))
+    try:
+        batch, data = pretraining_batch(0, batch_size, seq_len), "task stream, batch 0"
+    except ValueError:  # a sequence shorter than the task examples (tiny presets): throughput is the same
+        tokens = torch.randint(4, 260, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
+        batch, data = (tokens[:, :-1], tokens[:, 1:]), "uniform random bytes (task examples do not fit)"
+    inputs, labels = (t.to(device) for t in batch)
     model.train()
 
     def step():
@@ -52,7 +60,7 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     tokens = batch_size * seq_len
     best = min(times)
     return {
-        "batch_size": batch_size, "sequence_length": seq_len, "steps_timed": steps,
+        "batch_size": batch_size, "sequence_length": seq_len, "steps_timed": steps, "data": data,
         "step_seconds_min": best, "step_seconds_median": sorted(times)[len(times) // 2],
         "tokens_per_second": tokens / best,
         "peak_memory_bytes": (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
@@ -80,6 +88,8 @@ def bench_decode(model, device, batch_size, prompt_len, total_len, reforward_eve
         start = time.perf_counter()
         cache = model.new_cache(batch_size)
         logits = model(prompt, cache=cache).logits[:, -1]
+        synchronize(device)
+        prefill_seconds = time.perf_counter() - start
         cached_ids = [prompt]
         for _ in range(new_tokens - 1):
             nxt = logits.argmax(-1, keepdim=True)
@@ -111,18 +121,77 @@ def bench_decode(model, device, batch_size, prompt_len, total_len, reforward_eve
         "batch_size": batch_size, "prompt_length": prompt_len, "total_length": total_len,
         "new_tokens_per_row": new_tokens,
         "cached_seconds": cached_seconds, "cached_tokens_per_second": generated / cached_seconds,
+        "prefill_seconds": prefill_seconds,
+        "cached_step_seconds_mean": (cached_seconds - prefill_seconds) / max(1, new_tokens - 1),
         "reforward_seconds": reforward_seconds, "reforward_tokens_per_second": generated / reforward_seconds,
         "reforward_lengths_timed": len(lengths),
         "speedup": reforward_seconds / cached_seconds,
     }
 
 
+@torch.inference_mode()
+def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
+    """Two lower bounds on one cached decode step of `batch_size` rows, measured in this process.
+
+    - weight read: every parameter read once (a sum over each tensor), i.e. the step at this
+      machine's memory bandwidth with no other cost; a step of B >= E / top_k rows touches nearly
+      every expert, so it must read nearly every weight.
+    - matrix products only: the step's GEMMs on the model's own weights with the shapes a decode
+      step has (qkv, output, router, the grouped experts with the slots split evenly, shared
+      expert, head), each layer once, with none of the step's other operations.
+    """
+    cfg = model.config
+    params = [p for p in model.parameters()]
+    weight_bytes = sum(p.numel() * p.element_size() for p in params)
+    x = torch.randn(batch_size, cfg.dim, device=device)
+    slots = batch_size * cfg.top_k
+    rows = torch.randn(slots, cfg.dim, device=device)
+    counts = torch.bincount(torch.arange(slots, device=device) % cfg.experts, minlength=cfg.experts)
+
+    def read_weights():
+        for p in params:
+            p.sum()
+
+    def products():
+        for block in model.blocks:
+            block.attention.qkv(x)
+            block.attention.out(x)
+            block.moe.router(x)
+            block.moe.run_sorted(rows, counts)
+            block.moe.shared(x)
+        F.linear(x, model.embedding.weight)
+
+    def best(fn):
+        for _ in range(3):
+            fn()
+        synchronize(device)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    read_seconds = best(read_weights)
+    return {"weight_bytes": weight_bytes, "weight_read_seconds": read_seconds,
+            "weight_read_bytes_per_second": weight_bytes / read_seconds,
+            "matrix_products_seconds": best(products)}
+
+
 def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, seq_len: int = 128,
         steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_len: int = 64,
-        decode_total: int = 192, reforward_every: int = 1, output: str | None = None) -> dict:
+        decode_total: int | None = None, reforward_every: int = 1, output: str | None = None) -> dict:
     device = resolve_device(device_name)
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
+    decode_total = cfg.max_sequence_length if decode_total is None else decode_total
+    for name, value in (("--sequence-length", seq_len), ("--decode-length", decode_total)):
+        if value > cfg.max_sequence_length:
+            raise ValueError(f"{name} {value} exceeds the {preset} preset's max_sequence_length "
+                             f"{cfg.max_sequence_length}")
+    if not 1 <= prompt_len < decode_total:
+        raise ValueError(f"--prompt-length must lie in [1, --decode-length), got {prompt_len} and {decode_total}")
     model = GLM53Flash(cfg).to(device)
     peak = measure_matmul_peak(device)
     training = bench_training(model, device, batch_size, seq_len, steps, warmup)
@@ -130,8 +199,15 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
-    decode = bench_decode(model, device, decode_batch, prompt_len, min(decode_total, cfg.max_sequence_length),
-                          reforward_every)
+    decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
+    floors = decode_floors(model, device, decode_batch)
+    steps_after_prefill = decode["new_tokens_per_row"] - 1
+    for name, step_seconds in (("weight_read", floors["weight_read_seconds"]),
+                               ("matrix_products", floors["matrix_products_seconds"])):
+        # The largest speedup a decode step costing only this much could show against the same re-forward.
+        floors[f"speedup_ceiling_at_{name}"] = decode["reforward_seconds"] / (
+            decode["prefill_seconds"] + steps_after_prefill * step_seconds)
+    decode["floors"] = floors
     result = {
         "benchmark": "model", "preset": preset, "config": cfg.to_dict(),
         "parameter_counts": model.parameter_counts(), "device": str(device),
@@ -151,6 +227,14 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
                            f"(batch {decode_batch}, {prompt_len} -> {decode['total_length']})"),
         ("decode, re-forward", f"{decode['reforward_tokens_per_second']:.1f} tokens/s"),
         ("decode speedup", f"{decode['speedup']:.1f}x"),
+        ("decode step, measured", f"{1e3 * decode['cached_step_seconds_mean']:.1f} ms (mean after a "
+                                  f"{1e3 * decode['prefill_seconds']:.0f} ms prefill)"),
+        ("step floor: GEMMs only", f"{1e3 * floors['matrix_products_seconds']:.1f} ms -> speedup ceiling "
+                                   f"{floors['speedup_ceiling_at_matrix_products']:.1f}x"),
+        ("step floor: weight read", f"{1e3 * floors['weight_read_seconds']:.1f} ms "
+                                    f"({floors['weight_bytes'] / 1e6:.0f} MB at "
+                                    f"{floors['weight_read_bytes_per_second'] / 1e9:.1f} GB/s) -> ceiling "
+                                    f"{floors['speedup_ceiling_at_weight_read']:.1f}x"),
     ], title=f"glm53 bench model  preset={preset}  params={model.parameter_counts()['total']:,}")
     if output:
         write_json(output, result)

@@ -131,6 +131,22 @@ def load_trainer_state(directory: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict, directory: str | Path) -> None:
+    """Restore an optimizer, refusing state whose moment tensors do not match the parameters' shapes
+    (a trainer state written before the experts' layout change: its weights still load, but the
+    run cannot be resumed exactly)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved_params = [i for group in saved.get("param_groups", []) for i in group["params"]]
+    for param, index in zip(params, saved_params):
+        for name, value in saved.get("state", {}).get(index, {}).items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                raise CheckpointError(
+                    f"checkpoint {directory}: optimizer state {name} has shape {tuple(value.shape)} for a "
+                    f"parameter of shape {tuple(param.shape)} (written by an older parameter layout); "
+                    "this run cannot be resumed, but its weights load: start a new run from them")
+    optimizer.load_state_dict(saved)
+
+
 def prepare_run_directory(out: Path, resume: bool) -> bool:
     """True when `out` already holds a run; refuses to reuse it without --resume."""
     exists = out.exists() and any(out.iterdir())

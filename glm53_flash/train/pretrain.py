@@ -24,9 +24,10 @@ from ..config import ModelConfig
 from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json, write_text
-from ..runtime import autocast, resolve_device
+from ..runtime import autocast, fused_optimizer_supported, resolve_device
 from .checkpoint import (
-    checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, prepare_run_directory, save_checkpoint,
+    checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
+    save_checkpoint,
 )
 from .distributed import DistributedContext, setup_distributed, teardown_distributed
 
@@ -108,7 +109,9 @@ def parameter_groups(model: GLM53Flash, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: GLM53Flash, cfg: PretrainConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.learning_rate, betas=(0.9, 0.95))
+    fused = fused_optimizer_supported(next(model.parameters()).device)
+    return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.learning_rate, betas=(0.9, 0.95),
+                             fused=fused)
 
 
 def data_sha256(cfg: PretrainConfig) -> str:
@@ -184,7 +187,7 @@ class Pretrainer:
             raise ValueError(f"--resume: checkpoint {path} has a different model config than --preset {cfg.preset}")
         state = load_trainer_state(path)
         self.optimizer = make_optimizer(self.raw_model, cfg)
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"], path)
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuples(state["python_rng"]))
         self.start_step = int(state["step"])

@@ -31,7 +31,8 @@ from ..sampling import generate, mask_logits
 from ..tasks import frozen_tasks, parse_families
 from ..tokenizer import ByteTokenizer
 from .checkpoint import (
-    checkpoint_name, list_checkpoints, load_checkpoint, load_trainer_state, prepare_run_directory, save_checkpoint,
+    checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
+    save_checkpoint,
 )
 
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
@@ -278,7 +279,7 @@ class RLTrainer:
         model, _ = load_checkpoint(path, self.device)
         self.model.load_state_dict(model.state_dict())
         state = load_trainer_state(path)
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"], path)
         self.done_groups = int(state["group"])
         self.elapsed_before = float(state["elapsed_seconds"])
         self.checkpoints = [c for c in state["checkpoints"] if c["group"] <= group]
