@@ -14,6 +14,9 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     assert training["tokens_per_second"] > 0 and 0 < training["fraction_of_matmul_peak"]
     assert training["flops_per_second"] == training["flops_per_token"] * training["tokens_per_second"]
     assert decode["new_tokens_per_row"] == 8 and decode["reforward_lengths_timed"] == 4  # 4, 7, 10, 11
+    assert decode["cached_seconds"] == min(decode["cached_seconds_all_repeats"]) and decode["repeats"] == 2
+    peak = receipt["matmul_peak"]
+    assert peak["flops_per_second"] == max(peak["before_training"], peak["after_training"])
     assert 0 < decode["prefill_seconds"] < decode["cached_seconds"]
     assert abs(decode["speedup"] - decode["reforward_seconds"] / decode["cached_seconds"]) < 1e-9
     floors = decode["floors"]
