@@ -7,6 +7,20 @@ import time
 import torch
 
 
+def timed_runs(fn, device: torch.device, warmup: int, repeats: int) -> list[float]:
+    """Wall seconds of `repeats` calls of fn() after `warmup` untimed calls, device synchronised."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int = 5) -> dict:
     """Best fp32 GEMM rate over a few square sizes: the denominator of training efficiency."""
     best = 0.0
@@ -14,16 +28,7 @@ def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int =
     for n in sizes:
         a = torch.randn(n, n, device=device)
         b = torch.randn(n, n, device=device)
-        for _ in range(2):
-            a @ b
-        synchronize(device)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            a @ b
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        rate = 2 * n**3 / min(times)
+        rate = 2 * n**3 / min(timed_runs(lambda: a @ b, device, warmup=2, repeats=repeats))
         per_size[str(n)] = rate
         best = max(best, rate)
     return {"flops_per_second": best, "by_size": per_size}

@@ -14,7 +14,7 @@ from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, fused_optimizer_supported, resolve_device
 from ..train.pretrain import parameter_groups
-from .common import measure_matmul_peak, print_table, synchronize
+from .common import measure_matmul_peak, print_table, synchronize, timed_runs
 
 
 def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
@@ -48,15 +48,7 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     rss_before = peak_rss_bytes()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    for _ in range(warmup):
-        step()
-    synchronize(device)
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
+    times = timed_runs(step, device, warmup, steps)
     tokens = batch_size * seq_len
     best = min(times)
     return {
@@ -170,16 +162,7 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
         F.linear(x, model.embedding.weight)
 
     def best(fn):
-        for _ in range(3):
-            fn()
-        synchronize(device)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        return min(times)
+        return min(timed_runs(fn, device, warmup=3, repeats=repeats))
 
     read_seconds = best(read_weights)
     return {"weight_bytes": weight_bytes, "weight_read_seconds": read_seconds,
