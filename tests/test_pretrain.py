@@ -177,7 +177,7 @@ def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state
     from safetensors.torch import save_file
 
     from glm53_flash import GLM53Flash, ModelConfig
-    from glm53_flash.train.checkpoint import load_optimizer_state
+    from glm53_flash.train.checkpoint import PARAMETER_LAYOUT, load_optimizer_state
 
     torch.manual_seed(0)
     model = GLM53Flash(ModelConfig.preset("tiny")).eval()
@@ -200,9 +200,17 @@ def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state
     optimizer = torch.optim.AdamW(model.parameters())
     model(ids).logits.sum().backward()
     optimizer.step()
-    saved = optimizer.state_dict()
-    load_optimizer_state(torch.optim.AdamW(loaded.parameters()), saved, directory)  # same layout: fine
+    current = {"optimizer": optimizer.state_dict(), "parameter_layout": PARAMETER_LAYOUT}
+    fused = torch.optim.AdamW(loaded.parameters(), fused=True)
+    load_optimizer_state(fused, current, directory)  # same layout: loads, and keeps its own kernel choice
+    assert all(group["fused"] for group in fused.param_groups)
+    with pytest.raises(CheckpointError, match="older parameter layout"):  # written before the layout tag
+        load_optimizer_state(torch.optim.AdamW(loaded.parameters()), {"optimizer": current["optimizer"]}, directory)
+    # no moments yet (a step-0 checkpoint): nothing to misread, so it loads
+    load_optimizer_state(torch.optim.AdamW(loaded.parameters()),
+                         {"optimizer": torch.optim.AdamW(model.parameters()).state_dict()}, directory)
     index = next(i for i, (name, _) in enumerate(model.named_parameters()) if name.endswith("expert_gate_up"))
+    saved = current["optimizer"]
     saved["state"][index]["exp_avg"] = saved["state"][index]["exp_avg"].transpose(1, 2).contiguous()
     with pytest.raises(CheckpointError, match="cannot be resumed"):
-        load_optimizer_state(torch.optim.AdamW(loaded.parameters()), saved, directory)
+        load_optimizer_state(torch.optim.AdamW(loaded.parameters()), current, directory)

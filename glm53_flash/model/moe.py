@@ -2,11 +2,12 @@
 
 Mirrors GLM-5.3-Flash's MoE layers at small scale (8 routed experts top-2 + 1 shared instead of
 288 top-8 + 1). Tokens are grouped by expert with one stable sort (the original looped over experts
-with a host sync each). On CPU in float32, every expert then runs in one grouped matrix multiply
-(`torch.nn.functional.grouped_mm`, torch >= 2.8) with no host sync at all; elsewhere the experts run
-in a loop over split chunks with one host sync per layer. Both equal `dense_moe_reference`. The balance loss is the Switch-Transformer form
-E * sum_e f_e * P_e, whose router probabilities P_e carry gradients; the original's hard-count
-metric (no gradient) stays reachable for ablation.
+with a host sync each). On CPU in float32, with a torch that has `torch.nn.functional.grouped_mm`,
+every expert then runs in one grouped matrix multiply per projection with no host sync at all;
+elsewhere the experts run in a loop over split chunks with one host sync per layer. Both equal
+`dense_moe_reference`. The balance loss is the Switch-Transformer form E * sum_e f_e * P_e, whose
+router probabilities P_e carry gradients; the original's hard-count metric (no gradient) stays
+reachable for ablation.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 
 class _SwiGLUActivation(torch.autograd.Function):
@@ -30,13 +32,17 @@ class _SwiGLUActivation(torch.autograd.Function):
         return activated * value
 
     @staticmethod
+    @once_differentiable  # the out= writes below are not differentiable again: say so clearly
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
         h, activated = ctx.saved_tensors
         gate, value = h.chunk(2, dim=-1)
         grad = torch.empty_like(h)
         grad_gate, grad_value = grad.chunk(2, dim=-1)
         # d/d gate = grad_out * value * silu'(gate); d/d value = grad_out * silu(gate)
-        torch.ops.aten.silu_backward.grad_input(grad_out * value, gate, grad_input=grad_gate)
+        if h.device.type in ("cpu", "cuda"):  # kernels that write through the strided half directly
+            torch.ops.aten.silu_backward.grad_input(grad_out * value, gate, grad_input=grad_gate)
+        else:
+            grad_gate.copy_(torch.ops.aten.silu_backward(grad_out * value, gate))
         torch.mul(activated, grad_out, out=grad_value)
         return grad
 
@@ -64,10 +70,12 @@ class SwiGLU(nn.Module):
 
 
 def grouped_mm_usable(x: torch.Tensor, *weights: torch.Tensor) -> bool:
-    """Whether the grouped kernel serves this call: CPU float32 with 16-byte-aligned row strides.
-
-    (On CUDA it wants bf16 on recent GPUs; the chunk loop is the portable path there.)"""
+    """Whether the grouped kernel serves this call: CPU float32 outside autocast, with 16-byte-aligned
+    row strides (dims that are multiples of 4). On CUDA it wants bf16 on recent GPUs; the chunk loop
+    is the portable path there. Under CPU autocast the loop's F.linear would run in bf16 while the
+    grouped kernel stays fp32, so the loop is taken there too, to keep the two paths equal."""
     return (GROUPED_MM_ENABLED and x.device.type == "cpu" and x.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu")
             and all(w.dtype == torch.float32 and w.shape[-1] % 4 == 0 and w.shape[-2] % 4 == 0 for w in weights)
             and x.shape[-1] % 4 == 0)
 
@@ -114,7 +122,11 @@ class MixtureOfExperts(nn.Module):
         return swiglu(x, self.expert_gate_up[e], self.expert_down[e])
 
     def run_sorted(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """rows [M, D] sorted by expert, counts [E] rows per expert -> each row through its expert."""
+        """rows [M, D] sorted by expert, counts [E] rows per expert -> each row through its expert.
+
+        (The grouped kernel's backward needs a gradient with real strides; inside `forward` it always
+        gets one. A caller that back-propagates a broadcast gradient, e.g. from `.sum()`, should
+        multiply by a ones tensor or call `.contiguous()` on it first.)"""
         if grouped_mm_usable(rows, self.expert_gate_up, self.expert_down):
             offsets = counts.cumsum(0).to(torch.int32)
             hidden = F.grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offs=offsets)
@@ -189,4 +201,5 @@ def original_balance_metric(usage_by_layer: torch.Tensor) -> torch.Tensor:
     return experts * ((mean_usage - 1.0 / experts) ** 2).mean()
 
 
-__all__ = ["GROUPED_MM_ENABLED", "grouped_mm_usable", "MixtureOfExperts", "SwiGLU", "route_tokens", "dense_moe_reference", "original_balance_metric"]
+__all__ = ["MixtureOfExperts", "SwiGLU", "dense_moe_reference", "grouped_mm_usable", "original_balance_metric",
+           "route_tokens"]

@@ -24,6 +24,9 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 METADATA_FILE = "metadata.json"
 TRAINER_FILE = "trainer-state.pt"
+# Names the parameter layout a trainer state's optimizer moments follow. Version 2: routed experts'
+# up-projection stored as expert_gate_up [E, 2H, D]. Trainer states without it predate that layout.
+PARAMETER_LAYOUT = 2
 
 
 class CheckpointError(ValueError):
@@ -48,7 +51,7 @@ def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
         save_file(state, str(tmp / WEIGHTS_FILE))
         files = {CONFIG_FILE: sha256_file(tmp / CONFIG_FILE), WEIGHTS_FILE: sha256_file(tmp / WEIGHTS_FILE)}
         if trainer_state is not None:
-            torch.save(trainer_state, tmp / TRAINER_FILE)
+            torch.save(dict(trainer_state, parameter_layout=PARAMETER_LAYOUT), tmp / TRAINER_FILE)
             files[TRAINER_FILE] = sha256_file(tmp / TRAINER_FILE)
         meta = dict(metadata)
         meta.update(weights_sha256=files[WEIGHTS_FILE], files=files,
@@ -131,10 +134,21 @@ def load_trainer_state(directory: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict, directory: str | Path) -> None:
-    """Restore an optimizer, refusing state whose moment tensors do not match the parameters' shapes
-    (a trainer state written before the experts' layout change: its weights still load, but the
-    run cannot be resumed exactly)."""
+def load_optimizer_state(optimizer: torch.optim.Optimizer, trainer_state: dict, directory: str | Path) -> None:
+    """Restore an optimizer from a trainer state written by `save_checkpoint`.
+
+    Refuses moments written for another parameter layout (a trainer state from before the experts'
+    layout change: its weights still load, but the run cannot be resumed exactly). The optimizer
+    keeps its own kernel choice (`fused`, `foreach`) rather than the saved one, so a resumed run
+    computes like a fresh one on this device.
+    """
+    saved = trainer_state["optimizer"]
+    has_moments = any(saved.get("state", {}).values())
+    if has_moments and trainer_state.get("parameter_layout") != PARAMETER_LAYOUT:
+        raise CheckpointError(
+            f"checkpoint {directory}: its optimizer state follows an older parameter layout (layout "
+            f"{trainer_state.get('parameter_layout', 1)}, this version uses {PARAMETER_LAYOUT}); the run cannot be "
+            "resumed, but its weights load (for example as `glm53 rl --initial-checkpoint`)")
     params = [p for group in optimizer.param_groups for p in group["params"]]
     saved_params = [i for group in saved.get("param_groups", []) for i in group["params"]]
     for param, index in zip(params, saved_params):
@@ -142,9 +156,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict, director
             if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
                 raise CheckpointError(
                     f"checkpoint {directory}: optimizer state {name} has shape {tuple(value.shape)} for a "
-                    f"parameter of shape {tuple(param.shape)} (written by an older parameter layout); "
-                    "this run cannot be resumed, but its weights load: start a new run from them")
-    optimizer.load_state_dict(saved)
+                    f"parameter of shape {tuple(param.shape)}; the run cannot be resumed")
+    groups = [dict(saved_group, **{k: group[k] for k in ("fused", "foreach") if k in group})
+              for saved_group, group in zip(saved.get("param_groups", []), optimizer.param_groups)]
+    optimizer.load_state_dict(dict(saved, param_groups=groups))
 
 
 def prepare_run_directory(out: Path, resume: bool) -> bool:

@@ -187,7 +187,7 @@ class Pretrainer:
             raise ValueError(f"--resume: checkpoint {path} has a different model config than --preset {cfg.preset}")
         state = load_trainer_state(path)
         self.optimizer = make_optimizer(self.raw_model, cfg)
-        load_optimizer_state(self.optimizer, state["optimizer"], path)
+        load_optimizer_state(self.optimizer, state, path)
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuples(state["python_rng"]))
         self.start_step = int(state["step"])

@@ -279,7 +279,7 @@ class RLTrainer:
         model, _ = load_checkpoint(path, self.device)
         self.model.load_state_dict(model.state_dict())
         state = load_trainer_state(path)
-        load_optimizer_state(self.optimizer, state["optimizer"], path)
+        load_optimizer_state(self.optimizer, state, path)
         self.done_groups = int(state["group"])
         self.elapsed_before = float(state["elapsed_seconds"])
         self.checkpoints = [c for c in state["checkpoints"] if c["group"] <= group]
