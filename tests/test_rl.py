@@ -137,7 +137,9 @@ def test_run_and_resume_are_equivalent(checkpoint, tmp_path):
     shutil.rmtree(part / "checkpoint-0004")
     resumed = train_rl(rl_cfg(checkpoint, part, resume=True))
     again = [json.loads(line) for line in (part / "rollouts.jsonl").read_text().splitlines()]
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+    def strip(rs):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+
     assert strip(again) == strip(rows)
     assert resumed["checkpoints"][-1]["weights_sha256"] == full["checkpoints"][-1]["weights_sha256"]
 
