@@ -338,3 +338,11 @@ def test_shards_split_the_units_of_one_plan(tmp_path, one_thread):
     assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["diverse-88-seed-5", "diverse-88-seed-6"]
     with pytest.raises(SystemExit):
         main([*base, "--shard", "2/2"])
+
+
+def test_pretraining_data_time_estimate_is_positive():
+    # The plan's estimate once came out at 0.0 minutes: the process's one-time costs landed in the
+    # shorter probe run and cancelled the difference.
+    from glm53_flash.experiments.pretraining_data import measure_seconds_per_step
+
+    assert measure_seconds_per_step(probe_steps=2) > 0
