@@ -26,8 +26,9 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     steps = decode["new_tokens_per_row"] - 1
     expected = decode["reforward_seconds"] / (decode["prefill_seconds"] + steps * floors["matrix_products_seconds"])
     assert abs(floors["speedup_ceiling_at_matrix_products"] - expected) < 1e-9
-    printed = capsys.readouterr().out
-    assert "decode speedup" in printed and "step floor: GEMMs only" in printed
+    printed = capsys.readouterr()
+    assert "decode speedup" in printed.out and "step floor: GEMMs only" in printed.out
+    assert "[bench model" in printed.err and "decode step floors" in printed.err
 
 
 def test_bench_model_bad_lengths_are_clear_errors():

@@ -3,6 +3,7 @@ and the peak memory of a training step, for one preset on this machine in one pr
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -175,6 +176,11 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
             "matrix_products_seconds": products_seconds}
 
 
+def stage(what: str) -> None:
+    """One progress line per stage on stderr (the whole benchmark takes minutes on a CPU)."""
+    print(f"[bench model {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, seq_len: int = 128,
         steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_len: int = 64,
         decode_total: int | None = None, reforward_every: int = 1, output: str | None = None) -> dict:
@@ -195,8 +201,11 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     model = GLM53Flash(cfg).to(device)
     # The peak is measured before and after the training steps and the higher rate is the
     # denominator: on a shared machine one low measurement would otherwise flatter the fraction.
+    stage("fp32 matmul peak")
     peak_before = measure_matmul_peak(device)
+    stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}")
     training = bench_training(model, device, batch_size, seq_len, steps, warmup)
+    stage("fp32 matmul peak again")
     peak_after = measure_matmul_peak(device)
     peak = max(peak_before, peak_after, key=lambda p: p["flops_per_second"])
     peak = dict(peak, before_training=peak_before["flops_per_second"], after_training=peak_after["flops_per_second"])
@@ -204,7 +213,9 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
+    stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_len} -> {decode_total} tokens, twice")
     decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
+    stage("decode step floors")
     floors = decode_floors(model, device, decode_batch)
     steps_after_prefill = decode["new_tokens_per_row"] - 1
     for name, step_seconds in (("weight_read", floors["weight_read_seconds"]),
