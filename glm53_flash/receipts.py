@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,39 @@ def write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_directory(directory: str | Path, what: str = "directory"):
+    """Build a directory atomically: yields a temporary sibling to fill, renamed to `directory` when
+    the block ends (after an fsync), deleted if it raises. Refuses to replace an existing directory,
+    so an interrupted writer leaves either nothing or a complete directory."""
+    directory = Path(directory)
+    if directory.exists():
+        raise FileExistsError(f"{what} {directory} already exists")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        os.rename(tmp, directory)
+        _fsync_dir(directory.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str | Path, payload, indent: int = 2) -> Path:

@@ -8,9 +8,6 @@ verifies them and names the missing or corrupt file.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -18,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ModelConfig
 from ..model import GLM53Flash
-from ..receipts import sha256_file, write_json
+from ..receipts import atomic_directory, sha256_file, write_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -40,12 +37,7 @@ def checkpoint_name(step: int) -> str:
 def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
                     trainer_state: dict | None = None) -> dict:
     """Write a checkpoint directory atomically; refuses to replace an existing one."""
-    directory = Path(directory)
-    if directory.exists():
-        raise FileExistsError(f"checkpoint {directory} already exists")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
+    with atomic_directory(directory, "checkpoint") as tmp:
         write_json(tmp / CONFIG_FILE, model.config.to_dict())
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE))
@@ -57,26 +49,7 @@ def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
         meta.update(weights_sha256=files[WEIGHTS_FILE], files=files,
                     parameter_counts=model.parameter_counts())
         write_json(tmp / METADATA_FILE, meta)
-        _fsync_dir(tmp)
-        os.rename(tmp, directory)
-        _fsync_dir(directory.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"path": str(directory), "weights_sha256": meta["weights_sha256"]}
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_metadata(directory: str | Path, verify: bool = True) -> dict:

@@ -6,9 +6,6 @@ Written atomically (a temporary sibling directory, then one rename); `glm53 visi
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -17,7 +14,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..model import GLM53Flash
-from ..receipts import sha256_file, write_json
+from ..receipts import atomic_directory, sha256_file, write_json
 from .baseline import DirectPatchVisionLanguageModel
 from .config import VisionConfig
 from .language import VisionLanguageModel
@@ -42,22 +39,13 @@ def vision_model_config(model: nn.Module) -> dict:
 
 def save_vision_model(directory: str | Path, model: nn.Module, metadata: dict | None = None) -> dict:
     """Write the model; refuses to replace an existing directory. Returns {path, weights_sha256}."""
-    directory = Path(directory)
-    if directory.exists():
-        raise FileExistsError(f"weights directory {directory} already exists")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
+    with atomic_directory(directory, "weights directory") as tmp:
         config = vision_model_config(model)
         config["metadata"] = metadata or {}
         write_json(tmp / CONFIG_FILE, config)
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE))
         digest = sha256_file(tmp / WEIGHTS_FILE)
-        os.rename(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"path": str(directory), "weights_sha256": digest}
 
 
