@@ -123,7 +123,7 @@ def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatc
     results = []
     for grouped in (True, False):
         monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
-        assert moe_module.grouped_mm_usable(x, moe.expert_gate_up, moe.expert_down) is grouped
+        assert moe_module.grouped_mm_usable(x, moe.expert_gate_up, moe.grouped_aligned) is grouped
         moe.zero_grad()
         xi = x.clone().requires_grad_()
         out, used, balance = moe(xi)

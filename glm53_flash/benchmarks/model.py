@@ -145,7 +145,7 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
       the step's other operations are. Under the device's autocast, like the decode it bounds.
     """
     cfg = model.config
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in params)
     x = torch.randn(batch_size, cfg.dim, device=device)
     slots = batch_size * cfg.top_k

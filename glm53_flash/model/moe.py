@@ -69,15 +69,14 @@ class SwiGLU(nn.Module):
         return self.down(swiglu_activation(self.up(x)))
 
 
-def grouped_mm_usable(x: torch.Tensor, *weights: torch.Tensor) -> bool:
+def grouped_mm_usable(x: torch.Tensor, weight: torch.Tensor, aligned: bool) -> bool:
     """Whether the grouped kernel serves this call: CPU float32 outside autocast, with 16-byte-aligned
-    row strides (dims that are multiples of 4). On CUDA it wants bf16 on recent GPUs; the chunk loop
-    is the portable path there. Under CPU autocast the loop's F.linear would run in bf16 while the
-    grouped kernel stays fp32, so the loop is taken there too, to keep the two paths equal."""
-    return (GROUPED_MM_ENABLED and x.device.type == "cpu" and x.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu")
-            and all(w.dtype == torch.float32 and w.shape[-1] % 4 == 0 and w.shape[-2] % 4 == 0 for w in weights)
-            and x.shape[-1] % 4 == 0)
+    row strides (`aligned`: every dim a multiple of 4, fixed when the layer is built). On CUDA it
+    wants bf16 on recent GPUs; the chunk loop is the portable path there. Under CPU autocast the
+    loop's F.linear would run in bf16 while the grouped kernel stays fp32, so the loop is taken there
+    too, to keep the two paths equal."""
+    return (GROUPED_MM_ENABLED and aligned and x.device.type == "cpu" and x.dtype == torch.float32
+            and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
 
 
 # A switch for tests and benchmarks: False forces the portable chunk loop everywhere.
@@ -107,6 +106,7 @@ class MixtureOfExperts(nn.Module):
             torch.empty(experts, dim, 2 * hidden).normal_(0.0, init_std).transpose(1, 2).contiguous())
         self.expert_down = nn.Parameter(torch.empty(experts, hidden, dim).normal_(0.0, init_std))
         self.shared = SwiGLU(dim, hidden)
+        self.grouped_aligned = dim % 4 == 0 and hidden % 4 == 0  # grouped_mm's 16-byte stride rule
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Checkpoints written before the layout change hold expert_up [E, D, 2H].
@@ -127,7 +127,7 @@ class MixtureOfExperts(nn.Module):
         (The grouped kernel's backward needs a gradient with real strides; inside `forward` it always
         gets one. A caller that back-propagates a broadcast gradient, e.g. from `.sum()`, should
         multiply by a ones tensor or call `.contiguous()` on it first.)"""
-        if grouped_mm_usable(rows, self.expert_gate_up, self.expert_down):
+        if grouped_mm_usable(rows, self.expert_gate_up, self.grouped_aligned):
             offsets = counts.cumsum(0).to(torch.int32)
             hidden = F.grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offs=offsets)
             return F.grouped_mm(swiglu_activation(hidden), self.expert_down, offs=offsets)
