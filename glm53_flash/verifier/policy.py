@@ -1,9 +1,14 @@
-"""The verifier's static policy: the original evaluator's AST rules, unchanged in what they accept.
+"""The verifier's static policy: an allow-list of node types and fields over the original's rules.
 
-Same 2048-byte limit on the whole program, same top-level rule, same denied node types, no attribute
-access, no dunder names, calls only to the same eight builtins. `validate_source` raises like the
-original; `check_policy` and `completion_is_parseable` never raise (the sampler's stop rule calls the
-latter once per generated token, so it stays a parse plus one AST walk).
+Same 2048-byte limit on the whole program, same top-level rule, no attribute access, no dunder names,
+calls only to the same eight builtins. On top, by construction rather than by special case: only the
+node types and fields in ALLOWED_FIELDS exist (no class-pattern keywords, which read attributes by
+name; no decorators; no `try`/`except*`), and the eight builtin names are read-only everywhere, so a
+call to an allowed name always calls the real builtin. Without attribute syntax no program reaches a
+bound method (`str.format` and its field syntax included), a frame or a module. docs/VERIFIER.md lists
+the programs whose verdict therefore differs from the original's. `validate_source` raises;
+`check_policy` and `completion_is_parseable` never raise (the sampler's stop rule calls the latter
+once per generated token, so it stays a parse plus one AST walk).
 """
 
 from __future__ import annotations
@@ -13,23 +18,71 @@ import warnings
 
 MAX_SOURCE_BYTES = 2048
 SAFE_CALL_NAMES = frozenset({"sum", "len", "abs", "min", "max", "bool", "int", "str"})
+# The original's deny-list, kept for its messages: these node types are outside the allow-list below.
 DENIED_NODE_NAMES = (
     "AsyncFunctionDef", "ClassDef", "Import", "ImportFrom", "With", "AsyncWith", "Lambda", "Global",
     "Nonlocal", "While", "For", "AsyncFor", "Try", "Raise", "Delete",
 )
-# Only the exact classes named above: TryStar (3.11+) is a separate class and stays allowed, as in
-# the original, so a `try: ... except* E:` block is not denied.
 DENIED_NODES = tuple(getattr(ast, name) for name in DENIED_NODE_NAMES)
-_DENIED_SET = frozenset(DENIED_NODES)
+
+# The allow-list: node type -> the fields that may hold something. Any other node type is invalid,
+# and any other field must be empty (None or []), so a field a future Python adds is refused until
+# it is listed here. Fields that only hold plain strings (names, the conversion code) are listed
+# too; `_check_nodes` applies the name rules to them.
+_EXPRESSION_FIELDS = {
+    "BoolOp": ("op", "values"), "NamedExpr": ("target", "value"), "BinOp": ("left", "op", "right"),
+    "UnaryOp": ("op", "operand"), "IfExp": ("test", "body", "orelse"), "Dict": ("keys", "values"),
+    "Set": ("elts",), "ListComp": ("elt", "generators"), "SetComp": ("elt", "generators"),
+    "DictComp": ("key", "value", "generators"), "GeneratorExp": ("elt", "generators"),
+    "Await": ("value",), "Yield": ("value",), "YieldFrom": ("value",),
+    "Compare": ("left", "ops", "comparators"), "Call": ("func", "args", "keywords"),
+    "FormattedValue": ("value", "conversion", "format_spec"), "JoinedStr": ("values",),
+    "Constant": ("value", "kind"), "Subscript": ("value", "slice", "ctx"), "Starred": ("value", "ctx"),
+    "Name": ("id", "ctx"), "List": ("elts", "ctx"), "Tuple": ("elts", "ctx"),
+    "Slice": ("lower", "upper", "step"),
+}
+_STATEMENT_FIELDS = {
+    "Module": ("body", "type_ignores"),
+    # no decorators (an implicit call) and no type parameters (they bind names)
+    "FunctionDef": ("name", "args", "body", "returns", "type_comment"),
+    "Return": ("value",), "Assign": ("targets", "value", "type_comment"),
+    "AugAssign": ("target", "op", "value"), "AnnAssign": ("target", "annotation", "value", "simple"),
+    "If": ("test", "body", "orelse"), "Match": ("subject", "cases"), "Assert": ("test", "msg"),
+    "Expr": ("value",), "Pass": (), "Break": (), "Continue": (),
+}
+_OTHER_FIELDS = {
+    "comprehension": ("target", "iter", "ifs", "is_async"),
+    "arguments": ("posonlyargs", "args", "vararg", "kwonlyargs", "kw_defaults", "kwarg", "defaults"),
+    "arg": ("arg", "annotation", "type_comment"), "keyword": ("arg", "value"),
+    "match_case": ("pattern", "guard", "body"),
+    "MatchValue": ("value",), "MatchSingleton": ("value",), "MatchSequence": ("patterns",),
+    "MatchMapping": ("keys", "patterns", "rest"),
+    # class patterns: positional sub-patterns only; keyword sub-patterns read attributes by name
+    "MatchClass": ("cls", "patterns"),
+    "MatchStar": ("name",), "MatchAs": ("pattern", "name"), "MatchOr": ("patterns",),
+    "TypeIgnore": ("lineno", "tag"),
+}
+_OPERATORS = (
+    "Load", "Store", "And", "Or", "Add", "Sub", "Mult", "MatMult", "Div", "Mod", "Pow", "LShift", "RShift",
+    "BitOr", "BitXor", "BitAnd", "FloorDiv", "Invert", "Not", "UAdd", "USub", "Eq", "NotEq", "Lt", "LtE",
+    "Gt", "GtE", "Is", "IsNot", "In", "NotIn",
+)
+ALLOWED_FIELDS: dict[type, frozenset] = {
+    getattr(ast, name): frozenset(fields)
+    for table in (_EXPRESSION_FIELDS, _STATEMENT_FIELDS, _OTHER_FIELDS, {op: () for op in _OPERATORS})
+    for name, fields in table.items() if hasattr(ast, name)
+}
+# Field values that count as empty for a field outside the allow-list.
+_EMPTY = (None, [], ())
+_STORE = ast.Store
 
 
 def validate_source(source: str, entry_point: str) -> ast.Module:
     """Parse and check `source` (prompt + completion) against the policy; return the tree.
 
-    Raises ValueError or SyntaxError for a rejected program, exactly where the original did (a
-    non-UTF-8 string fails the size check with UnicodeEncodeError, a ValueError). Deeply nested
-    input can also raise RecursionError or MemoryError from the parser; `check_policy` maps those
-    to a verdict instead.
+    Raises ValueError or SyntaxError for a rejected program (a non-UTF-8 string fails the size
+    check with UnicodeEncodeError, a ValueError). Deeply nested input can also raise RecursionError
+    or MemoryError from the parser; `check_policy` maps those to a verdict instead.
     """
     if len(source.encode("utf-8")) > MAX_SOURCE_BYTES:
         raise ValueError("source too large")
@@ -50,31 +103,77 @@ def validate_source(source: str, entry_point: str) -> ast.Module:
 
 
 def _check_nodes(tree: ast.AST) -> None:
-    """Apply the node rules to every node. Same verdicts as the original's `ast.walk` loop;
-    an explicit stack and exact-type tests (the parser only builds exact node classes) make it
-    about twice as fast, which matters for the per-token stop rule."""
-    denied, name_type, attribute_type, call_type = _DENIED_SET, ast.Name, ast.Attribute, ast.Call
-    ast_type, list_type = ast.AST, list
+    """Walk every node: its type must be in ALLOWED_FIELDS, every field outside its entry empty.
+
+    Name rules on the way: no name starting with `__`; the eight builtins are read-only (never a
+    target, parameter, function name or pattern capture); every call is a bare call of one of them.
+    An explicit stack and exact-type tests (the parser only builds exact node classes) keep this
+    fast enough for the per-token stop rule.
+    """
+    allowed, ast_type, list_type = ALLOWED_FIELDS, ast.AST, list
+    name_type, call_type, arg_type, function_type = ast.Name, ast.Call, ast.arg, ast.FunctionDef
+    capture_types = _CAPTURE_FIELDS
+    safe = SAFE_CALL_NAMES
     stack = [tree]
     while stack:
         node = stack.pop()
         kind = type(node)
-        if kind in denied:
-            raise ValueError(f"disallowed syntax: {kind.__name__}")
+        fields = allowed.get(kind)
+        if fields is None:
+            raise ValueError(_refusal(kind))
         if kind is name_type:
             if node.id.startswith("__"):
                 raise ValueError(f"disallowed name: {node.id}")
-        elif kind is attribute_type:
-            raise ValueError("attribute access is not allowed")
-        elif kind is call_type:
-            if type(node.func) is not name_type or node.func.id not in SAFE_CALL_NAMES:
+            if node.id in safe and type(node.ctx) is _STORE:
+                raise ValueError(f"the builtin {node.id} is read-only: it cannot be assigned")
+            continue
+        if kind is call_type:
+            if type(node.func) is not name_type or node.func.id not in safe:
                 raise ValueError(f"unsafe call: {_call_name(node)}")
+        elif kind is arg_type or kind is function_type:
+            name = node.arg if kind is arg_type else node.name
+            if name in safe:
+                raise ValueError(f"the builtin {name} is read-only: it cannot name a "
+                                 f"{'parameter' if kind is arg_type else 'function'}")
+        elif kind in capture_types:
+            name = getattr(node, capture_types[kind])
+            if name in safe:
+                raise ValueError(f"the builtin {name} is read-only: a pattern cannot capture into it")
         for field in kind._fields:
             value = getattr(node, field, None)
+            if field not in fields:
+                if value not in _EMPTY:
+                    raise ValueError(_field_refusal(kind, field))
+                continue
             if type(value) is list_type:
                 stack.extend(item for item in value if isinstance(item, ast_type))
             elif isinstance(value, ast_type):
                 stack.append(value)
+
+
+# Pattern nodes whose field binds a name (the rest of a mapping pattern, a star, an `as` capture).
+_CAPTURE_FIELDS = {ast.MatchAs: "name", ast.MatchStar: "name", ast.MatchMapping: "rest"} \
+    if hasattr(ast, "MatchAs") else {}
+
+
+def _refusal(kind: type) -> str:
+    if kind is ast.Attribute:
+        return "attribute access is not allowed"
+    if kind in DENIED_NODES:
+        return f"disallowed syntax: {kind.__name__}"
+    return f"syntax outside the allowed subset: {kind.__name__}"
+
+
+def _field_refusal(kind: type, field: str) -> str:
+    reasons = {
+        (ast.FunctionDef, "decorator_list"): "decorators are not allowed (a decorator is a call)",
+        (ast.FunctionDef, "type_params"): "type parameters are not allowed",
+    }
+    if hasattr(ast, "MatchClass"):
+        reasons[(ast.MatchClass, "kwd_attrs")] = ("keyword patterns are not allowed in a class pattern "
+                                                  "(they read attributes)")
+        reasons[(ast.MatchClass, "kwd_patterns")] = reasons[(ast.MatchClass, "kwd_attrs")]
+    return reasons.get((kind, field), f"{kind.__name__}.{field} is not allowed")
 
 
 def _call_name(node: ast.Call) -> str:

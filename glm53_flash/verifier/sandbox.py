@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import select
 import signal
@@ -22,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import confinement
 from . import worker as wire
 from .evaluation import Evaluation, mismatch_message, result_matches
 from .policy import check_policy
@@ -34,12 +36,34 @@ WATCHDOG_GRACE_SECONDS = 5.0
 # Attempts per candidate when its worker dies mid-run (killed from outside, crashed).
 MAX_ATTEMPTS = 2
 
+# How long a new worker may take to report its isolation (namespaces, probe of the filter).
+HELLO_TIMEOUT_SECONDS = 30.0
+
 _OPEN_VERIFIERS: "weakref.WeakSet[Verifier]" = weakref.WeakSet()
+# The weakest isolation any worker of this process reported (None before the first one started).
+_OBSERVED_ISOLATION: dict = {}
+_WARNED: set = set()
+
+
+# Bounds on the limits themselves: a finite, positive value in a range where the sandbox still
+# means something (a day of CPU per candidate is a typo, not a setting).
+LIMIT_BOUNDS = {
+    "cpu_seconds": (0.01, 600.0),
+    "wall_seconds": (0.05, 3600.0),
+    "memory_bytes": (64 * 2**20, 64 * 2**30),
+    "output_bytes": (64 * 2**10, 256 * 2**20),
+}
+ISOLATION_LEVELS = ("full", "partial")
+
+
+class IsolationError(RuntimeError):
+    """The host did not allow full isolation and full isolation was required."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-candidate limits; the defaults are the documented ones."""
+    """Per-candidate limits; the defaults are the documented ones. Each must be finite and within
+    LIMIT_BOUNDS, checked before any process starts."""
 
     cpu_seconds: float = 1.0
     wall_seconds: float = 2.0
@@ -47,15 +71,12 @@ class SandboxLimits:
     output_bytes: int = 2**20
 
     def __post_init__(self) -> None:
-        if not self.cpu_seconds > 0:
-            raise ValueError(f"cpu_seconds must be > 0, got {self.cpu_seconds}")
-        if not self.wall_seconds > 0:
-            raise ValueError(f"wall_seconds must be > 0, got {self.wall_seconds}")
-        if self.memory_bytes < 64 * 2**20:
-            raise ValueError(f"memory_bytes must be at least 64 MiB (Python itself needs the room), "
-                             f"got {self.memory_bytes}")
-        if self.output_bytes < 64 * 2**10:
-            raise ValueError(f"output_bytes must be at least 64 KiB, got {self.output_bytes}")
+        for name, (low, high) in LIMIT_BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
 
 
 @dataclass
@@ -86,13 +107,19 @@ class Verifier:
     """
 
     def __init__(self, workers: int | None = None, cpu_seconds: float = 1.0, wall_seconds: float = 2.0,
-                 memory_mb: int = 256, output_bytes: int = 2**20) -> None:
+                 memory_mb: int = 256, output_bytes: int = 2**20, require_isolation: bool = False) -> None:
         count = (os.cpu_count() or 1) if workers is None else workers
-        if not isinstance(count, int) or count < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers!r}")
-        self.limits = SandboxLimits(float(cpu_seconds), float(wall_seconds), int(memory_mb) * 2**20,
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 256:
+            raise ValueError(f"workers must be an integer from 1 to 256, got {workers!r}")
+        for name, value in (("cpu_seconds", cpu_seconds), ("wall_seconds", wall_seconds),
+                            ("memory_mb", memory_mb), ("output_bytes", output_bytes)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        self.limits = SandboxLimits(float(cpu_seconds), float(wall_seconds), int(memory_mb * 2**20),
                                     int(output_bytes))
         self.worker_count = count
+        self.require_isolation = bool(require_isolation)
+        self.isolation: dict | None = None
         self._owner = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
@@ -102,6 +129,9 @@ class Verifier:
             "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": self._owner,
         })
         self._workers: list[_Worker | None] = [None] * count
+        # The calling process holds the hidden tests and the trainer's secrets: make its /proc files
+        # root's and forbid tracing it by its own uid (a no-op off Linux).
+        confinement.set_dumpable(False)
         try:
             for slot in range(count):
                 self._workers[slot] = self._spawn()
@@ -346,7 +376,53 @@ class Verifier:
         )
         # Non-blocking reads: the dispatch loop only reads what poll() reported as ready.
         os.set_blocking(process.stdout.fileno(), False)
-        return _Worker(process, process.stdin.fileno(), process.stdout.fileno())
+        worker = _Worker(process, process.stdin.fileno(), process.stdout.fileno())
+        try:
+            self._note_isolation(self._read_hello(worker))
+        except BaseException:
+            self._kill_worker(worker)
+            raise
+        return worker
+
+    def _read_hello(self, worker: _Worker) -> dict:
+        """The worker's first frame: the isolation its zygote reached."""
+        deadline = time.monotonic() + HELLO_TIMEOUT_SECONDS
+        poller = select.poll()
+        poller.register(worker.from_worker, select.POLLIN)
+        while True:
+            for frame in _frames(worker.buffer):
+                head = json.loads(frame.partition(b"\n")[0])
+                if head.get("k") != "hello" or not isinstance(head.get("isolation"), dict):
+                    raise RuntimeError("sandbox worker sent no isolation report")
+                return head["isolation"]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(f"sandbox worker did not start within {HELLO_TIMEOUT_SECONDS:g} s")
+            if poller.poll(max(1, int(remaining * 1000))):
+                data = os.read(worker.from_worker, 1 << 16)
+                if not data:
+                    raise RuntimeError(f"sandbox worker exited while starting (status {worker.process.wait()})")
+                worker.buffer += data
+
+    def _note_isolation(self, report: dict) -> None:
+        level = report.get("level")
+        if level not in ISOLATION_LEVELS:
+            raise RuntimeError(f"sandbox worker reported an unknown isolation level {level!r}")
+        if self.isolation is None or level != "full":
+            self.isolation = report
+        if not _OBSERVED_ISOLATION or level != "full":
+            _OBSERVED_ISOLATION.clear()
+            _OBSERVED_ISOLATION.update(report)
+        if level == "full":
+            return
+        missing = ", ".join(report.get("missing", []))
+        if self.require_isolation:
+            raise IsolationError(f"full sandbox isolation was required, but this host refused: {missing} "
+                                 f"({'; '.join(report.get('notes', []))})")
+        if missing not in _WARNED:
+            _WARNED.add(missing)
+            print(f"glm53 verifier: sandbox isolation is partial on this host (missing: {missing}); "
+                  f"see `glm53 verify --isolation`", file=sys.stderr)
 
     def _kill_worker(self, worker: _Worker, graceful: bool = False) -> None:
         process = worker.process
@@ -373,6 +449,18 @@ class Verifier:
             if worker is not None:
                 self._kill_worker(worker, graceful=True)
                 self._workers[slot] = None
+
+
+def observed_isolation() -> dict | None:
+    """The weakest isolation report any Verifier of this process received (None if none started).
+    Receipts that carry verdicts record it (receipts.provenance)."""
+    return dict(_OBSERVED_ISOLATION) if _OBSERVED_ISOLATION else None
+
+
+def probe_isolation(require: bool = False) -> dict:
+    """Start one worker, return the isolation it reached, stop it."""
+    with Verifier(workers=1, require_isolation=require) as verifier:
+        return dict(verifier.isolation or {})
 
 
 def _frames(buffer: bytearray):

@@ -9,6 +9,7 @@ Imported as `glm53_flash.verifier.worker`, it gives the parent the same encoder 
 from __future__ import annotations
 
 import _signal
+import fcntl
 import gc
 import json
 import math
@@ -16,9 +17,17 @@ import os
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import time
+import unicodedata  # noqa: F401 - the compiler imports it lazily for non-ASCII identifiers; a child cannot open files
+
+if __package__ in (None, ""):  # run as a script (-I: the script's folder is not on sys.path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import confinement
+else:
+    from . import confinement
 
 # The original's call allow-list; candidate code sees exactly these builtins and nothing else.
 SAFE_BUILTINS = {
@@ -32,6 +41,8 @@ VALUE_BUDGET = 16 * 1024
 MAX_DEPTH = 32
 MESSAGE_CHARS = 200
 FRAME_HEADER = struct.Struct(">I")
+# Time the worker grants the zygote beyond the wall deadline before it gives up on it.
+ZYGOTE_GRACE_SECONDS = 3.0
 
 # ----------------------------------------------------------------------------------------------------
 # Value wire format. JSON with tags, so the parent decodes with json.loads (never pickle or marshal):
@@ -247,15 +258,15 @@ def run_candidate(source: str, entry_point: str, encoded_cases: list) -> dict:
     return {"s": "ran", "c": results}
 
 
-def confine(result_fd: int, limits: dict) -> int:
-    """Lock the current (child) process down before any candidate code runs; returns the result fd.
+def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
+    """Lock the current (child) process down before it reads its request or runs candidate code.
 
-    The child leads its own process group (so the worker can kill anything it might spawn) and dies
-    with the worker. fds 0-2 become a write-only /dev/null (stdin reads fail), the result pipe
-    moves to fd 3, every other descriptor is closed, and RLIMIT_NOFILE=4 then leaves no free slot:
-    open(), socket() and pipe() all fail. rlimits also cap address space, CPU time, file size (0:
-    no file writes), processes and core dumps. ITIMER_PROF gives the fractional CPU limit
-    (RLIMIT_CPU is whole seconds and stays as a backstop); its default action kills the process.
+    The child leads its own process group and dies with the zygote. fds 0-2 become a write-only
+    /dev/null (stdin reads fail), the result pipe moves to fd 3 and the request pipe to fd 4, every
+    other descriptor is closed, and RLIMIT_NOFILE=4 leaves no free slot. rlimits cap address space,
+    CPU time, file size (0: no file writes), processes and core dumps; ITIMER_PROF gives the
+    fractional CPU limit (RLIMIT_CPU is whole seconds and stays as a backstop). Last, the kernel
+    layer: `PR_SET_NO_NEW_PRIVS` and the seccomp filter (confinement.py), when the host has them.
     """
     # _signal, not signal: the wrappers convert to enums, and every object touched after fork
     # costs a copy-on-write page fault. SIGPROF and SIGXCPU are already at their default (kill).
@@ -263,12 +274,15 @@ def confine(result_fd: int, limits: dict) -> int:
         _signal.signal(signum, _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
     os.setpgid(0, 0)
-    _die_with_parent()
+    confinement.die_with_parent()
+    # Move both pipes above the target numbers first, so neither dup2 overwrites the other.
+    high_result = fcntl.fcntl(result_fd, fcntl.F_DUPFD, 10)
+    high_request = fcntl.fcntl(request_fd, fcntl.F_DUPFD, 10)
     for fd in (0, 1, 2):
         os.dup2(_DEVNULL[0], fd)
-    if result_fd != 3:
-        os.dup2(result_fd, 3)
-    os.closerange(4, _max_fd())
+    os.dup2(high_result, 3)
+    os.dup2(high_request, 4)
+    os.closerange(5, _max_fd())
     cpu = float(limits["cpu"])
     cpu_backstop = math.ceil(cpu) + 1
     for name, value in (
@@ -278,6 +292,8 @@ def confine(result_fd: int, limits: dict) -> int:
         ("RLIMIT_NOFILE", 4),
         ("RLIMIT_NPROC", 0),
         ("RLIMIT_CORE", 0),
+        ("RLIMIT_MEMLOCK", 0),
+        ("RLIMIT_MSGQUEUE", 0),
     ):
         kind = getattr(resource, name, None)
         if kind is None:
@@ -290,7 +306,8 @@ def confine(result_fd: int, limits: dict) -> int:
             if name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE"):
                 raise
     _signal.setitimer(_signal.ITIMER_PROF, cpu)
-    return 3
+    if lock.available:
+        lock.apply()
 
 
 def _max_fd() -> int:
@@ -300,30 +317,37 @@ def _max_fd() -> int:
         return 1024
 
 
-_LIBC = []
 _DEVNULL = []  # one write-only /dev/null descriptor, opened by the worker, shared by every child
 # Built once in the worker: json.dumps with custom separators would build a new encoder in every
 # child, and each object a child touches costs a copy-on-write page fault.
 _dump_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _die_with_parent() -> None:
-    """Linux: ask the kernel to SIGKILL this process when its parent dies (no orphans survive)."""
-    if not sys.platform.startswith("linux"):
-        return
+def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
+    """The forked child: confine, read its own request, run it, write the raw results, exit."""
+    status = 70
     try:
-        if not _LIBC:
-            import ctypes
-
-            _LIBC.append(ctypes.CDLL(None, use_errno=True))
-        pr_set_pdeathsig = 1
-        _LIBC[0].prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
+        confine(request_fd, result_fd, limits, lock)
+        chunks = []
+        while True:
+            chunk = os.read(4, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(4)
+        request = json.loads(b"".join(chunks))
+        outcome = run_candidate(request["s"], request["e"], request["c"])
+        _write_all(3, _dump_json(outcome).encode())
+        status = 0
+    finally:
+        os._exit(status)
 
 
 # ----------------------------------------------------------------------------------------------------
-# The worker loop: one request at a time, one forked child per request.
+# The zygote: forked by the worker before the worker reads any request, so no child ever starts from
+# a process state that held another candidate's request or result. It receives only two descriptors
+# per candidate (the child's ends of two fresh pipes), forks, enforces the wall clock, reaps, and
+# sends back the exit status. It never reads a request or a result.
 # ----------------------------------------------------------------------------------------------------
 _SIGNAL_REASONS = {
     signal.SIGPROF: "CPU time limit",
@@ -332,9 +356,133 @@ _SIGNAL_REASONS = {
     signal.SIGXFSZ: "file size limit",
     signal.SIGSEGV: "crashed with SIGSEGV (stack or memory exhaustion)",
     signal.SIGABRT: "aborted (likely out of memory)",
+    signal.SIGSYS: "killed by the seccomp filter (a system call of another ABI)",
 }
 
 
+def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) -> None:
+    status = 70
+    try:
+        confinement.die_with_parent()
+        confinement.prepare_zygote(report, workdir)
+        lock.probe(report)
+        channel.sendall(json.dumps(report.to_dict()).encode())
+        gc.freeze()
+        while _serve_one(channel, limits, lock):
+            pass
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
+    try:
+        message, fds, _, _ = socket.recv_fds(channel, 16, 2)
+    except OSError:
+        return False
+    if not message or len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        return False  # the worker closed the channel: orderly shutdown
+    request_fd, result_fd = fds
+    blocked = (_signal.SIGTERM, _signal.SIGINT)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
+        os.close(request_fd)
+        os.close(result_fd)
+        channel.sendall(json.dumps({"error": f"could not start the sandbox process: {exc}"}).encode())
+        return True
+    if pid == 0:
+        channel.close()
+        _child(request_fd, result_fd, limits, lock)
+    os.close(request_fd)
+    os.close(result_fd)
+    try:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
+        status, timed_out = _wait_child(pid, channel, float(limits["wall"]))
+    finally:
+        _kill_group(pid)
+        _reap(pid)
+    channel.sendall(json.dumps({"w": status, "t": timed_out}).encode())
+    return True
+
+
+def _wait_child(pid: int, channel: socket.socket, wall: float) -> tuple[int, bool]:
+    """Wait for the child's exit until the wall deadline (or until the worker asks for a kill);
+    kill its process group before reaping, so nothing it spawned outlives it. (exit status, timed out)."""
+    deadline = time.monotonic() + wall
+    pidfd = _pidfd_open(pid)
+    poller = select.poll()
+    poller.register(channel.fileno(), select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    timed_out = False
+    try:
+        while True:
+            if _exited(pid):
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            step = remaining if pidfd is not None else min(remaining, 0.002)
+            events = poller.poll(max(1, math.ceil(step * 1000)))
+            if any(fd == channel.fileno() for fd, _ in events):
+                channel.recv(16)  # "kill": the worker saw an output flood (or is going away)
+                break
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    _kill_group(pid)
+    _, status = os.waitpid(pid, 0)
+    return status, timed_out
+
+
+def _exited(pid: int) -> bool:
+    """True once the child has exited; it stays unreaped (a zombie keeps its process group id)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _reap(pid: int) -> None:
+    """Reap the child if still unreaped, then any orphan (as PID 1 of its namespace, the zygote
+    inherits whatever a child left behind)."""
+    for target in (pid, -1):
+        while True:
+            try:
+                found, _ = os.waitpid(target, os.WNOHANG if target == -1 else 0)
+            except ChildProcessError:
+                break
+            if found == 0 or target != -1:
+                break
+
+
+def _kill_group(pid: int) -> None:
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # the group, or the child if setpgid had not run
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _pidfd_open(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:  # kernels before 5.3
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# The worker: holds requests and results, never forks a candidate itself.
+# ----------------------------------------------------------------------------------------------------
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -357,117 +505,98 @@ def _header(kind: str, message: str = "") -> bytes:
     return json.dumps({"k": kind, "m": message}).encode() + b"\n"
 
 
-def evaluate_in_child(request: dict, limits: dict) -> bytes:
-    """Fork, run the request in the confined child, enforce the wall deadline; return the reply."""
-    read_fd, write_fd = os.pipe()
-    # Block termination signals across fork so the worker cannot exit between fork and the
-    # try/finally that kills and reaps the child.
-    blocked = (_signal.SIGTERM, _signal.SIGINT)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
+class ZygoteGone(Exception):
+    """The zygote stopped answering; the worker exits and the parent replaces it."""
+
+
+def evaluate_in_child(channel: socket.socket, body: bytes, limits: dict) -> bytes:
+    """Have the zygote fork a child on two fresh pipes, send it the request, collect its result."""
+    request_r, request_w = os.pipe()
+    result_r, result_w = os.pipe()
     try:
-        pid = os.fork()
-    except OSError as exc:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
-        os.close(read_fd)
-        os.close(write_fd)
-        return _header("limit", f"could not start the sandbox process: {exc}")
-    if pid == 0:
-        status = 70
-        try:
-            os.close(read_fd)
-            fd = confine(write_fd, limits)
-            outcome = run_candidate(request["s"], request["e"], request["c"])
-            _write_all(fd, _dump_json(outcome).encode())
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    reaped = False
-    try:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
-        payload, overflow, timed_out = _collect(read_fd, pid, limits)
-        # Kill the child's whole process group before reaping: nothing it spawned outlives it,
-        # and an unreaped child keeps its pid (the group id) from being reused.
-        _kill_group(pid)
-        _, status = os.waitpid(pid, 0)
-        reaped = True
+        socket.send_fds(channel, [b"r"], [request_r, result_w])
+    except OSError:
+        for fd in (request_w, result_r):
+            os.close(fd)
+        raise ZygoteGone from None
     finally:
-        os.close(read_fd)
-        if not reaped:
-            _kill_group(pid)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-    if timed_out:
+        os.close(request_r)
+        os.close(result_w)
+    payload, overflow, status = _exchange(channel, request_w, result_r, body, limits)
+    if "error" in status:
+        return _header("limit", str(status["error"]))
+    if status["t"]:
         return _header("limit", f"wall-clock limit ({limits['wall']:g} s) exceeded")
     if overflow:
         return _header("limit", f"output limit ({int(limits['out'])} bytes) exceeded")
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
+    raw = int(status["w"])
+    if os.WIFSIGNALED(raw):
+        signum = os.WTERMSIG(raw)
         reason = _SIGNAL_REASONS.get(signum, f"killed by signal {signum}")
         if reason == "CPU time limit":
             reason = f"CPU time limit ({limits['cpu']:g} s) exceeded"
         return _header("limit", reason)
-    code = os.WEXITSTATUS(status)
+    code = os.WEXITSTATUS(raw)
     if code != 0 or not payload:
         return _header("limit", f"sandbox process ended without a result (exit status {code})")
     return _header("done") + payload
 
 
-def _kill_group(pid: int) -> None:
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # the group, or the child if setpgid had not run
-        try:
-            kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _collect(read_fd: int, pid: int, limits: dict) -> tuple[bytes, bool, bool]:
-    """Read the child's result until EOF and exit, the output cap, or the wall deadline."""
-    deadline = time.monotonic() + float(limits["wall"])
+def _exchange(channel, request_w: int, result_r: int, body: bytes, limits: dict):
+    """Write the request, read the result up to the output cap, wait for the zygote's status."""
+    deadline = time.monotonic() + float(limits["wall"]) + ZYGOTE_GRACE_SECONDS
     cap = int(limits["out"])
+    os.set_blocking(request_w, False)
+    pending = memoryview(body)
     poller = select.poll()
-    poller.register(read_fd, select.POLLIN)
-    # A pidfd turns "the child exited" into a pollable event, so a child that somehow closed its
-    # pipe early is still held to the deadline instead of blocking waitpid.
-    pidfd = _pidfd_open(pid)
-    chunks, size, eof, exited = [], 0, False, pidfd is None
+    poller.register(request_w, select.POLLOUT)
+    poller.register(result_r, select.POLLIN)
+    poller.register(channel.fileno(), select.POLLIN)
+    chunks, size, overflow, status = [], 0, False, None
+    open_fds = {request_w, result_r}
     try:
-        if pidfd is not None:
-            poller.register(pidfd, select.POLLIN)
-        while not (eof and exited):
+        while result_r in open_fds or status is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return b"".join(chunks), False, True
+                raise ZygoteGone
             for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
-                if fd == pidfd:
-                    exited = True
-                    poller.unregister(pidfd)
-                    continue
-                data = os.read(read_fd, 65536)
-                if not data:
-                    eof = True
-                    poller.unregister(read_fd)
-                    continue
-                size += len(data)
-                if size > cap:
-                    return b"", True, False
-                chunks.append(data)
-        return b"".join(chunks), False, False
+                if fd == request_w:
+                    try:
+                        pending = pending[os.write(request_w, pending):]
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:  # the child died before reading: its status says why
+                        pending = pending[:0]
+                    if not pending:
+                        poller.unregister(request_w)
+                        open_fds.discard(request_w)
+                        os.close(request_w)
+                elif fd == result_r:
+                    data = os.read(result_r, 65536)
+                    size += len(data)
+                    if data and size <= cap:
+                        chunks.append(data)
+                        continue
+                    poller.unregister(result_r)
+                    open_fds.discard(result_r)
+                    os.close(result_r)
+                    if data:  # over the cap: stop reading and have the zygote kill the child now
+                        overflow, chunks = True, []
+                        channel.sendall(b"k")
+                else:
+                    message = channel.recv(4096)
+                    if not message:
+                        raise ZygoteGone
+                    status = json.loads(message)
+                    poller.unregister(channel.fileno())
+                    if request_w in open_fds:  # the child is gone; whatever it did not read is moot
+                        poller.unregister(request_w)
+                        open_fds.discard(request_w)
+                        os.close(request_w)
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _pidfd_open(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return opener(pid)
-    except OSError:  # kernels before 5.3
-        return None
+        for fd in open_fds:
+            os.close(fd)
+    return b"".join(chunks), overflow, status
 
 
 # A fixed program of ours, run once in the worker at start-up. The compiler, parser and eval loop
@@ -496,10 +625,13 @@ def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
 
 def main(argv: list[str]) -> int:
     limits = json.loads(argv[1])
-    _die_with_parent()
+    confinement.die_with_parent()
     if os.getppid() != int(limits["parent"]):
         return 0  # the parent died before we could ask to die with it
     signal.signal(signal.SIGTERM, _raise_exit)
+    # The worker will hold requests and results: its /proc files belong to root and no process of
+    # its uid can trace it.
+    confinement.set_dumpable(False)
     # Move the protocol pipes off fds 0/1 so nothing a child inherits can reach them by accident.
     requests, replies = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -508,22 +640,58 @@ def main(argv: list[str]) -> int:
     os.close(devnull)
     _DEVNULL.append(os.open(os.devnull, os.O_WRONLY))
     _warm_up()
-    # Everything alive now is permanent: the collector in a child never walks (and so never
-    # copies) the worker's own objects.
-    gc.freeze()
-    while True:
-        header = _read_exact(requests, FRAME_HEADER.size)
-        if header is None:
-            return 0  # parent closed the pipe: orderly shutdown
-        (length,) = FRAME_HEADER.unpack(header)
-        body = _read_exact(requests, length)
-        if body is None:
-            return 0
-        reply = evaluate_in_child(json.loads(body), limits)
-        try:
-            _write_all(replies, FRAME_HEADER.pack(len(reply)) + reply)
-        except BrokenPipeError:
-            return 0
+    confine_kernel = bool(limits.get("kernel", True))
+    report = confinement.Isolation()
+    lock = confinement.ChildLock(enabled=confine_kernel)
+    confinement.enter_namespaces(report, enabled=confine_kernel)
+    workdir = ""
+    if not report.layers["mount_namespace"]:
+        import tempfile  # only here: every module the worker imports makes each fork dearer
+
+        workdir = tempfile.mkdtemp(prefix="glm53-sandbox-")
+        os.chmod(workdir, 0o555)
+    channel, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        channel.close()
+        os.close(requests)
+        os.close(replies)
+        _zygote(zygote_end, limits, report, lock, workdir)
+    zygote_end.close()
+    try:
+        hello = channel.recv(65536)
+        if not hello:
+            return 3  # the zygote could not start
+        _write_all(replies, _frame(json.dumps({"k": "hello", "m": "", "isolation": json.loads(hello)}).encode()))
+        # Everything alive now is permanent: the collector never walks (and copies) it again.
+        gc.freeze()
+        while True:
+            header = _read_exact(requests, FRAME_HEADER.size)
+            if header is None:
+                return 0  # parent closed the pipe: orderly shutdown
+            (length,) = FRAME_HEADER.unpack(header)
+            body = _read_exact(requests, length)
+            if body is None:
+                return 0
+            try:
+                reply = evaluate_in_child(channel, body, limits)
+            except ZygoteGone:
+                return 4  # the parent sees EOF, replaces this worker and retries the candidate
+            try:
+                _write_all(replies, _frame(reply))
+            except BrokenPipeError:
+                return 0
+    finally:
+        channel.close()
+        if workdir:
+            try:
+                os.rmdir(workdir)
+            except OSError:
+                pass
+
+
+def _frame(data: bytes) -> bytes:
+    return FRAME_HEADER.pack(len(data)) + data
 
 
 if __name__ == "__main__":
