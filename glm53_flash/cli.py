@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glm53", description="A 25.7M byte-level GLM-5.3-Flash-style model: train, post-train, evaluate.")
     parser.add_argument("--version", action="version", version=f"glm53_flash {__version__}")
+    parser.add_argument("--require-isolation", dest="require_isolation_everywhere", action="store_true",
+                        help="refuse to judge any program unless the verifier's sandbox reaches full isolation "
+                             "(see `glm53 verify --isolation`); applies to every command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = sub.add_parser("bench", help="benchmarks (ratios measured on this machine)")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
@@ -56,9 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "require_isolation_everywhere", False) or getattr(args, "require_isolation", False):
+        from .verifier.sandbox import require_full_isolation
+
+        require_full_isolation()
     try:
         return int(args.func(args) or 0)
     except (CommandError, ValueError, FileExistsError, FileNotFoundError) as error:
+        print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:
+        if type(error).__name__ != "IsolationError":
+            raise
         print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -52,7 +52,16 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "device": device,
+        # the verifier sandbox's isolation, as reached by the weakest worker this process started
+        # (None when no program was judged here)
+        "verifier_isolation": _verifier_isolation(),
     }
+
+
+def _verifier_isolation() -> dict | None:
+    from .verifier.sandbox import observed_isolation
+
+    return observed_isolation()
 
 
 def peak_rss_bytes() -> int:

@@ -240,7 +240,7 @@ def test_without_policy_stdin_is_closed_and_no_socket_or_pipe_can_be_made(verifi
     assert "Too many open files" in unchecked(verifier, "return B['__import__']('os').pipe()").message
     # the worker imported socket, so the child has the module; creating a socket is denied
     assert "Operation not permitted" in unchecked(verifier, "return B['__import__']('socket').socket()").message
-    assert "Permission denied" in unchecked(verifier, "return B['__import__']('http.client')").message
+    assert "No module named" in unchecked(verifier, "return B['__import__']('http.client')").message  # no file can be opened
 
 
 def test_without_policy_sleeping_hits_the_wall_clock_deadline(verifier):

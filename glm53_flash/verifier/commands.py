@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..tasks import task_by_id
+from .policy import MAX_SOURCE_BYTES
 
 DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
 
@@ -29,9 +30,15 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
         description="Judge a full program (prompt + completion) for a frozen task. Exit status: 0 passed, "
                     "1 judged but not passed (failed, invalid or limit), 2 bad input.",
     )
-    parser.add_argument("--task-id", required=True, help="frozen task id, e.g. confirm-double-000")
-    parser.add_argument("--source", required=True,
-                        help="file holding the full program (prompt + completion); '-' reads stdin")
+    parser.add_argument("--task-id", help="frozen task id, e.g. confirm-double-000 (required unless --isolation)")
+    parser.add_argument("--source",
+                        help="file holding the full program (prompt + completion); '-' reads stdin "
+                             f"(at most {MAX_SOURCE_BYTES} bytes are read: a longer program is invalid)")
+    parser.add_argument("--isolation", action="store_true",
+                        help="print the sandbox isolation this host allows, layer by layer, as JSON and exit "
+                             "(exit status 0 full, 1 partial)")
+    parser.add_argument("--require-isolation", action="store_true",
+                        help="refuse to judge unless the sandbox reaches full isolation (exit status 2)")
     _add_limit_flags(parser)
     parser.set_defaults(func=run_verify_command)
     return parser
@@ -39,13 +46,16 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_verify_command(args: argparse.Namespace) -> int:
     """Bad input raises ValueError; glm53_flash.cli prints it as one line with exit status 2."""
-    from .sandbox import Verifier
+    from .sandbox import Verifier, probe_isolation
 
+    if args.isolation:
+        report = probe_isolation(require=False)
+        print(json.dumps(report, indent=2))
+        return 0 if report.get("level") == "full" else 1
+    if not args.task_id or not args.source:
+        raise ValueError("--task-id and --source are required (or --isolation)")
     task = task_by_id(args.task_id)
-    try:
-        raw = sys.stdin.buffer.read() if args.source == "-" else Path(args.source).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read --source {args.source!r}: {exc.strerror or exc}") from None
+    raw = read_source_bounded(args.source)
     # surrogateescape keeps non-UTF-8 bytes visible to the policy, which rejects them as invalid.
     source = raw.decode("utf-8", errors="surrogateescape")
     with Verifier(workers=1, cpu_seconds=args.cpu_seconds, wall_seconds=args.wall_seconds,
@@ -53,6 +63,18 @@ def run_verify_command(args: argparse.Namespace) -> int:
         evaluation = verifier.evaluate(task, source)
     print(json.dumps({"task_id": task.task_id, **evaluation.to_dict()}, indent=2))
     return 0 if evaluation.passed else 1
+
+
+def read_source_bounded(source: str) -> bytes:
+    """At most MAX_SOURCE_BYTES + 1 bytes of the file (or stdin): enough for the policy to judge a
+    longer program too large without ever holding it."""
+    try:
+        if source == "-":
+            return sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+        with open(source, "rb") as handle:
+            return handle.read(MAX_SOURCE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read --source {source!r}: {exc.strerror or exc}") from None
 
 
 def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:

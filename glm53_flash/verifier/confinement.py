@@ -227,6 +227,7 @@ class Isolation:
 
     def reached(self, layer: str, detail: str | bool = True) -> None:
         self.layers[layer] = detail
+        self.notes = [note for note in self.notes if not note.startswith(layer + ":")]
 
     def refused(self, layer: str, why: str) -> None:
         self.layers[layer] = False

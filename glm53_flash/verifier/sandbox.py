@@ -43,6 +43,13 @@ _OPEN_VERIFIERS: "weakref.WeakSet[Verifier]" = weakref.WeakSet()
 # The weakest isolation any worker of this process reported (None before the first one started).
 _OBSERVED_ISOLATION: dict = {}
 _WARNED: set = set()
+_REQUIRED = [False]
+
+
+def require_full_isolation(flag: bool = True) -> None:
+    """Make every Verifier of this process refuse to start below full isolation (the CLI's
+    `--require-isolation`); a Verifier's own `require_isolation` argument overrides it."""
+    _REQUIRED[0] = bool(flag)
 
 
 # Bounds on the limits themselves: a finite, positive value in a range where the sandbox still
@@ -104,10 +111,15 @@ class Verifier:
     ...     results = verifier.evaluate_many([(task, task.reference_source)])
 
     Not for concurrent use from several threads at once (calls are serialised by a lock).
+
+    `require_isolation=True` refuses to start below full isolation (IsolationError); None follows
+    `require_full_isolation()`. `kernel_layers=False` skips the namespaces and the seccomp filter: a
+    test hook that shows what the other layers do alone, never a setting for untrusted programs.
     """
 
     def __init__(self, workers: int | None = None, cpu_seconds: float = 1.0, wall_seconds: float = 2.0,
-                 memory_mb: int = 256, output_bytes: int = 2**20, require_isolation: bool = False) -> None:
+                 memory_mb: int = 256, output_bytes: int = 2**20, require_isolation: bool | None = None,
+                 kernel_layers: bool = True) -> None:
         count = (os.cpu_count() or 1) if workers is None else workers
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 256:
             raise ValueError(f"workers must be an integer from 1 to 256, got {workers!r}")
@@ -118,7 +130,7 @@ class Verifier:
         self.limits = SandboxLimits(float(cpu_seconds), float(wall_seconds), int(memory_mb * 2**20),
                                     int(output_bytes))
         self.worker_count = count
-        self.require_isolation = bool(require_isolation)
+        self.require_isolation = _REQUIRED[0] if require_isolation is None else bool(require_isolation)
         self.isolation: dict | None = None
         self._owner = os.getpid()
         self._lock = threading.Lock()
@@ -127,6 +139,7 @@ class Verifier:
         self._worker_config = json.dumps({
             "cpu": self.limits.cpu_seconds, "wall": self.limits.wall_seconds,
             "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": self._owner,
+            "kernel": bool(kernel_layers),
         })
         self._workers: list[_Worker | None] = [None] * count
         # The calling process holds the hidden tests and the trainer's secrets: make its /proc files
@@ -457,7 +470,7 @@ def observed_isolation() -> dict | None:
     return dict(_OBSERVED_ISOLATION) if _OBSERVED_ISOLATION else None
 
 
-def probe_isolation(require: bool = False) -> dict:
+def probe_isolation(require: bool | None = None) -> dict:
     """Start one worker, return the isolation it reached, stop it."""
     with Verifier(workers=1, require_isolation=require) as verifier:
         return dict(verifier.isolation or {})

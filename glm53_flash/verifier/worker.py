@@ -629,9 +629,6 @@ def main(argv: list[str]) -> int:
     if os.getppid() != int(limits["parent"]):
         return 0  # the parent died before we could ask to die with it
     signal.signal(signal.SIGTERM, _raise_exit)
-    # The worker will hold requests and results: its /proc files belong to root and no process of
-    # its uid can trace it.
-    confinement.set_dumpable(False)
     # Move the protocol pipes off fds 0/1 so nothing a child inherits can reach them by accident.
     requests, replies = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -644,6 +641,9 @@ def main(argv: list[str]) -> int:
     report = confinement.Isolation()
     lock = confinement.ChildLock(enabled=confine_kernel)
     confinement.enter_namespaces(report, enabled=confine_kernel)
+    # The worker will hold requests and results: its /proc files belong to root and no process of
+    # its uid can trace it. (After the namespaces: writing our own uid_map needs the flag set.)
+    confinement.set_dumpable(False)
     workdir = ""
     if not report.layers["mount_namespace"]:
         import tempfile  # only here: every module the worker imports makes each fork dearer
