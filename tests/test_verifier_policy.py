@@ -365,3 +365,144 @@ def test_transportability_looks_at_markers_not_at_text():
     assert wire.is_transportable(wire.encode_value(("X", ["X", "I"], {"X": 1})))
     assert not wire.is_transportable(wire.encode_value(("ok", [len])))
     assert not wire.is_transportable(wire.encode_value("a" * 10**5))
+
+
+# ------------------------------------------------------------ the allowed grammar reaches nothing else
+# Programs generated from the allowed subset (every node type the policy lets through, with the
+# builtins read-only) are run in this process under a profiler and a tracer: no C function outside
+# the eight builtins is called from candidate code and no local ever holds an object outside the
+# allowed kinds (plain data, generators, the candidate's own functions, the eight builtins).
+_NAMES = ["x", "y", "z", "v"]
+_ALLOWED_TYPES = (int, float, complex, str, bytes, bool, type(None), list, tuple, set, frozenset, dict, slice,
+                  type(Ellipsis))
+
+
+def _atoms():
+    return st.sampled_from(_NAMES + ["0", "1", "-2", "'ab'", "'{0.gi_frame}'", "'%s'", "None", "True", "[]", "{}",
+                                     "b'x'", "1.5"])
+
+
+def _expressions(depth: int):
+    if depth == 0:
+        return _atoms()
+    sub = _expressions(depth - 1)
+    pair = st.tuples(sub, sub)
+    return st.one_of(
+        sub,
+        st.tuples(st.sampled_from(sorted(SAFE_CALL_NAMES)), sub).map(lambda t: f"{t[0]}({t[1]})"),
+        pair.map(lambda t: f"max([{t[0]}, {t[1]}], key=str)"),
+        pair.map(lambda t: f"({t[0]} + {t[1]})"),
+        pair.map(lambda t: f"({t[0]} % {t[1]})"),
+        pair.map(lambda t: f"[{t[0]}, *[{t[1]}]]"),
+        pair.map(lambda t: f"{{{t[0]}: {t[1]}}}"),
+        pair.map(lambda t: f"({t[0]} if {t[1]} else {t[0]})"),
+        pair.map(lambda t: f"[{t[0]}][{t[1]}:]"),
+        sub.map(lambda e: f"f'{{{e}!r:>3}}'"),
+        sub.map(lambda e: f"(v for v in [{e}])"),
+        sub.map(lambda e: f"[w for w in [{e}, x] if w]"),
+        sub.map(lambda e: f"(z := {e})"),
+    )
+
+
+def _statements():
+    expression = _expressions(2)
+    simple = st.one_of(
+        st.tuples(st.sampled_from(_NAMES), expression).map(lambda t: f"{t[0]} = {t[1]}"),
+        expression.map(lambda e: f"y = {e}"),
+        expression.map(lambda e: f"match {e}:\n    case int(q) | str(q):\n        y = q\n    case [q, *rest]:\n"
+                                 f"        y = rest\n    case {{'k': q, **rest}}:\n        y = rest\n    case _:\n        y = 0"),
+        expression.map(lambda e: f"if {e}:\n    y = {e}"),
+        expression.map(lambda e: f"def helper(a=1, *args, **kw):\n    yield {e}\ny = max([{e}], key=helper)"),
+    )
+    return st.lists(simple, min_size=1, max_size=4).map(lambda lines: "\n".join(lines) + "\nreturn y")
+
+
+def _check_object(value, depth: int = 0) -> None:
+    if depth > 4:
+        return
+    kind = type(value)
+    if kind in _ALLOWED_TYPES:
+        if kind in (list, tuple, set, frozenset):
+            for item in list(value)[:20]:
+                _check_object(item, depth + 1)
+        elif kind is dict:
+            for key, item in list(value.items())[:20]:
+                _check_object(key, depth + 1)
+                _check_object(item, depth + 1)
+        return
+    if kind.__name__ == "generator" and value.gi_code.co_filename == "<candidate>":
+        return
+    if kind.__name__ == "function" and value.__code__.co_filename == "<candidate>":
+        return
+    if value in wire.SAFE_BUILTINS.values():
+        return
+    if kind.__name__.endswith("iterator"):
+        return
+    raise AssertionError(f"candidate code reached {kind.__name__}: {value!r:.80}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(_statements())
+def test_programs_of_the_allowed_grammar_reach_no_other_object(body):
+    source = program(body)
+    verdict = check_policy(source, TASK.entry_point)
+    if verdict is not None and verdict.startswith("SyntaxError"):
+        return  # the generator nested quotes the 3.11 parser refuses; nothing to run
+    assert verdict is None, (verdict, source)
+    namespace = {"__builtins__": dict(wire.SAFE_BUILTINS)}
+    reached = []
+
+    def profile(frame, event, arg):
+        if frame.f_code.co_filename == "<candidate>" and event == "c_call" and arg not in wire.SAFE_BUILTINS.values():
+            reached.append(arg)
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != "<candidate>":
+            return None
+        for value in list(frame.f_locals.values()) + ([arg] if event == "return" else []):
+            _check_object(value)
+        return trace
+
+    try:
+        code = compile(source, "<candidate>", "exec")
+    except SyntaxError:
+        return  # e.g. a star in the wrong place: the compiler refuses, nothing runs
+    exec(code, namespace)  # noqa: S102 - only programs of the allowed grammar, checked above
+    sys.setprofile(profile)
+    sys.settrace(trace)
+    try:
+        for argument in (3, "ab", [1, 2]):
+            try:
+                namespace[TASK.entry_point](argument)
+            except Exception:
+                pass
+    finally:
+        sys.settrace(None)
+        sys.setprofile(None)
+    # the one method the grammar reaches implicitly is the builtins' own formatting
+    assert all(getattr(fn, "__name__", "") in {"__format__", "__str__", "__repr__"} for fn in reached), reached
+
+
+# ---------------------------------------------------------------------------- non-ASCII identifiers
+def test_identifiers_that_need_normalisation_keep_the_original_verdict():
+    from glm53_flash.verifier import Verifier, evaluate_in_process
+
+    bodies = ["ｙ = x * 2\nreturn y", "é = x * 2\nreturn é", "ﬁ = x\nreturn ﬁ * 2", "ｘｘ = x * 3\nreturn xx",
+              "return ｘ * 2", "ｍａｘ_ = x * 2\nreturn max_"]
+    with Verifier(workers=1) as verifier:
+        for body in bodies:
+            source = program(body)
+            ours, original = verifier.evaluate(TASK, source), evaluate_in_process(TASK, source)
+            assert (ours.status, ours.tests_passed) == (original.status, original.tests_passed), (body, ours)
+            assert ours.status != "invalid", (body, ours)
+
+
+@pytest.mark.parametrize("kwargs", [{"cpu_seconds": float("inf")}, {"wall_seconds": 1e300},
+                                    {"cpu_seconds": float("nan")}, {"memory_mb": float("inf")},
+                                    {"memory_mb": 10**9}, {"output_bytes": -1}, {"workers": True},
+                                    {"cpu_seconds": "1"}])
+def test_limits_must_be_finite_positive_and_bounded(kwargs):
+    from glm53_flash.verifier import Verifier
+
+    with pytest.raises(ValueError):
+        Verifier(**kwargs)
