@@ -14,6 +14,7 @@ import math
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -90,16 +91,28 @@ class SandboxLimits:
 class _Job:
     index: int
     cases: tuple
-    frame: bytes
+    body: bytes
     attempts: int = 0
+
+
+@dataclass
+class _Run:
+    """One job handed to a zygote: its pipes, what came back so far, and the zygote's status."""
+
+    job: _Job
+    request_fd: int | None
+    result_fd: int | None
+    pending: memoryview
+    chunks: list = field(default_factory=list)
+    size: int = 0
+    overflow: bool = False
+    status: tuple | None = None
 
 
 @dataclass
 class _Worker:
     process: subprocess.Popen
-    to_worker: int
-    from_worker: int
-    buffer: bytearray = field(default_factory=bytearray)
+    channel: socket.socket
     inflight: deque = field(default_factory=deque)
     head_since: float = 0.0
 
@@ -225,7 +238,7 @@ class Verifier:
         encoded_cases = self._encoded_cases(task.cases)
         body = ('{"e":' + json.dumps(task.entry_point) + ',"c":' + encoded_cases
                 + ',"s":' + json.dumps(source) + "}").encode()
-        return _Job(index, task.cases, wire.FRAME_HEADER.pack(len(body)) + body)
+        return _Job(index, task.cases, body)
 
     def _encoded_cases(self, cases) -> str:
         """Wire form of the cases' fresh arguments, cached per cases object (tasks share them)."""
@@ -248,13 +261,16 @@ class Verifier:
         self._cases_cache[id(cases)] = (cases, text)  # the reference keeps id() from being reused
         return text
 
-    def _verdict(self, job: _Job, reply: bytes) -> Evaluation:
+    def _verdict(self, run: _Run) -> Evaluation:
+        job = run.job
         total = len(job.cases)
-        head, _, payload = reply.partition(b"\n")
+        payload = b"".join(run.chunks)
+        status, timed_out = run.status
+        limits = json.loads(self._worker_config)
+        reason = wire.describe_limit(status, bool(timed_out), run.overflow, payload, limits)
+        if reason is not None:
+            return Evaluation.limit(reason, total)
         try:
-            header = json.loads(head)
-            if header["k"] == "limit":
-                return Evaluation.limit(str(header["m"]), total)
             outcome = json.loads(payload)
             state = outcome["s"]
             if state == "invalid":
@@ -279,7 +295,8 @@ class Verifier:
                         first_failure = mismatch_message(number, total, actual, case.expected)
             return Evaluation.from_cases(tests_passed, total, first_failure)
         except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
-            # Unreachable unless the harness itself was subverted; never a pass.
+            # A program with the policy bypassed could write anything to its own result pipe; it
+            # only ever concerns its own verdict, and never a pass it did not compute.
             return Evaluation.limit(f"sandbox returned an unreadable result ({type(exc).__name__})", total)
 
     # ------------------------------------------------------------------ the dispatch loop
@@ -296,30 +313,48 @@ class Verifier:
         queue = deque(jobs)
         remaining = len(jobs)
         poller = select.poll()
-        by_fd: dict[int, int] = {}
+        owners: dict[int, tuple[int, _Run | None]] = {}  # fd -> (slot, run; None for the channel)
 
-        def watch(slot: int) -> None:
-            worker = self._workers[slot]
-            poller.register(worker.from_worker, select.POLLIN)
-            by_fd[worker.from_worker] = slot
+        def watch(fd: int, slot: int, run: _Run | None, events: int = select.POLLIN) -> None:
+            poller.register(fd, events)
+            owners[fd] = (slot, run)
+
+        def drop_one(run: _Run, name: str) -> None:
+            """Close one of a run's pipes (request_fd or result_fd) and stop watching it."""
+            fd = getattr(run, name)
+            if fd is None:
+                return
+            if fd in owners:
+                poller.unregister(fd)
+                del owners[fd]
+            os.close(fd)
+            setattr(run, name, None)
 
         for slot in range(len(self._workers)):
             if self._workers[slot] is None:
                 self._workers[slot] = self._spawn()
-            watch(slot)
+            watch(self._workers[slot].channel.fileno(), slot, None)
 
         def finish(job: _Job, evaluation: Evaluation) -> None:
             nonlocal remaining
             results[job.index] = evaluation
             remaining -= 1
 
+        def drop_run(run: _Run) -> None:
+            drop_one(run, "request_fd")
+            drop_one(run, "result_fd")
+
         def replace(slot: int, reason: str) -> None:
             """Kill the worker in `slot`, requeue its jobs (the running one counts an attempt)."""
             worker = self._workers[slot]
-            poller.unregister(worker.from_worker)
-            del by_fd[worker.from_worker]
+            channel_fd = worker.channel.fileno()
+            poller.unregister(channel_fd)
+            del owners[channel_fd]
             self._kill_worker(worker)
-            inflight = list(worker.inflight)
+            inflight = [run.job for run in worker.inflight]
+            for run in worker.inflight:
+                drop_run(run)
+            worker.inflight.clear()
             if inflight:
                 head = inflight[0]
                 head.attempts += 1
@@ -329,7 +364,19 @@ class Verifier:
                     inflight = inflight[1:]
             queue.extendleft(reversed(inflight))
             self._workers[slot] = self._spawn()
-            watch(slot)
+            watch(self._workers[slot].channel.fileno(), slot, None)
+
+        def settle(slot: int) -> None:
+            """Judge the runs at the head of the worker's queue that are complete, in order."""
+            worker = self._workers[slot]
+            while worker.inflight:
+                run = worker.inflight[0]
+                if run.status is None or run.result_fd is not None:
+                    return
+                worker.inflight.popleft()
+                drop_run(run)
+                finish(run.job, self._verdict(run))
+                worker.head_since = time.monotonic()
 
         while remaining:
             now = time.monotonic()
@@ -337,85 +384,141 @@ class Verifier:
                 while queue and len(worker.inflight) < PIPELINE_DEPTH:
                     job = queue.popleft()
                     try:
-                        _write_all(worker.to_worker, job.frame)
-                    except OSError:  # broken pipe: the worker died while idle
+                        run = self._start(worker, job)
+                    except OSError:  # the zygote is gone: the channel refuses the descriptors
                         queue.appendleft(job)
                         replace(slot, "died")
                         worker = self._workers[slot]
                         continue
                     if not worker.inflight:
                         worker.head_since = now
-                    worker.inflight.append(job)
+                    worker.inflight.append(run)
+                    watch(run.result_fd, slot, run)
+                    if run.request_fd is not None:
+                        watch(run.request_fd, slot, run, select.POLLOUT)
             for fd, _ in poller.poll(250):
-                slot = by_fd.get(fd)
-                if slot is None:
-                    continue
+                if fd not in owners:
+                    continue  # closed while handling an earlier event of this round
+                slot, run = owners[fd]
                 worker = self._workers[slot]
-                try:
-                    data = os.read(fd, 1 << 16)
-                except BlockingIOError:  # a stale event for a descriptor number now reused
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    replace(slot, "died")
-                    continue
-                worker.buffer += data
-                for reply in list(_frames(worker.buffer)):
-                    if not worker.inflight:  # a reply nobody asked for: the worker is broken
-                        replace(slot, "misbehaved")
-                        break
-                    job = worker.inflight.popleft()
-                    finish(job, self._verdict(job, reply))
-                    worker.head_since = time.monotonic()
+                if run is None:  # the zygote: a status, or EOF when it died
+                    try:
+                        message = worker.channel.recv(64)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        message = b""
+                    waiting = [r for r in worker.inflight if r.status is None]
+                    if len(message) != wire.STATUS.size or not waiting:
+                        replace(slot, "died" if not message else "misbehaved")
+                        continue
+                    waiting[0].status = wire.STATUS.unpack(message)
+                    if waiting[0].request_fd is not None:  # the child is gone; what it did not read is moot
+                        drop_one(waiting[0], "request_fd")
+                    settle(slot)
+                elif fd == run.request_fd:
+                    try:
+                        run.pending = run.pending[os.write(fd, run.pending):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the child ended before reading all of it; its status says why
+                        run.pending = run.pending[:0]
+                    if not run.pending:
+                        drop_one(run, "request_fd")
+                else:
+                    try:
+                        data = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    run.size += len(data)
+                    if data and run.size <= self.limits.output_bytes:
+                        run.chunks.append(data)
+                        continue
+                    drop_one(run, "result_fd")
+                    if data:  # over the cap: stop reading and have the zygote kill the child now
+                        run.overflow, run.chunks = True, []
+                        try:
+                            worker.channel.send(wire.KILL_REQUEST)
+                        except OSError:
+                            pass
+                    settle(slot)
             stuck_after = self.limits.wall_seconds + WATCHDOG_GRACE_SECONDS
             now = time.monotonic()
             for slot, worker in enumerate(self._workers):
                 if worker.inflight and now - worker.head_since > stuck_after:
                     replace(slot, "hung")
 
+    def _start(self, worker: _Worker, job: _Job) -> _Run:
+        """Two fresh pipes; the request goes into one now (most fit the pipe's buffer); the child's
+        ends go to the zygote, which forks a child on them once the previous one has ended."""
+        request_r, request_w = os.pipe()
+        result_r, result_w = os.pipe()
+        try:
+            os.set_blocking(request_w, False)
+            os.set_blocking(result_r, False)
+            pending = memoryview(job.body)
+            try:
+                pending = pending[os.write(request_w, pending):]
+            except BlockingIOError:
+                pass
+            socket.send_fds(worker.channel, [wire.RUN_REQUEST], [request_r, result_w])
+        except BaseException:
+            for fd in (request_w, result_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(request_r)
+            os.close(result_w)
+        if not pending:
+            os.close(request_w)
+            request_w = None
+        return _Run(job, request_w, result_r, pending)
+
     # ------------------------------------------------------------------ worker processes
     def _spawn(self) -> _Worker:
         if self._closed:  # close() from another thread (e.g. atexit) while a batch was running
             raise RuntimeError("this Verifier was closed during an evaluation")
         env = {key: os.environ[key] for key in ("PATH", "LD_LIBRARY_PATH") if key in os.environ}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = json.loads(self._worker_config)
+        config["channel"] = theirs.fileno()
         # -I -S: no user site, no site-packages, no PYTHON* variables, script dir not on sys.path;
         # the worker needs only the standard library. New session: a terminal Ctrl-C reaches the
         # parent only, which then stops the workers in order (see _kill_worker).
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-W", "ignore", str(WORKER_SCRIPT), self._worker_config],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
-            close_fds=True, bufsize=0,
-        )
-        # Non-blocking reads: the dispatch loop only reads what poll() reported as ready.
-        os.set_blocking(process.stdout.fileno(), False)
-        worker = _Worker(process, process.stdin.fileno(), process.stdout.fileno())
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-W", "ignore", str(WORKER_SCRIPT), json.dumps(config)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, start_new_session=True,
+                close_fds=True, pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        worker = _Worker(process, ours)
         try:
             self._note_isolation(self._read_hello(worker))
         except BaseException:
             self._kill_worker(worker)
             raise
+        # Non-blocking: the dispatch loop only reads what poll() reported as ready.
+        ours.setblocking(False)
         return worker
 
     def _read_hello(self, worker: _Worker) -> dict:
-        """The worker's first frame: the isolation its zygote reached."""
-        deadline = time.monotonic() + HELLO_TIMEOUT_SECONDS
-        poller = select.poll()
-        poller.register(worker.from_worker, select.POLLIN)
-        while True:
-            for frame in _frames(worker.buffer):
-                head = json.loads(frame.partition(b"\n")[0])
-                if head.get("k") != "hello" or not isinstance(head.get("isolation"), dict):
-                    raise RuntimeError("sandbox worker sent no isolation report")
-                return head["isolation"]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeError(f"sandbox worker did not start within {HELLO_TIMEOUT_SECONDS:g} s")
-            if poller.poll(max(1, int(remaining * 1000))):
-                data = os.read(worker.from_worker, 1 << 16)
-                if not data:
-                    raise RuntimeError(f"sandbox worker exited while starting (status {worker.process.wait()})")
-                worker.buffer += data
+        """The zygote's first message: the isolation it reached."""
+        worker.channel.settimeout(HELLO_TIMEOUT_SECONDS)
+        try:
+            message = worker.channel.recv(1 << 16)
+        except socket.timeout:
+            raise RuntimeError(f"sandbox worker did not start within {HELLO_TIMEOUT_SECONDS:g} s") from None
+        if not message:
+            raise RuntimeError(f"sandbox worker exited while starting (status {worker.process.wait()})")
+        head = json.loads(message)
+        if head.get("k") != "hello" or not isinstance(head.get("isolation"), dict):
+            raise RuntimeError("sandbox worker sent no isolation report")
+        return head["isolation"]
 
     def _note_isolation(self, report: dict) -> None:
         level = report.get("level")
@@ -440,8 +543,10 @@ class Verifier:
     def _kill_worker(self, worker: _Worker, graceful: bool = False) -> None:
         process = worker.process
         if graceful and process.returncode is None:
-            # EOF lets an idle worker exit; SIGTERM makes a busy one kill and reap its child first.
-            _close_quietly(process.stdin)
+            # Closing the channel lets an idle zygote exit, and the launcher with it; SIGTERM ends a
+            # busy one (the zygote dies with it, and with the zygote, PID 1 of its namespace, every
+            # candidate process).
+            _close_quietly(worker.channel)
             if worker.inflight:
                 _signal_quietly(process.pid, signal.SIGTERM, group=False)
             try:
@@ -450,12 +555,10 @@ class Verifier:
                 pass
         if process.returncode is None:
             # Not reaped yet (alive, or a zombie after an outside kill), so its process group id
-            # cannot have been reused. A candidate child it leaves behind has its own group and
-            # dies with the worker (PDEATHSIG).
+            # cannot have been reused. The zygote shares the group; candidates die with it.
             _signal_quietly(process.pid, signal.SIGKILL, group=True)
             process.wait()
-        _close_quietly(process.stdin)
-        _close_quietly(process.stdout)
+        _close_quietly(worker.channel)
 
     def _stop_all_workers(self) -> None:
         for slot, worker in enumerate(self._workers):
@@ -474,24 +577,6 @@ def probe_isolation(require: bool | None = None) -> dict:
     """Start one worker, return the isolation it reached, stop it."""
     with Verifier(workers=1, require_isolation=require) as verifier:
         return dict(verifier.isolation or {})
-
-
-def _frames(buffer: bytearray):
-    """Pop complete length-prefixed frames off the front of `buffer`."""
-    size = wire.FRAME_HEADER.size
-    while len(buffer) >= size:
-        (length,) = wire.FRAME_HEADER.unpack_from(buffer)
-        if len(buffer) < size + length:
-            return
-        frame = bytes(buffer[size:size + length])
-        del buffer[:size + length]
-        yield frame
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _close_quietly(stream) -> None:

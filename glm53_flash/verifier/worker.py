@@ -1,9 +1,15 @@
-"""The sandbox worker process and the value wire format it shares with the parent.
+"""The sandbox worker (launcher, zygote, child) and the value wire format it shares with the caller.
 
-Run as a script (`python -I -S worker.py CONFIG`), it reads requests on stdin, forks one short-lived,
-resource-limited child per candidate and answers on stdout. It imports only the standard library and
-never the glm53_flash package, so a worker starts in milliseconds and stays small enough to fork fast.
-Imported as `glm53_flash.verifier.worker`, it gives the parent the same encoder and decoder.
+Run as a script (`python -I -S worker.py CONFIG`), the launcher creates the namespaces
+(confinement.py) and forks the zygote, which is PID 1 of the new PID namespace and talks to the
+caller over a Unix socket. Per candidate the caller makes two fresh pipes, writes the request into
+one, and passes the child's ends to the zygote (`SCM_RIGHTS`); the zygote forks a child on them,
+enforces the wall clock, reaps it and sends back its wait status. The child confines itself, reads
+its own request, runs it and writes the raw results, which the caller reads and judges. Neither the
+launcher nor the zygote ever reads a request or a result, so no child starts from a state that held
+another candidate's data. Standard library only (never the glm53_flash package), so a worker starts
+in milliseconds and stays small enough to fork fast. Imported as `glm53_flash.verifier.worker`, it
+gives the caller the encoder, the decoder and the protocol constants.
 """
 
 from __future__ import annotations
@@ -40,9 +46,6 @@ SAFE_BUILTINS = {
 VALUE_BUDGET = 16 * 1024
 MAX_DEPTH = 32
 MESSAGE_CHARS = 200
-FRAME_HEADER = struct.Struct(">I")
-# Time the worker grants the zygote beyond the wall deadline before it gives up on it.
-ZYGOTE_GRACE_SECONDS = 3.0
 
 # ----------------------------------------------------------------------------------------------------
 # Value wire format. JSON with tags, so the parent decodes with json.loads (never pickle or marshal):
@@ -323,6 +326,40 @@ _DEVNULL = []  # one write-only /dev/null descriptor, opened by the worker, shar
 _dump_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
+_SIGNAL_REASONS = {
+    signal.SIGPROF: "CPU time limit",
+    signal.SIGXCPU: "CPU time limit",
+    signal.SIGKILL: "killed (hard CPU limit or the system's out-of-memory killer)",
+    signal.SIGXFSZ: "file size limit",
+    signal.SIGSEGV: "crashed with SIGSEGV (stack or memory exhaustion)",
+    signal.SIGABRT: "aborted (likely out of memory)",
+    signal.SIGSYS: "killed by the seccomp filter (a system call of another ABI)",
+}
+
+
+
+
+def describe_limit(status: int, timed_out: bool, overflow: bool, payload: bytes, limits: dict) -> str | None:
+    """Why a child's run ended as a limit (None when it ended normally with a result). `status` is
+    its raw wait status from the zygote, -1 if it could not be forked."""
+    if status == -1:
+        return "could not start the sandbox process"
+    if timed_out:
+        return f"wall-clock limit ({limits['wall']:g} s) exceeded"
+    if overflow:
+        return f"output limit ({int(limits['out'])} bytes) exceeded"
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        reason = _SIGNAL_REASONS.get(signum, f"killed by signal {signum}")
+        if reason == "CPU time limit":
+            reason = f"CPU time limit ({limits['cpu']:g} s) exceeded"
+        return reason
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    if code != 0 or not payload:
+        return f"sandbox process ended without a result (exit status {code})"
+    return None
+
+
 def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
     """The forked child: confine, read its own request, run it, write the raw results, exit."""
     status = 70
@@ -349,15 +386,9 @@ def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
 # per candidate (the child's ends of two fresh pipes), forks, enforces the wall clock, reaps, and
 # sends back the exit status. It never reads a request or a result.
 # ----------------------------------------------------------------------------------------------------
-_SIGNAL_REASONS = {
-    signal.SIGPROF: "CPU time limit",
-    signal.SIGXCPU: "CPU time limit",
-    signal.SIGKILL: "killed (hard CPU limit or the system's out-of-memory killer)",
-    signal.SIGXFSZ: "file size limit",
-    signal.SIGSEGV: "crashed with SIGSEGV (stack or memory exhaustion)",
-    signal.SIGABRT: "aborted (likely out of memory)",
-    signal.SIGSYS: "killed by the seccomp filter (a system call of another ABI)",
-}
+STATUS = struct.Struct("=iB")  # the zygote's report per candidate: raw wait status (-1: no fork), timed out
+KILL_REQUEST = b"k"            # caller -> zygote: kill the running child now (its output overflowed)
+RUN_REQUEST = b"r"             # caller -> zygote, with two descriptors: fork a child on them
 
 
 def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) -> None:
@@ -365,8 +396,9 @@ def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) ->
     try:
         confinement.die_with_parent()
         confinement.prepare_zygote(report, workdir)
+        confinement.die_with_parent()  # again: a change of uid clears the parent-death signal
         lock.probe(report)
-        channel.sendall(json.dumps(report.to_dict()).encode())
+        channel.sendall(json.dumps({"k": "hello", "isolation": report.to_dict()}).encode())
         gc.freeze()
         while _serve_one(channel, limits, lock):
             pass
@@ -380,39 +412,37 @@ def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
         message, fds, _, _ = socket.recv_fds(channel, 16, 2)
     except OSError:
         return False
-    if not message or len(fds) != 2:
+    if message == KILL_REQUEST and not fds:
+        return True  # the child it was meant for has already ended
+    if message != RUN_REQUEST or len(fds) != 2:
         for fd in fds:
             os.close(fd)
-        return False  # the worker closed the channel: orderly shutdown
+        return False  # the caller closed the channel (orderly shutdown) or broke the protocol
     request_fd, result_fd = fds
     blocked = (_signal.SIGTERM, _signal.SIGINT)
     _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
     try:
         pid = os.fork()
-    except OSError as exc:
+    except OSError:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
         os.close(request_fd)
         os.close(result_fd)
-        channel.sendall(json.dumps({"error": f"could not start the sandbox process: {exc}"}).encode())
+        channel.sendall(STATUS.pack(-1, 0))
         return True
     if pid == 0:
         channel.close()
         _child(request_fd, result_fd, limits, lock)
     os.close(request_fd)
     os.close(result_fd)
-    try:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
-        status, timed_out = _wait_child(pid, channel, float(limits["wall"]))
-    finally:
-        _kill_group(pid)
-        _reap(pid)
-    channel.sendall(json.dumps({"w": status, "t": timed_out}).encode())
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
+    status, timed_out = _wait_child(pid, channel, float(limits["wall"]), reap_orphans=not lock.available)
+    channel.sendall(STATUS.pack(status, timed_out))
     return True
 
 
-def _wait_child(pid: int, channel: socket.socket, wall: float) -> tuple[int, bool]:
-    """Wait for the child's exit until the wall deadline (or until the worker asks for a kill);
-    kill its process group before reaping, so nothing it spawned outlives it. (exit status, timed out)."""
+def _wait_child(pid: int, channel: socket.socket, wall: float, reap_orphans: bool) -> tuple[int, bool]:
+    """Wait for the child's exit until the wall deadline (or a kill request from the caller); kill
+    its process group before reaping, so nothing it spawned outlives it. (wait status, timed out)."""
     deadline = time.monotonic() + wall
     pidfd = _pidfd_open(pid)
     poller = select.poll()
@@ -421,23 +451,28 @@ def _wait_child(pid: int, channel: socket.socket, wall: float) -> tuple[int, boo
         poller.register(pidfd, select.POLLIN)
     timed_out = False
     try:
-        while True:
-            if _exited(pid):
-                break
+        while not _exited(pid):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
             step = remaining if pidfd is not None else min(remaining, 0.002)
-            events = poller.poll(max(1, math.ceil(step * 1000)))
-            if any(fd == channel.fileno() for fd, _ in events):
-                channel.recv(16)  # "kill": the worker saw an output flood (or is going away)
-                break
+            for fd, _ in poller.poll(max(1, math.ceil(step * 1000))):
+                if fd != channel.fileno():
+                    continue
+                # the next candidate's request may already be queued: only a kill request is taken
+                if channel.recv(1, socket.MSG_PEEK) == KILL_REQUEST:
+                    channel.recv(1)
+                    _kill_group(pid)
+                else:
+                    poller.unregister(channel.fileno())
     finally:
         if pidfd is not None:
             os.close(pidfd)
     _kill_group(pid)
     _, status = os.waitpid(pid, 0)
+    if reap_orphans:  # without the seccomp filter a child could fork; as PID 1 we inherit orphans
+        _reap_orphans()
     return status, timed_out
 
 
@@ -449,17 +484,14 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _reap(pid: int) -> None:
-    """Reap the child if still unreaped, then any orphan (as PID 1 of its namespace, the zygote
-    inherits whatever a child left behind)."""
-    for target in (pid, -1):
-        while True:
-            try:
-                found, _ = os.waitpid(target, os.WNOHANG if target == -1 else 0)
-            except ChildProcessError:
-                break
-            if found == 0 or target != -1:
-                break
+def _reap_orphans() -> None:
+    while True:
+        try:
+            found, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if found == 0:
+            return
 
 
 def _kill_group(pid: int) -> None:
@@ -480,123 +512,11 @@ def _pidfd_open(pid: int) -> int | None:
         return None
 
 
-# ----------------------------------------------------------------------------------------------------
-# The worker: holds requests and results, never forks a candidate itself.
-# ----------------------------------------------------------------------------------------------------
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _read_exact(fd: int, size: int) -> bytes | None:
-    chunks, missing = [], size
-    while missing:
-        chunk = os.read(fd, missing)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        missing -= len(chunk)
-    return b"".join(chunks)
-
-
-def _header(kind: str, message: str = "") -> bytes:
-    return json.dumps({"k": kind, "m": message}).encode() + b"\n"
-
-
-class ZygoteGone(Exception):
-    """The zygote stopped answering; the worker exits and the parent replaces it."""
-
-
-def evaluate_in_child(channel: socket.socket, body: bytes, limits: dict) -> bytes:
-    """Have the zygote fork a child on two fresh pipes, send it the request, collect its result."""
-    request_r, request_w = os.pipe()
-    result_r, result_w = os.pipe()
-    try:
-        socket.send_fds(channel, [b"r"], [request_r, result_w])
-    except OSError:
-        for fd in (request_w, result_r):
-            os.close(fd)
-        raise ZygoteGone from None
-    finally:
-        os.close(request_r)
-        os.close(result_w)
-    payload, overflow, status = _exchange(channel, request_w, result_r, body, limits)
-    if "error" in status:
-        return _header("limit", str(status["error"]))
-    if status["t"]:
-        return _header("limit", f"wall-clock limit ({limits['wall']:g} s) exceeded")
-    if overflow:
-        return _header("limit", f"output limit ({int(limits['out'])} bytes) exceeded")
-    raw = int(status["w"])
-    if os.WIFSIGNALED(raw):
-        signum = os.WTERMSIG(raw)
-        reason = _SIGNAL_REASONS.get(signum, f"killed by signal {signum}")
-        if reason == "CPU time limit":
-            reason = f"CPU time limit ({limits['cpu']:g} s) exceeded"
-        return _header("limit", reason)
-    code = os.WEXITSTATUS(raw)
-    if code != 0 or not payload:
-        return _header("limit", f"sandbox process ended without a result (exit status {code})")
-    return _header("done") + payload
-
-
-def _exchange(channel, request_w: int, result_r: int, body: bytes, limits: dict):
-    """Write the request, read the result up to the output cap, wait for the zygote's status."""
-    deadline = time.monotonic() + float(limits["wall"]) + ZYGOTE_GRACE_SECONDS
-    cap = int(limits["out"])
-    os.set_blocking(request_w, False)
-    pending = memoryview(body)
-    poller = select.poll()
-    poller.register(request_w, select.POLLOUT)
-    poller.register(result_r, select.POLLIN)
-    poller.register(channel.fileno(), select.POLLIN)
-    chunks, size, overflow, status = [], 0, False, None
-    open_fds = {request_w, result_r}
-    try:
-        while result_r in open_fds or status is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ZygoteGone
-            for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
-                if fd == request_w:
-                    try:
-                        pending = pending[os.write(request_w, pending):]
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:  # the child died before reading: its status says why
-                        pending = pending[:0]
-                    if not pending:
-                        poller.unregister(request_w)
-                        open_fds.discard(request_w)
-                        os.close(request_w)
-                elif fd == result_r:
-                    data = os.read(result_r, 65536)
-                    size += len(data)
-                    if data and size <= cap:
-                        chunks.append(data)
-                        continue
-                    poller.unregister(result_r)
-                    open_fds.discard(result_r)
-                    os.close(result_r)
-                    if data:  # over the cap: stop reading and have the zygote kill the child now
-                        overflow, chunks = True, []
-                        channel.sendall(b"k")
-                else:
-                    message = channel.recv(4096)
-                    if not message:
-                        raise ZygoteGone
-                    status = json.loads(message)
-                    poller.unregister(channel.fileno())
-                    if request_w in open_fds:  # the child is gone; whatever it did not read is moot
-                        poller.unregister(request_w)
-                        open_fds.discard(request_w)
-                        os.close(request_w)
-    finally:
-        for fd in open_fds:
-            os.close(fd)
-    return b"".join(chunks), overflow, status
 
 
 # A fixed program of ours, run once in the worker at start-up. The compiler, parser and eval loop
@@ -616,7 +536,6 @@ def _warm_up() -> None:
     for argument in (1, 0):  # 0 takes the exception path (ZeroDivisionError)
         outcome = run_candidate(_WARM_UP_SOURCE, "warm_up", [encode_value((argument,))])
         _dump_json(outcome).encode()
-    _header("done")
 
 
 def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -624,74 +543,41 @@ def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str]) -> int:
+    """The launcher: set up the namespaces, fork the zygote, wait for it. It never sees a request."""
     limits = json.loads(argv[1])
     confinement.die_with_parent()
     if os.getppid() != int(limits["parent"]):
         return 0  # the parent died before we could ask to die with it
     signal.signal(signal.SIGTERM, _raise_exit)
-    # Move the protocol pipes off fds 0/1 so nothing a child inherits can reach them by accident.
-    requests, replies = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
+    channel = socket.socket(fileno=int(limits["channel"]))
     _DEVNULL.append(os.open(os.devnull, os.O_WRONLY))
     _warm_up()
     confine_kernel = bool(limits.get("kernel", True))
     report = confinement.Isolation()
     lock = confinement.ChildLock(enabled=confine_kernel)
     confinement.enter_namespaces(report, enabled=confine_kernel)
-    # The worker will hold requests and results: its /proc files belong to root and no process of
-    # its uid can trace it. (After the namespaces: writing our own uid_map needs the flag set.)
+    # No process of our uid may trace us or read our /proc files. (After the namespaces: writing our
+    # own uid_map needs the flag set.)
     confinement.set_dumpable(False)
     workdir = ""
     if not report.layers["mount_namespace"]:
-        import tempfile  # only here: every module the worker imports makes each fork dearer
+        import tempfile  # only here: every module imported before the fork makes each fork dearer
 
         workdir = tempfile.mkdtemp(prefix="glm53-sandbox-")
         os.chmod(workdir, 0o555)
-    channel, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
-        channel.close()
-        os.close(requests)
-        os.close(replies)
-        _zygote(zygote_end, limits, report, lock, workdir)
-    zygote_end.close()
     try:
-        hello = channel.recv(65536)
-        if not hello:
-            return 3  # the zygote could not start
-        _write_all(replies, _frame(json.dumps({"k": "hello", "m": "", "isolation": json.loads(hello)}).encode()))
-        # Everything alive now is permanent: the collector never walks (and copies) it again.
-        gc.freeze()
-        while True:
-            header = _read_exact(requests, FRAME_HEADER.size)
-            if header is None:
-                return 0  # parent closed the pipe: orderly shutdown
-            (length,) = FRAME_HEADER.unpack(header)
-            body = _read_exact(requests, length)
-            if body is None:
-                return 0
-            try:
-                reply = evaluate_in_child(channel, body, limits)
-            except ZygoteGone:
-                return 4  # the parent sees EOF, replaces this worker and retries the candidate
-            try:
-                _write_all(replies, _frame(reply))
-            except BrokenPipeError:
-                return 0
+        pid = os.fork()
+        if pid == 0:
+            _zygote(channel, limits, report, lock, workdir)
+        channel.close()  # only the zygote talks to the caller
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) & 0xFF
     finally:
-        channel.close()
         if workdir:
             try:
                 os.rmdir(workdir)
             except OSError:
                 pass
-
-
-def _frame(data: bytes) -> bytes:
-    return FRAME_HEADER.pack(len(data)) + data
 
 
 if __name__ == "__main__":
