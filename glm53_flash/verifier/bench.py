@@ -93,6 +93,7 @@ def run_verify_benchmark(count: int = 3000, workers: int = 2, seed: int = 0, tim
         start = time.perf_counter()
         time_limited = verifier.evaluate_many(time_limit_pairs)
         time_limit_seconds = time.perf_counter() - start
+        isolation = dict(verifier.isolation or {})
 
     isolated_safe = [result for result, (_, _, kind) in zip(isolated, mix) if kind != "limit"]
     mismatches = sum(
@@ -105,6 +106,7 @@ def run_verify_benchmark(count: int = 3000, workers: int = 2, seed: int = 0, tim
         "provenance": provenance(),
         "load_average_1min_after": os.getloadavg()[0],
         "workers": workers,
+        "isolation": isolation,
         "seed": seed,
         "repeats": repeats,
         "limits": {"cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds, "memory_mb": memory_mb},
@@ -138,6 +140,7 @@ def format_table(receipt: dict) -> str:
     mix = receipt["mix"]
     tl = receipt["time_limit_candidates"]
     rows = [
+        ("sandbox isolation", _isolation_line(receipt.get("isolation") or {})),
         ("mix", ", ".join(f"{kind} {mix[kind]}" for kind in MIX_SHARES) + f" (total {mix['total']})"),
         (f"isolated, {receipt['workers']} workers", f"{iso['candidates_per_second']:,.0f} candidates/s "
                                                      f"(best of {_runs(iso)})"),
@@ -148,6 +151,12 @@ def format_table(receipt: dict) -> str:
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _isolation_line(isolation: dict) -> str:
+    level = isolation.get("level", "unknown")
+    missing = isolation.get("missing") or []
+    return level + (f" (missing: {', '.join(missing)})" if missing else "")
 
 
 def _runs(timing: dict) -> str:

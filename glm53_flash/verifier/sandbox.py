@@ -154,6 +154,7 @@ class Verifier:
             "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": self._owner,
             "kernel": bool(kernel_layers),
         })
+        self._limits_dict = json.loads(self._worker_config)
         self._workers: list[_Worker | None] = [None] * count
         # The calling process holds the hidden tests and the trainer's secrets: make its /proc files
         # root's and forbid tracing it by its own uid (a no-op off Linux).
@@ -266,8 +267,7 @@ class Verifier:
         total = len(job.cases)
         payload = b"".join(run.chunks)
         status, timed_out = run.status
-        limits = json.loads(self._worker_config)
-        reason = wire.describe_limit(status, bool(timed_out), run.overflow, payload, limits)
+        reason = wire.describe_limit(status, bool(timed_out), run.overflow, payload, self._limits_dict)
         if reason is not None:
             return Evaluation.limit(reason, total)
         try:
