@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .sampling import DEFAULT_BATCH_ROWS, Completion, generate_for_tasks
+from .sampling import DEFAULT_BATCH_ROWS, Completion, generate
+from .tasks import coding_stop
 from .stats import pass_at_k
 from .tasks import FAMILY_NAMES
 from .tokenizer import ByteTokenizer
@@ -19,6 +20,14 @@ SCHEMA_VERSION = "1.0"
 EVAL_SPLITS = ("dev", "final", "confirm")  # `rl` is the training split and is never evaluated
 GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": 2026}
 SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": 0.35, "seed": 8675309}
+
+
+def generate_for_tasks(model, tasks, *, stop: str = "parse", **options) -> list[list[Completion]]:
+    """`sampling.generate` on coding tasks: prompt = task.prompt, random streams keyed by task_id,
+    and the coding stop rule ('parse', the default; 'eos' and 'none' as in `generate`)."""
+    tasks = list(tasks)
+    return generate(model, [t.prompt for t in tasks], keys=[t.task_id for t in tasks],
+                    stop=coding_stop(tasks, stop), **options)
 
 
 def split_of(tasks: Sequence) -> str:

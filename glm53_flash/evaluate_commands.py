@@ -42,10 +42,10 @@ def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
 
 def _load_model(checkpoint: str, device_name: str):
     from .runtime import resolve_device
-    from .train.checkpoint import load_checkpoint
+    from .model.pretrained import load_pretrained
 
     device = resolve_device(device_name)
-    model, metadata = load_checkpoint(checkpoint, device)
+    model, metadata = load_pretrained(checkpoint, device)
     return model, metadata
 
 
@@ -82,7 +82,7 @@ def _resolve_temperature(value: float | None, samples: int) -> float:
 
 def _run_generate(args) -> int:
     from .sampling import generate
-    from .tasks import task_by_id
+    from .tasks import coding_stop, task_by_id
 
     task = task_by_id(args.task_id) if args.task_id else None
     stop = args.stop or ("parse" if task else "eos")
@@ -92,8 +92,8 @@ def _run_generate(args) -> int:
     model, _ = _load_model(args.checkpoint, args.device)
     rows = generate(model, [prompt], samples=args.samples, max_new_tokens=args.max_new_tokens,
                     temperature=_resolve_temperature(args.temperature, args.samples), top_k=args.top_k,
-                    top_p=args.top_p, seed=args.seed, keys=[task.task_id] if task else None, stop=stop,
-                    tasks=[task] if task else None, batch_rows=args.batch_rows)[0]
+                    top_p=args.top_p, seed=args.seed, keys=[task.task_id] if task else None,
+                    stop=coding_stop([task], stop) if task else stop, batch_rows=args.batch_rows)[0]
     if args.json:
         print(json.dumps([c.to_dict() for c in rows], indent=2))
         return 0

@@ -87,7 +87,7 @@ def _timed(stages: dict, name: str):
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
               device: str = "cpu", progress: bool = True) -> dict:
     from .evaluate import evaluate_greedy, evaluate_sampled
-    from .train.checkpoint import load_checkpoint
+    from .model.pretrained import load_pretrained
     from .train.pretrain import PretrainConfig, pretrain
     from .train.rl import RLConfig, train_rl
     from .train.select import select_checkpoint
@@ -173,7 +173,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
             if greedy_path.exists() and sampled_path.exists():
                 continue
             _log(f"confirm split: evaluating {arm} ({checkpoint})")
-            model, meta = load_checkpoint(checkpoint, device)
+            model, meta = load_pretrained(checkpoint, device)
             common = dict(max_new_tokens=plan.max_new_tokens, verifier=verifier, checkpoint=str(checkpoint),
                           checkpoint_sha256=meta["weights_sha256"])
             if not greedy_path.exists():

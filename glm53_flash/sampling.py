@@ -16,8 +16,8 @@ import torch
 from .runtime import autocast
 from .tokenizer import ByteTokenizer
 
-STOP_RULES = ("eos", "parse", "none")
-FINISH_REASONS = ("eos", "parse", "cap")
+STOP_RULES = ("eos", "none")  # or a stop predicate: see `generate`
+FINISH_REASONS = ("eos", "cap")  # or the name of the stop predicate that ended the row
 DEFAULT_BATCH_ROWS = 512
 
 _TOKENIZER = ByteTokenizer()
@@ -118,7 +118,7 @@ class _Row:
     finished: bool = False
 
 
-def _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop, tasks,
+def _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop,
                      batch_rows, vocab_size) -> None:
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
         raise ValueError("prompts must be a non-empty list of strings")
@@ -143,21 +143,20 @@ def _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                               or not 0.0 < float(top_p) <= 1.0):
         raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {stop!r}")
+    if isinstance(stop, str):
+        if stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)} or a stop predicate, got {stop!r}")
+    elif not (callable(stop) and isinstance(getattr(stop, "name", None), str)):
+        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)} or a callable with a `name`, got {stop!r}")
     if keys is not None:
         if isinstance(keys, str) or len(keys) != len(prompts):
             raise ValueError(f"keys must be a list with one string per prompt ({len(prompts)})")
         for i, key in enumerate(keys):
             if not isinstance(key, str):
                 raise ValueError(f"keys[{i}] must be a string, got {type(key).__name__}")
-    if stop == "parse":
-        if tasks is None or len(tasks) != len(prompts):
-            raise ValueError("stop='parse' needs tasks: one CodingTask per prompt")
-        for i, (task, prompt) in enumerate(zip(tasks, prompts)):
-            if task.prompt != prompt:
-                raise ValueError(f"prompts[{i}] is not the prompt of task {task.task_id}; the parse rule "
-                                 f"checks task.prompt + completion")
+    validate = getattr(stop, "validate", None)
+    if validate is not None:
+        validate(prompts)
 
 
 def generate(
@@ -171,8 +170,7 @@ def generate(
     top_p: float | None = None,
     seed: int = 0,
     keys: Sequence[str] | None = None,
-    stop: str = "eos",
-    tasks: Sequence | None = None,
+    stop="eos",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     progress: Callable[[int], None] | None = None,
 ) -> list[list[Completion]]:
@@ -180,15 +178,15 @@ def generate(
 
     Each prompt is encoded with BOS. temperature 0 is greedy; otherwise sample i of a prompt uses the
     random stream (seed, key, i), where key defaults to the prompt text, so results do not depend on
-    which other prompts share the call. stop: 'eos' (EOS or the cap), 'parse' (also stop once
-    task.prompt + completion passes the verifier's static policy and ends with a newline: the
-    original's rule; needs `tasks`), 'none' (EOS is masked, every row runs to the cap).
+    which other prompts share the call. stop: 'eos' (EOS or the cap), 'none' (EOS is masked, every
+    row runs to the cap), or a stop predicate: a callable `stop(prompt_index, completion_text)`
+    with a `name` (the finish reason it reports), optionally `trigger_ids` (ask only after one of
+    these tokens; None or absent: after every token) and `validate(prompts)`. Rows also end at EOS
+    or the cap. The coding tasks' rule is `tasks.ParseStop`.
     At most `batch_rows` rows run through one forward. `progress(n)` is called as n rows finish.
     """
-    from .verifier.policy import completion_is_parseable
-
     cfg = model.config
-    _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop, tasks,
+    _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop,
                      batch_rows, cfg.vocab_size)
     keys = list(prompts) if keys is None else list(keys)
     encoded = [_TOKENIZER.encode(prompt, bos=True) for prompt in prompts]
@@ -199,59 +197,43 @@ def generate(
                              f"that exceeds max_sequence_length {limit}")
 
     device = next(model.parameters()).device
-    settings = _Settings(samples, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop)
+    settings = _settings(samples, max_new_tokens, temperature, top_k, top_p, seed, stop)
     results: list[list[Completion | None]] = [[None] * samples for _ in prompts]
-
-    def is_parseable(prompt_index: int, text: str) -> bool:
-        return completion_is_parseable(tasks[prompt_index], text)
-
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), autocast(device):
             for chunk in _plan_chunks(encoded, samples, max_new_tokens, batch_rows):
-                _generate_chunk(model, device, chunk, encoded, keys, settings, results, is_parseable, progress)
+                _generate_chunk(model, device, chunk, encoded, keys, settings, results, progress)
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
 
 
-def generate_for_tasks(model, tasks: Sequence, *, stop: str = "parse", **options) -> list[list[Completion]]:
-    """`generate` on coding tasks: prompt = task.prompt, random streams keyed by task_id."""
-    tasks = list(tasks)
-    return generate(model, [t.prompt for t in tasks], keys=[t.task_id for t in tasks], tasks=tasks,
-                    stop=stop, **options)
-
-
 def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                    key: str | None = None, stop: str = "eos", task=None) -> Iterator[tuple[int, Completion | None]]:
+                    key: str | None = None, stop="eos") -> Iterator[tuple[int, Completion | None]]:
     """One prompt, one sample, one token at a time: yields (token_id, None) for every token chosen,
     and (token_id, Completion) for the last one.
 
     The same decision rule as `generate(model, [prompt], samples=1, ...)` (same masks, the same
     Gumbel stream for (seed, key, sample 0), the same stop rules), so the tokens and the final
     Completion equal that call's; it exists so a caller (the playground) can show each token as it
-    is decided. stop='parse' needs `task` (the CodingTask whose prompt this is).
+    is decided. A stop predicate is asked with prompt index 0.
     """
-    from .verifier.policy import completion_is_parseable
-
     cfg = model.config
     _check_arguments([prompt], 1, max_new_tokens, temperature, top_k, top_p, None if key is None else [key],
-                     stop, None if task is None else [task], 1, cfg.vocab_size)
+                     stop, 1, cfg.vocab_size)
     encoded = _TOKENIZER.encode(prompt, bos=True)
     if len(encoded) + max_new_tokens > cfg.max_sequence_length:
         raise ValueError(f"prompt is {len(encoded)} tokens (with BOS); plus max_new_tokens={max_new_tokens} "
                          f"that exceeds max_sequence_length {cfg.max_sequence_length}")
-    settings = _Settings(1, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop)
+    settings = _settings(1, max_new_tokens, temperature, top_k, top_p, seed, stop)
     device = next(model.parameters()).device
     noise = None
     if settings.temperature > 0:
         noise = gumbel_noise(settings.seed, prompt if key is None else key, 0, max_new_tokens,
                              cfg.vocab_size).to(device)
-
-    def is_parseable(_: int, text: str) -> bool:
-        return completion_is_parseable(task, text)
 
     tokens: list[int] = []
     logprobs: list[float] = []
@@ -267,7 +249,7 @@ def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature
                 token = int(choice.item())
                 tokens.append(token)
                 logprobs.append(float(logprob.item()))
-                reason = _finish_reason(tokens, settings, is_parseable, 0)
+                reason = _finish_reason(tokens, settings, 0)
                 if reason is not None:
                     yield token, _completion(tokens, logprobs, settings, reason)
                     return
@@ -285,7 +267,17 @@ class _Settings:
     top_k: int | None
     top_p: float | None
     seed: int
-    stop: str
+    stop: str  # "eos", "none", or the stop predicate's name
+    predicate: Callable[[int, str], bool] | None = None
+    trigger_ids: frozenset | None = None
+
+
+def _settings(samples, max_new_tokens, temperature, top_k, top_p, seed, stop) -> _Settings:
+    if isinstance(stop, str):
+        return _Settings(samples, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop)
+    triggers = getattr(stop, "trigger_ids", None)
+    return _Settings(samples, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop.name, stop,
+                     None if triggers is None else frozenset(triggers))
 
 
 def _plan_chunks(encoded: list[list[int]], samples: int, max_new_tokens: int, batch_rows: int):
@@ -313,7 +305,7 @@ def _plan_chunks(encoded: list[list[int]], samples: int, max_new_tokens: int, ba
         yield chunk
 
 
-def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, results, is_parseable,
+def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, results,
                     progress) -> None:
     """Decode one chunk in lockstep: prefill to the shortest prompt, then one token per step.
 
@@ -382,7 +374,7 @@ def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, re
                 slot = row.slot
                 tokens[slot].append(token)
                 logprobs[slot].append(logprob)
-                reason = _finish_reason(tokens[slot], settings, is_parseable, units[row.unit][0])
+                reason = _finish_reason(tokens[slot], settings, units[row.unit][0])
                 if reason is not None:
                     row.finished = True
                     done_now += 1
@@ -420,14 +412,15 @@ def _choose_tokens(logits: torch.Tensor, settings: _Settings, noise: torch.Tenso
     return choice, torch.log_softmax(scores, -1).gather(-1, choice[:, None])[:, 0]
 
 
-def _finish_reason(token_ids: list[int], settings: _Settings, is_parseable, prompt_index: int) -> str | None:
+def _finish_reason(token_ids: list[int], settings: _Settings, prompt_index: int) -> str | None:
     last = token_ids[-1]
     if last == ByteTokenizer.eos_id and settings.stop != "none":
         return "eos"
-    # A completion can only end with "\n" if its last byte is a newline, so the (costly) parse is
-    # only tried then; this is the original's check, which ran on every token.
-    if settings.stop == "parse" and last == NEWLINE_ID and is_parseable(prompt_index, _TOKENIZER.decode(token_ids)):
-        return "parse"
+    # The predicate (possibly costly: the coding rule parses) is asked only after its trigger tokens.
+    predicate = settings.predicate
+    if predicate is not None and (settings.trigger_ids is None or last in settings.trigger_ids) \
+            and predicate(prompt_index, _TOKENIZER.decode(token_ids)):
+        return settings.stop
     if len(token_ids) >= settings.max_new_tokens:
         return "cap"
     return None
@@ -446,7 +439,6 @@ __all__ = [
     "FINISH_REASONS",
     "STOP_RULES",
     "generate",
-    "generate_for_tasks",
     "gumbel_noise",
     "mask_logits",
     "sampling_logits",

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from glm53_flash import GLM53Flash, ModelConfig
-from glm53_flash.sampling import generate_for_tasks
+from glm53_flash.evaluate import generate_for_tasks
 from glm53_flash.tasks import frozen_tasks
 from glm53_flash.tokenizer import ByteTokenizer
 from glm53_flash.train.checkpoint import save_checkpoint

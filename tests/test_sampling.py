@@ -12,13 +12,13 @@ from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.sampling import (
     Completion,
     generate,
-    generate_for_tasks,
     gumbel_noise,
     sampling_logits,
     stream_generate,
     stream_seed,
 )
-from glm53_flash.tasks import frozen_tasks
+from glm53_flash.evaluate import generate_for_tasks
+from glm53_flash.tasks import ParseStop, frozen_tasks
 from glm53_flash.verifier import completion_is_parseable
 
 TOK = ByteTokenizer()
@@ -294,7 +294,7 @@ def test_training_mode_is_restored(model):
     ({"temperature": 1.0, "top_k": 0}, "top_k"),
     ({"temperature": 1.0, "top_p": 0.0}, "top_p"),
     ({"stop": "newline"}, "stop must be one of"),
-    ({"stop": "parse"}, "needs tasks"),
+    ({"stop": "parse"}, "stop must be one of"),  # the task rule lives with the tasks (ParseStop)
     ({"keys": ["only-one"], "prompts": ["a", "b"]}, "keys"),
     ({"prompts": ["x" * 60]}, "max_sequence_length 64"),
     ({"batch_rows": 0}, "batch_rows"),
@@ -331,14 +331,51 @@ def test_stream_generate_equals_generate(model, options):
 def test_stream_generate_parse_rule_matches_generate_for_tasks():
     model = BigramModel({":": "\n", "\n": " ", " ": "1", "1": "\n"})
     task = frozen_tasks("dev", 1, ("double",))[0]
-    steps = list(stream_generate(model, task.prompt, max_new_tokens=20, stop="parse", task=task, key=task.task_id))
+    steps = list(stream_generate(model, task.prompt, max_new_tokens=20, stop=ParseStop([task]), key=task.task_id))
     (expected,), = generate_for_tasks(model, [task], max_new_tokens=20)
     assert steps[-1][1] == expected and expected.finish_reason == "parse"
     assert TOK.decode(t for t, _ in steps) == "\n 1\n"
 
 
 def test_stream_generate_rejects_bad_arguments(model):
-    with pytest.raises(ValueError, match="needs tasks"):
-        next(stream_generate(model, "def f(x):", stop="parse"))
+    with pytest.raises(ValueError, match="stop must be one of"):
+        next(stream_generate(model, "def f(x):", stop="parse"))  # the sampler knows no task rule
+    with pytest.raises(ValueError, match="is not the prompt of task"):
+        next(stream_generate(model, "def f(x):", stop=ParseStop(frozen_tasks("dev", 1)[:1])))
     with pytest.raises(ValueError, match="exceeds max_sequence_length"):
         next(stream_generate(model, "x" * 60, max_new_tokens=10))
+
+
+def test_the_sampler_imports_neither_tasks_nor_the_verifier():
+    import ast
+    from pathlib import Path
+
+    import glm53_flash.sampling as sampling
+
+    tree = ast.parse(Path(sampling.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {name for name in imported if name and ("tasks" in name or "verifier" in name)}, imported
+
+
+def test_any_stop_predicate_ends_rows_and_names_the_reason(model):
+    class TwoLetterA:
+        name = "two-a"
+        trigger_ids = None
+
+        def __init__(self):
+            self.asked = 0
+
+        def __call__(self, prompt_index, text):
+            self.asked += 1
+            return text.count("a") >= 2
+
+    rule = TwoLetterA()
+    free = generate(model, ["hello"], max_new_tokens=30, stop="none")[0][0]
+    stopped = generate(model, ["hello"], max_new_tokens=30, stop=rule)[0][0]
+    cut = next((i for i in range(1, len(free.text) + 1) if free.text[:i].count("a") >= 2), None)
+    if cut is None or EOS in stopped.token_ids:
+        assert stopped.finish_reason in ("eos", "cap")
+    else:
+        assert stopped.finish_reason == "two-a" and stopped.text == free.text[:cut]
+    assert rule.asked >= 1

@@ -9,7 +9,7 @@ import pytest
 from web_helpers import post_json, raw, request, serve, stop
 
 from glm53_flash.cli import main
-from glm53_flash.sampling import generate_for_tasks
+from glm53_flash.evaluate import generate_for_tasks
 from glm53_flash.tasks import task_by_id
 from glm53_flash.train.checkpoint import load_checkpoint
 from glm53_flash.verifier import Verifier

@@ -172,7 +172,7 @@ SELECTION_FILE = "selection.json"
 
 def run_rl_choices(args) -> int:
     from ..receipts import provenance, write_json
-    from ..train.checkpoint import read_metadata
+    from ..model.pretrained import read_metadata
     from .rl_choices import build_plan, measure_speed, run_unit, select_candidate
     from .study import load_receipts
 

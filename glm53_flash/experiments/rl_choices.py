@@ -148,14 +148,14 @@ def run_unit(unit: dict) -> dict:
     """Worker entry point: evaluate the checkpoint (reference) or train one arm at one seed and evaluate it."""
     import torch
 
-    from ..train.checkpoint import load_checkpoint
+    from ..model.pretrained import load_pretrained
     from ..train.rl import RLConfig, train_rl
 
     torch.set_num_threads(1)
     design, device = unit["design"], unit.get("device", "cpu")
     started = time.perf_counter()
     if unit["phase"] == "reference":
-        model, _ = load_checkpoint(design["checkpoint"], device)
+        model, _ = load_pretrained(design["checkpoint"], device)
         evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
         return {"phase": "reference", "arm": "pretrained", "seed": None, "evaluation": evaluation,
                 "elapsed_seconds": round(time.perf_counter() - started, 3)}
@@ -173,7 +173,7 @@ def run_unit(unit: dict) -> dict:
         loss_normalization=RECIPE["loss_normalization"], eos_handling=RECIPE["eos_handling"], stop=RECIPE["stop"],
         verifier_workers=1, resume=True, progress=False))
     final = rl["checkpoints"][-1]
-    model, meta = load_checkpoint(final["path"], device)
+    model, meta = load_pretrained(final["path"], device)
     evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
     training = {key: rl[key] for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                          "exact_training_rollouts", "elapsed_seconds", "trainable_parameters")}
@@ -190,7 +190,7 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
 
     import torch
 
-    from ..train.checkpoint import load_checkpoint
+    from ..model.pretrained import load_pretrained
     from ..train.rl import RLConfig, train_rl
 
     before = torch.get_num_threads()
@@ -204,7 +204,7 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
                               train_scope=RECIPE["train_scope"], reward_mode="binary", families=RECIPE["families"],
                               tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, progress=False))
             per_rollout = (time.perf_counter() - started) / 8
-        model, _ = load_checkpoint(checkpoint)
+        model, _ = load_pretrained(checkpoint)
         started = time.perf_counter()
         _evaluate(model, SCREEN_SPLIT, 2)
         per_task = (time.perf_counter() - started) / (2 * len(RECIPE["families"].split(",")))

@@ -97,6 +97,22 @@ class GLM53Flash(nn.Module):
                 nn.init.normal_(module.weight, 0.0, std)
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def save_pretrained(self, directory, metadata: dict | None = None):
+        """Write config.json (Hugging Face style, with `model_type`), model.safetensors and
+        metadata.json (their sha256) to a new directory, atomically. Returns the directory."""
+        from .pretrained import save_pretrained
+
+        return save_pretrained(self, directory, metadata)
+
+    @classmethod
+    def from_pretrained(cls, directory, device="cpu", verify: bool = True) -> "GLM53Flash":
+        """Load a directory written by `save_pretrained` or any training checkpoint (hashes checked;
+        older config.json files without `model_type` and the older expert layout load too)."""
+        from .pretrained import load_pretrained
+
+        model, _ = load_pretrained(directory, device=device, verify=verify)
+        return model
+
     def parameter_counts(self) -> dict[str, int]:
         """Total parameters (tied head counted once) and the per-token active estimate."""
         total = sum(p.numel() for p in self.parameters())

@@ -1,33 +1,34 @@
-"""Checkpoint directories: config.json, model.safetensors, metadata.json, trainer-state.pt.
+"""Training checkpoints: a saved model (model/pretrained.py) plus trainer-state.pt.
 
 Written atomically (a temporary sibling directory, then one rename), so a run killed at any moment
 leaves only complete checkpoints. metadata.json records the sha256 of every other file; loading
-verifies them and names the missing or corrupt file.
+verifies them and names the missing or corrupt file. Loading a model for use rather than for
+training is `GLM53Flash.from_pretrained`; this file adds the optimizer and resume logic.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from ..config import ModelConfig
 from ..model import GLM53Flash
+from ..model.pretrained import (  # noqa: F401 - re-exported: training code loads checkpoints from here
+    CONFIG_FILE,
+    METADATA_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    load_config,
+    load_pretrained,
+    read_metadata,
+    write_model_files,
+)
 from ..receipts import atomic_directory, sha256_file, write_json
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-METADATA_FILE = "metadata.json"
 TRAINER_FILE = "trainer-state.pt"
 # Names the parameter layout a trainer state's optimizer moments follow. Version 2: routed experts'
 # up-projection stored as expert_gate_up [E, 2H, D]. Trainer states without it predate that layout.
 PARAMETER_LAYOUT = 2
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete or corrupt."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -36,12 +37,10 @@ def checkpoint_name(step: int) -> str:
 
 def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
                     trainer_state: dict | None = None) -> dict:
-    """Write a checkpoint directory atomically; refuses to replace an existing one."""
+    """Write a checkpoint directory atomically (the saved model plus, optionally, the trainer state);
+    refuses to replace an existing one. `GLM53Flash.from_pretrained` loads it."""
     with atomic_directory(directory, "checkpoint") as tmp:
-        write_json(tmp / CONFIG_FILE, model.config.to_dict())
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE))
-        files = {CONFIG_FILE: sha256_file(tmp / CONFIG_FILE), WEIGHTS_FILE: sha256_file(tmp / WEIGHTS_FILE)}
+        files = write_model_files(tmp, model)
         if trainer_state is not None:
             torch.save(dict(trainer_state, parameter_layout=PARAMETER_LAYOUT), tmp / TRAINER_FILE)
             files[TRAINER_FILE] = sha256_file(tmp / TRAINER_FILE)
@@ -52,52 +51,10 @@ def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
     return {"path": str(directory), "weights_sha256": meta["weights_sha256"]}
 
 
-def read_metadata(directory: str | Path, verify: bool = True) -> dict:
-    """metadata.json of a checkpoint, after checking every listed file exists and matches its hash."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
-    meta_path = directory / METADATA_FILE
-    if not meta_path.is_file():
-        raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt ({error})") from None
-    if verify:
-        for name, digest in meta.get("files", {}).items():
-            path = directory / name
-            if not path.is_file():
-                raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
-            if sha256_file(path) != digest:
-                raise CheckpointError(f"checkpoint {directory}: {name} is corrupt (sha256 mismatch)")
-    return meta
-
-
-def load_config(directory: str | Path) -> ModelConfig:
-    path = Path(directory) / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
-    try:
-        return ModelConfig.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError) as error:
-        raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
-
-
 def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu",
                     verify: bool = True) -> tuple[GLM53Flash, dict]:
     """(model, metadata) from a checkpoint directory, hashes verified."""
-    meta = read_metadata(directory, verify=verify)
-    model = GLM53Flash(load_config(directory))
-    try:
-        state = load_file(str(Path(directory) / WEIGHTS_FILE), device="cpu")
-    except Exception as error:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"checkpoint {directory}: {WEIGHTS_FILE} cannot be read ({error})") from None
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
-                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model.to(device), meta
+    return load_pretrained(directory, device=device, verify=verify)
 
 
 def load_trainer_state(directory: str | Path) -> dict:

@@ -28,7 +28,7 @@ import torch
 from ..receipts import provenance, write_json
 from ..runtime import autocast, resolve_device
 from ..sampling import generate, mask_logits
-from ..tasks import frozen_tasks, parse_families
+from ..tasks import coding_stop, frozen_tasks, parse_families
 from ..tokenizer import ByteTokenizer
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
@@ -333,7 +333,7 @@ class RLTrainer:
         # task), so it does not depend on which other groups share the batch (and resumes exactly).
         completions = generate(
             self.model, [t.prompt for t in tasks], samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature, seed=cfg.seed, tasks=tasks, stop=cfg.stop,
+            temperature=cfg.temperature, seed=cfg.seed, stop=coding_stop(tasks, cfg.stop),
             keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)])
         pairs = [(task, task.prompt + c.text) for task, group in zip(tasks, completions) for c in group]
         evaluations, verifier_failed = _evaluate_safely(verifier, pairs)

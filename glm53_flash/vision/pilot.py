@@ -78,9 +78,9 @@ def build_pilot_model(checkpoint: str | None) -> tuple[VisionLanguageModel, dict
         lm = extend_language_model(None)
         initialization = {"source": "random", "checkpoint": None}
     else:
-        from ..train.checkpoint import load_checkpoint
+        from ..model.pretrained import load_pretrained
 
-        source, metadata = load_checkpoint(checkpoint, "cpu")
+        source, metadata = load_pretrained(checkpoint, "cpu")
         lm = extend_language_model(source)
         initialization = {"source": "local_pretraining_checkpoint", "checkpoint": str(checkpoint),
                           "checkpoint_weights_sha256": metadata.get("weights_sha256"),

@@ -92,12 +92,12 @@ class Playground:
         self.metadata: dict = {}
         self.verifier = None
         if self.checkpoint is not None:
-            from ..train.checkpoint import load_checkpoint
+            from ..model.pretrained import load_pretrained
             from ..verifier import Verifier
 
             if not self.checkpoint.is_dir():
                 raise FileNotFoundError(f"--checkpoint {self.checkpoint} is not a directory")
-            self.model, self.metadata = load_checkpoint(self.checkpoint, device)
+            self.model, self.metadata = load_pretrained(self.checkpoint, device)
             self.model.eval()
             self.verifier = Verifier(workers=1)
 
@@ -173,6 +173,7 @@ class Playground:
     def run(self, request: dict) -> Iterator[dict]:
         """Events: start, one token event per generated token, done, then verdict (tasks only)."""
         from ..sampling import stream_generate
+        from ..tasks import ParseStop
         from ..tokenizer import ByteTokenizer
 
         task = request["task"]
@@ -184,8 +185,8 @@ class Playground:
         for token, finished in stream_generate(
                 self.model, request["prompt"], max_new_tokens=request["max_new_tokens"],
                 temperature=request["temperature"], seed=request["seed"],
-                key=task.task_id if task else None, stop=request["stop"],
-                task=task if request["stop"] == "parse" else None):
+                key=task.task_id if task else None,
+                stop=ParseStop([task]) if request["stop"] == "parse" else request["stop"]):
             is_byte = ByteTokenizer.byte_offset <= token < ByteTokenizer.vocab_size
             text = decoder.decode(bytes([token - ByteTokenizer.byte_offset])) if is_byte else ""
             yield {"type": "token", "id": token, "text": text}

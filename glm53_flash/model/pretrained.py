@@ -1,0 +1,119 @@
+"""Saved models beside the model: config.json, model.safetensors and metadata.json in one directory.
+
+`GLM53Flash.save_pretrained(directory)` and `GLM53Flash.from_pretrained(directory)` use this file, and
+so do training checkpoints (train/checkpoint.py adds the trainer state), so any checkpoint a run
+wrote loads with `from_pretrained`. config.json follows the Hugging Face convention: the model's
+fields plus `model_type`, `architectures` and a description of the tokenizer; configs written before
+those keys existed still load. Directories are written atomically (a temporary sibling, then one
+rename), and metadata.json records the sha256 of every other file, checked on load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..config import ModelConfig
+from ..receipts import atomic_directory, sha256_file, write_json
+from ..tokenizer import ByteTokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+METADATA_FILE = "metadata.json"
+MODEL_TYPE = "glm53_flash"
+ARCHITECTURE = "GLM53Flash"
+# Keys config.json carries besides the ModelConfig fields.
+DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete or corrupt."""
+
+
+def tokenizer_description() -> dict:
+    tokenizer = ByteTokenizer()
+    return {"type": "bytes", "byte_offset": tokenizer.byte_offset, "vocab_size": tokenizer.vocab_size,
+            "special_ids": {"pad": tokenizer.pad_id, "bos": tokenizer.bos_id, "eos": tokenizer.eos_id,
+                            "sep": tokenizer.sep_id}}
+
+
+def config_document(config: ModelConfig) -> dict:
+    """config.json's content: Hugging Face-style keys first, then every ModelConfig field."""
+    return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], "tokenizer": tokenizer_description(),
+            **config.to_dict()}
+
+
+def write_model_files(directory: Path, model) -> dict[str, str]:
+    """config.json and model.safetensors into an (already temporary) directory; their hashes."""
+    from safetensors.torch import save_file
+
+    write_json(directory / CONFIG_FILE, config_document(model.config))
+    state = {key: value.detach().contiguous().cpu() for key, value in model.state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE))
+    return {CONFIG_FILE: sha256_file(directory / CONFIG_FILE), WEIGHTS_FILE: sha256_file(directory / WEIGHTS_FILE)}
+
+
+def save_pretrained(model, directory: str | Path, metadata: dict | None = None) -> Path:
+    """Write `model` to a new directory; refuses to replace an existing one."""
+    directory = Path(directory)
+    with atomic_directory(directory, "model") as tmp:
+        files = write_model_files(tmp, model)
+        meta = dict(metadata or {})
+        meta.update(weights_sha256=files[WEIGHTS_FILE], files=files, parameter_counts=model.parameter_counts())
+        write_json(tmp / METADATA_FILE, meta)
+    return directory
+
+
+def read_metadata(directory: str | Path, verify: bool = True) -> dict:
+    """metadata.json of a saved model, after checking every listed file exists and matches its hash."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    meta_path = directory / METADATA_FILE
+    if not meta_path.is_file():
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt ({error})") from None
+    if verify:
+        for name, digest in meta.get("files", {}).items():
+            path = directory / name
+            if not path.is_file():
+                raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+            if sha256_file(path) != digest:
+                raise CheckpointError(f"checkpoint {directory}: {name} is corrupt (sha256 mismatch)")
+    return meta
+
+
+def load_config(directory: str | Path) -> ModelConfig:
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
+    try:
+        document = json.loads(path.read_text())
+        model_type = document.get("model_type", MODEL_TYPE)
+        if model_type != MODEL_TYPE:
+            raise CheckpointError(f"checkpoint {directory}: model_type {model_type!r} is not {MODEL_TYPE!r}")
+        return ModelConfig.from_dict({k: v for k, v in document.items() if k not in DESCRIPTIVE_KEYS})
+    except (json.JSONDecodeError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
+
+
+def load_pretrained(directory: str | Path, device="cpu", verify: bool = True):
+    """(model, metadata) from a saved model or a training checkpoint, hashes verified."""
+    from safetensors.torch import load_file
+
+    from .lm import GLM53Flash
+
+    meta = read_metadata(directory, verify=verify)
+    model = GLM53Flash(load_config(directory))
+    try:
+        state = load_file(str(Path(directory) / WEIGHTS_FILE), device="cpu")
+    except Exception as error:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"checkpoint {directory}: {WEIGHTS_FILE} cannot be read ({error})") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
+                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device), meta
