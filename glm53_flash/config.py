@@ -2,8 +2,9 @@
 
 The `flash` preset mirrors GLM-5.3-Flash's shape at 1/10,000 scale: 12 layers in a
 linear, linear, linear, sparse rhythm, 8 routed experts top-2 plus one shared expert, and four
-residual streams. Switches named `*_original` restore the original miniature's behaviour where we
-fixed a flaw, so an ablation can compare the two.
+residual streams. Switches restore the original miniature's behaviour where we fixed a flaw
+(`linear_rope="rope-before-feature-map"`, `balance_loss="hard-count"`), so an ablation can compare the
+two; every option value names what it does.
 """
 
 from __future__ import annotations
@@ -27,22 +28,27 @@ class ModelConfig:
     max_sequence_length: int = 192
     sparse_every: int = 4  # layer i is sparse iff (i + 1) % sparse_every == 0
     # How block outputs enter the residual streams (measured in docs/BENCHMARKS.md, "Architecture"):
-    #   "original" - the original's form: each stream adds its share of (block input + update), so
-    #                the identity path is counted twice; it gave the lowest loss, so it stays default,
+    #   "double-residual" - the original miniature's form: each stream adds its share of (block input
+    #                + update), so the identity path is counted twice; it gave the lowest loss, so it
+    #                stays default,
     #   "delta"    - each stream adds S x its share of the update only (a standard residual),
     #   "sinkhorn" - mHC-style: a doubly-stochastic stream-mixing matrix (Sinkhorn) plus the delta.
-    stream_mode: str = "original"
-    # RoPE in the linear-attention layers: "before_feature" is the original (rotate q, k, then apply
+    stream_mode: str = "double-residual"
+    # RoPE in the linear-attention layers: "rope-before-feature-map" is the original (rotate q, k, then apply
     # the positive ELU+1 feature map, which mixes the rotation into the kernel); "none" applies the
     # feature map alone and leaves positions to causality and the RoPE of the sparse layers.
     linear_rope: str = "none"
     balance_loss_weight: float = 0.01
-    balance_loss: str = "differentiable"  # "differentiable" (default) | "original" (hard counts, no gradient)
+    balance_loss: str = "differentiable"  # "differentiable" (default) | "hard-count" (the original: no gradient)
     init_std: float = 0.02
     rope_base: float = 10000.0
     linear_chunk: int = 128  # sequences up to this length use one quadratic block; longer ones chunk
 
     def __post_init__(self) -> None:
+        for name, renamed in LEGACY_VALUES.items():  # configs written before the renames still load
+            value = getattr(self, name)
+            if isinstance(value, str) and value in renamed:
+                object.__setattr__(self, name, renamed[value])
         checks = [
             (self.vocab_size >= 4, "vocab_size must be >= 4"),
             (self.dim > 0 and self.heads > 0 and self.dim % self.heads == 0, "dim must be a positive multiple of heads"),
@@ -94,9 +100,15 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
-STREAM_MODES = ("delta", "original", "sinkhorn")
-LINEAR_ROPE_MODES = ("none", "before_feature")
-BALANCE_LOSS_MODES = ("differentiable", "original")
+STREAM_MODES = ("delta", "double-residual", "sinkhorn")
+LINEAR_ROPE_MODES = ("none", "rope-before-feature-map")
+BALANCE_LOSS_MODES = ("differentiable", "hard-count")
+# Option values as older configs spelled them -> their names by behaviour.
+LEGACY_VALUES = {
+    "stream_mode": {"original": "double-residual"},
+    "linear_rope": {"before_feature": "rope-before-feature-map"},
+    "balance_loss": {"original": "hard-count"},
+}
 
 PRESETS: dict[str, ModelConfig] = {
     "flash": ModelConfig(),

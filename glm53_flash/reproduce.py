@@ -44,9 +44,9 @@ class ReproducePlan:
     rl_prompts_per_update: int = 1
     # The original's RL recipe: on the step-100 checkpoint it beat our fixed defaults on one seed
     # (confirm greedy 15/24 vs 12/24; docs/BENCHMARKS.md "RL outcome preview"), so the headline uses it.
-    rl_logprob_source: str = "original"
+    rl_logprob_source: str = "untempered"
     rl_loss_normalization: str = "sequence-mean"
-    rl_eos_handling: str = "original"
+    rl_eos_handling: str = "omit"
     max_new_tokens: int = 48
     dev_per_family: int = 4
     dev_samples: int = 8
@@ -102,7 +102,10 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     if plan_path.exists():
+        from .train.rl import rename_legacy_values
+
         recorded = json.loads(plan_path.read_text())
+        recorded["plan"] = rename_legacy_values(recorded["plan"], prefix="rl_")  # older spellings
         if recorded["plan"] != json.loads(json.dumps(plan.to_dict())):
             raise ValueError(f"{out} was started with a different plan (preset or --rl-seeds); "
                              "use the same flags or a new --output")

@@ -44,7 +44,7 @@ def test_config_validation_and_round_trip():
         cfg.dim = 3
 
 
-@pytest.mark.parametrize("mode", ["delta", "original", "sinkhorn"])
+@pytest.mark.parametrize("mode", ["delta", "double-residual", "sinkhorn"])
 def test_causality(mode):
     model = tiny_model(stream_mode=mode)
     ids = torch.randint(4, 260, (2, 40))
@@ -158,7 +158,7 @@ def test_router_gets_gradients_from_balance_loss():
 
 
 def test_original_balance_metric_has_no_gradient():
-    model = tiny_model(balance_loss="original").train()
+    model = tiny_model(balance_loss="hard-count").train()
     out = model(torch.randint(4, 260, (2, 20)))
     assert not out.aux_loss.requires_grad
     torch.testing.assert_close(out.usage.sum(-1), torch.ones(TINY.layers))
@@ -187,7 +187,7 @@ def cached_logits(model, ids, splits):
     return torch.cat(parts, dim=1)
 
 
-@pytest.mark.parametrize("mode,rope", [("delta", "none"), ("original", "before_feature"), ("sinkhorn", "none")])
+@pytest.mark.parametrize("mode,rope", [("delta", "none"), ("double-residual", "rope-before-feature-map"), ("sinkhorn", "none")])
 @pytest.mark.parametrize("prefill", [1, 20])
 def test_cached_decode_equals_full_forward(mode, rope, prefill):
     model = tiny_model(stream_mode=mode, linear_rope=rope)
@@ -268,3 +268,18 @@ def test_fused_rms_norm_equals_reference():
     with torch.no_grad():  # the fused path
         torch.testing.assert_close(norm(x), rms_norm_reference(x, norm.weight, norm.eps))
     torch.testing.assert_close(norm(x.double()), rms_norm_reference(x.double(), norm.weight, norm.eps))
+
+
+def test_option_values_are_named_by_behaviour_and_old_spellings_still_load():
+    from glm53_flash.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
+    from glm53_flash.train.rl import EOS_HANDLING, LOGPROB_SOURCES, RLConfig
+
+    for choices in (STREAM_MODES, LINEAR_ROPE_MODES, BALANCE_LOSS_MODES, LOGPROB_SOURCES, EOS_HANDLING):
+        assert "original" not in choices
+    old = ModelConfig.from_dict(dict(ModelConfig().to_dict(), stream_mode="original", linear_rope="before_feature",
+                                     balance_loss="original"))
+    assert (old.stream_mode, old.linear_rope, old.balance_loss) == ("double-residual", "rope-before-feature-map",
+                                                                    "hard-count")
+    rl = RLConfig(initial_checkpoint="c", output="o", logprob_source="original", eos_handling="original")
+    rl.validate()
+    assert (rl.logprob_source, rl.eos_handling) == ("untempered", "omit")

@@ -69,12 +69,12 @@ def test_loss_logprobs_equal_the_samplers(checkpoint):
     task = frozen_tasks("rl", 1)[0]
     completions = generate_for_tasks(model, [task], samples=3, max_new_tokens=10, temperature=0.7, seed=5,
                                      stop="eos")[0]
-    trainer.cfg.eos_handling = "original"
+    trainer.cfg.eos_handling = "omit"
     sequences = trainer.training_sequences(task, completions)
     logprobs, _ = sequence_logprobs(model, sequences, 0.7, "sampler", "cpu")
     for lp, completion in zip(logprobs, completions):
         torch.testing.assert_close(lp.detach(), torch.tensor(completion.logprobs), atol=1e-4, rtol=0)
-    original, _ = sequence_logprobs(model, sequences, 0.7, "original", "cpu")
+    original, _ = sequence_logprobs(model, sequences, 0.7, "untempered", "cpu")
     assert not torch.allclose(original[0].detach(), logprobs[0].detach(), atol=1e-3)
 
 

@@ -17,10 +17,12 @@ from .common import print_table
 
 VARIANTS: dict[str, dict] = {
     "default": {},
-    "original": {"stream_mode": "original", "linear_rope": "before_feature", "balance_loss": "original"},
+    # every switch of the original miniature at once
+    "faithful": {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
+                 "balance_loss": "hard-count"},
     "stream-delta": {"stream_mode": "delta"},
-    "rope-before-feature": {"linear_rope": "before_feature"},
-    "balance-original": {"balance_loss": "original"},
+    "rope-before-feature": {"linear_rope": "rope-before-feature-map"},
+    "balance-hard-count": {"balance_loss": "hard-count"},
     "sinkhorn": {"stream_mode": "sinkhorn"},
 }
 

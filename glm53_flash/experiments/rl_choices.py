@@ -34,7 +34,7 @@ ARMS: dict[str, dict] = {
 RECIPE = {
     "families": "increment,double,square,even,reverse", "tasks_per_family": 8, "max_new_tokens": 32,
     "learning_rate": 5e-5, "train_scope": "last-block-head", "exact_bonus": 0.0,
-    "logprob_source": "original", "loss_normalization": "sequence-mean", "eos_handling": "original", "stop": "parse",
+    "logprob_source": "untempered", "loss_normalization": "sequence-mean", "eos_handling": "omit", "stop": "parse",
 }
 SCREEN_SPLIT, CONFIRM_SPLIT = "dev", "final"
 DEFAULT_SCREEN_SEEDS = (101, 202, 303)

@@ -64,7 +64,7 @@ class HybridBlock(nn.Module):
             self.attention = SparseAttention(cfg.dim, cfg.heads, cfg.sparse_window, cfg.sparse_stride)
         else:
             self.attention = LinearAttention(cfg.dim, cfg.heads, cfg.linear_chunk,
-                                             rope_before_feature=cfg.linear_rope == "before_feature")
+                                             rope_before_feature=cfg.linear_rope == "rope-before-feature-map")
         self.moe_norm = RMSNorm(cfg.dim)
         self.moe = MixtureOfExperts(cfg.dim, cfg.expert_hidden, cfg.experts, cfg.top_k, cfg.init_std)
         self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
@@ -189,7 +189,7 @@ class GLM53Flash(nn.Module):
         usage_by_layer = usage_by_layer / usage_by_layer.sum(-1, keepdim=True).clamp_min(1.0)
         if cache is not None:  # decoding: no balance statistics
             aux = logits.new_zeros(())
-        elif cfg.balance_loss == "original":
+        elif cfg.balance_loss == "hard-count":
             aux = original_balance_metric(usage_by_layer)
         else:
             aux = torch.stack(balances).mean()

@@ -2,7 +2,7 @@
 
 Each block reads a softmax-weighted mix of the S streams and writes its update back with learned
 per-stream weights. Modes (ModelConfig.stream_mode):
-- "original" (default, it trained best; docs/BENCHMARKS.md): streams += softmax(out) * (mix + update),
+- "double-residual" (default, it trained best; docs/BENCHMARKS.md): streams += softmax(out) * (mix + update),
   the original's residual, which counts the identity path twice.
 - "delta": streams += S * softmax(out) * update; the identity path is counted once.
 - "sinkhorn": mHC-style; streams are first mixed by a doubly-stochastic S x S matrix (Sinkhorn
@@ -49,7 +49,7 @@ class StreamConnection(nn.Module):
     def write(self, streams: torch.Tensor, mixed: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         """Add the block's update (without its input) back into the streams."""
         weights = torch.softmax(self.output_logits, dim=0).to(update.dtype).view(-1, 1, 1, 1)
-        if self.mode == "original":
+        if self.mode == "double-residual":
             return torch.addcmul(streams, weights, (mixed + update).unsqueeze(0))
         if self.mode == "sinkhorn":
             mixing = sinkhorn(self.mixing_logits).to(streams.dtype)

@@ -72,11 +72,11 @@ def register_rl(sub) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="refuse a checkpoint whose model is not this preset")
     p.add_argument("--logprob-source", choices=LOGPROB_SOURCES, default="sampler",
-                   help="'original' = untempered, unmasked log-probs (the original's mismatch)")
+                   help="'untempered' = untempered, unmasked log-probs (the original's mismatch)")
     p.add_argument("--loss-normalization", choices=LOSS_NORMALIZATIONS, default="constant",
                    help="'sequence-mean' is the original's")
     p.add_argument("--eos-handling", choices=EOS_HANDLING, default="append",
-                   help="'append': train parse-stopped completions with EOS; 'original': without")
+                   help="'append': train parse-stopped completions with EOS; 'omit': without (the original)")
     p.add_argument("--stop", choices=STOP_RULES, default="parse", help="rollout stop rule ('parse' = original)")
     p.add_argument("--prompts-per-update", type=int, default=1, help="groups per optimizer step")
     p.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty to the frozen initial policy")

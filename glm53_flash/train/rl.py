@@ -5,11 +5,11 @@ verifier; each completion's advantage is its reward minus the mean of the other 
 with the original's flags, defaults and task schedule; its flaws are fixed behind switches that
 restore the original for ablation:
 - log-probabilities for the gradient come from the distribution that sampled (temperature, masks)
-  (`logprob_source="original"`: untempered, unmasked);
+  (`logprob_source="untempered"`: untempered, unmasked);
 - loss normalisation `constant` (sum over tokens / (G x max_new_tokens)); `sequence-mean` is the
   original's per-sequence mean, `token-sum` the plain sum;
 - completions stopped by the parse rule are trained with an EOS appended, so valid code learns to
-  stop (`eos_handling="original"`: no EOS, as the original).
+  stop (`eos_handling="omit"`: no EOS, as the original).
 Extras: several groups per optimizer step, a KL penalty to the frozen initial policy, LR warmup.
 """
 
@@ -38,8 +38,21 @@ from .checkpoint import (
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
 REWARD_MODES = ("case-fraction", "binary")
 LOSS_NORMALIZATIONS = ("constant", "token-sum", "sequence-mean")
-LOGPROB_SOURCES = ("sampler", "original")
-EOS_HANDLING = ("append", "original")
+LOGPROB_SOURCES = ("sampler", "untempered")
+EOS_HANDLING = ("append", "omit")
+# Option values as older runs and plans spelled them -> their names by behaviour.
+LEGACY_VALUES = {"logprob_source": {"original": "untempered"}, "eos_handling": {"original": "omit"}}
+
+
+def rename_legacy_values(values: dict, prefix: str = "") -> dict:
+    """A copy of `values` (an RL config or a plan, whose keys may carry `prefix`) with old option
+    values replaced by their current names."""
+    renamed = dict(values)
+    for name, table in LEGACY_VALUES.items():
+        key = prefix + name
+        if isinstance(renamed.get(key), str) and renamed[key] in table:
+            renamed[key] = table[renamed[key]]
+    return renamed
 STOP_RULES = ("parse", "eos")
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -83,6 +96,8 @@ class RLConfig:
     progress: bool = True
 
     def validate(self) -> None:
+        for name, value in rename_legacy_values({n: getattr(self, n) for n in LEGACY_VALUES}).items():
+            setattr(self, name, value)
         checks = [
             (self.groups >= 1, f"--groups must be >= 1, got {self.groups}"),
             (self.group_size >= 2, f"--group-size must be >= 2 (RLOO needs others to compare with), got {self.group_size}"),
@@ -178,7 +193,7 @@ def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], tempe
     """Per sequence: log-probs of its completion tokens (with grad) and the entropy at each position.
 
     `sequences` holds (prompt ids with BOS, completion ids). With source 'sampler' the distribution is
-    the sampler's (PAD/BOS/SEP masked, divided by the temperature); 'original' is the untempered,
+    the sampler's (PAD/BOS/SEP masked, divided by the temperature); 'untempered' is the untempered,
     unmasked softmax the original used.
     """
     length = max(len(p) + len(c) for p, c in sequences)
@@ -269,7 +284,7 @@ class RLTrainer:
             self._save(0, 0.0)
 
     def _resume(self, saved) -> None:
-        recorded = json.loads((self.out / RUN_FILE).read_text())
+        recorded = rename_legacy_values(json.loads((self.out / RUN_FILE).read_text()))
         current = self.run_record()
         mismatched = sorted(k for k in current if recorded.get(k) != current[k])
         if mismatched:
