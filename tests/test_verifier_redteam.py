@@ -297,6 +297,19 @@ SECOND_LAYER = [
     ("memfd", "return os.memfd_create('x')", "Operation not permitted"),
     ("change-rlimit", "r = B['__import__']('resource')\nr.setrlimit(r.RLIMIT_CPU, (1, 1))\nreturn 'changed'", "not allowed to raise"),  # CPython's words for EPERM; lowering is otherwise allowed
     ("x32-syscall", "c = B['__import__']('ctypes')\nreturn c.CDLL(None).syscall(0x40000000 + 39)", "limit"),
+    # shared state that would outlive the candidate: scheduling, IPC, signals by fcntl
+    ("setpriority", "os.setpriority(os.PRIO_PROCESS, 0, 19)\nreturn 'nice'", "Operation not permitted"),
+    ("sched-idle", "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nreturn 'idle'", "Operation not permitted"),
+    ("sched-affinity", "os.sched_setaffinity(0, {0})\nreturn 'pinned'", "Operation not permitted"),
+    ("sigio-owner", "f = B['__import__']('fcntl')\nf.fcntl(3, f.F_SETOWN, 1)\nreturn 'owner'", "Operation not permitted"),
+    ("sigio-signal", "f = B['__import__']('fcntl')\nf.fcntl(3, 10, 15)\nreturn 'setsig'", "Operation not permitted"),
+    ("sysv-shm", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).shmget(0, 2 ** 28, 0o1666)", "-1"),
+    ("posix-mq", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).syscall(240, b'/q', 64, 0o600, 0)", "-1"),
+    ("newer-syscall", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).syscall(467, -100, b'/etc', 0, 0, 0)", "-1"),
+    ("cancel-cpu-timer", "s = B['__import__']('signal')\ns.setitimer(s.ITIMER_PROF, 0)\nreturn 'free'", "Operation not permitted"),
+    ("ignore-sigxcpu", "s = B['__import__']('signal')\ns.signal(s.SIGXCPU, s.SIG_IGN)\nreturn 'free'", "Operation not permitted"),
+    ("block-sigprof", "s = B['__import__']('signal')\ns.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF})\nreturn 'free'", "Operation not permitted"),
+    ("ioctl", "f = B['__import__']('fcntl')\nreturn f.ioctl(3, 0x5452, b'1234')", "Operation not permitted"),
     # the harness's own pipes
     ("forge-reply-frames", "os.write(3, b'{\"s\":\"ran\",\"c\":[[1,-8],[1,0],[1,12]]}' * 50)\nos._exit(0)", "limit"),
     ("write-to-request-pipe", "return os.write(4, b'x')", "Bad file descriptor"),
@@ -366,3 +379,66 @@ def test_an_observer_sees_a_confined_candidate(host):
         assert Path(f"/proc/{worker}/status").read_text().count("\n") > 0
         runner.join(timeout=30)
     host.check(pool, [])
+
+
+def test_an_output_flood_never_costs_the_next_candidate_its_verdict(host):
+    """A program whose output overflows must not get a later, honest candidate killed."""
+    task = task_of("double")
+    flood = program(task, "return '\\x00' * 16000")  # within the value budget; 6 bytes each in JSON
+    with Verifier(workers=1, output_bytes=128 * 1024) as pool:
+        results = pool.evaluate_many([(task, flood), (task, task.reference_source)] * 3)
+        assert [r.status for r in results] == ["limit", "passed"] * 3, results
+        assert all("output limit" in r.message for r in results[::2])
+        host.check(pool, results)
+
+
+def test_a_candidate_that_blocks_its_cpu_signals_is_still_stopped(verifier, host):
+    task = task_of("double")
+    body = ("s = B['__import__']('signal')\n"
+            "for call in (lambda: s.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF, s.SIGXCPU}),\n"
+            "             lambda: s.setitimer(s.ITIMER_PROF, 0)):\n"
+            "    try:\n        call()\n    except B['OSError']:\n        pass\n"
+            "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000) for c in str(10 ** 4000)])")
+    start = time.monotonic()
+    result = verifier._evaluate_unchecked(task, program(task, ESCAPE + "\n" + body))
+    assert result.status == "limit" and "CPU time limit" in result.message, result
+    assert time.monotonic() - start < 1.5 + 5  # the wall clock (1.5 s) plus start-up slack
+    host.check(verifier, [result])
+
+
+def test_a_later_candidate_sees_default_scheduling(verifier, host):
+    task = task_of("double")
+    for body in ("os.setpriority(os.PRIO_PROCESS, 0, 19)", "os.sched_setaffinity(0, {0})"):
+        verifier._evaluate_unchecked(task, program(task, ESCAPE + "\n" + body + "\nreturn 0"))
+    probe = "return [os.getpriority(os.PRIO_PROCESS, 0), B['len'](os.sched_getaffinity(0)), os.getppid()]"
+    results = verifier.evaluate_many([(task, program(task, ESCAPE + "\n" + probe))] * 0)  # policy on: refused
+    result = verifier._evaluate_unchecked(task, program(task, ESCAPE + "\n" + probe))
+    assert f"got [0, {len(os.sched_getaffinity(0))}, 1]" in result.message, result
+    host.check(verifier, [result] + results)
+
+
+def test_decoding_keeps_the_original_verdict_or_is_refused(verifier):
+    from glm53_flash.verifier import evaluate_in_process
+
+    task = task_of("double")
+    for encoding in ("utf-8", "UTF8", "latin-1", "ascii", "utf_16", "utf-32"):
+        source = program(task, f"y = str(b'', {encoding!r})\nreturn x * 2")
+        ours, original = verifier.evaluate(task, source), evaluate_in_process(task, source)
+        assert (ours.status, ours.tests_passed) == (original.status, original.tests_passed) == ("passed", 3)
+    for encoding in ("cp1252", "idna", "koi8_r", "rot13"):
+        assert verifier.evaluate(task, program(task, f"y = str(b'', {encoding!r})\nreturn x * 2")).status == "invalid"
+
+
+def test_an_interrupted_batch_leaks_no_descriptor():
+    task = task_of("double")
+    slow = program(task, "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000)])")
+    before = len(os.listdir("/proc/self/fd"))
+    with Verifier(workers=2, cpu_seconds=5, wall_seconds=10) as pool:
+        import threading
+
+        timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            pool.evaluate_many([(task, slow)] * 6)
+        timer.join()
+    assert len(os.listdir("/proc/self/fd")) == before

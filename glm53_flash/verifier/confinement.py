@@ -98,7 +98,15 @@ DENIED_SYSCALLS = {
     # privileges, limits and the filter itself
     "setuid": 105, "setgid": 106, "setreuid": 113, "setregid": 114, "setgroups": 116, "setresuid": 117,
     "setresgid": 119, "setfsuid": 122, "setfsgid": 123, "capset": 126, "prctl": 157, "setrlimit": 160,
-    "prlimit64": 302, "seccomp": 317,
+    "prlimit64": 302, "seccomp": 317, "setitimer": 38, "rt_sigprocmask": 14,
+    # scheduling and I/O priority (shared with the zygote: a change would outlive the candidate),
+    # System V and POSIX IPC (segments outlive the process and escape RLIMIT_AS), ioctl, whole-disk sync
+    "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
+    "sched_setattr": 314, "ioprio_set": 251, "set_mempolicy": 238, "mbind": 237,
+    "set_mempolicy_home_node": 450, "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64,
+    "semop": 65, "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+    "mq_getsetattr": 245, "ioctl": 16, "sync": 162, "syncfs": 306,
     # kernel facilities with a history of escapes
     "add_key": 248, "request_key": 249, "keyctl": 250, "perf_event_open": 298, "memfd_create": 319,
     "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
@@ -116,25 +124,44 @@ _RET_ERRNO = 0x00050000
 
 
 # What the zygote itself still calls after it locked itself down: forking and killing children,
-# its channel to the worker, and the per-child steps before each child adds its own small filter.
+# its channel to the caller, and the per-child steps before each child adds its own small filter.
 # The zygote's filter allows these; every child's filter denies them, so a child has them all denied.
 ZYGOTE_NEEDS = ("clone", "fork", "vfork", "kill", "tkill", "tgkill", "pidfd_open", "setpgid", "prctl",
-                "seccomp", "sendto", "sendmsg", "recvmsg", "setrlimit", "prlimit64")
+                "seccomp", "sendto", "sendmsg", "recvmsg", "setrlimit", "prlimit64", "setitimer",
+                "rt_sigprocmask")
+# Syscall numbers past the newest one reviewed for this list (fchmodat2, 452) are refused with ENOSYS:
+# a call a newer kernel adds is denied until someone has looked at it.
+NEWEST_REVIEWED = 452
+# fcntl commands that make the kernel signal a process (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE,
+# F_NOTIFY), and the signals a child may not re-handle or ignore (its CPU-time limit: SIGXCPU, SIGPROF).
+SIGNALLING_FCNTL = (8, 10, 15, 1024, 1026)
+PROTECTED_SIGNALS = (24, 27)
 
 
 def _supported_machine() -> bool:
     return sys.platform.startswith("linux") and os.uname().machine in ("x86_64", "amd64")
 
 
-def seccomp_program(names=None, opens: bool = True) -> bytes:
+def seccomp_program(names=None, opens: bool = True, arguments: bool = True) -> bytes:
     """A filter as packed `struct sock_filter` instructions: deny `names` (default: every entry of
-    DENIED_SYSCALLS) with EPERM and, with `opens`, every way of opening a file with EACCES. Two
-    instructions per syscall (compare; return the errno), so no jump needs more than BPF's 8 bits."""
+    DENIED_SYSCALLS) with EPERM; with `opens`, every way of opening a file with EACCES; with
+    `arguments`, syscalls newer than NEWEST_REVIEWED (ENOSYS), the signalling fcntl commands and
+    sigaction on the CPU-limit signals (EPERM). Two instructions per syscall (compare; return), so no
+    jump needs more than BPF's 8 bits."""
     names = DENIED_SYSCALLS if names is None else names
     code = []
 
     def op(kind, k, jt=0, jf=0):
         code.append(struct.pack("=HBBI", kind, jt, jf, k))
+
+    def deny_argument(syscall: int, argument: int, values) -> None:
+        """If nr == syscall and the low 32 bits of args[argument] is one of `values`: EPERM."""
+        op(_BPF_JEQ_K, syscall, jf=2 * len(values) + 2)
+        op(_BPF_LD_W_ABS, 16 + 8 * argument)
+        for value in values:
+            op(_BPF_JEQ_K, value, jf=1)
+            op(_BPF_RET_K, _RET_ERRNO | _errno.EPERM)
+        op(_BPF_LD_W_ABS, 0)                                # back to seccomp_data.nr
 
     op(_BPF_LD_W_ABS, 4)                                    # seccomp_data.arch
     op(_BPF_JEQ_K, AUDIT_ARCH_X86_64, jt=1)
@@ -142,6 +169,11 @@ def seccomp_program(names=None, opens: bool = True) -> bytes:
     op(_BPF_LD_W_ABS, 0)                                    # seccomp_data.nr
     op(_BPF_JGE_K, X32_SYSCALL_BIT, jf=1)
     op(_BPF_RET_K, _RET_KILL_PROCESS)                       # x32 ABI
+    if arguments:
+        op(_BPF_JGE_K, NEWEST_REVIEWED + 1, jf=1)
+        op(_BPF_RET_K, _RET_ERRNO | _errno.ENOSYS)
+        deny_argument(72, 1, SIGNALLING_FCNTL)              # fcntl(fd, cmd, ...)
+        deny_argument(13, 0, PROTECTED_SIGNALS)             # rt_sigaction(signum, ...)
     for number in sorted(_OPENS.values()) if opens else ():
         op(_BPF_JEQ_K, number, jf=1)
         op(_BPF_RET_K, _RET_ERRNO | _errno.EACCES)
@@ -427,8 +459,8 @@ class ChildLock:
             "disabled" if not enabled else f"no filter for {os.uname().machine} on {sys.platform}")
         if self.available:
             zygote_denies = [name for name in DENIED_SYSCALLS if name not in ZYGOTE_NEEDS]
-            self._zygote_filter = _Filter(seccomp_program(zygote_denies, opens=True))
-            self._child_filter = _Filter(seccomp_program(ZYGOTE_NEEDS, opens=False))
+            self._zygote_filter = _Filter(seccomp_program(zygote_denies, opens=True, arguments=True))
+            self._child_filter = _Filter(seccomp_program(ZYGOTE_NEEDS, opens=False, arguments=False))
             self.apply = self._child_filter.install  # prebound: the child's one call
 
     def probe(self, report: Isolation) -> None:

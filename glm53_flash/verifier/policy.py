@@ -14,6 +14,8 @@ once per generated token, so it stays a parse plus one AST walk).
 from __future__ import annotations
 
 import ast
+import encodings
+import encodings.aliases
 import warnings
 
 MAX_SOURCE_BYTES = 2048
@@ -72,6 +74,9 @@ ALLOWED_FIELDS: dict[type, frozenset] = {
     for table in (_EXPRESSION_FIELDS, _STATEMENT_FIELDS, _OTHER_FIELDS, {op: () for op in _OPERATORS})
     for name, fields in table.items() if hasattr(ast, name)
 }
+# The codecs the sandbox worker imports before it forks (a child cannot import one): `str(data,
+# encoding)` must name one of them literally, so every accepted program decodes as in the original.
+PRELOADED_CODECS = frozenset({"ascii", "latin_1", "utf_16", "utf_32", "utf_8"})
 # Field values that count as empty for a field outside the allow-list.
 _EMPTY = (None, [], ())
 _STORE = ast.Store
@@ -130,6 +135,8 @@ def _check_nodes(tree: ast.AST) -> None:
         if kind is call_type:
             if type(node.func) is not name_type or node.func.id not in safe:
                 raise ValueError(f"unsafe call: {_call_name(node)}")
+            if node.func.id == "str" and (len(node.args) > 1 or node.keywords):
+                _check_decoding(node)
         elif kind is arg_type or kind is function_type:
             name = node.arg if kind is arg_type else node.name
             if name in safe:
@@ -154,6 +161,29 @@ def _check_nodes(tree: ast.AST) -> None:
 # Pattern nodes whose field binds a name (the rest of a mapping pattern, a star, an `as` capture).
 _CAPTURE_FIELDS = {ast.MatchAs: "name", ast.MatchStar: "name", ast.MatchMapping: "rest"} \
     if hasattr(ast, "MatchAs") else {}
+
+
+def _check_decoding(node: ast.Call) -> None:
+    """`str(data, encoding, errors)` decodes through a codec, which a sandbox child cannot import:
+    the encoding must be a literal naming a codec the worker preloaded."""
+    if any(type(arg) is ast.Starred for arg in node.args) or any(k.arg is None for k in node.keywords):
+        raise ValueError("str() with unpacked arguments could name any codec")
+    encoding = node.args[1] if len(node.args) > 1 else next(
+        (k.value for k in node.keywords if k.arg == "encoding"), None)
+    if encoding is None:
+        return  # errors= alone: the default codec (UTF-8)
+    if type(encoding) is not ast.Constant or type(encoding.value) is not str:
+        raise ValueError("str() decoding needs a literal codec name")
+    if codec_module(encoding.value) not in PRELOADED_CODECS:
+        raise ValueError(f"codec {encoding.value[:40]!r} is not available in the sandbox "
+                         f"(available: {', '.join(sorted(PRELOADED_CODECS))})")
+
+
+def codec_module(name: str) -> str:
+    """The module of `encodings` that Python's codec search would import for `name` (no import)."""
+    normal = encodings.normalize_encoding(name.lower())
+    aliases = encodings.aliases.aliases
+    return aliases.get(normal) or aliases.get(normal.replace(".", "_")) or normal
 
 
 def _refusal(kind: type) -> str:

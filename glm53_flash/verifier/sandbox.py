@@ -350,11 +350,11 @@ class Verifier:
             channel_fd = worker.channel.fileno()
             poller.unregister(channel_fd)
             del owners[channel_fd]
-            self._kill_worker(worker)
             inflight = [run.job for run in worker.inflight]
             for run in worker.inflight:
                 drop_run(run)
             worker.inflight.clear()
+            self._kill_worker(worker)
             if inflight:
                 head = inflight[0]
                 head.attempts += 1
@@ -435,12 +435,8 @@ class Verifier:
                         run.chunks.append(data)
                         continue
                     drop_one(run, "result_fd")
-                    if data:  # over the cap: stop reading and have the zygote kill the child now
+                    if data:  # over the cap: stop reading; the child's next write fails
                         run.overflow, run.chunks = True, []
-                        try:
-                            worker.channel.send(wire.KILL_REQUEST)
-                        except OSError:
-                            pass
                     settle(slot)
             stuck_after = self.limits.wall_seconds + WATCHDOG_GRACE_SECONDS
             now = time.monotonic()
@@ -541,6 +537,13 @@ class Verifier:
                   f"see `glm53 verify --isolation`", file=sys.stderr)
 
     def _kill_worker(self, worker: _Worker, graceful: bool = False) -> None:
+        for run in worker.inflight:  # an interrupted batch: its pipes go with the worker
+            for name in ("request_fd", "result_fd"):
+                fd = getattr(run, name)
+                if fd is not None:
+                    os.close(fd)
+                    setattr(run, name, None)
+        worker.inflight.clear()
         process = worker.process
         if graceful and process.returncode is None:
             # Closing the channel lets an idle zygote exit, and the launcher with it; SIGTERM ends a

@@ -29,6 +29,13 @@ import sys
 import time
 import unicodedata  # noqa: F401 - the compiler imports it lazily for non-ASCII identifiers; a child cannot open files
 
+# The codecs `str(data, encoding)` may name (policy.PRELOADED_CODECS): a child cannot import one.
+import encodings.ascii  # noqa: F401, E402
+import encodings.latin_1  # noqa: F401, E402
+import encodings.utf_16  # noqa: F401, E402
+import encodings.utf_32  # noqa: F401, E402
+import encodings.utf_8  # noqa: F401, E402
+
 if __package__ in (None, ""):  # run as a script (-I: the script's folder is not on sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import confinement
@@ -266,10 +273,12 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
 
     The child leads its own process group and dies with the zygote. fds 0-2 become a write-only
     /dev/null (stdin reads fail), the result pipe moves to fd 3 and the request pipe to fd 4, every
-    other descriptor is closed, and RLIMIT_NOFILE=4 leaves no free slot. rlimits cap address space,
-    CPU time, file size (0: no file writes), processes and core dumps; ITIMER_PROF gives the
-    fractional CPU limit (RLIMIT_CPU is whole seconds and stays as a backstop). Last, the kernel
-    layer: `PR_SET_NO_NEW_PRIVS` and the seccomp filter (confinement.py), when the host has them.
+    other descriptor is closed, and RLIMIT_NOFILE=4 (a child that closes its own fds gets slots
+    back, but the filter refuses every open, socket and pipe-making call that would use them).
+    rlimits cap address space, CPU time, file size (0: no file writes), processes and core dumps;
+    ITIMER_PROF gives the fractional CPU limit, and RLIMIT_CPU (soft = hard, so SIGKILL) is the
+    whole-second backstop that nothing can catch. Last, the kernel layer: the child's seccomp filter
+    on top of the zygote's (confinement.py), when the host has them.
     """
     # _signal, not signal: the wrappers convert to enums, and every object touched after fork
     # costs a copy-on-write page fault. SIGPROF and SIGXCPU are already at their default (kill).
@@ -287,6 +296,7 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
     os.dup2(high_request, 4)
     os.closerange(5, _max_fd())
     cpu = float(limits["cpu"])
+    # Soft and hard equal: at the backstop the kernel sends SIGKILL, which nothing can catch or block.
     cpu_backstop = math.ceil(cpu) + 1
     for name, value in (
         ("RLIMIT_AS", int(limits["mem"])),
@@ -301,9 +311,8 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
         kind = getattr(resource, name, None)
         if kind is None:
             continue
-        hard = value + 1 if name == "RLIMIT_CPU" else value
         try:
-            resource.setrlimit(kind, (value, hard))
+            resource.setrlimit(kind, (value, value))
         except (ValueError, OSError):
             # Lowering always works; this only fails where the platform lacks the limit.
             if name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE"):
@@ -387,7 +396,6 @@ def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
 # sends back the exit status. It never reads a request or a result.
 # ----------------------------------------------------------------------------------------------------
 STATUS = struct.Struct("=iB")  # the zygote's report per candidate: raw wait status (-1: no fork), timed out
-KILL_REQUEST = b"k"            # caller -> zygote: kill the running child now (its output overflowed)
 RUN_REQUEST = b"r"             # caller -> zygote, with two descriptors: fork a child on them
 
 
@@ -397,6 +405,12 @@ def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) ->
         confinement.die_with_parent()
         confinement.prepare_zygote(report, workdir)
         confinement.die_with_parent()  # again: a change of uid clears the parent-death signal
+        # Default dispositions: as PID 1 of its namespace the zygote then ignores every signal sent
+        # from inside it (a child that got a signal past the filter could not stop the zygote),
+        # while the caller's SIGKILL still ends it.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                       signal.SIGIO, signal.SIGALRM, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_DFL)
         lock.probe(report)
         channel.sendall(json.dumps({"k": "hello", "isolation": report.to_dict()}).encode())
         gc.freeze()
@@ -412,8 +426,6 @@ def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
         message, fds, _, _ = socket.recv_fds(channel, 16, 2)
     except OSError:
         return False
-    if message == KILL_REQUEST and not fds:
-        return True  # the child it was meant for has already ended
     if message != RUN_REQUEST or len(fds) != 2:
         for fd in fds:
             os.close(fd)
@@ -435,20 +447,17 @@ def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
     os.close(request_fd)
     os.close(result_fd)
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
-    status, timed_out = _wait_child(pid, channel, float(limits["wall"]), reap_orphans=not lock.available)
+    status, timed_out = _wait_child(pid, float(limits["wall"]), reap_orphans=not lock.available)
     channel.sendall(STATUS.pack(status, timed_out))
     return True
 
 
-def _wait_child(pid: int, channel: socket.socket, wall: float, reap_orphans: bool) -> tuple[int, bool]:
-    """Wait for the child's exit until the wall deadline (or a kill request from the caller); kill
-    its process group before reaping, so nothing it spawned outlives it. (wait status, timed out)."""
+def _wait_child(pid: int, wall: float, reap_orphans: bool) -> tuple[int, bool]:
+    """Wait for the child's exit until the wall deadline; kill its process group before reaping, so
+    nothing it spawned outlives it. (wait status, timed out). A child whose output overflowed is
+    not killed early: the caller closes its end of the result pipe and the child's next write fails."""
     deadline = time.monotonic() + wall
     pidfd = _pidfd_open(pid)
-    poller = select.poll()
-    poller.register(channel.fileno(), select.POLLIN)
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
     timed_out = False
     try:
         while not _exited(pid):
@@ -456,16 +465,10 @@ def _wait_child(pid: int, channel: socket.socket, wall: float, reap_orphans: boo
             if remaining <= 0:
                 timed_out = True
                 break
-            step = remaining if pidfd is not None else min(remaining, 0.002)
-            for fd, _ in poller.poll(max(1, math.ceil(step * 1000))):
-                if fd != channel.fileno():
-                    continue
-                # the next candidate's request may already be queued: only a kill request is taken
-                if channel.recv(1, socket.MSG_PEEK) == KILL_REQUEST:
-                    channel.recv(1)
-                    _kill_group(pid)
-                else:
-                    poller.unregister(channel.fileno())
+            if pidfd is not None:
+                select.select([pidfd], [], [], remaining)
+            else:
+                time.sleep(min(remaining, 0.002))
     finally:
         if pidfd is not None:
             os.close(pidfd)
