@@ -125,6 +125,8 @@ def test_zero_variance_group_takes_no_step(checkpoint, tmp_path):
 def test_run_and_resume_are_equivalent(checkpoint, tmp_path):
     full = train_rl(rl_cfg(checkpoint, tmp_path / "full", reward_mode="case-fraction"))
     assert full["status"] == "complete" and [c["group"] for c in full["checkpoints"]] == [0, 2, 4]
+    # every RLConfig field is in the receipt (configs declared once: tests/test_options.py)
+    assert set(full["run_config"]) == {f.name for f in dataclasses.fields(RLConfig)}
     rows = [json.loads(line) for line in (tmp_path / "full" / "rollouts.jsonl").read_text().splitlines()]
     assert [r["group"] for r in rows] == [1, 2, 3, 4] and len(rows[0]["samples"]) == 4
     for key in ("rewards", "advantages", "reward_spread", "updated", "policy_loss", "gradient_norm",

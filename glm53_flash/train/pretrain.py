@@ -14,17 +14,18 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..config import ModelConfig
+from ..config import PRESETS, ModelConfig
 from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json, write_text
-from ..runtime import autocast, fused_optimizer_supported, resolve_device
+from ..options import config_record, option
+from ..runtime import DEVICE_CHOICES, autocast, fused_optimizer_supported, resolve_device
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
     save_checkpoint,
@@ -40,28 +41,42 @@ RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_r
                  "warmup", "schedule", "weight_decay", "model_overrides", "checkpoints")
 
 
+DEFAULT_CHECKPOINTS = (100, 200, 400)
+
+
 @dataclass
 class PretrainConfig:
-    output: str
-    steps: int = 400
-    checkpoints: tuple[int, ...] = (100, 200, 400)
-    batch_size: int = 32
-    sequence_length: int = 128
-    learning_rate: float = 3e-4
-    seed: int = 42
-    data_seed: int = 42
-    device: str = "auto"
-    preset: str = "flash"
-    warmup: int = 0
-    schedule: str = "constant"
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    balance_weight: float = 0.01
-    grad_clip: float = 1.0
-    resume: bool = False
-    compile: bool = False
-    progress: bool = True
-    model_overrides: dict = field(default_factory=dict)
+    """Every knob of `glm53 pretrain`, declared once: each field is a flag (options.py) and is
+    recorded in run.json and the receipt."""
+
+    output: str = option(help="run directory (must not exist unless --resume)")
+    steps: int = option(400, help="optimizer steps")
+    checkpoints: tuple[int, ...] | None = option(
+        None, help="comma-separated steps to checkpoint at; the last step always is",
+        default_text="100,200,400, those within --steps")
+    batch_size: int = option(32, help="global batch (split across ranks)")
+    sequence_length: int = option(128, help="tokens per training sequence")
+    learning_rate: float = option(3e-4, help="peak AdamW learning rate")
+    seed: int = option(42, help="model initialisation seed")
+    data_seed: int = option(42, help="seed of the pretraining stream (42 = the original's)")
+    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    preset: str = option("flash", help="model preset", choices=tuple(sorted(PRESETS)))
+    warmup: int = option(0, help="linear warmup steps")
+    schedule: str = option("constant", help="learning-rate schedule after warmup", choices=SCHEDULES)
+    min_lr_ratio: float = option(0.1, help="cosine schedule's floor, as a fraction of --learning-rate")
+    weight_decay: float = option(0.1, help="AdamW weight decay, applied to weight matrices only")
+    grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
+    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
+    compile: bool = option(False, help="torch.compile the model")
+    progress: bool = option(True, help="progress bar")
+    # Flags of their own (--stream-mode, --linear-rope, --balance-loss, --balance-loss-weight): the
+    # ModelConfig fields a run may override (train/commands.py MODEL_OVERRIDE_FIELDS).
+    model_overrides: dict = option(help="ModelConfig fields that override the preset", flag=False, factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is None:
+            self.checkpoints = tuple(c for c in DEFAULT_CHECKPOINTS if c <= self.steps)
+        self.checkpoints = tuple(self.checkpoints)
 
     def validate(self, world_size: int = 1) -> None:
         if self.steps < 1:
@@ -237,7 +252,8 @@ class Pretrainer:
             "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size,
             "sequence_length": cfg.sequence_length, "learning_rate": cfg.learning_rate,
             "warmup": cfg.warmup, "schedule": cfg.schedule, "weight_decay": cfg.weight_decay,
-            "balance_weight": cfg.balance_weight, "world_size": self.ctx.world_size,
+            "balance_weight": self.raw_model.config.balance_loss_weight, "world_size": self.ctx.world_size,
+            "run_config": config_record(cfg),
             "tokens_seen": sum(r["tokens"] for r in self.metrics_rows),
             "elapsed_seconds": round(elapsed, 3), "device": str(self.device),
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
@@ -270,7 +286,7 @@ class Pretrainer:
             ce_sum = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(),
                                      ignore_index=IGNORE_INDEX, reduction="sum")
         # Each rank's share of the global objective; DDP averages gradients, hence the world size.
-        objective = self.ctx.world_size * (ce_sum / tokens + cfg.balance_weight * out.aux_loss)
+        objective = self.ctx.world_size * (ce_sum / tokens + self.raw_model.config.balance_loss_weight * out.aux_loss)
         self.optimizer.zero_grad(set_to_none=True)
         objective.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip))

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
+from ..config import PRESETS
+from ..options import config_record, option
 from ..receipts import provenance, write_json
-from ..runtime import autocast, resolve_device
+from ..runtime import DEVICE_CHOICES, autocast, resolve_device
 from ..sampling import generate, mask_logits
 from ..tasks import coding_stop, frozen_tasks, parse_families
 from ..tokenizer import ByteTokenizer
@@ -62,38 +64,55 @@ RECEIPT_FILE = "training-receipt.json"
 _TOK = ByteTokenizer()
 
 
+DEFAULT_CHECKPOINTS = (8, 16, 32)
+
+
 @dataclass
 class RLConfig:
-    initial_checkpoint: str
-    output: str
-    groups: int = 32
-    checkpoints: tuple[int, ...] = (8, 16, 32)
-    group_size: int = 4
-    max_new_tokens: int = 48
-    temperature: float = 0.8
-    learning_rate: float = 2e-5
-    train_scope: str = "all"
-    reward_mode: str = "case-fraction"
-    invalid_penalty: float = -0.1
-    exact_bonus: float = 0.0
-    families: str = ""
-    tasks_per_family: int = 4
-    seed: int = 31415
-    device: str = "auto"
-    preset: str | None = None  # when given, the checkpoint's model must be this preset
-    # the fixes (defaults) and the switches that restore the original
-    logprob_source: str = "sampler"
-    loss_normalization: str = "constant"
-    eos_handling: str = "append"
-    stop: str = "parse"
-    # extras
-    prompts_per_update: int = 1
-    kl_coef: float = 0.0
-    warmup: int = 0
-    grad_clip: float = 1.0
-    verifier_workers: int | None = None
-    resume: bool = False
-    progress: bool = True
+    """Every knob of `glm53 rl`, declared once: each field is a flag (options.py) and is recorded in
+    run.json and the receipt. The defaults are our fixes; the switches that restore the original
+    are named in each help text."""
+
+    initial_checkpoint: str = option(help="pretraining checkpoint to start from")
+    output: str = option(help="run directory (must not exist unless --resume)")
+    groups: int = option(32, help="prompts (one group of samples each)")
+    checkpoints: tuple[int, ...] | None = option(
+        None, help="groups to checkpoint after; the last always is", default_text="8,16,32 within --groups")
+    group_size: int = option(4, help="samples per prompt (RLOO needs at least 2)")
+    max_new_tokens: int = option(48, help="completion length cap")
+    temperature: float = option(0.8, help="sampling temperature of the rollouts")
+    learning_rate: float = option(2e-5, help="AdamW learning rate")
+    train_scope: str = option("all", help="which parameters are trained", choices=TRAIN_SCOPES)
+    reward_mode: str = option("case-fraction", help="reward of a valid program", choices=REWARD_MODES)
+    invalid_penalty: float = option(-0.1, help="reward of an invalid or limit program")
+    exact_bonus: float = option(0.0, help="extra reward for passing every case")
+    families: str = option("", help="comma list of task families", default_text="all eight")
+    tasks_per_family: int = option(4, help="rl-split tasks per family")
+    seed: int = option(31415, help="seed of the rollouts' random streams and the task order")
+    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    preset: str | None = option(None, help="refuse a checkpoint whose model is not this preset",
+                                choices=tuple(sorted(PRESETS)))
+    logprob_source: str = option("sampler", choices=LOGPROB_SOURCES,
+                                 help="distribution of the gradient's log-probs; 'untempered' = untempered, "
+                                      "unmasked (the original's mismatch)")
+    loss_normalization: str = option("constant", choices=LOSS_NORMALIZATIONS,
+                                     help="how token losses are summed; 'sequence-mean' is the original's")
+    eos_handling: str = option("append", choices=EOS_HANDLING,
+                               help="'append': train parse-stopped completions with EOS; 'omit': without "
+                                    "(the original)")
+    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=STOP_RULES)
+    prompts_per_update: int = option(1, help="groups per optimizer step")
+    kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy")
+    warmup: int = option(0, help="linear LR warmup, in updates")
+    grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
+    verifier_workers: int | None = option(None, help="sandbox worker processes", default_text="one per CPU")
+    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
+    progress: bool = option(True, help="progress bar")
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is None:
+            self.checkpoints = tuple(c for c in DEFAULT_CHECKPOINTS if c <= self.groups)
+        self.checkpoints = tuple(self.checkpoints)
 
     def validate(self) -> None:
         for name, value in rename_legacy_values({n: getattr(self, n) for n in LEGACY_VALUES}).items():
@@ -322,6 +341,7 @@ class RLTrainer:
         rows = [json.loads(line) for line in (self.out / ROLLOUTS_FILE).read_text().splitlines() if line]
         receipt = {
             "schema_version": "1.0", "status": status, "stage": "executable_reward_rl", "algorithm": "RLOO",
+            "run_config": config_record(cfg),
             "initial_checkpoint": str(cfg.initial_checkpoint), "initial_checkpoint_sha256": self.initial_sha256,
             "seed": cfg.seed, "groups": cfg.groups, "group_size": cfg.group_size, "temperature": cfg.temperature,
             "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
