@@ -1,7 +1,7 @@
 """The `glm53` command: each subcommand parses flags and calls one library function.
 
-Every area registers its own subcommands through a `register(sub, bench_sub)` function (listed in
-REGISTRARS), so this file stays a table of contents. Registration modules import only argparse-level
+Each command group is one module of glm53_flash/commands/ with a `register(subparsers)` function,
+listed once in `commands.GROUPS`; every benchmark is in `commands/bench.py`. Registration modules import only argparse-level
 code; handlers import torch lazily, which keeps `glm53 --help` fast.
 Also runnable as `python -m glm53_flash.cli ...` (the form `torchrun` needs).
 """
@@ -13,20 +13,7 @@ import importlib
 import sys
 
 from . import __version__
-
-# module path, attribute: each attribute is called as register(sub, bench_sub)
-REGISTRARS = (
-    ("glm53_flash.info", "register"),
-    ("glm53_flash.benchmarks", "register"),
-    ("glm53_flash.train.commands", "register"),
-    ("glm53_flash.evaluate_commands", "register"),
-    ("glm53_flash.verifier.commands", "register"),
-    ("glm53_flash.reproduce", "register"),
-    ("glm53_flash.experiments.commands", "register"),
-    ("glm53_flash.web.commands", "register"),
-    ("glm53_flash.vision.commands", "register"),
-)
-
+from .commands import BENCH_GROUP, GROUPS
 
 class CommandError(Exception):
     """A bad flag value or state that the user can fix; printed as one line, exit code 2."""
@@ -43,8 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (ratios measured on this machine)")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     bench.set_defaults(func=lambda args: _print_help(bench))
-    for module_name, attribute in REGISTRARS:
-        getattr(importlib.import_module(module_name), attribute)(sub, bench_sub)
+    for module_name, _ in GROUPS:
+        importlib.import_module(f"glm53_flash.commands.{module_name}").register(sub)
+    importlib.import_module(f"glm53_flash.commands.{BENCH_GROUP}").register(bench_sub)
     return parser
 
 

@@ -248,29 +248,3 @@ def build_summary(out: Path) -> dict:
         "confirm_opened_after_selection": first_confirm >= last_selection,
         "last_selection_utc": last_selection, "first_confirm_utc": first_confirm,
     }
-
-
-def register(sub, bench_sub) -> None:
-    from .runtime import DEVICE_CHOICES
-
-    p = sub.add_parser("reproduce", help="the headline experiment end to end: pretrain, RL, confirm, report",
-                       description="Pretrain -> dev selection -> RL per seed -> dev selection -> confirm split -> "
-                                   "paired statistics -> REPORT.md. Rerun the same command to resume.")
-    p.add_argument("--output", required=True)
-    p.add_argument("--preset", choices=sorted(PLANS), default="headline")
-    p.add_argument("--rl-seeds", default=None, help="comma-separated RL seeds (default: the preset's)")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_run_reproduce)
-
-
-def _run_reproduce(args) -> int:
-    from .report.headline import result_table
-
-    seeds = None if args.rl_seeds is None else tuple(int(s) for s in args.rl_seeds.split(",") if s.strip())
-    summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
-                        progress=not args.no_progress)
-    print()
-    print("\n".join(result_table(summary)))
-    print(f"\nreport: {Path(args.output) / 'REPORT.md'}")
-    return 0

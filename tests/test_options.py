@@ -11,7 +11,7 @@ import pytest
 
 from glm53_flash.cli import build_parser
 from glm53_flash.options import config_record
-from glm53_flash.train.commands import MODEL_OVERRIDE_FIELDS
+from glm53_flash.commands.train import MODEL_OVERRIDE_FIELDS
 from glm53_flash.train.pretrain import PretrainConfig, pretrain
 from glm53_flash.train.rl import RLConfig
 

@@ -34,6 +34,9 @@ def test_verify_prints_the_evaluation_as_json(tmp_path, capsys, source, code, st
     (["bench", "verify", "--count", "0"], "--count"),
     (["bench", "verify", "--workers", "0"], "--workers"),
     (["bench", "verify", "--repeats", "0"], "--repeats"),
+    (["verify", "--task-id", "confirm-double-000", "--source", __file__, "--cpu-seconds", "inf"], "cpu_seconds"),
+    (["verify", "--task-id", "confirm-double-000", "--source", __file__, "--wall-seconds", "1e300"], "wall_seconds"),
+    (["verify", "--source", __file__], "--task-id and --source are required"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
     assert run(argv) == 2
@@ -56,3 +59,39 @@ def test_bench_verify_writes_a_receipt(tmp_path, capsys):
     assert sum(receipt["isolated"]["statuses"].values()) == 80
     assert not list(output.parent.glob("*.tmp"))
     assert "candidates/s" in capsys.readouterr().out
+
+
+def test_verify_isolation_reports_every_layer(capsys):
+    code = run(["verify", "--isolation"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == (0 if report["level"] == "full" else 1)
+    assert set(report["layers"]) >= {"seccomp", "network_namespace", "user_namespace", "unprivileged_uid"}
+    assert report["missing"] == [name for name, value in report["layers"].items() if value is False]
+
+
+def test_the_receipt_records_the_isolation_reached(tmp_path, capsys):
+    output = tmp_path / "verify.json"
+    assert run(["bench", "verify", "--count", "20", "--repeats", "1", "--time-limit-cases", "0",
+                "--output", str(output)]) == 0
+    receipt = json.loads(output.read_text())
+    assert receipt["isolation"]["level"] in ("full", "partial")
+    assert receipt["provenance"]["verifier_isolation"]["level"] == receipt["isolation"]["level"]
+
+
+def test_require_isolation_refuses_below_full(monkeypatch, capsys):
+    """Simulate a host that refuses the kernel layers: --require-isolation ends in one line, exit 2."""
+    from glm53_flash.verifier import sandbox
+
+    original = sandbox.Verifier.__init__
+
+    def without_kernel_layers(self, *args, **kwargs):
+        kwargs["kernel_layers"] = False
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox.Verifier, "__init__", without_kernel_layers)
+    try:
+        code = run(["--require-isolation", "verify", "--task-id", TASK.task_id, "--source", __file__])
+    finally:
+        sandbox.require_full_isolation(False)
+    error = capsys.readouterr().err
+    assert code == 2 and "full sandbox isolation was required" in error and error.count("\n") == 1

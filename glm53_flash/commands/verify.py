@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 from ..tasks import task_by_id
-from .policy import MAX_SOURCE_BYTES
-
-DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
+from ..verifier.policy import MAX_SOURCE_BYTES
 
 
-def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-seconds", type=float, default=1.0, help="CPU time per candidate (default 1)")
     parser.add_argument("--wall-seconds", type=float, default=2.0, help="wall-clock time per candidate (default 2)")
     parser.add_argument("--memory-mb", type=int, default=256, help="address-space cap per candidate (default 256)")
@@ -39,14 +38,14 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
                              "(exit status 0 full, 1 partial)")
     parser.add_argument("--require-isolation", action="store_true",
                         help="refuse to judge unless the sandbox reaches full isolation (exit status 2)")
-    _add_limit_flags(parser)
+    add_limit_flags(parser)
     parser.set_defaults(func=run_verify_command)
     return parser
 
 
 def run_verify_command(args: argparse.Namespace) -> int:
     """Bad input raises ValueError; glm53_flash.cli prints it as one line with exit status 2."""
-    from .sandbox import Verifier, probe_isolation
+    from ..verifier.sandbox import Verifier, probe_isolation
 
     if args.isolation:
         report = probe_isolation(require=False)
@@ -77,46 +76,6 @@ def read_source_bounded(source: str) -> bytes:
         raise ValueError(f"cannot read --source {source!r}: {exc.strerror or exc}") from None
 
 
-def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
-    parser = bench_subparsers.add_parser(
-        "verify",
-        help="isolated verifier throughput on a realistic mix, against the unsafe in-process evaluator",
-        description="Candidates per second of the sandboxed Verifier on a seeded mix of passing, failing, "
-                    "invalid and memory-limit programs, against the unsafe in-process evaluator. Prints a "
-                    "table and writes a JSON receipt.",
-    )
-    parser.add_argument("--count", type=int, default=3000, help="candidates in the mix (default 3000)")
-    parser.add_argument("--workers", type=int, default=2, help="sandbox worker processes (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the mix (default 0)")
-    parser.add_argument("--time-limit-cases", type=int, default=4,
-                        help="extra CPU-bound candidates timed apart (default 4; each costs its CPU limit)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed runs of each evaluator; the best is reported (default 3)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_BENCH_OUTPUT,
-                        help=f"receipt path (default {DEFAULT_BENCH_OUTPUT})")
-    _add_limit_flags(parser)
-    parser.set_defaults(func=run_bench_verify_command)
-    return parser
-
-
-def run_bench_verify_command(args: argparse.Namespace) -> int:
-    from ..receipts import write_json
-    from .bench import format_table, run_verify_benchmark
-
-    for flag, value, least in (("--count", args.count, 1), ("--workers", args.workers, 1),
-                               ("--repeats", args.repeats, 1), ("--time-limit-cases", args.time_limit_cases, 0)):
-        if value < least:
-            raise ValueError(f"{flag} must be >= {least}, got {value}")
-    receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
-                                   time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
-                                   wall_seconds=args.wall_seconds, memory_mb=args.memory_mb, repeats=args.repeats)
-    print(format_table(receipt))
-    write_json(args.output, receipt)
-    print(f"receipt: {args.output}")
-    return 0
-
-
-def register(sub, bench_sub) -> None:
-    """Entry point for glm53_flash.cli: `glm53 verify` and `glm53 bench verify`."""
+def register(sub) -> None:
+    """`glm53 verify`."""
     add_verify_parser(sub)
-    add_bench_verify_parser(bench_sub)

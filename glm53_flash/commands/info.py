@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from .config import PRESETS, ModelConfig
-from .tasks import frozen_tasks
-from .tokenizer import ByteTokenizer
+from ..config import PRESETS, ModelConfig
+from ..tasks import frozen_tasks
+from ..tokenizer import ByteTokenizer
 
 
-def register(sub, bench_sub) -> None:
+def register(sub) -> None:
     parser = sub.add_parser("info", help="print a preset's parameter table, layer pattern and a sample generation")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
     parser.add_argument("--no-generate", action="store_true", help="skip the sample generation")
@@ -63,7 +63,7 @@ def greedy_complete(model, prompt: str, max_new_tokens: int) -> str:
 def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int = 32) -> int:
     import torch
 
-    from .model import GLM53Flash
+    from ..model import GLM53Flash
 
     cfg = ModelConfig.preset(preset)
     torch.manual_seed(0)

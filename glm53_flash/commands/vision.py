@@ -16,7 +16,7 @@ RECEIPT_FILE = "receipt.json"
 WEIGHTS_DIR = "weights"
 
 
-def register(sub, bench_sub) -> None:
+def register(sub) -> None:
     vision = sub.add_parser("vision", help="the miniature vision path: train, pilot, predict, report",
                             description="A GLM-style vision encoder (and a direct-patch baseline) reading "
                                         "generated seven-segment RGB digits.")
@@ -64,8 +64,8 @@ def _add_train(sub) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from ..receipts import write_json
-    from .analysis import compare_architectures
-    from .training import VisionTrainConfig, run_vision_training
+    from ..vision.analysis import compare_architectures
+    from ..vision.training import VisionTrainConfig, run_vision_training
 
     out = _output_dir(args.output)
     if args.save_weights and out is None:
@@ -78,7 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg.validate()  # before anything is created on disk
     on_model = None
     if args.save_weights:
-        from .weights import save_vision_model
+        from ..vision.weights import save_vision_model
 
         def on_model(result, model):
             name = f"{result['architecture']}-seed{result['seed']}"
@@ -144,7 +144,7 @@ def _add_pilot(sub) -> None:
 
 def run_pilot_command(args: argparse.Namespace) -> int:
     from ..receipts import write_json
-    from .pilot import PilotConfig, run_pilot
+    from ..vision.pilot import PilotConfig, run_pilot
 
     out = _output_dir(args.output)
     cfg = PilotConfig(checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size,
@@ -155,7 +155,7 @@ def run_pilot_command(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--checkpoint {cfg.checkpoint} is not a directory")
     on_model = None
     if args.save_weights:
-        from .weights import save_vision_model
+        from ..vision.weights import save_vision_model
 
         def on_model(model):
             return save_vision_model(out / WEIGHTS_DIR, model, {"seed": cfg.seed, "pilot": True})
@@ -191,8 +191,8 @@ def _add_predict(sub) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from ..runtime import resolve_device
-    from .predict import load_image, predict_digit
-    from .weights import load_vision_model
+    from ..vision.predict import load_image, predict_digit
+    from ..vision.weights import load_vision_model
 
     model, config = load_vision_model(args.weights, resolve_device(args.device))
     result = predict_digit(model, load_image(args.image, config["image_size"]))
@@ -215,8 +215,8 @@ def _add_render(sub) -> None:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    from .digits import render_digits
-    from .predict import save_image
+    from ..vision.digits import render_digits
+    from ..vision.predict import save_image
 
     if Path(args.path).exists() and not args.force:
         raise FileExistsError(f"{args.path} already exists; pass --force to overwrite it")
@@ -238,7 +238,7 @@ def _add_report(sub) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from .report import build_vision_report
+    from ..vision.report import build_vision_report
 
     summary = build_vision_report(args.train, args.pilot, args.output, force=args.force)
     for answer in summary["answers"]:

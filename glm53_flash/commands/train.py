@@ -21,8 +21,8 @@ MODEL_OVERRIDE_FIELDS = {
 }
 
 
-def register(sub, bench_sub) -> None:
-    from .pretrain import PretrainConfig
+def register(sub) -> None:
+    from ..train.pretrain import PretrainConfig
 
     p = sub.add_parser("pretrain", help="pretrain from random weights on the generated task corpus",
                        description="Pretrain with checkpoints, exact resume and receipts. Multi-process: "
@@ -40,7 +40,7 @@ def register(sub, bench_sub) -> None:
 
 
 def register_rl(sub) -> None:
-    from .rl import RLConfig
+    from ..train.rl import RLConfig
 
     p = sub.add_parser("rl", help="RLOO post-training with executable (unit-test) reward",
                        description="RLOO from a pretraining checkpoint; rewards come only from running the "
@@ -50,7 +50,7 @@ def register_rl(sub) -> None:
 
 
 def run_rl(args: argparse.Namespace) -> int:
-    from .rl import RLConfig, train_rl
+    from ..train.rl import RLConfig, train_rl
 
     receipt = train_rl(from_arguments(RLConfig, args))
     print(f"complete: {receipt['groups']} groups, {receipt['updated_groups']} reward-bearing updates, "
@@ -78,7 +78,7 @@ def register_select(sub) -> None:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    from .select import select_checkpoint
+    from ..train.select import select_checkpoint
 
     result = select_checkpoint(args.run, split=args.split, samples=args.samples, per_family=args.per_family,
                                families=args.families, temperature=args.temperature,
@@ -90,7 +90,7 @@ def run_select(args: argparse.Namespace) -> int:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from .pretrain import PretrainConfig, TrainingDiverged, pretrain
+    from ..train.pretrain import PretrainConfig, TrainingDiverged, pretrain
 
     overrides = {name: getattr(args, name) for name in MODEL_OVERRIDE_FIELDS if getattr(args, name) is not None}
     cfg = from_arguments(PretrainConfig, args, model_overrides=overrides)

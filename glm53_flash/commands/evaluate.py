@@ -10,16 +10,16 @@ import argparse
 import json
 from pathlib import Path
 
-from .runtime import DEVICE_CHOICES
+from ..runtime import DEVICE_CHOICES
 
 STOP_CHOICES = ("parse", "eos", "none")  # mirrors sampling.STOP_RULES without importing torch
 
 
-def register(sub, bench_sub) -> None:
+def register(sub) -> None:
+    """`glm53 generate`, `glm53 eval`, `glm53 compare`."""
     _add_generate(sub)
     _add_eval(sub)
     _add_compare(sub)
-    _add_bench_decode(bench_sub)
 
 
 # --------------------------------------------------------------------------- shared flags
@@ -41,8 +41,8 @@ def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
 
 
 def _load_model(checkpoint: str, device_name: str):
-    from .runtime import resolve_device
-    from .model.pretrained import load_pretrained
+    from ..runtime import resolve_device
+    from ..model.pretrained import load_pretrained
 
     device = resolve_device(device_name)
     model, metadata = load_pretrained(checkpoint, device)
@@ -73,7 +73,7 @@ def _add_generate(sub) -> None:
 
 
 def _resolve_temperature(value: float | None, samples: int) -> float:
-    from .evaluate import SAMPLED_DEFAULTS
+    from ..evaluate import SAMPLED_DEFAULTS
 
     if value is None:
         return 0.0 if samples == 1 else SAMPLED_DEFAULTS["temperature"]
@@ -81,8 +81,8 @@ def _resolve_temperature(value: float | None, samples: int) -> float:
 
 
 def _run_generate(args) -> int:
-    from .sampling import generate
-    from .tasks import coding_stop, task_by_id
+    from ..sampling import generate
+    from ..tasks import coding_stop, task_by_id
 
     task = task_by_id(args.task_id) if args.task_id else None
     stop = args.stop or ("parse" if task else "eos")
@@ -132,10 +132,10 @@ def _add_eval(sub) -> None:
 
 
 def _run_eval(args) -> int:
-    from .evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
-    from .receipts import write_json
-    from .tasks import frozen_tasks, parse_families
-    from .verifier import Verifier
+    from ..evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
+    from ..receipts import write_json
+    from ..tasks import frozen_tasks, parse_families
+    from ..verifier import Verifier
 
     _refuse_existing(args.output, args.force, "--output")
     if args.samples < 1:
@@ -185,10 +185,10 @@ def _add_compare(sub) -> None:
 
 
 def _run_compare(args) -> int:
-    from .compare import compare_receipts, format_markdown, load_receipt
-    from .receipts import write_text
-    from .receipts import provenance, write_json
-    from .tasks import parse_families
+    from ..compare import compare_receipts, format_markdown, load_receipt
+    from ..receipts import write_text
+    from ..receipts import provenance, write_json
+    from ..tasks import parse_families
 
     _refuse_existing(args.output, args.force, "--output")
     _refuse_existing(args.markdown, args.force, "--markdown")
@@ -205,40 +205,4 @@ def _run_compare(args) -> int:
     if args.markdown:
         write_text(args.markdown, markdown)
         print(f"wrote {args.markdown}")
-    return 0
-
-
-# --------------------------------------------------------------------------- glm53 bench decode
-
-
-def _add_bench_decode(bench_sub) -> None:
-    parser = bench_sub.add_parser(
-        "decode", help="batched cached sampling vs the original's per-task re-forward; 64x8 eval timing",
-        description="Rollouts/s of glm53_flash.sampling against the original's generation (one task at a time, "
-                    "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
-                    "random weights; then the wall time of a sampled evaluation (confirm, 8 per family x 8 "
-                    "samples). Random weights rarely stop early, so both run (nearly) to the token cap.")
-    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
-    parser.add_argument("--preset", default="flash", help="model preset (default flash)")
-    parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")
-    parser.add_argument("--samples", type=int, default=16, help="samples per task (default 16)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--temperature", type=float, default=0.35)
-    parser.add_argument("--baseline-tasks", type=int, default=None,
-                        help="time the slow baseline on this many tasks and scale (default: 2 on CPU, all on GPU)")
-    parser.add_argument("--eval-per-family", type=int, default=8,
-                        help="tasks per family for the eval timing; 0 skips it (default 8)")
-    parser.add_argument("--eval-samples", type=int, default=8, help="samples per task for the eval timing")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--output", default="runs/bench/decode.json", help="JSON receipt path")
-    parser.set_defaults(func=_run_bench_decode)
-
-
-def _run_bench_decode(args) -> int:
-    from .benchmarks.decode import run
-
-    run(device_name=args.device, preset=args.preset, per_family=args.per_family, samples=args.samples,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, baseline_tasks=args.baseline_tasks,
-        eval_per_family=args.eval_per_family, eval_samples=args.eval_samples, threads=args.threads,
-        output=args.output)
     return 0

@@ -53,9 +53,9 @@ def _common(p) -> None:
                    help="where each run trains (default cpu; with cuda, --workers processes share the GPU)")
 
 
-def register(sub, bench_sub) -> None:
-    from .pretraining_data import CONDITIONS, DEFAULT_SEEDS
-    from .rl_choices import (
+def register(sub) -> None:
+    from ..experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
+    from ..experiments.rl_choices import (
         ARMS,
         DEFAULT_CONFIRM_SEEDS,
         DEFAULT_SCREEN_SEEDS,
@@ -110,7 +110,7 @@ def register(sub, bench_sub) -> None:
 
 def _existing_plan(out: Path, draft: dict) -> dict | None:
     """The plan already in `out` when it has the same design as `draft` (then nothing is re-measured)."""
-    from .study import PLAN_FILE, plan_hash
+    from ..experiments.study import PLAN_FILE, plan_hash
 
     path = out / PLAN_FILE
     if path.is_file():
@@ -121,7 +121,7 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
 
 
 def _start_study(args, out: Path, plan: dict) -> bool:
-    from .study import pending_units, prepare_study
+    from ..experiments.study import pending_units, prepare_study
 
     resuming = prepare_study(out, plan, args.force)
     estimate = plan["estimate"]
@@ -135,7 +135,7 @@ def _start_study(args, out: Path, plan: dict) -> bool:
 
 
 def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
-    from .study import run_units
+    from ..experiments.study import run_units
 
     from ..runtime import resolve_device
 
@@ -148,7 +148,7 @@ def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
 
 
 def run_pretraining_data(args) -> int:
-    from .pretraining_data import build_plan, measure_seconds_per_step, run_unit
+    from ..experiments.pretraining_data import build_plan, measure_seconds_per_step, run_unit
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -173,8 +173,8 @@ SELECTION_FILE = "selection.json"
 def run_rl_choices(args) -> int:
     from ..receipts import provenance, write_json
     from ..model.pretrained import read_metadata
-    from .rl_choices import build_plan, measure_speed, run_unit, select_candidate
-    from .study import load_receipts
+    from ..experiments.rl_choices import build_plan, measure_speed, run_unit, select_candidate
+    from ..experiments.study import load_receipts
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -214,7 +214,7 @@ def run_rl_choices(args) -> int:
 
 
 def run_analyze(args) -> int:
-    from .analysis import analyze
+    from ..experiments.analysis import analyze
 
     summary = analyze(args.directory, force=args.force, argv=sys.argv)
     print(json.dumps({"study": summary["study"], "runs": summary["runs"],

@@ -9,7 +9,7 @@ DEFAULT_RUNS = "results"
 DEFAULT_NOTES = "runs/slide-notes"
 
 
-def register(sub, bench_sub) -> None:
+def register(sub) -> None:
     slides = sub.add_parser("slides", help="the course deck, built from receipts")
     slides_sub = slides.add_subparsers(dest="slides_command", metavar="ACTION")
     slides.set_defaults(func=lambda args: slides.print_help() or 2)
@@ -48,8 +48,8 @@ def _run_build(args) -> int:
 
 def _run_serve(args) -> int:
     from ..report.slides import build_deck
-    from .playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
-    from .server import is_loopback, start_server
+    from ..web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
+    from ..web.server import is_loopback, start_server
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is outside 0-65535")

@@ -1,0 +1,141 @@
+"""`glm53 bench ...`: every benchmark's CLI in one place (the measurements live in benchmarks/ and
+verifier/bench.py). Each reports ratios measured on this machine in one process, with a receipt."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import PRESETS
+from ..runtime import DEVICE_CHOICES
+from .verify import add_limit_flags
+
+DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
+
+
+def register(bench_sub) -> None:
+    _add_model_and_architecture(bench_sub)
+    _add_bench_decode(bench_sub)
+    add_bench_verify_parser(bench_sub)
+
+
+def _add_model_and_architecture(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "model", help="training FLOP/s vs matmul peak, cached decode vs re-forward, peak memory")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5, help="timed training steps (the minimum is reported)")
+    parser.add_argument("--decode-batch", type=int, default=16)
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--decode-length", type=int, default=None,
+                        help="total length to decode to (default: the preset's max_sequence_length)")
+    parser.add_argument("--reforward-every", type=int, default=1,
+                        help="time the re-forward baseline at every N-th length and interpolate (1 = all)")
+    parser.add_argument("--output", default="runs/bench/model.json", help="JSON receipt path")
+    parser.set_defaults(func=lambda a: _run_model(a))
+
+    arch = bench_sub.add_parser(
+        "architecture", help="loss after a short pretraining run for each variant of the original's flaws")
+    arch.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    arch.add_argument("--steps", type=int, default=60)
+    arch.add_argument("--batch-size", type=int, default=16)
+    arch.add_argument("--seeds", default="1", help="comma-separated initialisation seeds (paired across variants)")
+    arch.add_argument("--variants", default="", help="comma-separated subset (default: all)")
+    arch.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    arch.add_argument("--output", default="runs/bench/architecture.json", help="JSON receipt path")
+    arch.set_defaults(func=_run_architecture)
+
+
+def _run_model(a) -> int:
+    from ..benchmarks.model import run
+
+    run(
+        preset=a.preset, device_name=a.device, batch_size=a.batch_size, seq_len=a.sequence_length,
+        steps=a.steps, decode_batch=a.decode_batch, prompt_len=a.prompt_length, decode_total=a.decode_length,
+        reforward_every=a.reforward_every, output=a.output)
+    return 0
+
+
+
+
+def _run_architecture(a) -> int:
+    from ..benchmarks.architecture import VARIANTS, run
+
+    variants = tuple(v for v in a.variants.split(",") if v) or tuple(VARIANTS)
+    run(preset=a.preset, steps=a.steps, batch_size=a.batch_size,
+        seeds=tuple(int(s) for s in a.seeds.split(",") if s), variants=variants, device=a.device, output=a.output)
+    return 0
+
+
+def _add_bench_decode(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "decode", help="batched cached sampling vs the original's per-task re-forward; 64x8 eval timing",
+        description="Rollouts/s of glm53_flash.sampling against the original's generation (one task at a time, "
+                    "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
+                    "random weights; then the wall time of a sampled evaluation (confirm, 8 per family x 8 "
+                    "samples). Random weights rarely stop early, so both run (nearly) to the token cap.")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--preset", default="flash", help="model preset (default flash)")
+    parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")
+    parser.add_argument("--samples", type=int, default=16, help="samples per task (default 16)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=0.35)
+    parser.add_argument("--baseline-tasks", type=int, default=None,
+                        help="time the slow baseline on this many tasks and scale (default: 2 on CPU, all on GPU)")
+    parser.add_argument("--eval-per-family", type=int, default=8,
+                        help="tasks per family for the eval timing; 0 skips it (default 8)")
+    parser.add_argument("--eval-samples", type=int, default=8, help="samples per task for the eval timing")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--output", default="runs/bench/decode.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_decode)
+
+
+def _run_bench_decode(args) -> int:
+    from ..benchmarks.decode import run
+
+    run(device_name=args.device, preset=args.preset, per_family=args.per_family, samples=args.samples,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, baseline_tasks=args.baseline_tasks,
+        eval_per_family=args.eval_per_family, eval_samples=args.eval_samples, threads=args.threads,
+        output=args.output)
+    return 0
+
+
+def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
+    parser = bench_subparsers.add_parser(
+        "verify",
+        help="isolated verifier throughput on a realistic mix, against the unsafe in-process evaluator",
+        description="Candidates per second of the sandboxed Verifier on a seeded mix of passing, failing, "
+                    "invalid and memory-limit programs, against the unsafe in-process evaluator. Prints a "
+                    "table and writes a JSON receipt.",
+    )
+    parser.add_argument("--count", type=int, default=3000, help="candidates in the mix (default 3000)")
+    parser.add_argument("--workers", type=int, default=2, help="sandbox worker processes (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mix (default 0)")
+    parser.add_argument("--time-limit-cases", type=int, default=4,
+                        help="extra CPU-bound candidates timed apart (default 4; each costs its CPU limit)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each evaluator; the best is reported (default 3)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_BENCH_OUTPUT,
+                        help=f"receipt path (default {DEFAULT_BENCH_OUTPUT})")
+    add_limit_flags(parser)
+    parser.set_defaults(func=run_bench_verify_command)
+    return parser
+
+
+def run_bench_verify_command(args: argparse.Namespace) -> int:
+    from ..receipts import write_json
+    from ..verifier.bench import format_table, run_verify_benchmark
+
+    for flag, value, least in (("--count", args.count, 1), ("--workers", args.workers, 1),
+                               ("--repeats", args.repeats, 1), ("--time-limit-cases", args.time_limit_cases, 0)):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    receipt = run_verify_benchmark(count=args.count, workers=args.workers, seed=args.seed,
+                                   time_limit_cases=args.time_limit_cases, cpu_seconds=args.cpu_seconds,
+                                   wall_seconds=args.wall_seconds, memory_mb=args.memory_mb, repeats=args.repeats)
+    print(format_table(receipt))
+    write_json(args.output, receipt)
+    print(f"receipt: {args.output}")
+    return 0
