@@ -80,6 +80,16 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def read_json(path: str | Path, error: type[Exception] = ValueError, corrupt: str = "{path} is not valid JSON"):
+    """The JSON value in the file at `path`; `error(corrupt.format(path=path) + " (reason)")` when it
+    does not parse. (A missing file is the caller's message to give.)"""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as reason:
+        raise error(f"{corrupt.format(path=path)} ({reason})") from None
+
+
 def sha256_json(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

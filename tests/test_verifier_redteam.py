@@ -25,6 +25,8 @@ import pytest
 from glm53_flash.tasks import frozen_tasks, task_by_id
 from glm53_flash.verifier import Verifier
 
+from process_helpers import live_members, wait_until
+
 CALLER = os.getpid()
 CANARY_ENV = "GLM53_REDTEAM_CANARY"
 CANARY_VALUE = secrets.token_hex(8)
@@ -69,35 +71,13 @@ class Host:
         for result in results:
             assert CANARY_VALUE not in result.message, "the caller's environment leaked"
         for worker in verifier.worker_pids():
-            assert _wait(lambda: len(_session(worker)) <= 2), f"processes left behind: {_session(worker)}"
+            assert wait_until(lambda: len(live_members(worker)) <= 2), f"processes left behind: {live_members(worker)}"
 
     def close(self) -> None:
         self.listener.close()
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         os.environ.pop(CANARY_ENV, None)
-
-
-def _session(session: int) -> set[int]:
-    alive = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] not in "ZX":
-                alive.add(int(entry))
-    return alive
-
-
-def _wait(predicate, ceiling: float = 10.0) -> bool:
-    end = time.monotonic() + ceiling
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture(scope="module")
@@ -364,9 +344,9 @@ def test_an_observer_sees_a_confined_candidate(host):
         runner = threading.Thread(target=pool.evaluate, args=(task, burner))
         runner.start()
         worker = pool.worker_pids()[0]
-        assert _wait(lambda: len(_session(worker)) == 3)
+        assert wait_until(lambda: len(live_members(worker)) == 3)
         zygote = int(Path(f"/proc/{worker}/task/{worker}/children").read_text().split()[0])
-        (child,) = _session(worker) - {worker, zygote}
+        (child,) = live_members(worker) - {worker, zygote}
         status = dict(line.split(":", 1) for line in Path(f"/proc/{child}/status").read_text().splitlines())
         assert status["NoNewPrivs"].strip() == "1"
         assert status["Seccomp"].strip() == "2"

@@ -21,6 +21,8 @@ import pytest
 from glm53_flash.tasks import FAMILY_NAMES, Case, CodingTask, frozen_tasks, task_by_id
 from glm53_flash.verifier import Verifier, evaluate_in_process
 
+from process_helpers import live_members, session_members, wait_until
+
 CPU_SECONDS, WALL_SECONDS = 0.3, 1.0
 # Slack over the wall deadline for process start-up and a loaded 2-core machine.
 DEADLINE_SLACK = 5.0
@@ -38,36 +40,6 @@ def task_of(family: str):
 
 def program(task, body: str) -> str:
     return task.prompt + "\n" + "\n".join("    " + line for line in body.split("\n")) + "\n"
-
-
-def session_members(session: int) -> dict[int, str]:
-    """pid -> state letter of every process whose session id is `session` (from /proc)."""
-    members = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == session:
-            members[int(entry)] = fields[0]
-    return members
-
-
-def live_members(session: int) -> set[int]:
-    return {pid for pid, state in session_members(session).items() if state not in "ZX"}
-
-
-def wait_until(predicate, ceiling: float = 20.0) -> bool:
-    """Poll `predicate` until true; the ceiling only bounds a broken run, it is not a speed test."""
-    end = time.monotonic() + ceiling
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 # ------------------------------------------------------------------------------ the hostile suite

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..config import ModelConfig
-from ..receipts import atomic_directory, sha256_file, write_json
+from ..receipts import atomic_directory, read_json, sha256_file, write_json
 from ..tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"
@@ -72,10 +72,7 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
     meta_path = directory / METADATA_FILE
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt ({error})") from None
+    meta = read_json(meta_path, CheckpointError, f"checkpoint {directory}: {METADATA_FILE} is corrupt")
     if verify:
         for name, digest in meta.get("files", {}).items():
             path = directory / name

@@ -10,7 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
-from ..receipts import sha256_file, write_json, write_text
+from ..receipts import read_json, sha256_file, write_json, write_text
 from ..stats import format_p
 from .analysis import arm_summary, compare_architectures
 from .config import ARCHITECTURES
@@ -27,10 +27,7 @@ def _read(path: str | Path, kind: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{kind} receipt {path} does not exist")
-    try:
-        receipt = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    receipt = read_json(path)
     expected = {"train": "vision-miniature-rgb-digits", "pilot": "vision-pilot"}[kind]
     if receipt.get("kind") != expected:
         raise ValueError(f"{path} is not a vision {kind} receipt (kind {receipt.get('kind')!r}, expected {expected!r})")

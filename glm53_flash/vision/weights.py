@@ -5,7 +5,6 @@ Written atomically (a temporary sibling directory, then one rename); `glm53 visi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -14,7 +13,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..model import GLM53Flash
-from ..receipts import atomic_directory, sha256_file, write_json
+from ..receipts import atomic_directory, read_json, sha256_file, write_json
 from .baseline import DirectPatchVisionLanguageModel
 from .config import VisionConfig
 from .language import VisionLanguageModel
@@ -58,10 +57,7 @@ def load_vision_model(directory: str | Path, device: str | torch.device = "cpu")
     for path in (config_path, weights_path):
         if not path.is_file():
             raise ValueError(f"weights directory {directory} is incomplete: {path.name} is missing")
-    try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{config_path} is not valid JSON ({error})") from None
+    config = read_json(config_path)
     if config.get("format") != FORMAT:
         raise ValueError(f"{config_path} is not a saved vision model (format {config.get('format')!r}, "
                          f"expected {FORMAT!r})")
