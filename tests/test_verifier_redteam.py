@@ -413,12 +413,17 @@ def test_an_interrupted_batch_leaks_no_descriptor():
     task = task_of("double")
     slow = program(task, "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000)])")
     before = len(os.listdir("/proc/self/fd"))
-    with Verifier(workers=2, cpu_seconds=5, wall_seconds=10) as pool:
-        import threading
+    # A launcher in the background (CI, nohup) may have set SIGINT to "ignore": restore Ctrl-C here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Verifier(workers=2, cpu_seconds=5, wall_seconds=10) as pool:
+            import threading
 
-        timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            pool.evaluate_many([(task, slow)] * 6)
-        timer.join()
+            timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                pool.evaluate_many([(task, slow)] * 6)
+            timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(os.listdir("/proc/self/fd")) == before
