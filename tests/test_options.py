@@ -12,8 +12,8 @@ import pytest
 from glm53_flash.cli import build_parser
 from glm53_flash.options import config_record
 from glm53_flash.commands.train import MODEL_OVERRIDE_FIELDS
-from glm53_flash.train.pretrain import PretrainConfig, pretrain
-from glm53_flash.train.rl import RLConfig
+from glm53_flash.train.config import PretrainConfig, RLConfig
+from glm53_flash.train.pretrain import pretrain
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -59,3 +59,12 @@ def test_every_field_is_recorded_in_the_pretraining_receipt(tmp_path):
     receipt = json.loads((tmp_path / "run" / "training-receipt.json").read_text())
     assert set(receipt["run_config"]) == {field.name for field in dataclasses.fields(PretrainConfig)}
     assert receipt["run_config"] == config_record(cfg)
+
+
+def test_building_the_cli_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from glm53_flash.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False", "glm53 --help would import torch"

@@ -22,7 +22,7 @@ MODEL_OVERRIDE_FIELDS = {
 
 
 def register(sub) -> None:
-    from ..train.pretrain import PretrainConfig
+    from ..train.config import PretrainConfig
 
     p = sub.add_parser("pretrain", help="pretrain from random weights on the generated task corpus",
                        description="Pretrain with checkpoints, exact resume and receipts. Multi-process: "
@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 
 def register_rl(sub) -> None:
-    from ..train.rl import RLConfig
+    from ..train.config import RLConfig
 
     p = sub.add_parser("rl", help="RLOO post-training with executable (unit-test) reward",
                        description="RLOO from a pretraining checkpoint; rewards come only from running the "

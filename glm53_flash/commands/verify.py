@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ..tasks import task_by_id
 from ..verifier.policy import MAX_SOURCE_BYTES

@@ -14,92 +14,29 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..config import PRESETS, ModelConfig
 from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json, write_text
-from ..options import config_record, option
-from ..runtime import DEVICE_CHOICES, autocast, fused_optimizer_supported, resolve_device
+from ..options import config_record
+from ..runtime import autocast, fused_optimizer_supported, resolve_device
+from .config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
     save_checkpoint,
 )
 from .distributed import DistributedContext, setup_distributed, teardown_distributed
 
-SCHEDULES = ("constant", "cosine")
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 RECEIPT_FILE = "training-receipt.json"
 # Fields that must match for --resume to continue a run.
 RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_rate", "seed", "data_seed",
                  "warmup", "schedule", "weight_decay", "model_overrides", "checkpoints")
-
-
-DEFAULT_CHECKPOINTS = (100, 200, 400)
-
-
-@dataclass
-class PretrainConfig:
-    """Every knob of `glm53 pretrain`, declared once: each field is a flag (options.py) and is
-    recorded in run.json and the receipt."""
-
-    output: str = option(help="run directory (must not exist unless --resume)")
-    steps: int = option(400, help="optimizer steps")
-    checkpoints: tuple[int, ...] | None = option(
-        None, help="comma-separated steps to checkpoint at; the last step always is",
-        default_text="100,200,400, those within --steps")
-    batch_size: int = option(32, help="global batch (split across ranks)")
-    sequence_length: int = option(128, help="tokens per training sequence")
-    learning_rate: float = option(3e-4, help="peak AdamW learning rate")
-    seed: int = option(42, help="model initialisation seed")
-    data_seed: int = option(42, help="seed of the pretraining stream (42 = the original's)")
-    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
-    preset: str = option("flash", help="model preset", choices=tuple(sorted(PRESETS)))
-    warmup: int = option(0, help="linear warmup steps")
-    schedule: str = option("constant", help="learning-rate schedule after warmup", choices=SCHEDULES)
-    min_lr_ratio: float = option(0.1, help="cosine schedule's floor, as a fraction of --learning-rate")
-    weight_decay: float = option(0.1, help="AdamW weight decay, applied to weight matrices only")
-    grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
-    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
-    compile: bool = option(False, help="torch.compile the model")
-    progress: bool = option(True, help="progress bar")
-    # Flags of their own (--stream-mode, --linear-rope, --balance-loss, --balance-loss-weight): the
-    # ModelConfig fields a run may override (train/commands.py MODEL_OVERRIDE_FIELDS).
-    model_overrides: dict = option(help="ModelConfig fields that override the preset", flag=False, factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.checkpoints is None:
-            self.checkpoints = tuple(c for c in DEFAULT_CHECKPOINTS if c <= self.steps)
-        self.checkpoints = tuple(self.checkpoints)
-
-    def validate(self, world_size: int = 1) -> None:
-        if self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, got {self.steps}")
-        bad = [c for c in self.checkpoints if c < 1 or c > self.steps]
-        if bad:
-            raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.steps} (--steps)")
-        if self.batch_size < 1 or self.sequence_length < 2:
-            raise ValueError("--batch-size must be >= 1 and --sequence-length >= 2")
-        if self.batch_size % world_size:
-            raise ValueError(f"--batch-size {self.batch_size} does not divide across {world_size} ranks")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"--schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
-        if self.warmup < 0 or not self.learning_rate > 0:
-            raise ValueError("--warmup must be >= 0 and --learning-rate > 0")
-
-    def model_config(self) -> ModelConfig:
-        base = ModelConfig.preset(self.preset, **self.model_overrides)
-        # As in the original: the context is at least the training sequence length.
-        return base.replace(max_sequence_length=max(base.max_sequence_length, self.sequence_length))
-
-    def checkpoint_steps(self) -> list[int]:
-        return sorted(set(self.checkpoints) | {self.steps})
 
 
 def learning_rate_at(step: int, cfg: PretrainConfig) -> float:

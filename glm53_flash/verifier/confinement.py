@@ -342,9 +342,12 @@ def enter_namespaces(report: Isolation, enabled: bool = True) -> None:
 # ------------------------------------------------------------------------------------------------
 # Layer 2: the zygote (PID 1 of the new PID namespace) prepares the state every child inherits
 # ------------------------------------------------------------------------------------------------
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    encode = (lambda text: None if text is None else text.encode())
-    _call("mount", encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data))
+    _call("mount", _bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data))
 
 
 def prepare_zygote(report: Isolation, fallback_workdir: str) -> None:

@@ -1,0 +1,175 @@
+"""The run configs of `glm53 pretrain` and `glm53 rl`, declared once (options.py): each field is a
+CLI flag, a config value and a receipt entry. No torch here, so `glm53 --help` stays fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import PRESETS, ModelConfig
+from ..options import option
+from ..runtime import DEVICE_CHOICES
+from ..tasks import parse_families
+
+SCHEDULES = ("constant", "cosine")
+TRAIN_SCOPES = ("all", "last-block", "last-block-head")
+REWARD_MODES = ("case-fraction", "binary")
+LOSS_NORMALIZATIONS = ("constant", "token-sum", "sequence-mean")
+LOGPROB_SOURCES = ("sampler", "untempered")
+EOS_HANDLING = ("append", "omit")
+# Option values as older runs and plans spelled them -> their names by behaviour.
+LEGACY_VALUES = {"logprob_source": {"original": "untempered"}, "eos_handling": {"original": "omit"}}
+
+
+def rename_legacy_values(values: dict, prefix: str = "") -> dict:
+    """A copy of `values` (an RL config or a plan, whose keys may carry `prefix`) with old option
+    values replaced by their current names."""
+    renamed = dict(values)
+    for name, table in LEGACY_VALUES.items():
+        key = prefix + name
+        if isinstance(renamed.get(key), str) and renamed[key] in table:
+            renamed[key] = table[renamed[key]]
+    return renamed
+STOP_RULES = ("parse", "eos")
+
+PRETRAIN_DEFAULT_CHECKPOINTS = (100, 200, 400)
+
+
+@dataclass
+class PretrainConfig:
+    """Every knob of `glm53 pretrain`, declared once: each field is a flag (options.py) and is
+    recorded in run.json and the receipt."""
+
+    output: str = option(help="run directory (must not exist unless --resume)")
+    steps: int = option(400, help="optimizer steps")
+    checkpoints: tuple[int, ...] | None = option(
+        None, help="comma-separated steps to checkpoint at; the last step always is",
+        default_text="100,200,400, those within --steps")
+    batch_size: int = option(32, help="global batch (split across ranks)")
+    sequence_length: int = option(128, help="tokens per training sequence")
+    learning_rate: float = option(3e-4, help="peak AdamW learning rate")
+    seed: int = option(42, help="model initialisation seed")
+    data_seed: int = option(42, help="seed of the pretraining stream (42 = the original's)")
+    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    preset: str = option("flash", help="model preset", choices=tuple(sorted(PRESETS)))
+    warmup: int = option(0, help="linear warmup steps")
+    schedule: str = option("constant", help="learning-rate schedule after warmup", choices=SCHEDULES)
+    min_lr_ratio: float = option(0.1, help="cosine schedule's floor, as a fraction of --learning-rate")
+    weight_decay: float = option(0.1, help="AdamW weight decay, applied to weight matrices only")
+    grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
+    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
+    compile: bool = option(False, help="torch.compile the model")
+    progress: bool = option(True, help="progress bar")
+    # Flags of their own (--stream-mode, --linear-rope, --balance-loss, --balance-loss-weight): the
+    # ModelConfig fields a run may override (train/commands.py MODEL_OVERRIDE_FIELDS).
+    model_overrides: dict = option(help="ModelConfig fields that override the preset", flag=False, factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is None:
+            self.checkpoints = tuple(c for c in PRETRAIN_DEFAULT_CHECKPOINTS if c <= self.steps)
+        self.checkpoints = tuple(self.checkpoints)
+
+    def validate(self, world_size: int = 1) -> None:
+        if self.steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        bad = [c for c in self.checkpoints if c < 1 or c > self.steps]
+        if bad:
+            raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.steps} (--steps)")
+        if self.batch_size < 1 or self.sequence_length < 2:
+            raise ValueError("--batch-size must be >= 1 and --sequence-length >= 2")
+        if self.batch_size % world_size:
+            raise ValueError(f"--batch-size {self.batch_size} does not divide across {world_size} ranks")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"--schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
+        if self.warmup < 0 or not self.learning_rate > 0:
+            raise ValueError("--warmup must be >= 0 and --learning-rate > 0")
+
+    def model_config(self) -> ModelConfig:
+        base = ModelConfig.preset(self.preset, **self.model_overrides)
+        # As in the original: the context is at least the training sequence length.
+        return base.replace(max_sequence_length=max(base.max_sequence_length, self.sequence_length))
+
+    def checkpoint_steps(self) -> list[int]:
+        return sorted(set(self.checkpoints) | {self.steps})
+
+
+RL_DEFAULT_CHECKPOINTS = (8, 16, 32)
+
+
+@dataclass
+class RLConfig:
+    """Every knob of `glm53 rl`, declared once: each field is a flag (options.py) and is recorded in
+    run.json and the receipt. The defaults are our fixes; the switches that restore the original
+    are named in each help text."""
+
+    initial_checkpoint: str = option(help="pretraining checkpoint to start from")
+    output: str = option(help="run directory (must not exist unless --resume)")
+    groups: int = option(32, help="prompts (one group of samples each)")
+    checkpoints: tuple[int, ...] | None = option(
+        None, help="groups to checkpoint after; the last always is", default_text="8,16,32 within --groups")
+    group_size: int = option(4, help="samples per prompt (RLOO needs at least 2)")
+    max_new_tokens: int = option(48, help="completion length cap")
+    temperature: float = option(0.8, help="sampling temperature of the rollouts")
+    learning_rate: float = option(2e-5, help="AdamW learning rate")
+    train_scope: str = option("all", help="which parameters are trained", choices=TRAIN_SCOPES)
+    reward_mode: str = option("case-fraction", help="reward of a valid program", choices=REWARD_MODES)
+    invalid_penalty: float = option(-0.1, help="reward of an invalid or limit program")
+    exact_bonus: float = option(0.0, help="extra reward for passing every case")
+    families: str = option("", help="comma list of task families", default_text="all eight")
+    tasks_per_family: int = option(4, help="rl-split tasks per family")
+    seed: int = option(31415, help="seed of the rollouts' random streams and the task order")
+    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    preset: str | None = option(None, help="refuse a checkpoint whose model is not this preset",
+                                choices=tuple(sorted(PRESETS)))
+    logprob_source: str = option("sampler", choices=LOGPROB_SOURCES,
+                                 help="distribution of the gradient's log-probs; 'untempered' = untempered, "
+                                      "unmasked (the original's mismatch)")
+    loss_normalization: str = option("constant", choices=LOSS_NORMALIZATIONS,
+                                     help="how token losses are summed; 'sequence-mean' is the original's")
+    eos_handling: str = option("append", choices=EOS_HANDLING,
+                               help="'append': train parse-stopped completions with EOS; 'omit': without "
+                                    "(the original)")
+    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=STOP_RULES)
+    prompts_per_update: int = option(1, help="groups per optimizer step")
+    kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy")
+    warmup: int = option(0, help="linear LR warmup, in updates")
+    grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
+    verifier_workers: int | None = option(None, help="sandbox worker processes", default_text="one per CPU")
+    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
+    progress: bool = option(True, help="progress bar")
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is None:
+            self.checkpoints = tuple(c for c in RL_DEFAULT_CHECKPOINTS if c <= self.groups)
+        self.checkpoints = tuple(self.checkpoints)
+
+    def validate(self) -> None:
+        for name, value in rename_legacy_values({n: getattr(self, n) for n in LEGACY_VALUES}).items():
+            setattr(self, name, value)
+        checks = [
+            (self.groups >= 1, f"--groups must be >= 1, got {self.groups}"),
+            (self.group_size >= 2, f"--group-size must be >= 2 (RLOO needs others to compare with), got {self.group_size}"),
+            (self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
+            (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
+            (self.learning_rate > 0, "--learning-rate must be > 0"),
+            (self.tasks_per_family >= 1, "--tasks-per-family must be >= 1"),
+            (self.prompts_per_update >= 1, "--prompts-per-update must be >= 1"),
+            (self.kl_coef >= 0 and self.warmup >= 0, "--kl-coef and --warmup must be >= 0"),
+            (self.train_scope in TRAIN_SCOPES, f"--train-scope must be one of {', '.join(TRAIN_SCOPES)}"),
+            (self.reward_mode in REWARD_MODES, f"--reward-mode must be one of {', '.join(REWARD_MODES)}"),
+            (self.loss_normalization in LOSS_NORMALIZATIONS,
+             f"--loss-normalization must be one of {', '.join(LOSS_NORMALIZATIONS)}"),
+            (self.logprob_source in LOGPROB_SOURCES, f"--logprob-source must be one of {', '.join(LOGPROB_SOURCES)}"),
+            (self.eos_handling in EOS_HANDLING, f"--eos-handling must be one of {', '.join(EOS_HANDLING)}"),
+            (self.stop in STOP_RULES, f"--stop must be one of {', '.join(STOP_RULES)}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        bad = [c for c in self.checkpoints if c < 1 or c > self.groups]
+        if bad:
+            raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.groups} (--groups)")
+        off = [c for c in self.checkpoints if c % self.prompts_per_update and c != self.groups]
+        if off:
+            raise ValueError(f"--checkpoints {','.join(map(str, off))} are not multiples of "
+                             f"--prompts-per-update {self.prompts_per_update}")
+        parse_families(self.families)
