@@ -179,6 +179,9 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
     result = select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, progress=False)
     assert result["split"] == "dev" and result["inference"]["families"] == "double,increment"
     assert [e["step"] for e in result["checkpoints"]] == [0, 1, 2]
+    from glm53_flash.train.config import SelectConfig
+
+    assert set(result["run_config"]) == {f.name for f in dataclasses.fields(SelectConfig)}
     assert (run / "selection-dev.json").is_file() and (run / "selection" / "dev-checkpoint-0001.json").is_file()
     with pytest.raises(FileExistsError):
         select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, progress=False)

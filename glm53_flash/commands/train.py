@@ -60,30 +60,23 @@ def run_rl(args: argparse.Namespace) -> int:
 
 
 def register_select(sub) -> None:
+    from ..train.config import SelectConfig
+
     p = sub.add_parser("select", help="evaluate every checkpoint of a run on dev and name the best",
                        description="Evaluates each checkpoint of a pretraining or RL run on a held-out split "
                                    "and names the best by a stated rule (ties go to the earlier checkpoint).")
-    p.add_argument("--run", required=True, help="run directory with checkpoint-NNNN folders")
-    p.add_argument("--split", default="dev", help="dev (default), final or confirm; never rl")
-    p.add_argument("--samples", type=int, default=8, help="samples per task (1 = greedy)")
-    p.add_argument("--per-family", type=int, default=4)
-    p.add_argument("--families", default=None, help="comma list (default: the run's families)")
-    p.add_argument("--temperature", type=float, default=0.35)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--seed", type=int, default=8675309)
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
-    p.add_argument("--output", default=None, help="selection receipt (default RUN/selection-SPLIT.json)")
-    p.add_argument("--force", action="store_true", help="replace an existing selection receipt")
+    add_arguments(p, SelectConfig)
     p.set_defaults(func=run_select)
 
 
 def run_select(args: argparse.Namespace) -> int:
+    from ..options import config_record
+    from ..train.config import SelectConfig
     from ..train.select import select_checkpoint
 
-    result = select_checkpoint(args.run, split=args.split, samples=args.samples, per_family=args.per_family,
-                               families=args.families, temperature=args.temperature,
-                               max_new_tokens=args.max_new_tokens, seed=args.seed, device=args.device,
-                               output=args.output, force=args.force)
+    cfg = from_arguments(SelectConfig, args)
+    options = config_record(cfg)
+    result = select_checkpoint(options.pop("run"), **options)
     best = result["selected"]
     print(f"selected {best['checkpoint']} (score {best['score']}; rule: {result['rule']})")
     return 0

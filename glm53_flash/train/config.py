@@ -173,3 +173,22 @@ class RLConfig:
             raise ValueError(f"--checkpoints {','.join(map(str, off))} are not multiples of "
                              f"--prompts-per-update {self.prompts_per_update}")
         parse_families(self.families)
+
+
+@dataclass
+class SelectConfig:
+    """Every knob of `glm53 select`, declared once (options.py)."""
+
+    run: str = option(help="run directory with checkpoint-NNNN folders")
+    split: str = option("dev", help="held-out split to select on (never rl)", choices=("dev", "final", "confirm"))
+    samples: int = option(8, help="samples per task (1 = greedy)")
+    per_family: int = option(4, help="tasks per family")
+    families: str | None = option(None, help="comma list of families", default_text="the run's families")
+    temperature: float = option(0.35, help="sampling temperature (with --samples > 1)")
+    max_new_tokens: int = option(48, help="completion length cap")
+    seed: int = option(8675309, help="seed of the samples' random streams")
+    stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=("parse", "eos", "none"))
+    device: str = option("cpu", help="where to evaluate", choices=DEVICE_CHOICES)
+    output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
+    force: bool = option(False, help="replace an existing selection receipt")
+    progress: bool = option(True, help="a line per checkpoint")

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..options import config_record
 from ..receipts import provenance, write_json
 from ..tasks import frozen_tasks, parse_families
 from .checkpoint import list_checkpoints, load_checkpoint
+from .config import SelectConfig
 
 RULE_SAMPLED = "max exact sampled rollouts; ties to the earlier checkpoint"
 RULE_GREEDY = "max greedy tasks solved, then tests passed; ties to the earlier checkpoint"
@@ -84,6 +86,10 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
                       "max_new_tokens": max_new_tokens, "per_family": per_family,
                       "families": family_text or "all", "seed": seed, "stop": stop},
         "selected": best, "checkpoints": entries, "provenance": provenance(device=device),
+        "run_config": config_record(SelectConfig(
+            run=str(run_dir), split=split, samples=samples, per_family=per_family, families=families,
+            temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, stop=stop, device=device,
+            output=output, force=force, progress=progress)),
     }
     write_json(out, result)
     return result
