@@ -10,6 +10,7 @@ import json
 import pytest
 
 from glm53_flash.cli import build_parser
+from glm53_flash.evaluate_config import EvalConfig
 from glm53_flash.options import config_record
 from glm53_flash.commands.train import MODEL_OVERRIDE_FIELDS
 from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
@@ -23,7 +24,7 @@ def subcommand(name: str) -> argparse.ArgumentParser:
 
 
 @pytest.mark.parametrize("command, config_type", [("pretrain", PretrainConfig), ("rl", RLConfig),
-                                                  ("select", SelectConfig)])
+                                                  ("select", SelectConfig), ("eval", EvalConfig)])
 def test_every_config_field_is_a_flag_whose_help_shows_its_default(command, config_type):
     actions = {action.dest: action for action in subcommand(command)._actions}
     for field in dataclasses.fields(config_type):

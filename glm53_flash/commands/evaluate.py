@@ -10,9 +10,11 @@ import argparse
 import json
 from pathlib import Path
 
+from ..evaluate_config import EVAL_STOP_CHOICES, EvalConfig
+from ..options import add_arguments, from_arguments
 from ..runtime import DEVICE_CHOICES
 
-STOP_CHOICES = ("parse", "eos", "none")  # mirrors sampling.STOP_RULES without importing torch
+STOP_CHOICES = EVAL_STOP_CHOICES
 
 
 def register(sub) -> None:
@@ -115,28 +117,18 @@ def _add_eval(sub) -> None:
         description="Evaluate a checkpoint on frozen tasks: greedy when --samples is 1 (defaults: per-family 4, "
                     "seed 2026), sampled otherwise (defaults: per-family 8, temperature 0.35, seed 8675309). "
                     "The rl split is for training and cannot be evaluated.")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
-    parser.add_argument("--split", required=True, choices=("dev", "final", "confirm"))
-    parser.add_argument("--output", required=True, help="receipt path (must not exist unless --force)")
-    parser.add_argument("--per-family", type=int, default=None, help="tasks per family (default 4 greedy, 8 sampled)")
-    parser.add_argument("--families", default="", help="comma list of families (default: all)")
-    parser.add_argument("--samples", type=int, default=1, help="samples per task; 1 = greedy (default 1)")
-    parser.add_argument("--seed", type=int, default=None, help="default 2026 greedy, 8675309 sampled")
-    parser.add_argument("--stop", choices=STOP_CHOICES, default="parse",
-                        help="parse (the original's rule, default), eos, or none")
-    parser.add_argument("--workers", type=int, default=None, help="verifier processes (default: CPU count)")
-    _add_sampling_flags(parser)
-    parser.add_argument("--force", action="store_true", help="overwrite --output")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_arguments(parser, EvalConfig)
     parser.set_defaults(func=_run_eval)
 
 
 def _run_eval(args) -> int:
     from ..evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
+    from ..options import config_record
     from ..receipts import write_json
     from ..tasks import frozen_tasks, parse_families
     from ..verifier import Verifier
 
+    args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
     _refuse_existing(args.output, args.force, "--output")
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
@@ -158,6 +150,7 @@ def _run_eval(args) -> int:
             receipt = evaluate_sampled(model, tasks, samples=args.samples,
                                        temperature=_resolve_temperature(args.temperature, args.samples),
                                        top_k=args.top_k, top_p=args.top_p, verifier=verifier, **common)
+    receipt["run_config"] = config_record(args)
     write_json(args.output, receipt)
     print(format_summary(receipt))
     print(f"wrote {args.output}")

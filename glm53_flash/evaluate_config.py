@@ -1,0 +1,38 @@
+"""The run config of `glm53 eval`, declared once (options.py): each field is a flag and is recorded in
+the receipt. No torch here, so building the CLI stays fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .options import option
+from .runtime import DEVICE_CHOICES
+
+EVAL_STOP_CHOICES = ("parse", "eos", "none")  # sampling.STOP_RULES plus the coding rule, without torch
+
+
+@dataclass
+class EvalConfig:
+    """Every knob of `glm53 eval`. Greedy when samples is 1; the defaults that depend on that
+    (per_family, seed, temperature) are None until `resolved()` fills them in."""
+
+    checkpoint: str = option(help="checkpoint directory")
+    split: str = option(help="frozen split (the rl split is for training and cannot be evaluated)",
+                        choices=("dev", "final", "confirm"))
+    output: str = option(help="receipt path (must not exist unless --force)")
+    per_family: int | None = option(None, help="tasks per family", default_text="4 greedy, 8 sampled")
+    families: str = option("", help="comma list of families", default_text="all")
+    samples: int = option(1, help="samples per task; 1 = greedy")
+    seed: int | None = option(None, help="seed of the samples' random streams (recorded for greedy)",
+                              default_text="2026 greedy, 8675309 sampled")
+    stop: str = option("parse", help="stop rule: parse (the original's), eos, or none", choices=EVAL_STOP_CHOICES)
+    workers: int | None = option(None, help="verifier processes", default_text="CPU count")
+    temperature: float | None = option(None, help="sampling temperature (> 0)",
+                                       default_text="greedy for one sample, 0.35 for several")
+    top_k: int | None = option(None, help="sample only among the k most likely tokens", default_text="off")
+    top_p: float | None = option(None, help="nucleus sampling: keep this much probability", default_text="off")
+    max_new_tokens: int = option(48, help="cap on generated tokens")
+    batch_rows: int = option(512, help="most rows in one forward")
+    device: str = option("auto", help="where to run the model", choices=DEVICE_CHOICES)
+    force: bool = option(False, help="overwrite --output")
+    quiet: bool = option(False, help="no progress bar")
