@@ -8,7 +8,6 @@ import sys
 
 from ..config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
 from ..options import add_arguments, from_arguments
-from ..runtime import DEVICE_CHOICES
 
 
 # The ModelConfig fields `glm53 pretrain` may override (ablations); each is a flag of its own,
@@ -22,31 +21,34 @@ MODEL_OVERRIDE_FIELDS = {
 
 
 def register(sub) -> None:
-    from ..train.config import PretrainConfig
+    """`glm53 pretrain`, `glm53 rl`, `glm53 select`: each one config dataclass, its flags generated."""
+    from ..train.config import PretrainConfig, RLConfig, SelectConfig
 
-    p = sub.add_parser("pretrain", help="pretrain from random weights on the generated task corpus",
-                       description="Pretrain with checkpoints, exact resume and receipts. Multi-process: "
-                                   "torchrun --nproc_per_node=N -m glm53_flash.cli pretrain ...")
-    add_arguments(p, PretrainConfig)
+    pretrain = _add_command(
+        sub, "pretrain", PretrainConfig, run_pretrain,
+        "pretrain from random weights on the generated task corpus",
+        "Pretrain with checkpoints, exact resume and receipts. Multi-process: "
+        "torchrun --nproc_per_node=N -m glm53_flash.cli pretrain ...")
     defaults = ModelConfig()
     for name, (text, choices) in MODEL_OVERRIDE_FIELDS.items():
-        p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices,
-                       type=type(getattr(defaults, name)),
-                       help=f"{text}; overrides the preset (default: the preset's, {getattr(defaults, name)} "
-                            f"for flash)")
-    p.set_defaults(func=run_pretrain)
-    register_rl(sub)
-    register_select(sub)
+        pretrain.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices,
+                              type=type(getattr(defaults, name)),
+                              help=f"{text}; overrides the preset (default: the preset's, "
+                                   f"{getattr(defaults, name)} for flash)")
+    _add_command(sub, "rl", RLConfig, run_rl, "RLOO post-training with executable (unit-test) reward",
+                 "RLOO from a pretraining checkpoint; rewards come only from running the hidden tests in the "
+                 "sandboxed verifier.")
+    _add_command(sub, "select", SelectConfig, run_select,
+                 "evaluate every checkpoint of a run on dev and name the best",
+                 "Evaluates each checkpoint of a pretraining or RL run on a held-out split and names the best "
+                 "by a stated rule (ties go to the earlier checkpoint).")
 
 
-def register_rl(sub) -> None:
-    from ..train.config import RLConfig
-
-    p = sub.add_parser("rl", help="RLOO post-training with executable (unit-test) reward",
-                       description="RLOO from a pretraining checkpoint; rewards come only from running the "
-                                   "hidden tests in the sandboxed verifier.")
-    add_arguments(p, RLConfig)
-    p.set_defaults(func=run_rl)
+def _add_command(sub, name: str, config_type, func, help_text: str, description: str) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, description=description)
+    add_arguments(parser, config_type)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def run_rl(args: argparse.Namespace) -> int:
@@ -57,16 +59,6 @@ def run_rl(args: argparse.Namespace) -> int:
           f"{receipt['exact_training_rollouts']} exact rollouts, {receipt['elapsed_seconds']:.1f} s; "
           f"receipt {args.output}/training-receipt.json")
     return 0
-
-
-def register_select(sub) -> None:
-    from ..train.config import SelectConfig
-
-    p = sub.add_parser("select", help="evaluate every checkpoint of a run on dev and name the best",
-                       description="Evaluates each checkpoint of a pretraining or RL run on a held-out split "
-                                   "and names the best by a stated rule (ties go to the earlier checkpoint).")
-    add_arguments(p, SelectConfig)
-    p.set_defaults(func=run_select)
 
 
 def run_select(args: argparse.Namespace) -> int:
