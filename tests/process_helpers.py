@@ -35,3 +35,13 @@ def wait_until(predicate, ceiling: float = 20.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def require_full_isolation(verifier) -> None:
+    """Skip a test of the kernel layers on a host that refuses them (the reason names what is missing)."""
+    import pytest
+
+    isolation = verifier.isolation or {}
+    if isolation.get("level") != "full":
+        pytest.skip(f"this host allows only partial sandbox isolation (missing: "
+                    f"{', '.join(isolation.get('missing', []))}); these assertions need the kernel layers")

@@ -25,7 +25,7 @@ import pytest
 from glm53_flash.tasks import frozen_tasks, task_by_id
 from glm53_flash.verifier import Verifier
 
-from process_helpers import live_members, wait_until
+from process_helpers import live_members, require_full_isolation, wait_until
 
 CALLER = os.getpid()
 CANARY_ENV = "GLM53_REDTEAM_CANARY"
@@ -300,6 +300,7 @@ SECOND_LAYER = [
 
 @pytest.mark.parametrize("name, body, shows", SECOND_LAYER, ids=[row[0] for row in SECOND_LAYER])
 def test_second_layer_alone(verifier, host, name, body, shows):
+    require_full_isolation(verifier)
     task = task_of("double")
     result = verifier._evaluate_unchecked(task, program(task, ESCAPE + "\n" + fill(body, host)))
     assert not result.passed, (name, result)
@@ -373,6 +374,7 @@ def test_an_output_flood_never_costs_the_next_candidate_its_verdict(host):
 
 
 def test_a_candidate_that_blocks_its_cpu_signals_is_still_stopped(verifier, host):
+    require_full_isolation(verifier)
     task = task_of("double")
     body = ("s = B['__import__']('signal')\n"
             "for call in (lambda: s.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF, s.SIGXCPU}),\n"
@@ -387,6 +389,7 @@ def test_a_candidate_that_blocks_its_cpu_signals_is_still_stopped(verifier, host
 
 
 def test_a_later_candidate_sees_default_scheduling(verifier, host):
+    require_full_isolation(verifier)
     task = task_of("double")
     for body in ("os.setpriority(os.PRIO_PROCESS, 0, 19)", "os.sched_setaffinity(0, {0})"):
         verifier._evaluate_unchecked(task, program(task, ESCAPE + "\n" + body + "\nreturn 0"))

@@ -21,7 +21,7 @@ import pytest
 from glm53_flash.tasks import FAMILY_NAMES, Case, CodingTask, frozen_tasks, task_by_id
 from glm53_flash.verifier import Verifier, evaluate_in_process
 
-from process_helpers import live_members, session_members, wait_until
+from process_helpers import live_members, require_full_isolation, session_members, wait_until
 
 CPU_SECONDS, WALL_SECONDS = 0.3, 1.0
 # Slack over the wall deadline for process start-up and a loaded 2-core machine.
@@ -199,6 +199,7 @@ def unchecked(verifier, body: str, family: str = "double"):
 
 
 def test_without_policy_files_cannot_be_opened_or_written(verifier, tmp_path):
+    require_full_isolation(verifier)
     target = tmp_path / "written.txt"
     result = unchecked(verifier, f"B['open']({str(target)!r}, 'w').write('x')\nreturn x * 2")
     assert result.status == "failed" and "Permission denied" in result.message
@@ -208,6 +209,7 @@ def test_without_policy_files_cannot_be_opened_or_written(verifier, tmp_path):
 
 
 def test_without_policy_stdin_is_closed_and_no_socket_or_pipe_can_be_made(verifier):
+    require_full_isolation(verifier)
     assert "Bad file descriptor" in unchecked(verifier, "return B['__import__']('os').read(0, 10)").message
     assert "Too many open files" in unchecked(verifier, "return B['__import__']('os').pipe()").message
     # the worker imported socket, so the child has the module; creating a socket is denied
@@ -235,6 +237,7 @@ def test_without_policy_output_flood_hits_the_output_limit(verifier):
 
 
 def test_without_policy_forked_processes_do_not_survive(verifier):
+    require_full_isolation(verifier)
     sessions = verifier.worker_pids()
     result = unchecked(verifier, "os = B['__import__']('os')\nos.fork()\nos.fork()\n"
                                  "B['__import__']('time').sleep(30)\nreturn x")
@@ -243,6 +246,7 @@ def test_without_policy_forked_processes_do_not_survive(verifier):
 
 
 def test_without_policy_the_worker_and_zygote_cannot_be_killed(verifier):
+    require_full_isolation(verifier)
     before = set(verifier.worker_pids())
     result = unchecked(verifier, "os = B['__import__']('os')\nos.kill(os.getppid(), 9)")
     assert result.status == "failed" and "Operation not permitted" in result.message
