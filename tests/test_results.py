@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glm53_flash.experiments.analysis import markdown_table
+from glm53_flash.report.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIES = sorted((ROOT / "results").glob("*/summary.json"))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import stats
 from ..receipts import provenance, write_json, write_text
+from ..report.tables import markdown_table
 from .study import PLAN_FILE, load_receipts
 
 SUMMARY_FILE = "summary.json"
@@ -374,13 +375,6 @@ def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str
         fig.savefig(out / charts["paired_differences"], dpi=100)
         plt.close(fig)
     return charts
-
-
-def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
-    """A GitHub markdown table, one string per line (the README and the reports use this form)."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return lines
 
 
 def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:

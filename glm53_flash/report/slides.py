@@ -13,12 +13,12 @@ same inputs give the same bytes.
 from __future__ import annotations
 
 import base64
-import html
 import json
 from pathlib import Path
 
 from ..stats import format_p
 from .headline import ORIGINAL, goal_lines, result_table, seed_order
+from .tables import esc, html_from_markdown, html_table
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKEN_PLACEHOLDER = "__GLM53_TOKEN__"
@@ -53,10 +53,6 @@ STUDIES = (
 )
 
 
-def esc(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def headline_dir(runs: Path) -> Path:
     """Where the headline summary lives: DIR/headline (committed results) or DIR (a reproduce run)."""
     for candidate in (runs / "headline", runs):
@@ -64,25 +60,6 @@ def headline_dir(runs: Path) -> Path:
             return candidate
     raise FileNotFoundError(f"no headline summary.json in {runs} or {runs / 'headline'}; `make demo` writes "
                             f"runs/demo/summary.json and results/headline/ holds the committed one")
-
-
-def markdown_table(lines: list[str]) -> str:
-    """The pipe tables that report/headline.py writes, as HTML (same cells, so one source of truth)."""
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
-    head, body = rows[0], rows[2:]
-    out = ["<table><thead><tr>", *[f"<th>{esc(c)}</th>" for c in head], "</tr></thead><tbody>"]
-    for row in body:
-        out.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def table(columns, rows) -> str:
-    out = ["<table><thead><tr>", *[f"<th>{esc(c)}</th>" for c in columns], "</tr></thead><tbody>"]
-    for row in rows:
-        out.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
 
 
 def image(path: Path, alt: str) -> str:
@@ -187,7 +164,7 @@ def build_deck(runs: str | Path) -> str:
     deck.add("result", "Result first: RL on hidden unit tests",
              f"<p>A {size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
              "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, opened once after "
-             "all selection:</p>" + markdown_table(result_table(summary))
+             "all selection:</p>" + html_from_markdown(result_table(summary))
              + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(summary) if line),
              f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
              + ", ".join(f"{x['after_solved']}/{x['tasks']} (seed {s})" for s, x in zip(seeds, g))
@@ -231,7 +208,7 @@ def build_deck(runs: str | Path) -> str:
         ("positions", RELEASED["position"], f"RoPE in the sparse layers; linear layers: '{cfg.linear_rope}'"),
     ]
     deck.add("architecture", "GLM-5.3-Flash, and our miniature of it",
-             table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
+             html_table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
              + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE)}. Miniature: the run's ModelConfig "
                f"(preset {esc(plan.get('model_preset', 'flash'))}) and GLM53Flash.parameter_counts().</p>",
              "The right-hand column is computed from the code when the deck is built. docs/GLM_MAPPING.md has "
@@ -242,7 +219,7 @@ def build_deck(runs: str | Path) -> str:
                   f"  -> {cfg.layers} x HybridBlock:  mix streams -> RMSNorm -> attention -> RMSNorm -> MoE\n"
                   f"     layer rhythm: {rhythm}   (L = linear, S = sparse)\n"
                   f"  -> mean over streams -> RMSNorm -> tied head -> logits [B, T, {cfg.vocab_size}]")
-             + table(["piece", "setting"], [
+             + html_table(["piece", "setting"], [
                  ("linear attention", f"ELU+1 feature map, {cfg.heads} heads, chunk {cfg.linear_chunk}"),
                  ("sparse attention", f"window {cfg.sparse_window} + every {cfg.sparse_stride}th key"),
                  ("mixture of experts", (f"{cfg.experts} SwiGLU experts of width {cfg.expert_hidden}, "
@@ -256,7 +233,7 @@ def build_deck(runs: str | Path) -> str:
     sample = "def increment(x):"
     ids = tok.encode(sample)
     deck.add("bytes-vs-bpe", "Bytes, not BPE",
-             table(["", "GLM-5.3-Flash tokenizer", "ByteTokenizer"], [
+             html_table(["", "GLM-5.3-Flash tokenizer", "ByteTokenizer"], [
                  ("vocabulary", RELEASED["vocab"], f"{tok.vocab_size}"),
                  (f"tokens for '{sample}'", f"{RELEASED['bpe_example_tokens']} (published example)", str(len(ids))),
              ]) + code(f"{sample!r} -> {ids}")
@@ -269,13 +246,13 @@ def build_deck(runs: str | Path) -> str:
     deck.add("pretraining", "Pretraining: next byte on tiny Python functions",
              "<div class='cols'><div>"
              + code(pretraining_text(0))
-             + table(["setting", "value"], [
+             + html_table(["setting", "value"], [
                  ("steps", plan["pretrain_steps"]), ("batch x sequence", f"{plan['batch_size']} x {plan['sequence_length']}"),
                  ("learning rate", plan["pretrain_lr"]), ("seconds (this run)", f"{summary['stage_seconds']['pretrain']:.0f}"),
                  ("families in the corpus", len(FAMILIES)),
              ])
              + "</div><div>" + image(run / "charts" / "learning-curves.png", "learning curves")
-             + table(["checkpoint step", "exact dev rollouts"],
+             + html_table(["checkpoint step", "exact dev rollouts"],
                      [(e["step"], e["score"][0]) for e in selection["checkpoints"]])
              + f"<p>Selected: <code>{esc(Path(selection['selected']).name)}</code> ({esc(selection['rule'])}).</p>"
              + "</div></div>",
@@ -287,9 +264,9 @@ def build_deck(runs: str | Path) -> str:
     verdicts = verifier_examples(task)
     deck.add("verifier", "The verifier: hidden tests in a sandbox",
              code(task.prompt)
-             + table(["hidden case", "expected"],
+             + html_table(["hidden case", "expected"],
                      [(", ".join(repr(a) for a in c.arguments), repr(c.expected)) for c in task.cases])
-             + table(["program", "status", "tests passed", "message"],
+             + html_table(["program", "status", "tests passed", "message"],
                      [(label, v["status"], f"{v['tests_passed']}/{v['tests_total']}", v["message"])
                       for label, _, v in verdicts]),
              "These three verdicts were computed by the sandboxed verifier when this deck was built: a static "
@@ -299,7 +276,7 @@ def build_deck(runs: str | Path) -> str:
     deck.add("rloo", "RLOO: the reward is the test result",
              code("advantage_i = reward_i - mean(reward_j for j != i)      # G samples of one prompt\n"
                   "loss        = - sum_i advantage_i * log p(completion_i)")
-             + table(["setting", "value"], [
+             + html_table(["setting", "value"], [
                  ("trained families", ", ".join(summary["trained_families"])),
                  ("groups x samples per group", f"{plan['rl_groups']} x {plan['rl_group_size']}"),
                  ("temperature", plan["rl_temperature"]), ("learning rate", plan["rl_lr"]),
@@ -322,7 +299,7 @@ def build_deck(runs: str | Path) -> str:
     opened = ("opened after the last selection receipt" if summary["confirm_opened_after_selection"]
               else "NOT opened after all selection")
     deck.add("confirmation", "Confirmation: paired tests on a held-out split",
-             table(["seed", "greedy pass@1, trained", "gains / losses", "McNemar p",
+             html_table(["seed", "greedy pass@1, trained", "gains / losses", "McNemar p",
                     "sampled exact rate change, points [95% CI]"], rows)
              + f"<p>Confirm split {opened}: first confirm receipt {esc(summary['first_confirm_utc'])}, last "
                f"selection receipt {esc(summary['last_selection_utc'])}.</p>",
@@ -343,7 +320,7 @@ def build_deck(runs: str | Path) -> str:
     drops = sorted({f for s in seeds for f, v in summary["seeds"][s]["untrained_interference"].items()
                     if v["significant_drop"]})
     deck.add("failures", "Failures and interference",
-             table(["untrained family"] + [f"seed {s}" for s in seeds], rows)
+             html_table(["untrained family"] + [f"seed {s}" for s in seeds], rows)
              + image(run / "charts" / "family-before-after.png", "per-family chart"),
              ("Untrained families that dropped beyond their confidence interval on some seed: " + ", ".join(drops)
               + "." if drops else "No untrained family dropped beyond its confidence interval.")
@@ -355,7 +332,7 @@ def build_deck(runs: str | Path) -> str:
         if path.is_file():
             study = json.loads(path.read_text())
             headline = study.get("headline_table", {})
-            body = table(headline.get("columns", []), headline.get("rows", []))
+            body = html_table(headline.get("columns", []), headline.get("rows", []))
             body += "".join(f"<p>{esc(answer)}</p>" for answer in study.get("answers", []))
             notes = f"Read from {esc(relative)}."
         else:
@@ -368,7 +345,7 @@ def build_deck(runs: str | Path) -> str:
     # sources
     prov = summary["provenance"]
     deck.add("sources", "Where every number came from",
-             table(["", ""], [
+             html_table(["", ""], [
                  ("headline summary", str(Path(runs.name) / run.relative_to(runs) / "summary.json")),
                  ("written by", " ".join(prov["argv"])),
                  ("code version", prov["git_commit"]), ("created", prov["created_utc"]),
