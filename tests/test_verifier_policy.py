@@ -506,3 +506,14 @@ def test_limits_must_be_finite_positive_and_bounded(kwargs):
 
     with pytest.raises(ValueError):
         Verifier(**kwargs)
+
+
+def test_the_worker_preloads_exactly_the_codecs_the_policy_accepts():
+    """Two lists by design (importing the policy into the worker would grow every fork by ~0.8 MB):
+    this keeps them equal."""
+    source = Path(wire.__file__).read_text()
+    preloaded = {line.split("import encodings.", 1)[1].split()[0] for line in source.splitlines()
+                 if line.startswith("import encodings.")}
+    from glm53_flash.verifier.policy import PRELOADED_CODECS
+
+    assert preloaded == set(PRELOADED_CODECS)
