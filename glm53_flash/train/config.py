@@ -60,7 +60,7 @@ class PretrainConfig:
     compile: bool = option(False, help="torch.compile the model")
     progress: bool = option(True, help="progress bar")
     # Flags of their own (--stream-mode, --linear-rope, --balance-loss, --balance-loss-weight): the
-    # ModelConfig fields a run may override (train/commands.py MODEL_OVERRIDE_FIELDS).
+    # ModelConfig fields a run may override (commands/train.py MODEL_OVERRIDE_FIELDS).
     model_overrides: dict = option(help="ModelConfig fields that override the preset", flag=False, factory=dict)
 
     def __post_init__(self) -> None:
