@@ -56,11 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except RuntimeError as error:
-        if type(error).__name__ != "IsolationError":
-            raise
-        print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"glm53 {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -64,8 +64,9 @@ LIMIT_BOUNDS = {
 ISOLATION_LEVELS = ("full", "partial")
 
 
-class IsolationError(RuntimeError):
-    """The host did not allow full isolation and full isolation was required."""
+class IsolationError(ValueError):
+    """The host did not allow full isolation and full isolation was required (a setting the user can
+    change, so the CLI prints it as one line like any other bad input)."""
 
 
 @dataclass(frozen=True)
