@@ -11,64 +11,160 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+import dataclasses
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .receipts import provenance, write_json
+from .evaluate_config import EvalConfig
+from .options import config_record
+from .receipts import provenance, read_json, write_json
 from .tasks import FAMILY_NAMES, frozen_tasks, parse_families
+from .train.config import PretrainConfig, RLConfig, SelectConfig, rename_legacy_values
 
 SUMMARY_FILE = "summary.json"
 
 
+# Fields a stage fills in at run time (paths, the device, progress): not part of a plan's identity.
+RUN_FIELDS = frozenset({"output", "run", "initial_checkpoint", "checkpoint", "device", "resume", "progress",
+                        "force", "quiet"})
+
+
 @dataclass(frozen=True)
 class ReproducePlan:
-    """Every knob of the pipeline; the presets below fill it in."""
+    """The pipeline as the run configs of its stages, each the same dataclass its own command uses
+    (`glm53 pretrain`, `select`, `rl`, `eval`): a knob is declared once, in its stage's config, and a
+    plan only chooses values. Fields in RUN_FIELDS are filled in when a stage runs; `rl.seed` is
+    replaced by each of `rl_seeds`."""
 
-    model_preset: str
-    model_overrides: dict = field(default_factory=dict)
-    pretrain_steps: int = 100
-    pretrain_checkpoints: tuple[int, ...] = (25, 50, 75, 100)
-    batch_size: int = 32
-    sequence_length: int = 128
-    pretrain_lr: float = 3e-4
-    families: str = "increment,double,even"
-    rl_seeds: tuple[int, ...] = (31415, 27182, 16180)
-    rl_groups: int = 96
-    rl_checkpoints: tuple[int, ...] = (24, 48, 72, 96)
-    rl_group_size: int = 16
-    rl_tasks_per_family: int = 32
-    rl_temperature: float = 0.35
-    rl_lr: float = 5e-5
-    rl_scope: str = "last-block-head"
-    rl_reward: str = "binary"
-    rl_prompts_per_update: int = 1
-    # The original's RL recipe: on the step-100 checkpoint it beat our fixed defaults on one seed
-    # (confirm greedy 15/24 vs 12/24; docs/BENCHMARKS.md "RL outcome preview"), so the headline uses it.
-    rl_logprob_source: str = "untempered"
-    rl_loss_normalization: str = "sequence-mean"
-    rl_eos_handling: str = "omit"
-    max_new_tokens: int = 48
-    dev_per_family: int = 4
-    dev_samples: int = 8
-    confirm_greedy_per_family: int = 8
-    confirm_sampled_per_family: int = 8
-    confirm_samples: int = 8
-    eval_temperature: float = 0.35
+    pretrain: PretrainConfig
+    select_pretrain: SelectConfig
+    rl: RLConfig
+    rl_seeds: tuple[int, ...]
+    select_rl: SelectConfig
+    confirm_greedy: EvalConfig
+    confirm_sampled: EvalConfig
+
+    STAGES = ("pretrain", "select_pretrain", "rl", "select_rl", "confirm_greedy", "confirm_sampled")
+
+    @property
+    def families(self) -> str:
+        """The trained families (RL's)."""
+        return self.rl.families
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        record = {name: {k: v for k, v in config_record(getattr(self, name)).items() if k not in RUN_FIELDS}
+                  for name in self.STAGES}
+        del record["rl"]["seed"]
+        return {**record, "rl_seeds": list(self.rl_seeds)}
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "ReproducePlan":
+        """A plan from `to_dict`'s shape, or from the flat shape older plan.json files have."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a plan must be a JSON object, got {type(values).__name__}")
+        if "pretrain" not in values:
+            values = _nested_from_flat(values)
+        types = {"pretrain": PretrainConfig, "select_pretrain": SelectConfig, "rl": RLConfig,
+                 "select_rl": SelectConfig, "confirm_greedy": EvalConfig, "confirm_sampled": EvalConfig}
+        placeholders = {"pretrain": {"output": ""}, "select_pretrain": {"run": ""},
+                        "rl": {"initial_checkpoint": "", "output": ""}, "select_rl": {"run": ""},
+                        "confirm_greedy": {"checkpoint": "", "output": ""},
+                        "confirm_sampled": {"checkpoint": "", "output": ""}}
+        configs = {}
+        for name, kind in types.items():
+            section = values.get(name)
+            if not isinstance(section, dict):
+                raise ValueError(f"plan section {name!r} must be a JSON object")
+            known = {f.name for f in dataclasses.fields(kind)}
+            unknown = sorted(set(section) - known)
+            if unknown:
+                raise ValueError(f"plan section {name!r} has unknown fields: {', '.join(unknown)}")
+            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in section.items()}
+            if name == "rl":
+                fields = rename_legacy_values(fields)
+            configs[name] = kind(**{**placeholders[name], **fields})
+        seeds = values.get("rl_seeds")
+        if not isinstance(seeds, (list, tuple)) or not all(isinstance(s, int) for s in seeds):
+            raise ValueError("plan field 'rl_seeds' must be a list of integers")
+        return cls(rl_seeds=tuple(seeds), **configs)
+
+
+def _nested_from_flat(flat: dict) -> dict:
+    """The flat plan of older runs (`rl_groups`, `pretrain_lr`, ...) in the nested shape."""
+    def get(key):
+        if key not in flat:
+            raise ValueError(f"plan is missing {key!r}")
+        return flat[key]
+
+    families = get("families")
+    evaluation = dict(temperature=get("eval_temperature"), max_new_tokens=get("max_new_tokens"))
+    selection = dict(split="dev", samples=get("dev_samples"), per_family=get("dev_per_family"), **evaluation)
+    return {
+        "pretrain": dict(preset=get("model_preset"), model_overrides=get("model_overrides"),
+                         steps=get("pretrain_steps"), checkpoints=get("pretrain_checkpoints"),
+                         batch_size=get("batch_size"), sequence_length=get("sequence_length"),
+                         learning_rate=get("pretrain_lr")),
+        "select_pretrain": dict(selection, families=""),
+        "rl": dict(groups=get("rl_groups"), checkpoints=get("rl_checkpoints"), group_size=get("rl_group_size"),
+                   max_new_tokens=get("max_new_tokens"), temperature=get("rl_temperature"),
+                   learning_rate=get("rl_lr"), train_scope=get("rl_scope"), reward_mode=get("rl_reward"),
+                   families=families, tasks_per_family=get("rl_tasks_per_family"),
+                   prompts_per_update=get("rl_prompts_per_update"), logprob_source=get("rl_logprob_source"),
+                   loss_normalization=get("rl_loss_normalization"), eos_handling=get("rl_eos_handling")),
+        "rl_seeds": get("rl_seeds"),
+        "select_rl": dict(selection, families=families),
+        "confirm_greedy": dict(split="confirm", per_family=get("confirm_greedy_per_family"), families=families,
+                               samples=1, seed=GREEDY_SEED, max_new_tokens=get("max_new_tokens")),
+        "confirm_sampled": dict(split="confirm", per_family=get("confirm_sampled_per_family"), families="",
+                                samples=get("confirm_samples"), seed=SAMPLED_SEED, **evaluation),
+    }
+
+
+GREEDY_SEED, SAMPLED_SEED = 2026, 8675309  # evaluate.GREEDY_DEFAULTS / SAMPLED_DEFAULTS (torch-free here)
+
+
+def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...], families: str,
+              max_new_tokens: int, eval_temperature: float, dev_per_family: int, dev_samples: int,
+              confirm_greedy_per_family: int, confirm_sampled_per_family: int, confirm_samples: int) -> ReproducePlan:
+    """A plan from the values that differ from each stage's defaults; values shared by several stages
+    (the trained families, the completion cap, the evaluation temperature) are given once here."""
+    evaluation = dict(temperature=eval_temperature, max_new_tokens=max_new_tokens)
+    selection = dict(split="dev", samples=dev_samples, per_family=dev_per_family, **evaluation)
+    return ReproducePlan(
+        pretrain=PretrainConfig(output="", preset=preset, **pretrain),
+        select_pretrain=SelectConfig(run="", families="", **selection),
+        rl=RLConfig(initial_checkpoint="", output="", families=families, max_new_tokens=max_new_tokens, **rl),
+        rl_seeds=tuple(rl_seeds),
+        select_rl=SelectConfig(run="", families=families, **selection),
+        confirm_greedy=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_greedy_per_family,
+                                  families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
+        confirm_sampled=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_sampled_per_family,
+                                   families="", samples=confirm_samples, seed=SAMPLED_SEED, **evaluation))
+
+
+# The headline RL recipe is the original's: on the step-100 checkpoint it beat our fixed defaults on one
+# seed (confirm greedy 15/24 vs 12/24; docs/BENCHMARKS.md "RL outcome preview").
+_HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, tasks_per_family=32, temperature=0.35,
+                    learning_rate=5e-5, train_scope="last-block-head", reward_mode="binary", prompts_per_update=1,
+                    logprob_source="untempered", loss_normalization="sequence-mean", eos_handling="omit")
 
 PLANS: dict[str, ReproducePlan] = {
     # The original's headline run (seed-README "Result"), on the CPU.
-    "headline": ReproducePlan(model_preset="flash"),
+    "headline": make_plan(
+        preset="flash", pretrain=dict(steps=100, checkpoints=(25, 50, 75, 100), batch_size=32, sequence_length=128,
+                                      learning_rate=3e-4),
+        rl=_HEADLINE_RL, rl_seeds=(31415, 27182, 16180), families="increment,double,even", max_new_tokens=48,
+        eval_temperature=0.35, dev_per_family=4, dev_samples=8, confirm_greedy_per_family=8,
+        confirm_sampled_per_family=8, confirm_samples=8),
     # A small model and few steps: the test suite's end-to-end run and a first look in about 35 s.
-    "quick": ReproducePlan(
-        model_preset="tiny", pretrain_steps=300, pretrain_checkpoints=(150, 300), batch_size=16, pretrain_lr=3e-3,
-        rl_seeds=(31415,), rl_groups=8, rl_checkpoints=(4, 8), rl_group_size=8, rl_tasks_per_family=4, rl_lr=1e-3,
-        max_new_tokens=24, dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4,
-        confirm_sampled_per_family=2, confirm_samples=4,
-    ),
+    "quick": make_plan(
+        preset="tiny", pretrain=dict(steps=300, checkpoints=(150, 300), batch_size=16, sequence_length=128,
+                                     learning_rate=3e-3),
+        rl={**_HEADLINE_RL, "groups": 8, "checkpoints": (4, 8), "group_size": 8, "tasks_per_family": 4,
+            "learning_rate": 1e-3},
+        rl_seeds=(31415,), families="increment,double,even", max_new_tokens=24, eval_temperature=0.35,
+        dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4, confirm_sampled_per_family=2,
+        confirm_samples=4),
 }
 
 
@@ -88,8 +184,8 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
               device: str = "cpu", progress: bool = True) -> dict:
     from .evaluate import evaluate_greedy, evaluate_sampled
     from .model.pretrained import load_pretrained
-    from .train.pretrain import PretrainConfig, pretrain
-    from .train.rl import RLConfig, train_rl
+    from .train.pretrain import pretrain
+    from .train.rl import train_rl
     from .train.select import select_checkpoint
     from .verifier import Verifier
 
@@ -102,29 +198,33 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     if plan_path.exists():
-        from .train.rl import rename_legacy_values
-
-        recorded = json.loads(plan_path.read_text())
-        recorded["plan"] = rename_legacy_values(recorded["plan"], prefix="rl_")  # older spellings
-        if recorded["plan"] != json.loads(json.dumps(plan.to_dict())):
+        recorded = read_json(plan_path)
+        if not isinstance(recorded, dict):
+            raise ValueError(f"{plan_path} is not a plan (a JSON object with 'plan'); use a new --output")
+        try:
+            same = ReproducePlan.from_dict(recorded.get("plan")).to_dict() == plan.to_dict()
+        except (ValueError, TypeError):
+            same = False
+        if not same:
             raise ValueError(f"{out} was started with a different plan (preset or --rl-seeds); "
                              "use the same flags or a new --output")
         stages = recorded.get("stage_seconds", {})
     else:
         stages = {}
-    write_json(plan_path, {"preset": preset, "plan": plan.to_dict(), "stage_seconds": stages})
 
     def save_stage_times():
         write_json(plan_path, {"preset": preset, "plan": plan.to_dict(), "stage_seconds": stages})
 
+    save_stage_times()
+
+    def run_selection(template: SelectConfig, run_dir: Path) -> None:
+        options = config_record(replace(template, run=str(run_dir), device=device, progress=progress))
+        select_checkpoint(options.pop("run"), **options)
+
     # 1. pretraining
-    _log(f"pretraining the {plan.model_preset} model for {plan.pretrain_steps} steps")
+    _log(f"pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps")
     with _timed(stages, "pretrain"):
-        pretrain(PretrainConfig(
-            output=str(out / "pretrain"), steps=plan.pretrain_steps, checkpoints=plan.pretrain_checkpoints,
-            batch_size=plan.batch_size, sequence_length=plan.sequence_length, learning_rate=plan.pretrain_lr,
-            device=device, preset=plan.model_preset, model_overrides=plan.model_overrides, resume=True,
-            progress=progress))
+        pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, progress=progress))
     save_stage_times()
 
     # 2. pretraining checkpoint selection on dev (all families)
@@ -132,9 +232,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     if not selection_path.exists():
         _log("selecting the pretraining checkpoint on dev")
         with _timed(stages, "select_pretrain"):
-            select_checkpoint(out / "pretrain", split="dev", samples=plan.dev_samples, per_family=plan.dev_per_family,
-                              families="", temperature=plan.eval_temperature, max_new_tokens=plan.max_new_tokens,
-                              device=device, progress=progress)
+            run_selection(plan.select_pretrain, out / "pretrain")
         save_stage_times()
     start_checkpoint = json.loads(selection_path.read_text())["selected"]["checkpoint"]
     _log(f"selected {start_checkpoint}")
@@ -143,47 +241,43 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     rl_selected = {}
     for seed in plan.rl_seeds:
         run_dir = out / f"rl-{seed}"
-        _log(f"RL seed {seed}: {plan.rl_groups} groups x {plan.rl_group_size}")
+        _log(f"RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
         with _timed(stages, f"rl_{seed}"):
-            train_rl(RLConfig(
-                initial_checkpoint=start_checkpoint, output=str(run_dir), groups=plan.rl_groups,
-                checkpoints=plan.rl_checkpoints, group_size=plan.rl_group_size, max_new_tokens=plan.max_new_tokens,
-                temperature=plan.rl_temperature, learning_rate=plan.rl_lr, train_scope=plan.rl_scope,
-                reward_mode=plan.rl_reward, families=plan.families, tasks_per_family=plan.rl_tasks_per_family,
-                seed=seed, device=device, prompts_per_update=plan.rl_prompts_per_update,
-                logprob_source=plan.rl_logprob_source, loss_normalization=plan.rl_loss_normalization,
-                eos_handling=plan.rl_eos_handling, resume=True,
-                progress=progress))
+            train_rl(replace(plan.rl, initial_checkpoint=start_checkpoint, output=str(run_dir), seed=seed,
+                             device=device, resume=True, progress=progress))
         selection = run_dir / "selection-dev.json"
         if not selection.exists():
             with _timed(stages, f"select_rl_{seed}"):
-                select_checkpoint(run_dir, split="dev", samples=plan.dev_samples, per_family=plan.dev_per_family,
-                                  families=plan.families, temperature=plan.eval_temperature,
-                                  max_new_tokens=plan.max_new_tokens, device=device, progress=progress)
+                run_selection(plan.select_rl, run_dir)
         save_stage_times()
         rl_selected[seed] = json.loads(selection.read_text())["selected"]["checkpoint"]
         _log(f"RL seed {seed}: selected {rl_selected[seed]}")
 
     # 5. all selection is done: open the confirm split
-    trained = parse_families(plan.families)
-    greedy_tasks = frozen_tasks("confirm", plan.confirm_greedy_per_family, families=trained)
-    sampled_tasks = frozen_tasks("confirm", plan.confirm_sampled_per_family)
+    greedy_cfg, sampled_cfg = plan.confirm_greedy, plan.confirm_sampled
+    greedy_tasks = frozen_tasks(greedy_cfg.split, greedy_cfg.per_family, families=parse_families(greedy_cfg.families))
+    sampled_tasks = frozen_tasks(sampled_cfg.split, sampled_cfg.per_family,
+                                 families=parse_families(sampled_cfg.families))
     arms = {"before": start_checkpoint, **{f"rl-{seed}": ckpt for seed, ckpt in rl_selected.items()}}
     confirm = out / "confirm"
     with Verifier() as verifier, _timed(stages, "confirm"):
         for arm, checkpoint in arms.items():
-            greedy_path, sampled_path = confirm / f"{arm}-greedy.json", confirm / f"{arm}-pass{plan.confirm_samples}.json"
+            greedy_path = confirm / f"{arm}-greedy.json"
+            sampled_path = confirm / f"{arm}-pass{sampled_cfg.samples}.json"
             if greedy_path.exists() and sampled_path.exists():
                 continue
             _log(f"confirm split: evaluating {arm} ({checkpoint})")
             model, meta = load_pretrained(checkpoint, device)
-            common = dict(max_new_tokens=plan.max_new_tokens, verifier=verifier, checkpoint=str(checkpoint),
-                          checkpoint_sha256=meta["weights_sha256"])
+            common = dict(verifier=verifier, checkpoint=str(checkpoint), checkpoint_sha256=meta["weights_sha256"])
             if not greedy_path.exists():
-                write_json(greedy_path, evaluate_greedy(model, greedy_tasks, **common))
+                write_json(greedy_path, evaluate_greedy(
+                    model, greedy_tasks, max_new_tokens=greedy_cfg.max_new_tokens, stop=greedy_cfg.stop,
+                    seed=greedy_cfg.seed, **common))
             if not sampled_path.exists():
-                write_json(sampled_path, evaluate_sampled(model, sampled_tasks, samples=plan.confirm_samples,
-                                                          temperature=plan.eval_temperature, **common))
+                write_json(sampled_path, evaluate_sampled(
+                    model, sampled_tasks, samples=sampled_cfg.samples, temperature=sampled_cfg.temperature,
+                    max_new_tokens=sampled_cfg.max_new_tokens, stop=sampled_cfg.stop, seed=sampled_cfg.seed,
+                    **common))
     save_stage_times()
 
     # 6-7. statistics and the report, from the receipts alone
@@ -201,14 +295,14 @@ def build_summary(out: Path) -> dict:
     from .compare import compare_receipts, load_receipt
 
     meta = json.loads((out / "plan.json").read_text())
-    plan = meta["plan"]
-    trained = list(parse_families(plan["families"]))
+    plan = ReproducePlan.from_dict(meta["plan"])
+    trained = list(parse_families(plan.families))
     untrained = [f for f in FAMILY_NAMES if f not in trained]
-    k = plan["confirm_samples"]
+    k = plan.confirm_sampled.samples
     before_greedy = load_receipt(out / "confirm" / "before-greedy.json")
     before_sampled = load_receipt(out / "confirm" / f"before-pass{k}.json")
     seeds = {}
-    for seed in plan["rl_seeds"]:
+    for seed in plan.rl_seeds:
         arm = f"rl-{seed}"
         greedy = compare_receipts(before_greedy, load_receipt(out / "confirm" / f"{arm}-greedy.json"),
                                   labels=("before RL", arm))
@@ -233,12 +327,12 @@ def build_summary(out: Path) -> dict:
         }
     pre_selection = json.loads((out / "pretrain" / "selection-dev.json").read_text())
     selections = [pre_selection] + [json.loads((out / f"rl-{s}" / "selection-dev.json").read_text())
-                                    for s in plan["rl_seeds"]]
+                                    for s in plan.rl_seeds]
     confirm_receipts = [json.loads(p.read_text()) for p in sorted((out / "confirm").glob("*.json"))]
     last_selection = max(s["provenance"]["created_utc"] for s in selections)
     first_confirm = min(r["provenance"]["created_utc"] for r in confirm_receipts)
     return {
-        "schema_version": "1.0", "preset": meta["preset"], "plan": plan, "stage_seconds": meta["stage_seconds"],
+        "schema_version": "1.0", "preset": meta["preset"], "plan": plan.to_dict(), "stage_seconds": meta["stage_seconds"],
         "trained_families": trained, "untrained_families": untrained,
         "pretrain_selection": {"rule": pre_selection["rule"], "selected": pre_selection["selected"]["checkpoint"],
                                "checkpoints": [{"step": e["step"], "score": e["score"]}

@@ -32,3 +32,40 @@ def test_a_different_plan_in_the_same_directory_is_refused(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"preset": "quick", "plan": {"model_preset": "other"}}))
     with pytest.raises(ValueError, match="different plan"):
         reproduce(tmp_path, preset="quick", progress=False)
+
+
+def test_a_plan_is_made_of_the_stage_configs_and_round_trips():
+    from glm53_flash.evaluate_config import EvalConfig
+    from glm53_flash.reproduce import PLANS, ReproducePlan
+    from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
+
+    for plan in PLANS.values():
+        # the plan copies no knob: each stage is the config its own command takes
+        assert isinstance(plan.pretrain, PretrainConfig) and isinstance(plan.rl, RLConfig)
+        assert isinstance(plan.select_rl, SelectConfig) and isinstance(plan.confirm_sampled, EvalConfig)
+        record = json.loads(json.dumps(plan.to_dict()))
+        assert ReproducePlan.from_dict(record) == plan or ReproducePlan.from_dict(record).to_dict() == plan.to_dict()
+        assert "output" not in record["pretrain"] and "device" not in record["rl"] and "seed" not in record["rl"]
+
+
+def test_the_flat_plan_of_older_runs_still_reads():
+    from pathlib import Path
+
+    from glm53_flash.reproduce import PLANS, ReproducePlan
+
+    committed = json.loads((Path(__file__).parents[1] / "results" / "headline" / "plan.json").read_text())["plan"]
+    assert "rl_groups" in committed  # written before plans were composed of stage configs
+    assert ReproducePlan.from_dict(committed).to_dict() == PLANS["headline"].to_dict()
+
+
+def test_corrupt_plans_are_one_line_errors(tmp_path):
+    import pytest
+
+    from glm53_flash.reproduce import ReproducePlan
+
+    for bad in ([], {"pretrain": []}, {"rl_groups": 1}):
+        with pytest.raises(ValueError):
+            ReproducePlan.from_dict(bad)
+    (tmp_path / "plan.json").write_text("[]")
+    with pytest.raises(ValueError, match="not a plan"):
+        reproduce(tmp_path, preset="quick", progress=False)

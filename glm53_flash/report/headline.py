@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..reproduce import ReproducePlan
 from ..stats import format_p
 
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
@@ -109,7 +110,7 @@ def make_charts(out: Path, summary: dict) -> dict[str, str]:
 
 def result_table(summary: dict) -> list[str]:
     seeds = seed_order(summary)
-    k = summary["plan"]["confirm_samples"]
+    k = ReproducePlan.from_dict(summary["plan"]).confirm_sampled.samples
     header = "| confirmation metric | original before | original after | ours before | " + \
              " | ".join(f"ours after (seed {s})" for s in seeds) + " |"
     lines = [header, "|---|---:|---:|---:|" + "---:|" * len(seeds)]
@@ -163,18 +164,18 @@ def build_report(out: str | Path) -> Path:
     charts = make_charts(out, summary)
     seeds = seed_order(summary)
     trained = ", ".join(summary["trained_families"])
-    plan = summary["plan"]
-    k = plan["confirm_samples"]
+    plan = ReproducePlan.from_dict(summary["plan"])
+    k = plan.confirm_sampled.samples
     lines = [
         f"# Headline experiment ({summary['preset']} preset)",
         "",
         "Every number below is read from the receipts in this directory (`summary.json` is computed from "
         "them by `glm53 reproduce`).",
         "",
-        f"Pipeline: pretrain the `{plan['model_preset']}` model for {plan['pretrain_steps']} steps -> select a "
+        f"Pipeline: pretrain the `{plan.pretrain.preset}` model for {plan.pretrain.steps} steps -> select a "
         f"checkpoint on dev ({summary['pretrain_selection']['rule']}; selected "
         f"`{Path(summary['pretrain_selection']['selected']).name}`) -> RLOO on {trained} with "
-        f"{plan['rl_groups']} groups x {plan['rl_group_size']} samples for each of {len(seeds)} seeds -> select each "
+        f"{plan.rl.groups} groups x {plan.rl.group_size} samples for each of {len(seeds)} seeds -> select each "
         f"RL run's checkpoint on dev -> open the confirm split.",
         "",
         ("The confirm split was opened only after all selection was done (first confirm receipt "

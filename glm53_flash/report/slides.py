@@ -16,6 +16,7 @@ import base64
 import json
 from pathlib import Path
 
+from ..reproduce import ReproducePlan
 from ..stats import format_p
 from .headline import ORIGINAL, goal_lines, result_table, seed_order
 from .tables import esc, html_from_markdown, html_table
@@ -151,10 +152,10 @@ def build_deck(runs: str | Path) -> str:
     runs = Path(runs)
     run = headline_dir(runs)
     summary = json.loads((run / "summary.json").read_text())
-    plan = summary["plan"]
+    plan = ReproducePlan.from_dict(summary["plan"])
     seeds = seed_order(summary)
     first = summary["seeds"][seeds[0]]
-    facts = miniature_facts(plan.get("model_preset", "flash"), plan.get("model_overrides"))
+    facts = miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides)
     cfg, counts = facts["config"], facts["counts"]
     size = f"{counts['total'] / 1e6:.1f}M" if counts["total"] >= 1e6 else f"{counts['total'] / 1e3:.0f}K"
     deck = Deck()
@@ -210,7 +211,7 @@ def build_deck(runs: str | Path) -> str:
     deck.add("architecture", "GLM-5.3-Flash, and our miniature of it",
              html_table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
              + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE)}. Miniature: the run's ModelConfig "
-               f"(preset {esc(plan.get('model_preset', 'flash'))}) and GLM53Flash.parameter_counts().</p>",
+               f"(preset {esc(plan.pretrain.preset)}) and GLM53Flash.parameter_counts().</p>",
              "The right-hand column is computed from the code when the deck is built. docs/GLM_MAPPING.md has "
              "every deviation and its reason.")
     rhythm = " ".join("S" if kind == "sparse" else "L" for kind in facts["pattern"])
@@ -247,8 +248,9 @@ def build_deck(runs: str | Path) -> str:
              "<div class='cols'><div>"
              + code(pretraining_text(0))
              + html_table(["setting", "value"], [
-                 ("steps", plan["pretrain_steps"]), ("batch x sequence", f"{plan['batch_size']} x {plan['sequence_length']}"),
-                 ("learning rate", plan["pretrain_lr"]), ("seconds (this run)", f"{summary['stage_seconds']['pretrain']:.0f}"),
+                 ("steps", plan.pretrain.steps),
+                 ("batch x sequence", f"{plan.pretrain.batch_size} x {plan.pretrain.sequence_length}"),
+                 ("learning rate", plan.pretrain.learning_rate), ("seconds (this run)", f"{summary['stage_seconds']['pretrain']:.0f}"),
                  ("families in the corpus", len(FAMILIES)),
              ])
              + "</div><div>" + image(run / "charts" / "learning-curves.png", "learning curves")
@@ -278,9 +280,9 @@ def build_deck(runs: str | Path) -> str:
                   "loss        = - sum_i advantage_i * log p(completion_i)")
              + html_table(["setting", "value"], [
                  ("trained families", ", ".join(summary["trained_families"])),
-                 ("groups x samples per group", f"{plan['rl_groups']} x {plan['rl_group_size']}"),
-                 ("temperature", plan["rl_temperature"]), ("learning rate", plan["rl_lr"]),
-                 ("trainable scope", plan["rl_scope"]), ("reward", plan["rl_reward"]),
+                 ("groups x samples per group", f"{plan.rl.groups} x {plan.rl.group_size}"),
+                 ("temperature", plan.rl.temperature), ("learning rate", plan.rl.learning_rate),
+                 ("trainable scope", plan.rl.train_scope), ("reward", plan.rl.reward_mode),
                  ("seeds", ", ".join(seeds)),
              ])
              + image(run / "charts" / "dev-selection.png", "dev selection curves"),
