@@ -9,19 +9,64 @@ Also runnable as `python -m glm53_flash.cli ...` (the form `torchrun` needs).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
+import re
 import sys
 
 from . import __version__
 from .commands import BENCH_GROUP, GROUPS
 
+
 class CommandError(Exception):
     """A bad flag value or state that the user can fix; printed as one line, exit code 2."""
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the behaviour a user expects: flags must be spelled out (`--step 3` is not
+    `--steps 3`), an unknown flag is reported with the usage of the command it was given to, and a
+    misspelt command, choice or flag gets a "did you mean". Subcommands inherit the class."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != ROOT_PROG:
+            # Reported here, by the (sub)command that received them, not by the top-level parser.
+            self.error(f"unrecognized arguments: {' '.join(extras)}" + self._suggest_flag(extras))
+        return namespace, extras
+
+    def _suggest_flag(self, extras: list[str]) -> str:
+        flags = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+        for extra in extras:
+            if extra.startswith("--"):
+                close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
+
+    def error(self, message: str):
+        match = _INVALID_CHOICE.search(message)
+        if match:
+            choices = [c.strip(" '\"") for c in match.group(2).split(",")]
+            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        super().error(message)
+
+
+ROOT_PROG = "glm53"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="glm53", description="A 25.7M byte-level GLM-5.3-Flash-style model: train, post-train, evaluate.")
+    parser = Parser(
+        prog=ROOT_PROG, description="A 25.7M byte-level GLM-5.3-Flash-style model: train, post-train, evaluate.")
     parser.add_argument("--version", action="version", version=f"glm53_flash {__version__}")
     parser.add_argument("--require-isolation", dest="require_isolation_everywhere", action="store_true",
                         help="refuse to judge any program unless the verifier's sandbox reaches full isolation "
@@ -41,7 +86,22 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _quiet_broken_pipe() -> int:
+    """The reader of our output went away (`glm53 info | head`): stop without a traceback. stdout is
+    pointed at /dev/null so that the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

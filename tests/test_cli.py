@@ -1,0 +1,49 @@
+"""The `glm53` command line as a user meets it: spelled-out flags, errors with the right usage,
+suggestions for typos, and a quiet end when the reader of the output goes away."""
+
+import subprocess
+import sys
+
+import pytest
+
+from glm53_flash.cli import main
+
+
+def _error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_flag_prefix_is_not_taken_for_the_flag(capsys):
+    err = _error(["pretrain", "--output", "unused", "--step", "3"], capsys)
+    assert "unrecognized arguments: --step 3" in err and "did you mean --steps?" in err
+    assert err.startswith("usage: glm53 pretrain")  # the subcommand's usage, not the top level's
+
+
+def test_a_typo_in_a_nested_command_shows_that_command_usage(capsys):
+    err = _error(["experiment", "rl-choices", "--output", "x", "--checkpoint", "c", "--armz", "a"], capsys)
+    assert err.startswith("usage: glm53 experiment rl-choices") and "did you mean --arms?" in err
+
+
+def test_misspelt_commands_and_choices_get_a_suggestion(capsys):
+    assert "did you mean 'eval'?" in _error(["evl"], capsys)
+    err = _error(["pretrain", "--output", "x", "--preset", "tny"], capsys)
+    assert "did you mean 'tiny'?" in err and err.startswith("usage: glm53 pretrain")
+    assert "did you mean" not in _error(["zzzzzz"], capsys)  # nothing close: no guess
+
+
+def _run_with_closed_stdout(code: str) -> tuple[int, str]:
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child.stdout.close()  # the reader is gone before the command writes a byte (`glm53 info | head -0`)
+    err = child.stderr.read()
+    return child.wait(timeout=120), err
+
+
+def test_a_closed_pipe_ends_quietly():
+    rc, err = _run_with_closed_stdout("import sys; from glm53_flash.cli import main; sys.exit(main(['info']))")
+    assert rc == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+    # the same command without the handler does fail loudly: the check above can fail
+    rc, err = _run_with_closed_stdout("from glm53_flash.cli import _main; _main(['info'])")
+    assert rc != 0 and "BrokenPipeError" in err
