@@ -10,7 +10,15 @@ two; every option value names what it does.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+
+# Largest sizes a config may ask for (far above any model this code is meant for; a config beyond them
+# is corrupt or hostile) and the largest total: checked before a single tensor is allocated.
+SIZE_BOUNDS = {"vocab_size": 1 << 20, "dim": 1 << 14, "layers": 1024, "heads": 1024, "expert_hidden": 1 << 16,
+               "experts": 1024, "top_k": 1024, "streams": 64, "sparse_window": 1 << 20, "sparse_stride": 1 << 20,
+               "max_sequence_length": 1 << 20, "sparse_every": 1024, "linear_chunk": 1 << 20}
+MAX_PARAMETERS = 4_000_000_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, str) and value in renamed:
                 object.__setattr__(self, name, renamed[value])
+        self._check_types_and_bounds()
         checks = [
             (self.vocab_size >= 4, "vocab_size must be >= 4"),
             (self.dim > 0 and self.heads > 0 and self.dim % self.heads == 0, "dim must be a positive multiple of heads"),
@@ -67,6 +76,28 @@ class ModelConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"invalid ModelConfig: {message}")
+
+    def _check_types_and_bounds(self) -> None:
+        """Types and sizes first, so a corrupt or hostile config.json (a string for `dim`, `layers`
+        = 10**7) is refused in one line before anything is allocated."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            kind = {"int": int, "float": float, "str": str}[field.type]
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                  if kind is float else isinstance(value, kind) and not isinstance(value, bool))
+            if not ok:
+                raise ValueError(f"invalid ModelConfig: {field.name} must be {field.type}, got {value!r:.40}")
+            if field.name in SIZE_BOUNDS and not 0 <= value <= SIZE_BOUNDS[field.name]:
+                raise ValueError(f"invalid ModelConfig: {field.name}={value} outside 0..{SIZE_BOUNDS[field.name]}")
+        if self.approximate_parameters() > MAX_PARAMETERS:
+            raise ValueError(f"invalid ModelConfig: about {self.approximate_parameters():.3g} parameters, more than "
+                             f"this code builds ({MAX_PARAMETERS:.0e})")
+
+    def approximate_parameters(self) -> int:
+        """An upper estimate of the parameter count from the shapes alone (no allocation)."""
+        per_layer = 4 * self.dim * self.dim + (self.experts + 1) * 3 * self.dim * self.expert_hidden \
+            + self.experts * self.dim + 4 * self.streams * self.streams * self.dim
+        return self.vocab_size * self.dim + self.layers * per_layer
 
     @property
     def head_dim(self) -> int:
@@ -118,6 +149,6 @@ PRESETS: dict[str, ModelConfig] = {
     ),
     "tiny": ModelConfig(
         dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
-        sparse_window=8, sparse_stride=8, max_sequence_length=64, linear_chunk=16,
+        sparse_window=8, sparse_stride=8, max_sequence_length=128, linear_chunk=16,
     ),
 }

@@ -24,6 +24,7 @@ MODEL_TYPE = "glm53_flash"
 ARCHITECTURE = "GLM53Flash"
 # Keys config.json carries besides the ModelConfig fields.
 DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer")
+MAX_CONFIG_BYTES = 1 << 16  # a config.json is about 1 KB
 
 
 class CheckpointError(ValueError):
@@ -73,6 +74,11 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
     meta = read_json(meta_path, CheckpointError, f"checkpoint {directory}: {METADATA_FILE} is corrupt")
+    files = meta.get("files", {}) if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k
+                                               for k, v in files.items()):
+        raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt "
+                              "(expected an object whose 'files' maps file names to sha256 digests)")
     if verify:
         for name, digest in meta.get("files", {}).items():
             path = directory / name
@@ -87,13 +93,19 @@ def load_config(directory: str | Path) -> ModelConfig:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes")
     try:
         document = json.loads(path.read_text())
+        if not isinstance(document, dict):
+            raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is not a JSON object")
         model_type = document.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise CheckpointError(f"checkpoint {directory}: model_type {model_type!r} is not {MODEL_TYPE!r}")
         return ModelConfig.from_dict({k: v for k, v in document.items() if k not in DESCRIPTIVE_KEYS})
-    except (json.JSONDecodeError, TypeError, AttributeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as error:
+        if isinstance(error, CheckpointError):
+            raise
         raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
 
 
@@ -109,8 +121,15 @@ def load_pretrained(directory: str | Path, device="cpu", verify: bool = True):
         state = load_file(str(Path(directory) / WEIGHTS_FILE), device="cpu")
     except Exception as error:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"checkpoint {directory}: {WEIGHTS_FILE} cannot be read ({error})") from None
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape or tensor.dtype != expected[name].dtype:
+            raise CheckpointError(f"checkpoint {directory}: weight {name} is {tuple(tensor.shape)} {tensor.dtype}, the "
+                                  f"config needs {tuple(expected[name].shape)} {expected[name].dtype}")
+    model.load_state_dict(state)
     return model.to(device), meta
