@@ -102,6 +102,7 @@ def to_svg(fig, prefix: str) -> str:
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', text).group(1)
     text = re.sub(r'(<svg[^>]*?)\swidth="[\d.]+pt" height="[\d.]+pt"', r"\1", text, count=1)
+    text = re.sub(r'\sxmlns(:xlink)?="[^"]*"', "", text)  # inline in HTML: the parser knows both namespaces
     text = text.replace("<svg ", f'<svg class="chart" data-natural-width="{width}" ', 1)
     text = re.sub(r'id="([^"]+)"', rf'id="{prefix}-\1"', text)
     text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
