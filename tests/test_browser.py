@@ -65,7 +65,7 @@ def test_deck_loads_without_console_errors_and_navigates(browser, server):
     browser.save_screenshot(str(ARTIFACTS / "deck-01-result.png"))
     body = browser.find_element(By.TAG_NAME, "body")
     body.send_keys(Keys.ARROW_RIGHT)
-    assert counter(browser).startswith(f"2 / {total}") and "slide=2" in browser.current_url
+    assert counter(browser).startswith(f"2 / {total}") and browser.current_url.endswith("#2")
     body.send_keys(Keys.SPACE)
     body.send_keys(Keys.ARROW_LEFT)
     assert counter(browser).startswith(f"2 / {total}")
@@ -132,6 +132,105 @@ def test_playground_completes_a_prompt_and_shows_the_verdict(browser, server):
     assert output.startswith("# Complete this Python function.")
     assert "tokens in" in browser.find_element(By.ID, "stats").text
     browser.save_screenshot(str(ARTIFACTS / "playground.png"))
+    assert errors(browser) == []
+
+
+def sized(driver, width: int, height: int) -> None:
+    """Make the page's viewport exactly width x height CSS pixels."""
+    driver.set_window_size(width, height)
+    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+    assert driver.execute_script("return [window.innerWidth, window.innerHeight]") == [width, height]
+
+
+# For the active slide: does it scroll, does anything reach outside the window or under the footer,
+# and the smallest chart text on screen (font size times the SVG's on-screen scale), in CSS pixels.
+MEASURE = """
+const slide = document.querySelector('.slide.active');
+const footer = document.getElementById('chrome').getBoundingClientRect().top;
+const cut = [];
+for (const el of slide.querySelectorAll('.body *')) {
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0 || el.closest('svg') && el.tagName !== 'svg') continue;
+  if (r.bottom > footer + 0.5 || r.right > window.innerWidth + 0.5 || r.left < -0.5)
+    cut.push(el.tagName + ' ' + (el.textContent || '').slice(0, 40));
+}
+let smallest = null;
+for (const t of slide.querySelectorAll('svg.chart text')) {
+  const m = t.getScreenCTM();
+  const size = parseFloat(getComputedStyle(t).fontSize) * Math.sqrt(m.a * m.a + m.b * m.b);
+  if (t.textContent.trim() && (smallest === null || size < smallest)) smallest = size;
+}
+return {id: slide.id, scroll: [slide.scrollHeight, slide.clientHeight, slide.scrollWidth, slide.clientWidth],
+        cut: cut.slice(0, 5), smallestChartText: smallest, charts: slide.querySelectorAll('svg.chart').length};
+"""
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_html, tmp_path, width, height):
+    path = tmp_path / "deck.html"
+    path.write_text(deck_html)
+    sized(browser, width, height)
+    try:
+        browser.get(path.as_uri())
+        total = len(browser.find_elements(By.CSS_SELECTOR, ".slide"))
+        charts = 0
+        for number in range(1, total + 1):
+            browser.get(f"{path.as_uri()}#{number}")
+            browser.refresh()  # a new hash alone does not reload: every slide starts from a fresh page
+            m = browser.execute_script(MEASURE)
+            scroll_height, client_height, scroll_width, client_width = m["scroll"]
+            assert scroll_height <= client_height and scroll_width <= client_width, (number, m)
+            assert m["cut"] == [], (number, m)
+            if m["charts"]:
+                charts += m["charts"]
+                assert m["smallestChartText"] >= 10, (number, m)
+            browser.save_screenshot(str(ARTIFACTS / f"deck-{width}x{height}-{number:02d}-{m['id']}.png"))
+        assert charts >= 3
+        assert errors(browser) == []
+    finally:
+        sized(browser, 1400, 900)
+
+
+def test_hash_links_open_that_slide(browser, deck_html, tmp_path):
+    path = tmp_path / "deck.html"
+    path.write_text(deck_html)
+    browser.get(path.as_uri() + "#5")
+    total = len(browser.find_elements(By.CSS_SELECTOR, ".slide"))
+    assert counter(browser).startswith(f"5 / {total}")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
+    assert browser.current_url.endswith("#6") and counter(browser).startswith(f"6 / {total}")
+    browser.execute_script("location.hash = '#3'")
+    wait(browser, lambda d: counter(d).startswith(f"3 / {total}"))
+    browser.get(path.as_uri() + "#verifier")  # a slide's id works too
+    browser.refresh()
+    active = browser.find_element(By.CSS_SELECTOR, ".slide.active").get_attribute("id")
+    assert active == "verifier" and browser.current_url.endswith(f"#{counter(browser).split(' ')[0]}")
+    assert errors(browser) == []
+
+
+def test_presenter_view_shows_current_next_and_notes(browser, deck_html, tmp_path):
+    path = tmp_path / "deck.html"
+    path.write_text(deck_html)
+    browser.get(path.as_uri() + "?presenter#3")
+    slides = browser.find_elements(By.CSS_SELECTOR, "#deck .slide")
+
+    def title(index):
+        return slides[index].get_attribute("data-title")
+
+    def notes(index):
+        return slides[index].find_element(By.CSS_SELECTOR, ".notes").get_attribute("textContent")
+
+    assert browser.find_element(By.ID, "presenter").is_displayed()
+    assert not browser.find_element(By.ID, "deck").is_displayed()
+    for step in (2, 3):
+        current = browser.find_element(By.CSS_SELECTOR, "#presenter-current h2").text
+        following = browser.find_element(By.CSS_SELECTOR, "#presenter-next h2").text
+        assert (current, following) == (title(step), title(step + 1))
+        assert browser.find_element(By.ID, "presenter-notes").text == notes(step).strip() != ""
+        assert browser.find_element(By.ID, "presenter-clock").text.startswith(f"{step + 1} / {len(slides)}")
+        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
+    browser.save_screenshot(str(ARTIFACTS / "deck-presenter.png"))
     assert errors(browser) == []
 
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from .. import stats
 from ..receipts import provenance, write_json, write_text
+from ..report import figures
+from ..report.format import format_interval, format_p, format_signed
 from ..report.tables import markdown_table
 from .study import PLAN_FILE, load_receipts
 
@@ -83,25 +85,6 @@ def pooled_pair_test(pairs: list[tuple[float, float]], seed: int) -> dict:
             "p": stats.sign_flip_p(differences, seed=seed, samples=20000) if any(differences) else 1.0}
 
 
-def fmt_p(p: float | None) -> str:
-    if p is None:
-        return "n/a"
-    return f"{p:.2g}" if p < 0.001 else f"{p:.4f}".rstrip("0").rstrip(".") if p < 1 else "1"
-
-
-def fmt_signed(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return "n/a"
-    rounded = round(value, digits)
-    return f"{rounded + 0.0 if rounded else 0.0:+.{digits}f}"  # no "-0.0"
-
-
-def fmt_ci(ci, digits: int = 1, spread=None) -> str:
-    if ci is None:
-        return "n/a" if spread is None else f"range [{fmt_signed(spread[0], digits)}, {fmt_signed(spread[1], digits)}]"
-    return f"[{fmt_signed(ci[0], digits)}, {fmt_signed(ci[1], digits)}]"
-
-
 def verdict(comparison: dict, alpha: float, unit: str, what: str = "") -> str:
     p = comparison.get("holm_p")
     if p is None:
@@ -109,21 +92,12 @@ def verdict(comparison: dict, alpha: float, unit: str, what: str = "") -> str:
     direction = "higher" if comparison["mean"] > 0 else "lower"
     if p <= alpha:
         subject = f"{comparison['right']}'s {what}" if what else comparison["right"]
-        return f"yes: {subject} is {direction} by {abs(comparison['mean']):.1f} {unit} (Holm p {fmt_p(p)})"
+        return f"yes: {subject} is {direction} by {abs(comparison['mean']):.1f} {unit} (Holm p {format_p(p)})"
     mde = comparison.get("mde")
     detail = f"; this design detects about {mde:.1f} {unit} with 80% power" if mde else ""
-    interval = fmt_ci(comparison["ci95"], spread=comparison.get("range"))
+    interval = format_interval(comparison["ci95"], spread=comparison.get("range"))
     interval = f"CI {interval}" if comparison["ci95"] else interval
-    return f"no reliable difference: {fmt_signed(comparison['mean'])} {unit}, {interval}, Holm p {fmt_p(p)}{detail}"
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return f"no reliable difference: {format_signed(comparison['mean'])} {unit}, {interval}, Holm p {format_p(p)}{detail}"
 
 
 # --------------------------------------------------------------------------- pretraining-data study
@@ -143,11 +117,11 @@ def _evaluation_at(receipt: dict, step: int) -> dict | None:
     return None
 
 
-def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+def compute_pretraining(plan: dict, receipts: list[dict]) -> dict:
+    """Every number of the pretraining-data study (no text): curves, comparisons, trajectories."""
     design, analysis = plan["design"], plan["analysis"]
     boot = analysis["bootstrap"]
-    alpha = analysis["alpha"]
-    step = analysis["primary_step"]
+    step, primary = analysis["primary_step"], analysis["primary_metric"]
     by_condition: dict[str, dict[int, dict]] = {}
     for receipt in receipts:
         by_condition.setdefault(receipt["condition"], {})[receipt["seed"]] = receipt
@@ -209,7 +183,6 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
 
     # each comparison's difference at every evaluated step (descriptive, uncorrected)
     trajectory = {}
-    primary = analysis["primary_metric"]
     for index, spec in enumerate(analysis["comparisons"]):
         points = []
         for at in design["eval_at"]:
@@ -234,6 +207,32 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
         for structure, (correct, total) in totals.items():
             per_structure.setdefault(structure, {})[condition] = 100.0 * correct / total
 
+    final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
+    correct_programs = sum(bool(x["execution_correct"]) for e in final for x in e["examples"])
+    exact_programs = sum(bool(x["free_run_exact"]) for e in final for x in e["examples"])
+    seeds_done = sorted({r["seed"] for r in receipts})
+    summary = {
+        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "primary_metric": primary, "primary_step": step,
+        "runs": len(receipts), "runs_planned": len(plan["units"]), "seeds_completed": seeds_done,
+        "pairing_verified": not unpaired, "unpaired_runs": unpaired,
+        "generations_at_primary_step": sum(len(e["examples"]) for e in final),
+        "correct_generations_at_primary_step": int(correct_programs),
+        "exact_generations_at_primary_step": int(exact_programs),
+        "examples": _examples(by_condition, step),
+        "untrained_byte_accuracy": sorted({round(_evaluation_at(r, 0)["summary"]["target_byte_accuracy"], 6)
+                                          for r in receipts if _evaluation_at(r, 0)}),
+        "seconds_per_run": float(np.mean([r["elapsed_seconds"] for r in receipts])) if receipts else None,
+        "wall_minutes": wall_minutes(receipts),
+        "curves": curves, "comparisons": comparisons, "trajectory": trajectory, "per_structure": per_structure,
+    }
+    return summary
+
+
+def pretraining_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
+    """The study's answers (sentences) and its headline table, formatted from the computed numbers."""
+    analysis = plan["analysis"]
+    alpha, step, primary = analysis["alpha"], summary["primary_step"], summary["primary_metric"]
+    comparisons = summary["comparisons"]
     primary_rows = comparisons[primary]
     unit = "points"
     answers = []
@@ -242,22 +241,19 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
         text = f"{row['question']} {verdict(row, alpha, unit, what='teacher-forced byte accuracy')}."
         if index < len(loss_rows) and loss_rows[index]["n"]:
             loss = loss_rows[index]
-            text += (f" Target loss (lower is better): {fmt_signed(loss['mean'], 2)} nats, Holm p "
-                     f"{fmt_p(loss.get('holm_p'))}.")
+            text += (f" Target loss (lower is better): {format_signed(loss['mean'], 2)} nats, Holm p "
+                     f"{format_p(loss.get('holm_p'))}.")
         answers.append(text)
     execution_rows = comparisons.get("execution_accuracy", [])
-    final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
-    correct_programs = sum(bool(x["execution_correct"]) for e in final for x in e["examples"])
-    exact_programs = sum(bool(x["free_run_exact"]) for e in final for x in e["examples"])
-    if final and correct_programs == 0:
+    if summary["generations_at_primary_step"] and summary["correct_generations_at_primary_step"] == 0:
         answers.append(f"Does any condition teach the model to write the held-out expressions? No: none of the "
-                       f"{sum(len(e['examples']) for e in final)} greedy generations at update {step} "
+                       f"{summary['generations_at_primary_step']} greedy generations at update {step} "
                        f"(every condition and seed) computes the right values, so the byte-accuracy gains are "
                        f"gains in predicting the expression's form, not in solving the task.")
     else:
         for row in execution_rows:
-            answers.append(f"Execution accuracy, {row['name']}: {fmt_signed(row['mean'])} points "
-                           f"(Holm p {fmt_p(row.get('holm_p'))}; {row['right']} {row['right_mean']:.1f}% vs "
+            answers.append(f"Execution accuracy, {row['name']}: {format_signed(row['mean'])} points "
+                           f"(Holm p {format_p(row.get('holm_p'))}; {row['right']} {row['right_mean']:.1f}% vs "
                            f"{row['left']} {row['left_mean']:.1f}%)." if row["n"] else
                            f"Execution accuracy, {row['name']}: no paired seeds.")
     columns = ["Comparison", "Left", "Right", "Left %", "Right %", "Δ points", "95% CI", "sign-flip p",
@@ -268,27 +264,19 @@ def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
             continue
         table_rows.append([
             row["name"], row["left"], row["right"], f"{row['left_mean']:.1f}", f"{row['right_mean']:.1f}",
-            fmt_signed(row["mean"]), fmt_ci(row["ci95"]), fmt_p(row["sign_flip_p"]), fmt_p(row.get("holm_p")),
+            format_signed(row["mean"]), format_interval(row["ci95"]), format_p(row["sign_flip_p"]), format_p(row.get("holm_p")),
             f"{row['wins']}/{row['ties']}/{row['losses']}",
-            fmt_signed(execution["mean"]) if execution and execution["n"] else "n/a",
-            fmt_signed(ORIGINAL_DELTAS.get(row["name"])),
+            format_signed(execution["mean"]) if execution and execution["n"] else "n/a",
+            format_signed(ORIGINAL_DELTAS.get(row["name"])),
         ])
-    seeds_done = sorted({r["seed"] for r in receipts})
-    summary = {
-        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "primary_metric": primary, "primary_step": step,
-        "runs": len(receipts), "runs_planned": len(plan["units"]), "seeds_completed": seeds_done,
-        "pairing_verified": not unpaired, "unpaired_runs": unpaired,
-        "correct_generations_at_primary_step": int(correct_programs),
-        "exact_generations_at_primary_step": int(exact_programs),
-        "examples": _examples(by_condition, step),
-        "untrained_byte_accuracy": sorted({round(_evaluation_at(r, 0)["summary"]["target_byte_accuracy"], 6)
-                                          for r in receipts if _evaluation_at(r, 0)}),
-        "seconds_per_run": float(np.mean([r["elapsed_seconds"] for r in receipts])) if receipts else None,
-        "wall_minutes": wall_minutes(receipts),
-        "curves": curves, "comparisons": comparisons, "trajectory": trajectory, "per_structure": per_structure,
-        "headline_table": {"columns": columns, "rows": table_rows}, "answers": answers,
-    }
-    charts = _pretraining_charts(out, summary, design)
+    return answers, {"columns": columns, "rows": table_rows}
+
+
+def analyze_pretraining(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    summary = compute_pretraining(plan, receipts)
+    answers, table = pretraining_answers(plan, summary)
+    summary["headline_table"], summary["answers"] = table, answers
+    charts = _pretraining_charts(out, summary, plan["design"])
     return summary, _pretraining_report(plan, summary, charts), charts
 
 
@@ -326,54 +314,53 @@ def _examples(by_condition: dict, step: int, count: int = 4) -> list[dict]:
 
 
 def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
-    plt = _pyplot()
     charts = {}
     primary = summary["primary_metric"]
     curves = summary["curves"][primary]
+    n = len(summary["seeds_completed"])
     if any(curves.values()):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        for condition, points in curves.items():
-            steps = [p["step"] for p in points]
-            axes[0].plot(steps, [p["mean"] for p in points], marker="o", label=condition)
-            low = [p["ci95"][0] if p["ci95"] else p["mean"] for p in points]
-            high = [p["ci95"][1] if p["ci95"] else p["mean"] for p in points]
-            axes[0].fill_between(steps, low, high, alpha=0.15)
-        axes[0].set(xlabel="update", ylabel="held-out target-byte accuracy (%)",
-                    title=f"Held-out accuracy by condition (mean, 95% bootstrap CI, n={len(summary['seeds_completed'])} seeds)")
-        axes[0].title.set_fontsize(9)
-        axes[0].legend(fontsize=8)
-        for name, points in summary["trajectory"].items():
-            steps = [p["step"] for p in points]
-            axes[1].plot(steps, [p["mean"] for p in points], marker="o", label=name)
-        axes[1].axhline(0, color="grey", lw=0.8)
-        axes[1].set(xlabel="update", ylabel="paired difference (points, right - left)",
-                    title="Paired differences over training")
-        axes[1].title.set_fontsize(9)
-        axes[1].legend(fontsize=8)
-        fig.tight_layout()
-        charts["learning_curves"] = "learning-curves.png"
-        fig.savefig(out / charts["learning_curves"], dpi=100)
-        plt.close(fig)
+        with figures.style() as plt:
+            fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+            for condition, points in curves.items():
+                steps = [p["step"] for p in points]
+                axes[0].plot(steps, [p["mean"] for p in points], marker="o", label=condition)
+                low = [p["ci95"][0] if p["ci95"] else p["mean"] for p in points]
+                high = [p["ci95"][1] if p["ci95"] else p["mean"] for p in points]
+                axes[0].fill_between(steps, low, high, alpha=0.15)
+            axes[0].set(xlabel="update", ylabel="held-out target-byte accuracy (%)",
+                        title=f"Accuracy by condition (mean, 95% CI, n={n} seeds)")
+            axes[0].legend()
+            for name, points in summary["trajectory"].items():
+                steps = [p["step"] for p in points]
+                means = [p["mean"] for p in points]
+                axes[1].errorbar(steps, means, yerr=figures.interval_errors(means, [p["ci95"] for p in points]),
+                                 marker="o", capsize=3, label=name)
+            axes[1].axhline(0, color="grey", lw=0.8)
+            axes[1].set(xlabel="update", ylabel="paired difference (points)",
+                        title=f"Right - left over training (95% CI, n={n} seeds)")
+            axes[1].legend()
+            fig.tight_layout()
+            charts["learning_curves"] = "learning-curves.png"
+            figures.save_png(fig, out / charts["learning_curves"], dpi=100)
     rows = [r for r in summary["comparisons"][primary] if r["n"]]
     if rows:
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.8 * len(rows)))
-        for y, row in enumerate(rows):
-            jitter = np.linspace(-0.2, 0.2, len(row["differences"])) if len(row["differences"]) > 1 else [0.0]
-            ax.scatter(row["differences"], np.full(len(row["differences"]), y) + jitter, s=14, alpha=0.6)
-            if row["ci95"]:
-                ax.errorbar([row["mean"]], [y], xerr=[[row["mean"] - row["ci95"][0]], [row["ci95"][1] - row["mean"]]],
-                            fmt="D", color="black", capsize=4)
-            else:  # too few seeds for a CI: the mean alone
-                ax.scatter([row["mean"]], [y], marker="D", color="black")
-        ax.axvline(0, color="grey", lw=0.8)
-        ax.set_yticks(range(len(rows)), [f"{r['name']}\n{r['right']} - {r['left']}" for r in rows], fontsize=8)
-        ax.set_xlabel(f"per-seed difference in held-out target-byte accuracy at update {summary['primary_step']} (points)")
-        ax.set_title(f"Each dot is one seed; diamond = mean (with its 95% bootstrap CI from {MIN_SEEDS_FOR_CI} seeds)",
-                     fontsize=9)
-        fig.tight_layout()
-        charts["paired_differences"] = "paired-differences.png"
-        fig.savefig(out / charts["paired_differences"], dpi=100)
-        plt.close(fig)
+        with figures.style() as plt:
+            fig, ax = plt.subplots(figsize=(9, 1.4 + 0.9 * len(rows)))
+            for y, row in enumerate(rows):
+                jitter = np.linspace(-0.2, 0.2, len(row["differences"])) if len(row["differences"]) > 1 else [0.0]
+                ax.scatter(row["differences"], np.full(len(row["differences"]), y) + jitter, s=14, alpha=0.6)
+                if row["ci95"]:
+                    ax.errorbar([row["mean"]], [y], xerr=figures.interval_errors([row["mean"]], [row["ci95"]]),
+                                fmt="D", color="black", capsize=4)
+                else:  # too few seeds for a CI: the mean alone
+                    ax.scatter([row["mean"]], [y], marker="D", color="black")
+            ax.axvline(0, color="grey", lw=0.8)
+            ax.set_yticks(range(len(rows)), [f"{r['name']}\n{r['right']} - {r['left']}" for r in rows])
+            ax.set_xlabel(f"per-seed difference in held-out byte accuracy at update {summary['primary_step']} (points)")
+            ax.set_title(f"One dot per seed (n={n}); diamond = mean with its 95% bootstrap CI")
+            fig.tight_layout()
+            charts["paired_differences"] = "paired-differences.png"
+            figures.save_png(fig, out / charts["paired_differences"], dpi=100)
     return charts
 
 
@@ -408,10 +395,10 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     lines += ["## Every metric at the final update", ""]
     for metric, rows in summary["comparisons"].items():
         unit = "points" if metric in PERCENT_METRICS else "nats"
-        table = [[r["name"], fmt_signed(r["mean"], 2), fmt_ci(r["ci95"], 2), fmt_p(r["sign_flip_p"]),
-                  fmt_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}",
+        table = [[r["name"], format_signed(r["mean"], 2), format_interval(r["ci95"], 2), format_p(r["sign_flip_p"]),
+                  format_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}",
                   "n/a" if r["mde"] is None else f"{r['mde']:.2f}",
-                  fmt_p(r["pooled_items"]["p"]) if "pooled_items" in r else "-"] for r in rows if r["n"]]
+                  format_p(r["pooled_items"]["p"]) if "pooled_items" in r else "-"] for r in rows if r["n"]]
         lines += [f"### {metric} ({unit})", "",
                   *markdown_table(["Comparison", "Δ", "95% CI", "sign-flip p", "Holm p", "wins/ties/losses",
                            "MDE (80% power)", "pooled item p"], table), ""]
@@ -454,9 +441,10 @@ def _task_pairs(left: dict[int, dict], right: dict[int, dict]) -> list[tuple[flo
     return pairs
 
 
-def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
+    """Every number of the rl-choices study (no text); `out` holds the study's selection.json."""
     design, analysis = plan["design"], plan["analysis"]
-    boot, alpha = analysis["bootstrap"], analysis["alpha"]
+    boot = analysis["bootstrap"]
     reference = {r["evaluation"]["split"]: r["evaluation"]["summary"] for r in receipts if r["phase"] == "reference"}
     screen: dict[str, dict[int, dict]] = {}
     confirm: dict[str, dict[int, dict]] = {}
@@ -540,16 +528,33 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
             versus_pretrained.append(row)
         apply_holm(versus_pretrained)
 
+    summary = {
+        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
+        "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
+        "wall_minutes": wall_minutes(receipts),
+        "pretrained": {split: {"pass_rate": 100.0 * s["pass_at_1"], "solved": s["tasks_solved"],
+                               "tasks": s["tasks_total"]} for split, s in reference.items()},
+        "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
+        "versus_pretrained": versus_pretrained,
+    }
+    return summary
+
+
+def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
+    """The study's answers (sentences) and its headline table, formatted from the computed numbers."""
+    design, alpha = plan["design"], plan["analysis"]["alpha"]
+    screen_rows, confirmation = summary["screen_comparisons"], summary["confirmation"]
+    versus_pretrained = summary["versus_pretrained"]
     answers = []
     flagged = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
-    flag_list = ", ".join(f"{r['right']} ({fmt_signed(r['mean'])})" for r in flagged)
+    flag_list = ", ".join(f"{r['right']} ({format_signed(r['mean'])})" for r in flagged)
     if screen_rows:
         best = max(screen_rows, key=lambda r: r["mean"])
         answers.append(
             f"Screen ({design['screen_split']}, {best['n']} seeds per arm; it selects, it does not decide): the best "
-            f"arm was {best['right']}, {fmt_signed(best['mean'])} points over the baseline (seed-level sign-flip p "
-            f"{fmt_p(best['sign_flip_p'])}; task-pooled p {fmt_p(best['pooled_p'])}, Holm across "
-            f"{len(screen_rows)} arms {fmt_p(best.get('holm_p'))})."
+            f"arm was {best['right']}, {format_signed(best['mean'])} points over the baseline (seed-level sign-flip p "
+            f"{format_p(best['sign_flip_p'])}; task-pooled p {format_p(best['pooled_p'])}, Holm across "
+            f"{len(screen_rows)} arms {format_p(best.get('holm_p'))})."
             + (f" Task-pooled tests flag {flag_list}; they condition on these particular runs, so only a "
                "confirmation on new seeds can back them." if flagged else ""))
     if confirmation is not None:
@@ -571,16 +576,16 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         if v["n"]:
             answers.append(f"Does RL with this recipe beat the starting checkpoint on {design['confirm_split']}? "
                            f"{v['right']}: {v['right_mean']:.1f}% vs {v['left_mean']:.1f}% before RL, "
-                           f"{fmt_signed(v['mean'])} points; {v['wins']} of {v['n']} seeds higher, {v['losses']} lower "
-                           f"(sign test against the fixed checkpoint: p {fmt_p(v['sign_flip_p'])}, "
-                           f"Holm p {fmt_p(v.get('holm_p'))}).")
+                           f"{format_signed(v['mean'])} points; {v['wins']} of {v['n']} seeds higher, {v['losses']} lower "
+                           f"(sign test against the fixed checkpoint: p {format_p(v['sign_flip_p'])}, "
+                           f"Holm p {format_p(v.get('holm_p'))}).")
     columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ points", "95% CI (or range)", "seed sign-flip p",
                "task-pooled p", "Holm p", "wins/ties/losses", "seeds"]
 
     def row_cells(phase, r, pooled, left_label=None):
         return [phase, r["right"], left_label or f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}",
-                fmt_signed(r["mean"]), fmt_ci(r["ci95"], spread=r.get("range")), fmt_p(r["sign_flip_p"]),
-                fmt_p(pooled), fmt_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"]]
+                format_signed(r["mean"]), format_interval(r["ci95"], spread=r.get("range")), format_p(r["sign_flip_p"]),
+                format_p(pooled), format_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"]]
 
     table_rows = [row_cells(f"screen ({design['screen_split']})", r, r["pooled_p"]) for r in screen_rows if r["n"]]
     if confirmation is not None and confirmation["n"]:
@@ -590,52 +595,50 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
         if v["n"]:
             table_rows.append(row_cells(f"RL vs pretrained ({design['confirm_split']})", v, None,
                                         f"{v['left_mean']:.1f} (pretrained)"))
-    summary = {
-        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
-        "checkpoint_sha256": design["checkpoint_sha256"], "runs": len(receipts), "runs_planned": len(plan["units"]),
-        "wall_minutes": wall_minutes(receipts),
-        "pretrained": {split: {"pass_rate": 100.0 * s["pass_at_1"], "solved": s["tasks_solved"],
-                               "tasks": s["tasks_total"]} for split, s in reference.items()},
-        "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
-        "versus_pretrained": versus_pretrained,
-        "headline_table": {"columns": columns, "rows": table_rows}, "answers": answers,
-    }
-    charts = _rl_charts(out, summary, design)
+    return answers, {"columns": columns, "rows": table_rows}
+
+
+def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    summary = compute_rl_choices(out, plan, receipts)
+    answers, table = rl_choices_answers(plan, summary)
+    summary["headline_table"], summary["answers"] = table, answers
+    charts = _rl_charts(out, summary, plan["design"])
     return summary, _rl_report(plan, summary, charts), charts
 
 
 def _rl_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
-    plt = _pyplot()
     charts = {}
     arms = summary["arms"]
     if arms:
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(arms)))
-        for y, arm in enumerate(arms):
-            ax.scatter(arm["pass_rates"], [y] * len(arm["pass_rates"]), s=18, alpha=0.6)
-            ax.scatter([arm["mean_pass_rate"]], [y], marker="D", color="black")
-        if "dev" in summary["pretrained"]:
-            ax.axvline(summary["pretrained"]["dev"]["pass_rate"], color="grey", ls="--", lw=0.8, label="pretrained")
-            ax.legend(fontsize=8)
-        ax.set_yticks(range(len(arms)), [a["arm"] for a in arms], fontsize=8)
-        ax.set_xlabel("dev greedy pass@1 (%) per screening seed; diamond = mean")
-        ax.set_title("RL screen: one dot per training seed", fontsize=9)
-        fig.tight_layout()
-        charts["screen"] = "screen.png"
-        fig.savefig(out / charts["screen"], dpi=100)
-        plt.close(fig)
+        with figures.style() as plt:
+            fig, ax = plt.subplots(figsize=(9, 1.4 + 0.5 * len(arms)))
+            for y, arm in enumerate(arms):
+                ax.scatter(arm["pass_rates"], [y] * len(arm["pass_rates"]), s=18, alpha=0.6)
+                ax.scatter([arm["mean_pass_rate"]], [y], marker="D", color="black")
+            ax.set_yticks(range(len(arms)), [a["arm"] for a in arms])
+            if "dev" in summary["pretrained"]:
+                figures.reference_line(ax, summary["pretrained"]["dev"]["pass_rate"], "pretrained", axis="x")
+                ax.legend()
+            seeds = sorted({len(a["pass_rates"]) for a in arms})
+            ax.set_xlabel("dev greedy pass@1 (%) per screening seed; diamond = mean")
+            ax.set_title(f"RL screen: one dot per training seed (n={'/'.join(map(str, seeds))} per arm)")
+            fig.tight_layout()
+            charts["screen"] = "screen.png"
+            figures.save_png(fig, out / charts["screen"], dpi=100)
     confirmation = summary["confirmation"]
     if confirmation and confirmation["per_seed"]:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for row in confirmation["per_seed"]:
-            ax.plot([0, 1], [100 * row["baseline_solved"] / row["tasks"], 100 * row["candidate_solved"] / row["tasks"]],
-                    marker="o", alpha=0.6)
-        ax.set_xticks([0, 1], ["baseline", confirmation["candidate"]])
-        ax.set_ylabel(f"{design['confirm_split']} greedy pass@1 (%)")
-        ax.set_title(f"Confirmation: one line per fresh training seed (n={confirmation['n']})", fontsize=9)
-        fig.tight_layout()
-        charts["confirmation"] = "confirmation.png"
-        fig.savefig(out / charts["confirmation"], dpi=100)
-        plt.close(fig)
+        with figures.style() as plt:
+            fig, ax = plt.subplots(figsize=(6.4, 4.4))
+            for row in confirmation["per_seed"]:
+                ax.plot([0, 1], [100 * row["baseline_solved"] / row["tasks"],
+                                 100 * row["candidate_solved"] / row["tasks"]], marker="o", alpha=0.6)
+            tasks = confirmation["per_seed"][0]["tasks"]
+            ax.set_xticks([0, 1], ["baseline", confirmation["candidate"]])
+            ax.set_ylabel(f"{design['confirm_split']} greedy pass@1 over {tasks} tasks (%)")
+            ax.set_title(f"Confirmation: one line per fresh seed (n={confirmation['n']})")
+            fig.tight_layout()
+            charts["confirmation"] = "confirmation.png"
+            figures.save_png(fig, out / charts["confirmation"], dpi=100)
     return charts
 
 
@@ -683,7 +686,7 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         lines += markdown_table(["seed", "baseline solved", f"{confirmation['candidate']} solved", "gains", "losses",
                          "McNemar p"], [[r["seed"], f"{r['baseline_solved']}/{r['tasks']}",
                                          f"{r['candidate_solved']}/{r['tasks']}", r["gains"], r["losses"],
-                                         fmt_p(r["mcnemar_p"])] for r in confirmation["per_seed"]])
+                                         format_p(r["mcnemar_p"])] for r in confirmation["per_seed"]])
         mde = confirmation.get("mde")
         lines += ["", (f"Minimum detectable effect at {confirmation['n']} seeds (80% power, from the observed seed-level "
                       f"SD): {'n/a' if mde is None else f'{mde:.1f} points'}."), ""]
@@ -745,4 +748,5 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-__all__ = ["ANALYZERS", "analyze", "apply_holm", "markdown_table", "paired_comparison", "pooled_pair_test"]
+__all__ = ["ANALYZERS", "analyze", "apply_holm", "compute_pretraining", "compute_rl_choices", "markdown_table",
+           "paired_comparison", "pooled_pair_test", "pretraining_answers", "rl_choices_answers"]

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from ..reproduce import ReproducePlan
-from ..stats import format_p
+from . import figures
+from .format import format_interval, format_p, format_signed
 
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
 ORIGINAL = {
@@ -27,85 +28,206 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
 
-def make_charts(out: Path, summary: dict) -> dict[str, str]:
-    import matplotlib
+# --------------------------------------------------------------------------- chart data (numbers only)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    charts = out / "charts"
-    charts.mkdir(exist_ok=True)
-    paths = {}
+def greedy_chart_data(summary: dict) -> dict:
+    """Greedy pass@1 on the trained families before RL and after it per seed, in percent, each after-RL
+    bar with the receipts' 95% CI of the paired change drawn from the before level; the original
+    miniature's published result as a rate, so it is comparable whatever the number of tasks."""
     seeds = seed_order(summary)
+    greedy = [summary["seeds"][s]["greedy_trained"] for s in seeds]
+    before = 100 * greedy[0]["before_solved"] / greedy[0]["tasks"]
+    total = ORIGINAL["greedy_trained"][2]
+    return {
+        "tasks": greedy[0]["tasks"], "before": before, "before_solved": greedy[0]["before_solved"],
+        "seeds": [{"seed": s, "after": 100 * g["after_solved"] / g["tasks"], "after_solved": g["after_solved"],
+                   "interval": [before + 100 * g["rate_difference_ci"][0], before + 100 * g["rate_difference_ci"][1]]
+                   if g.get("rate_difference_ci") else None} for s, g in zip(seeds, greedy)],
+        "reference": {"value": 100 * ORIGINAL["greedy_trained"][1] / total,
+                      "label": f"original after RL ({ORIGINAL['greedy_trained'][1]}/{total})"},
+    }
 
-    # learning curves: pretraining loss; RL mean reward per update for every seed
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+
+def family_chart_data(summary: dict) -> dict:
+    """Per family and seed: the change in the exact sampled rate (points) with its 95% CI, trained
+    families first."""
+    seeds = seed_order(summary)
+    first = summary["seeds"][seeds[0]]["sampled_by_family"]
+    trained = [f for f in summary["trained_families"] if f in first]
+    families = trained + [f for f in first if f not in trained]
+    return {
+        "families": families, "trained": trained, "seeds": seeds,
+        "rollouts": {f: first[f]["rollouts"] for f in families},
+        "change": {s: {f: 100 * summary["seeds"][s]["sampled_by_family"][f]["rate_difference"] for f in families}
+                   for s in seeds},
+        "interval": {s: {f: [100 * x for x in summary["seeds"][s]["sampled_by_family"][f]["rate_difference_ci"]]
+                         for f in families} for s in seeds},
+    }
+
+
+def selection_chart_data(out: Path | None, summary: dict) -> dict:
+    """Exact dev rollouts per checkpoint: pretraining (from the summary) and, when the run directory
+    holds them, every RL seed's selection receipt."""
+    plan = ReproducePlan.from_dict(summary["plan"])
+    families = len(summary["trained_families"]) + len(summary["untrained_families"])
+    rl = {}
+    for seed in seed_order(summary):
+        path = out / f"rl-{seed}" / "selection-dev.json" if out is not None else None
+        if path is not None and path.is_file():
+            checkpoints = json.loads(path.read_text())["checkpoints"]
+            rl[seed] = [(e["step"], e["score"][0]) for e in checkpoints]
+    return {
+        "pretrain": [(e["step"], e["score"][0]) for e in summary["pretrain_selection"]["checkpoints"]],
+        "pretrain_rollouts": plan.select_pretrain.per_family * families * plan.select_pretrain.samples,
+        "rl": rl, "rl_rollouts": plan.select_rl.per_family * len(summary["trained_families"]) * plan.select_rl.samples,
+    }
+
+
+def learning_chart_data(out: Path | None, summary: dict) -> dict | None:
+    """Pretraining loss per step and each seed's RL mean reward (moving mean), from the metrics
+    receipts; None when the run directory does not hold them (the committed results/ do not)."""
+    if out is None or not (out / "pretrain" / "metrics.jsonl").is_file():
+        return None
     rows = _read_jsonl(out / "pretrain" / "metrics.jsonl")
-    ax1.plot([r["step"] for r in rows], [r["loss"] for r in rows], color="tab:blue")
-    ax1.set(title="Pretraining loss", xlabel="step", ylabel="token cross-entropy")
-    for seed in seeds:
+    rewards = {}
+    window = 1
+    for seed in seed_order(summary):
         m = _read_jsonl(out / f"rl-{seed}" / "metrics.jsonl")
-        xs = [r["last_group"] for r in m]
         ys = [r["mean_reward"] for r in m]
         window = max(1, len(ys) // 12)
         smooth = [sum(ys[max(0, i - window + 1): i + 1]) / len(ys[max(0, i - window + 1): i + 1]) for i in range(len(ys))]
-        ax2.plot(xs, smooth, label=f"seed {seed}")
-    ax2.set(title="RL mean reward (moving mean)", xlabel="group", ylabel="reward")
-    ax2.legend()
-    fig.tight_layout()
-    paths["learning_curves"] = str(charts / "learning-curves.png")
-    fig.savefig(paths["learning_curves"], dpi=110)
-    plt.close(fig)
+        rewards[seed] = ([r["last_group"] for r in m], smooth)
+    return {"loss": ([r["step"] for r in rows], [r["loss"] for r in rows]), "rewards": rewards, "window": window,
+            "batch": ReproducePlan.from_dict(summary["plan"]).pretrain.batch_size,
+            "group_size": ReproducePlan.from_dict(summary["plan"]).rl.group_size}
 
-    # dev selection curves
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    pre = summary["pretrain_selection"]["checkpoints"]
-    ax1.plot([e["step"] for e in pre], [e["score"][0] for e in pre], marker="o")
-    ax1.set(title="Dev selection: pretraining checkpoints", xlabel="step", ylabel="exact dev rollouts")
-    for seed in seeds:
-        sel = json.loads((out / f"rl-{seed}" / "selection-dev.json").read_text())
-        ax2.plot([e["step"] for e in sel["checkpoints"]], [e["score"][0] for e in sel["checkpoints"]],
-                 marker="o", label=f"seed {seed}")
-    ax2.set(title="Dev selection: RL checkpoints", xlabel="group", ylabel="exact dev rollouts")
-    ax2.legend()
-    fig.tight_layout()
-    paths["selection_curves"] = str(charts / "dev-selection.png")
-    fig.savefig(paths["selection_curves"], dpi=110)
-    plt.close(fig)
 
-    # per-family before/after sampled exact rate
-    families = list(summary["seeds"][seeds[0]]["sampled_by_family"])
-    fig, ax = plt.subplots(figsize=(11, 4))
-    width = 0.8 / (len(seeds) + 1)
-    first = summary["seeds"][seeds[0]]["sampled_by_family"]
-    ax.bar([i for i in range(len(families))], [first[f]["before_rate"] for f in families], width, label="before RL",
-           color="gray")
-    for j, seed in enumerate(seeds, start=1):
-        rows = summary["seeds"][seed]["sampled_by_family"]
-        ax.bar([i + j * width for i in range(len(families))], [rows[f]["after_rate"] for f in families], width,
-               label=f"after RL, seed {seed}")
-    ax.set_xticks([i + width * len(seeds) / 2 for i in range(len(families))], families, rotation=20)
-    ax.set(title="Confirm split: fraction of exact sampled completions per family", ylabel="exact rate",
-           ylim=(0, 1.05))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths["family_bars"] = str(charts / "family-before-after.png")
-    fig.savefig(paths["family_bars"], dpi=110)
-    plt.close(fig)
+# --------------------------------------------------------------------------- charts (drawing only)
 
-    # per-seed greedy result on the trained families
-    fig, ax = plt.subplots(figsize=(6, 4))
-    greedy = [summary["seeds"][s]["greedy_trained"] for s in seeds]
-    ax.bar(["before"] + [f"seed {s}" for s in seeds], [greedy[0]["before_solved"]] + [g["after_solved"] for g in greedy],
-           color=["gray"] + ["tab:green"] * len(seeds))
-    ax.axhline(ORIGINAL["greedy_trained"][1], color="tab:red", linestyle="--", label="original after RL")
-    ax.set(title="Greedy pass@1, trained families (confirm)", ylabel=f"tasks solved of {greedy[0]['tasks']}")
+
+def draw_greedy(data: dict, size=(6.4, 4.2)):
+    with figures.style() as plt:
+        fig, ax = plt.subplots(figsize=size)
+        labels = ["before RL"] + [f"seed {row['seed']}" for row in data["seeds"]]
+        values = [data["before"]] + [row["after"] for row in data["seeds"]]
+        counts = [data["before_solved"]] + [row["after_solved"] for row in data["seeds"]]
+        bars = ax.bar(labels, values, color=[figures.BEFORE] + [figures.TRAINED] * len(data["seeds"]))
+        centres = [row["after"] for row in data["seeds"]]
+        intervals = [row["interval"] for row in data["seeds"]]
+        if any(intervals):
+            ax.errorbar(range(1, len(values)), centres, yerr=figures.interval_errors(centres, intervals), fmt="none",
+                        ecolor="black", capsize=5, label="95% CI of the paired change")
+        for bar, count in zip(bars, counts):
+            ax.annotate(f"{count}/{data['tasks']}", (bar.get_x() + bar.get_width() / 2, 0), xytext=(0, 4),
+                        textcoords="offset points", ha="center", va="bottom", color="white", fontweight="bold")
+        ax.set_ylim(0, 100)
+        figures.reference_line(ax, data["reference"]["value"], data["reference"]["label"])
+        figures.include_in_axis(ax, [i[1] for i in intervals if i])
+        ax.set(ylabel=f"pass@1 over {data['tasks']} tasks (%)",
+               title=f"Greedy pass@1, trained families, confirm split (n={data['tasks']})")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        fig.tight_layout()
+    return fig
+
+
+def draw_family_changes(data: dict, size=(11, 4.4)):
+    with figures.style() as plt:
+        fig, ax = plt.subplots(figsize=size)
+        families, seeds = data["families"], data["seeds"]
+        width = 0.8 / max(1, len(seeds))
+        untrained = [i for i, f in enumerate(families) if f not in data["trained"]]
+        if untrained:
+            ax.axvspan(min(untrained) - 0.5, max(untrained) + 0.5, color=figures.UNTRAINED, alpha=0.07, lw=0)
+        for j, seed in enumerate(seeds):
+            xs = [i - 0.4 + width * (j + 0.5) for i in range(len(families))]
+            values = [data["change"][seed][f] for f in families]
+            intervals = [data["interval"][seed][f] for f in families]
+            ax.bar(xs, values, width, color=figures.seed_colour(j), label=f"seed {seed}",
+                   hatch=[figures.UNTRAINED_HATCH if f not in data["trained"] else "" for f in families],
+                   edgecolor="white", linewidth=0)
+            ax.errorbar(xs, values, yerr=figures.interval_errors(values, intervals), fmt="none", ecolor="black",
+                        elinewidth=1, capsize=2)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(range(len(families)),
+                      [f + ("\n(trained)" if f in data["trained"] else "\n(untrained)") for f in families])
+        from matplotlib.patches import Patch
+
+        handles, _ = ax.get_legend_handles_labels()
+        handles += [Patch(facecolor="white", edgecolor="0.3", label="trained by RL: solid"),
+                    Patch(facecolor="white", edgecolor="0.3", hatch=figures.UNTRAINED_HATCH,
+                          label="not trained: hatched")]
+        ax.legend(handles=handles, ncol=2, loc="lower left")
+        rollouts = sorted(set(data["rollouts"].values()))
+        n = "/".join(map(str, rollouts))
+        ax.set(ylabel="change in exact rate (points)",
+               title=f"Exact sampled completions per family, after RL minus before, 95% CI (n={n} per family)")
+        fig.tight_layout()
+    return fig
+
+
+def selection_panel(ax, data: dict, phase: str) -> None:
+    """phase 'pretrain': exact dev rollouts per pretraining checkpoint; 'rl': one line per seed."""
+    if phase == "pretrain":
+        ax.plot([s for s, _ in data["pretrain"]], [v for _, v in data["pretrain"]], marker="o", color=figures.BEFORE)
+        ax.set(title=f"Dev selection, pretraining (n={data['pretrain_rollouts']} rollouts)", xlabel="step",
+               ylabel="exact dev rollouts")
+        return
+    for j, (seed, points) in enumerate(data["rl"].items()):
+        ax.plot([s for s, _ in points], [v for _, v in points], marker="o", color=figures.seed_colour(j),
+                label=f"seed {seed}")
+    ax.set(title=f"Dev selection, RL (n={data['rl_rollouts']} rollouts)", xlabel="group", ylabel="exact dev rollouts")
     ax.legend()
-    fig.tight_layout()
-    paths["per_seed"] = str(charts / "per-seed-greedy.png")
-    fig.savefig(paths["per_seed"], dpi=110)
-    plt.close(fig)
-    return {k: str(Path(v).relative_to(out)) for k, v in paths.items()}
+
+
+def loss_panel(ax, data: dict) -> None:
+    ax.plot(*data["loss"], color=figures.BEFORE)
+    ax.set(title=f"Pretraining loss (batch of {data['batch']})", xlabel="step", ylabel="token cross-entropy")
+
+
+def reward_panel(ax, data: dict) -> None:
+    for j, (seed, (xs, ys)) in enumerate(data["rewards"].items()):
+        ax.plot(xs, ys, color=figures.seed_colour(j), label=f"seed {seed}")
+    ax.set(title=f"RL mean reward (n={data['group_size']} samples per group)", xlabel="group",
+           ylabel=f"reward, moving mean of {data['window']}")
+    ax.legend()
+
+
+def draw_panels(panels, size=(11, 4)):
+    """One figure, the given (panel function, data, *args) side by side."""
+    with figures.style() as plt:
+        fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
+        for ax, (panel, *args) in zip(axes[0], panels):
+            panel(ax, *args)
+        fig.tight_layout()
+    return fig
+
+
+def draw_selection(data: dict, size=(11, 4)):
+    return draw_panels([(selection_panel, data, "pretrain")] + ([(selection_panel, data, "rl")] if data["rl"] else []),
+                       size)
+
+
+def draw_learning(data: dict, size=(11, 4)):
+    return draw_panels([(loss_panel, data), (reward_panel, data)], size)
+
+
+def make_charts(out: Path, summary: dict) -> dict[str, str]:
+    charts = out / "charts"
+    charts.mkdir(exist_ok=True)
+    figures_by_name = {
+        "learning_curves": ("learning-curves.png", draw_learning, learning_chart_data(out, summary)),
+        "selection_curves": ("dev-selection.png", draw_selection, selection_chart_data(out, summary)),
+        "family_bars": ("family-before-after.png", draw_family_changes, family_chart_data(summary)),
+        "per_seed": ("per-seed-greedy.png", draw_greedy, greedy_chart_data(summary)),
+    }
+    paths = {}
+    for key, (name, draw, data) in figures_by_name.items():
+        if data is None:
+            continue
+        figures.save_png(draw(data), charts / name)
+        paths[key] = f"charts/{name}"
+    return paths
 
 
 def result_table(summary: dict) -> list[str]:
@@ -198,7 +320,6 @@ def build_report(out: str | Path) -> Path:
         s = summary["seeds"][seed]
         g = s["greedy_trained"]
         t = s["sampled_trained"]
-        low, high = t["rate_difference_ci"]
         verdict = "no losses" if g["losses"] == 0 else f"{g['losses']} losses"
         lines += [
             f"### seed {seed} (selected `{Path(s['selected_checkpoint']).name}`)",
@@ -206,14 +327,14 @@ def build_report(out: str | Path) -> Path:
             f"- greedy pass@1 on the trained families: {g['before_solved']}/{g['tasks']} -> {g['after_solved']}/"
             f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {format_p(g['mcnemar_p'])}.",
             f"- sampled exact rate on the trained families: {100 * t['before_rate']:.1f}% -> "
-            f"{100 * t['after_rate']:.1f}% ({100 * t['rate_difference']:+.1f} points, 95% task-bootstrap CI "
-            f"[{100 * low:+.1f}, {100 * high:+.1f}]).",
+            f"{100 * t['after_rate']:.1f}% ({format_signed(t['rate_difference'], scale=100)} points, 95% "
+            f"task-bootstrap CI {format_interval(t['rate_difference_ci'], scale=100)}).",
         ]
         drops = [f for f, v in s["untrained_interference"].items() if v["significant_drop"]]
         parts = []
         for family, v in s["untrained_interference"].items():
             parts.append(f"{family} {v['before_exact']}->{v['after_exact']}/{v['rollouts']} "
-                         f"(CI [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}])")
+                         f"(CI {format_interval(v['ci'], scale=100)})")
         lines.append("- untrained families (exact sampled completions, CI of the rate change in points): "
                      + "; ".join(parts) + ".")
         lines.append("- interference: " + (f"RL made {', '.join(drops)} significantly worse (the CI of the "
@@ -224,12 +345,9 @@ def build_report(out: str | Path) -> Path:
     lines += [
         "## Charts",
         "",
-        f"![learning curves]({charts['learning_curves']})",
-        "",
-        f"![dev selection]({charts['selection_curves']})",
-        "",
-        f"![per family]({charts['family_bars']})",
-        "",
+        *[line for key, alt in (("learning_curves", "learning curves"), ("selection_curves", "dev selection"),
+                                ("family_bars", "per family")) if key in charts
+          for line in (f"![{alt}]({charts[key]})", "")],
         "## Time per stage (seconds, this machine)",
         "",
         "| stage | seconds |",

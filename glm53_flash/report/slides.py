@@ -3,30 +3,38 @@
 `glm53 slides build --runs DIR` reads DIR/headline/summary.json (the committed `results/`) or
 DIR/summary.json (a `glm53 reproduce` run directory such as runs/demo), the charts next to it, the
 confirm receipts when the run has them (for example completions), and the optional study summaries
-DIR/vision, DIR/pretraining-data and DIR/rl-choices. Numbers about the miniature come from
+DIR/vision, DIR/pretraining-data and DIR/rl-choices. Charts are drawn here from the same numbers
+(report/headline.py's chart data and drawing functions) as inline SVG sized for their slide, so their
+text stays readable on a 1280x800 screen. Numbers about the miniature come from
 ModelConfig and GLM53Flash.parameter_counts(); numbers about the released model come from
 RELEASED below, each with its source. The output embeds its CSS, script and charts (no network
 fetch), so it opens from file:// as well as from `glm53 serve`. The build is deterministic: the
 same inputs give the same bytes.
+
+One function per slide (`SLIDES` lists them in order); each takes the `Inputs` and returns its
+slides (none, one or more). Every slide has speaker notes, shown under the slide (key S) and in the
+presenter view (key P or `?presenter`).
 """
 
 from __future__ import annotations
 
-import base64
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..reproduce import ReproducePlan
-from ..stats import format_p
-from .headline import ORIGINAL, goal_lines, result_table, seed_order
+from . import figures
+from .format import format_interval, format_p, format_signed
+from .headline import (ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
+                       greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel, seed_order,
+                       selection_chart_data, selection_panel)
 from .tables import esc, html_from_markdown, html_table
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKEN_PLACEHOLDER = "__GLM53_TOKEN__"
 
-# GLM-5.3-Flash's published numbers. Source: the team's reference notes
-# (shared/reference/anchors.md section E, read from the released config.json and the HF Transformers
-# `glm5_next` model code; and the original miniature's README, "What was built").
+# GLM-5.3-Flash's published numbers (the released config.json and the HF Transformers `glm5_next`
+# model code), as tabulated with their sources in docs/GLM_MAPPING.md; tests check that they agree.
 RELEASED = {
     "total_parameters": "320B",
     "active_parameters": "18B",
@@ -40,10 +48,12 @@ RELEASED = {
     "position": "NoPE in the sparse layers",
     "bpe_example_tokens": 4,  # "def increment(x):" -> def, increment, (x, ): (original README)
 }
-RELEASED_SOURCE = ("released GLM-5.3-Flash config.json and HF Transformers glm5_next code, as recorded in "
-                   "shared/reference/anchors.md section E; BPE example from the original miniature's README")
+RELEASED_SOURCE_PATH = "docs/GLM_MAPPING.md"
+RELEASED_SOURCE = ("the released GLM-5.3-Flash config.json and Hugging Face Transformers glm5_next code, "
+                   f"tabulated in {RELEASED_SOURCE_PATH}")
 
-# Study summaries rendered generically, and the command that produces each.
+# Study summaries rendered generically, and the command that produces each. A study whose table and
+# answers would not fit one slide (STUDY_SLIDE_BUDGET) gets two: the answers, then the table.
 STUDIES = (
     ("vision", "Vision: images as tokens", "glm53 vision train --architecture both",
      "vision/summary.json"),
@@ -63,11 +73,20 @@ def headline_dir(runs: Path) -> Path:
                             f"runs/demo/summary.json and results/headline/ holds the committed one")
 
 
-def image(path: Path, alt: str) -> str:
-    if not path.is_file():
-        return f'<p class="missing">chart {esc(path.name)} is missing from the run directory</p>'
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+# What one study slide holds at 1280x800, in characters: about 80 per table row plus the answers' text.
+STUDY_SLIDE_BUDGET = 1500
+ROW_CHARACTERS = 80
+
+
+def chart(fig, name: str, alt: str, slot: str = "half") -> str:
+    """A figure as inline SVG in a <figure>; `slot` (half, full, wide) sets its maximum height."""
+    return (f'<figure class="chart-{slot}" role="img" aria-label="{esc(alt)}">'
+            f"{figures.to_svg(fig, name)}</figure>")
+
+
+def cite(path: str) -> str:
+    """A file of this repository named on a slide (tests check that it exists)."""
+    return f'<code class="path" data-path="{esc(path)}">{esc(path)}</code>'
 
 
 def code(text: str) -> str:
@@ -82,16 +101,48 @@ def markdown_inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-class Deck:
-    def __init__(self) -> None:
-        self.slides: list[str] = []
+@dataclass
+class Slide:
+    """body is HTML built by this module; title and notes are plain text and are escaped."""
+    id: str
+    title: str
+    body: str
+    notes: str
 
-    def add(self, slide_id: str, title: str, body: str, notes: str) -> None:
-        """body is HTML built by this module; title and notes are plain text and are escaped."""
-        self.slides.append(
-            f'<section class="slide" id="{esc(slide_id)}" data-title="{esc(title)}">'
-            f'<h2 data-edit="{esc(slide_id)}/title">{esc(title)}</h2><div class="body">{body}</div>'
-            f'<aside class="notes">{esc(notes)}</aside></section>')  # notes are plain text from receipts
+    def html(self) -> str:
+        return (f'<section class="slide" id="{esc(self.id)}" data-title="{esc(self.title)}">'
+                f'<h2 data-edit="{esc(self.id)}/title">{esc(self.title)}</h2><div class="body">{self.body}</div>'
+                f'<aside class="notes">{esc(self.notes)}</aside></section>')
+
+
+@dataclass
+class Inputs:
+    """Everything the slides read: the results directory, the headline summary and its run directory."""
+    runs: Path
+    run: Path
+    summary: dict
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def plan(self) -> ReproducePlan:
+        return ReproducePlan.from_dict(self.summary["plan"])
+
+    @property
+    def seeds(self) -> list[str]:
+        return seed_order(self.summary)
+
+    @property
+    def size(self) -> str:
+        total = self.facts["counts"]["total"]
+        return f"{total / 1e6:.1f}M" if total >= 1e6 else f"{total / 1e3:.0f}K"
+
+    @classmethod
+    def load(cls, runs: str | Path) -> "Inputs":
+        runs = Path(runs)
+        run = headline_dir(runs)
+        summary = json.loads((run / "summary.json").read_text())
+        plan = ReproducePlan.from_dict(summary["plan"])
+        return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides))
 
 
 # --------------------------------------------------------------------------- facts from the code
@@ -141,59 +192,70 @@ def example_completion(run: Path, summary: dict) -> dict | None:
     return None
 
 
-# --------------------------------------------------------------------------- the slides
 
 
-def build_deck(runs: str | Path) -> str:
-    """The whole deck as one HTML string (with a token placeholder the server fills in)."""
-    from ..tasks import FAMILIES, frozen_tasks, pretraining_text
-    from ..tokenizer import ByteTokenizer
+# --------------------------------------------------------------------------- the slides, in order
 
-    runs = Path(runs)
-    run = headline_dir(runs)
-    summary = json.loads((run / "summary.json").read_text())
-    plan = ReproducePlan.from_dict(summary["plan"])
-    seeds = seed_order(summary)
-    first = summary["seeds"][seeds[0]]
-    facts = miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides)
-    cfg, counts = facts["config"], facts["counts"]
-    size = f"{counts['total'] / 1e6:.1f}M" if counts["total"] >= 1e6 else f"{counts['total'] / 1e3:.0f}K"
-    deck = Deck()
 
-    # 1. result first
-    g = [summary["seeds"][s]["greedy_trained"] for s in seeds]
-    deck.add("result", "Result first: RL on hidden unit tests",
-             f"<p>A {size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
-             "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, opened once after "
-             "all selection:</p>" + html_from_markdown(result_table(summary))
-             + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(summary) if line),
-             f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
-             + ", ".join(f"{x['after_solved']}/{x['tasks']} (seed {s})" for s, x in zip(seeds, g))
-             + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/{ORIGINAL['greedy_trained'][2]} to "
-               f"{ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]} with one seed. Say plainly where we fall short.")
+def slide_result(x: Inputs) -> Slide:
+    g = [x.summary["seeds"][s]["greedy_trained"] for s in x.seeds]
+    return Slide(
+        "result", "Result first: RL on hidden unit tests",
+        f"<p>A {x.size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
+        "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, opened once after "
+        "all selection:</p>" + html_from_markdown(result_table(x.summary))
+        + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(x.summary) if line),
+        f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
+        + ", ".join(f"{r['after_solved']}/{r['tasks']} (seed {s})" for s, r in zip(x.seeds, g))
+        + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/{ORIGINAL['greedy_trained'][2]} to "
+          f"{ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]} with one seed. Say plainly where we fall "
+          "short: read the goal lines aloud, then move to the per-seed chart.")
 
-    example = example_completion(run, summary)
-    if example:
-        ex_body = (f"<p>Confirm task <code>{esc(example['task_id'])}</code>, greedy, before and after RL "
-                   f"(seed {esc(example['seed'])}):</p><div class='cols'><div><h3>before: "
-                   f"{esc(example['before_eval']['status'])} {example['before_eval']['tests_passed']}/"
-                   f"{example['before_eval']['tests_total']}</h3>"
-                   + code(example["prompt"] + example["before"]) + "</div><div><h3>after: "
-                   f"{esc(example['after_eval']['status'])} {example['after_eval']['tests_passed']}/"
-                   f"{example['after_eval']['tests_total']}</h3>" + code(example["prompt"] + example["after"])
-                   + "</div></div>")
-        ex_notes = "Both completions are copied from the confirm receipts of this run."
-    else:
-        ex_body = ("<p class='missing'>Example completions come from the confirm receipts of a full run, which "
-                   "the committed results/ do not include. Run <code>make demo</code>, then "
-                   "<code>glm53 slides build --runs runs/demo</code>; or try the model live in the "
-                   "playground (<code>glm53 serve</code>, then /playground).</p>")
-        ex_notes = "No example is shown rather than an invented one."
-    deck.add("result-chart", "Per seed, and one completion",
-             "<div class='cols'><div>" + image(run / "charts" / "per-seed-greedy.png", "per-seed greedy chart")
-             + "</div><div>" + ex_body + "</div></div>", ex_notes)
 
-    # 2. architecture
+def slide_per_seed(x: Inputs) -> Slide:
+    first = x.summary["seeds"][x.seeds[0]]
+    families = [f for f in x.summary["trained_families"] if f in first["greedy_by_family"]]
+    rows = []
+    for family in families:
+        before = first["greedy_by_family"][family]
+        rows.append([family, f"{before['before_solved']}/{before['tasks']}"]
+                    + [f"{x.summary['seeds'][s]['greedy_by_family'][family]['after_solved']}/{before['tasks']}"
+                       for s in x.seeds])
+    data = greedy_chart_data(x.summary)
+    gains = ", ".join(f"seed {s}: {x.summary['seeds'][s]['greedy_trained']['gains']} gained, "
+                      f"{x.summary['seeds'][s]['greedy_trained']['losses']} lost" for s in x.seeds)
+    return Slide(
+        "result-chart", "Per seed and per family",
+        "<div class='cols'><div>" + chart(draw_greedy(data, size=(6.6, 4.4)), "per-seed",
+                                          "greedy pass@1 before RL and after it, per seed")
+        + "</div><div><h3>greedy tasks solved on the confirm split, per trained family</h3>"
+        + html_table(["family", "before RL"] + [f"seed {s}" for s in x.seeds], rows)
+        + f"<p>Paired per task: {esc(gains)}.</p></div></div>",
+        f"Each bar is one RL seed started from the same pretrained checkpoint; the whiskers are the receipts' 95% "
+        f"task-bootstrap interval of the paired change, drawn from the before-RL level. The dashed line is the "
+        f"original miniature's published {ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]}, as a rate. "
+        "The table splits the same greedy results by family: the even family is where RL gains nothing.")
+
+
+def slide_example(x: Inputs) -> list[Slide]:
+    example = example_completion(x.run, x.summary)
+    if not example:
+        return []  # the committed results/ hold no confirm receipts: no example rather than an invented one
+    columns = []
+    for when in ("before", "after"):
+        verdict = example[f"{when}_eval"]
+        columns.append(f"<div><h3>{when} RL: {esc(verdict['status'])} {verdict['tests_passed']}/"
+                       f"{verdict['tests_total']}</h3>" + code(example["prompt"] + example[when]) + "</div>")
+    return [Slide(
+        "example", "One confirm task, before and after RL",
+        f"<p>Confirm task <code>{esc(example['task_id'])}</code>, greedy, seed {esc(example['seed'])}:</p>"
+        "<div class='cols'>" + "".join(columns) + "</div>",
+        "Both completions are copied from the confirm receipts of this run: the first task the first seed "
+        "gained. Point at what changed in the body, then at the verdict the sandbox gave each.")]
+
+
+def slide_architecture(x: Inputs) -> Slide:
+    cfg, counts, facts = x.facts["config"], x.facts["counts"], x.facts
     released_rows = [
         ("total parameters", RELEASED["total_parameters"], f"{counts['total']:,}"),
         ("active parameters per token", RELEASED["active_parameters"], f"{counts['active']:,} (routed experts at k/E)"),
@@ -208,157 +270,233 @@ def build_deck(runs: str | Path) -> str:
         ("context", RELEASED["context"], str(cfg.max_sequence_length)),
         ("positions", RELEASED["position"], f"RoPE in the sparse layers; linear layers: '{cfg.linear_rope}'"),
     ]
-    deck.add("architecture", "GLM-5.3-Flash, and our miniature of it",
-             html_table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
-             + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE)}. Miniature: the run's ModelConfig "
-               f"(preset {esc(plan.pretrain.preset)}) and GLM53Flash.parameter_counts().</p>",
-             "The right-hand column is computed from the code when the deck is built. docs/GLM_MAPPING.md has "
-             "every deviation and its reason.")
-    rhythm = " ".join("S" if kind == "sparse" else "L" for kind in facts["pattern"])
-    deck.add("architecture-block", f"One hybrid block, {cfg.layers} times",
-             code(f"bytes -> embedding [B, T, {cfg.dim}] -> {cfg.streams} residual streams\n"
-                  f"  -> {cfg.layers} x HybridBlock:  mix streams -> RMSNorm -> attention -> RMSNorm -> MoE\n"
-                  f"     layer rhythm: {rhythm}   (L = linear, S = sparse)\n"
-                  f"  -> mean over streams -> RMSNorm -> tied head -> logits [B, T, {cfg.vocab_size}]")
-             + html_table(["piece", "setting"], [
-                 ("linear attention", f"ELU+1 feature map, {cfg.heads} heads, chunk {cfg.linear_chunk}"),
-                 ("sparse attention", f"window {cfg.sparse_window} + every {cfg.sparse_stride}th key"),
-                 ("mixture of experts", (f"{cfg.experts} SwiGLU experts of width {cfg.expert_hidden}, "
-                                         f"top-{cfg.top_k}, + 1 shared; balance loss weight {cfg.balance_loss_weight}")),
-             ]),
-             "Linear layers carry a fixed-size state, so decoding costs the same per token at any length; the "
-             "sparse layers see exact keys in a window plus strided anchors.")
+    return Slide(
+        "architecture", "GLM-5.3-Flash, and our miniature of it",
+        html_table(["", "GLM-5.3-Flash (published)", "this miniature (from the code)"], released_rows)
+        + f"<p class='source'>Published numbers: {esc(RELEASED_SOURCE.replace(RELEASED_SOURCE_PATH, ''))}"
+          f"{cite(RELEASED_SOURCE_PATH)}. Miniature: the run's ModelConfig (preset "
+          f"{esc(x.plan.pretrain.preset)}) and GLM53Flash.parameter_counts().</p>",
+        "The right-hand column is computed from the code when the deck is built. docs/GLM_MAPPING.md has "
+        "every deviation and its reason. Stress the shape that is kept (linear and sparse layers in a fixed "
+        "rhythm, shared plus routed experts, several residual streams) and the scale that is not.")
 
-    # 3. bytes vs BPE
+
+def slide_block(x: Inputs) -> Slide:
+    cfg = x.facts["config"]
+    rhythm = " ".join("S" if kind == "sparse" else "L" for kind in x.facts["pattern"])
+    return Slide(
+        "architecture-block", f"One hybrid block, {cfg.layers} times",
+        code(f"bytes -> embedding [B, T, {cfg.dim}] -> {cfg.streams} residual streams\n"
+             f"  -> {cfg.layers} x HybridBlock:  mix streams -> RMSNorm -> attention -> RMSNorm -> MoE\n"
+             f"     layer rhythm: {rhythm}   (L = linear, S = sparse)\n"
+             f"  -> mean over streams -> RMSNorm -> tied head -> logits [B, T, {cfg.vocab_size}]")
+        + html_table(["piece", "setting"], [
+            ("linear attention", f"ELU+1 feature map, {cfg.heads} heads, chunk {cfg.linear_chunk}"),
+            ("sparse attention", f"window {cfg.sparse_window} + every {cfg.sparse_stride}th key"),
+            ("mixture of experts", (f"{cfg.experts} SwiGLU experts of width {cfg.expert_hidden}, "
+                                    f"top-{cfg.top_k}, + 1 shared; balance loss weight {cfg.balance_loss_weight}")),
+        ]),
+        "Linear layers carry a fixed-size state, so decoding costs the same per token at any length; the "
+        "sparse layers see exact keys in a window plus strided anchors. Walk the arrow line left to right once.")
+
+
+def slide_bytes(x: Inputs) -> Slide:
+    from ..tokenizer import ByteTokenizer
+
     tok = ByteTokenizer()
     sample = "def increment(x):"
     ids = tok.encode(sample)
-    deck.add("bytes-vs-bpe", "Bytes, not BPE",
-             html_table(["", "GLM-5.3-Flash tokenizer", "ByteTokenizer"], [
-                 ("vocabulary", RELEASED["vocab"], f"{tok.vocab_size}"),
-                 (f"tokens for '{sample}'", f"{RELEASED['bpe_example_tokens']} (published example)", str(len(ids))),
-             ]) + code(f"{sample!r} -> {ids}")
-             + f"<p>Every UTF-8 byte b becomes id b + {tok.byte_offset}; ids 0-3 are PAD, BOS, EOS, SEP.</p>",
-             "No learned vocabulary, exact round trip for any text, a 260-row embedding table; the price is "
-             "longer sequences.")
+    return Slide(
+        "bytes-vs-bpe", "Bytes, not BPE",
+        html_table(["", "GLM-5.3-Flash tokenizer", "ByteTokenizer"], [
+            ("vocabulary", RELEASED["vocab"], f"{tok.vocab_size}"),
+            (f"tokens for '{sample}'", f"{RELEASED['bpe_example_tokens']} (published example)", str(len(ids))),
+        ]) + code(f"{sample!r} -> {ids}")
+        + f"<p>Every UTF-8 byte b becomes id b + {tok.byte_offset}; ids 0-3 are PAD, BOS, EOS, SEP.</p>",
+        "No learned vocabulary, exact round trip for any text, a 260-row embedding table; the price is "
+        "longer sequences: count the ids on the slide against the published four tokens.")
 
-    # 4. pretraining
-    selection = summary["pretrain_selection"]
-    deck.add("pretraining", "Pretraining: next byte on tiny Python functions",
-             "<div class='cols'><div>"
-             + code(pretraining_text(0))
-             + html_table(["setting", "value"], [
-                 ("steps", plan.pretrain.steps),
-                 ("batch x sequence", f"{plan.pretrain.batch_size} x {plan.pretrain.sequence_length}"),
-                 ("learning rate", plan.pretrain.learning_rate), ("seconds (this run)", f"{summary['stage_seconds']['pretrain']:.0f}"),
-                 ("families in the corpus", len(FAMILIES)),
-             ])
-             + "</div><div>" + image(run / "charts" / "learning-curves.png", "learning curves")
-             + html_table(["checkpoint step", "exact dev rollouts"],
-                     [(e["step"], e["score"][0]) for e in selection["checkpoints"]])
-             + f"<p>Selected: <code>{esc(Path(selection['selected']).name)}</code> ({esc(selection['rule'])}).</p>"
-             + "</div></div>",
-             "The first example of the pretraining stream is shown verbatim; the model sees the same families "
-             "that are later evaluated, only the function names differ.")
 
-    # 5. verifier
+def slide_pretraining(x: Inputs) -> Slide:
+    from ..tasks import FAMILIES, pretraining_text
+
+    selection = x.summary["pretrain_selection"]
+    learning = learning_chart_data(x.run, x.summary)
+    panels = ([(loss_panel, learning)] if learning else []) + [(selection_panel, selection_chart_data(x.run, x.summary),
+                                                               "pretrain")]
+    figure = chart(draw_panels(panels, size=(6.6, 2.6 * len(panels) + 0.6)), "pretraining",
+                   "pretraining loss and dev selection" if learning else "dev selection of pretraining checkpoints")
+    return Slide(
+        "pretraining", "Pretraining: next byte on tiny Python functions",
+        "<div class='cols'><div>" + code(pretraining_text(0))
+        + html_table(["setting", "value"], [
+            ("steps", x.plan.pretrain.steps),
+            ("batch x sequence", f"{x.plan.pretrain.batch_size} x {x.plan.pretrain.sequence_length}"),
+            ("learning rate", x.plan.pretrain.learning_rate),
+            ("seconds (this run)", f"{x.summary['stage_seconds']['pretrain']:.0f}"),
+            ("families in the corpus", len(FAMILIES)),
+        ])
+        + f"<p>Selected: <code>{esc(Path(selection['selected']).name)}</code> ({esc(selection['rule'])}).</p>"
+        + "</div><div>" + figure + "</div></div>",
+        "The first example of the pretraining stream is shown verbatim; the model sees the same families "
+        "that are later evaluated, only the function names differ. The chart counts exact sampled dev "
+        "rollouts per saved checkpoint: the selection rule picks the best one before RL starts"
+        + (", and the loss curve shows the run that produced them." if learning else
+           ". (The loss curve is drawn when the deck is built from a run directory with its metrics receipts.)"))
+
+
+def slide_verifier(x: Inputs) -> Slide:
+    from ..tasks import frozen_tasks
+
     task = frozen_tasks("dev", 1, ("double",))[0]
     verdicts = verifier_examples(task)
-    deck.add("verifier", "The verifier: hidden tests in a sandbox",
-             code(task.prompt)
-             + html_table(["hidden case", "expected"],
+    return Slide(
+        "verifier", "The verifier: hidden tests in a sandbox",
+        code(task.prompt)
+        + html_table(["hidden case", "expected"],
                      [(", ".join(repr(a) for a in c.arguments), repr(c.expected)) for c in task.cases])
-             + html_table(["program", "status", "tests passed", "message"],
+        + html_table(["program", "status", "tests passed", "message"],
                      [(label, v["status"], f"{v['tests_passed']}/{v['tests_total']}", v["message"])
                       for label, _, v in verdicts]),
-             "These three verdicts were computed by the sandboxed verifier when this deck was built: a static "
-             "policy first, then isolated worker processes with CPU, memory and output limits.")
+        "These three verdicts were computed by the sandboxed verifier when this deck was built: a static "
+        "policy first, then isolated worker processes with CPU, memory and output limits. The forbidden "
+        "import never runs: the policy refuses it before any process starts.")
 
-    # 6. RLOO
-    deck.add("rloo", "RLOO: the reward is the test result",
-             code("advantage_i = reward_i - mean(reward_j for j != i)      # G samples of one prompt\n"
-                  "loss        = - sum_i advantage_i * log p(completion_i)")
-             + html_table(["setting", "value"], [
-                 ("trained families", ", ".join(summary["trained_families"])),
-                 ("groups x samples per group", f"{plan.rl.groups} x {plan.rl.group_size}"),
-                 ("temperature", plan.rl.temperature), ("learning rate", plan.rl.learning_rate),
-                 ("trainable scope", plan.rl.train_scope), ("reward", plan.rl.reward_mode),
-                 ("seeds", ", ".join(seeds)),
-             ])
-             + image(run / "charts" / "dev-selection.png", "dev selection curves"),
-             "A group whose samples all get the same reward carries no signal and makes no update. Each seed's "
-             "checkpoint is chosen on dev, never on confirm.")
 
-    # 7. confirmation statistics
+def slide_rloo(x: Inputs) -> Slide:
+    learning = learning_chart_data(x.run, x.summary)
+    selection = selection_chart_data(x.run, x.summary)
+    panels = ([(reward_panel, learning)] if learning else []) + ([(selection_panel, selection, "rl")]
+                                                                 if selection["rl"] else [])
+    if panels:
+        right = chart(draw_panels(panels, size=(6.6, 2.6 * len(panels) + 0.6)), "rloo",
+                      "RL reward and dev selection per seed")
+    else:
+        right = ("<h3>checkpoint chosen on dev, per seed</h3>"
+                 + html_table(["seed", "selected checkpoint"],
+                              [(s, Path(x.summary["seeds"][s]["selected_checkpoint"]).name) for s in x.seeds]))
+    return Slide(
+        "rloo", "RLOO: the reward is the test result",
+        code("advantage_i = reward_i - mean(reward_j for j != i)   # G samples\n"
+             "loss        = - sum_i advantage_i * log p(completion_i)")
+        + "<div class='cols'><div>"
+        + html_table(["setting", "value"], [
+            ("trained families", ", ".join(x.summary["trained_families"])),
+            ("groups x samples per group", f"{x.plan.rl.groups} x {x.plan.rl.group_size}"),
+            ("temperature", x.plan.rl.temperature), ("learning rate", x.plan.rl.learning_rate),
+            ("trainable scope", x.plan.rl.train_scope), ("reward", x.plan.rl.reward_mode),
+            ("seeds", ", ".join(x.seeds)),
+        ]) + "</div><div>" + right + "</div></div>",
+        "A group whose samples all get the same reward carries no signal and makes no update. Each seed's "
+        "checkpoint is chosen on dev, never on confirm"
+        + (": the chart shows the mean reward per update and the dev score of every saved checkpoint." if panels
+           else "; the reward curves are drawn when the deck is built from a run directory with its receipts."))
+
+
+def slide_confirmation(x: Inputs) -> Slide:
     rows = []
-    for s in seeds:
-        v = summary["seeds"][s]
+    for s in x.seeds:
+        v = x.summary["seeds"][s]
         gt, st = v["greedy_trained"], v["sampled_trained"]
         rows.append((s, f"{gt['before_solved']}/{gt['tasks']} -> {gt['after_solved']}/{gt['tasks']}",
                      f"{gt['gains']} / {gt['losses']}", format_p(gt["mcnemar_p"]),
-                     (f"{100 * st['rate_difference']:+.1f} [{100 * st['rate_difference_ci'][0]:+.1f}, "
-                      f"{100 * st['rate_difference_ci'][1]:+.1f}]")))
-    opened = ("opened after the last selection receipt" if summary["confirm_opened_after_selection"]
+                     f"{format_signed(st['rate_difference'], scale=100)} "
+                     f"{format_interval(st['rate_difference_ci'], scale=100)}"))
+    opened = ("opened after the last selection receipt" if x.summary["confirm_opened_after_selection"]
               else "NOT opened after all selection")
-    deck.add("confirmation", "Confirmation: paired tests on a held-out split",
-             html_table(["seed", "greedy pass@1, trained", "gains / losses", "McNemar p",
+    return Slide(
+        "confirmation", "Confirmation: paired tests on a held-out split",
+        html_table(["seed", "greedy pass@1, trained", "gains / losses", "McNemar p",
                     "sampled exact rate change, points [95% CI]"], rows)
-             + f"<p>Confirm split {opened}: first confirm receipt {esc(summary['first_confirm_utc'])}, last "
-               f"selection receipt {esc(summary['last_selection_utc'])}.</p>",
-             "McNemar's exact test counts only the tasks that changed; the CI is a task bootstrap. A dev win "
-             "is not a discovery until the untouched split agrees.")
+        + f"<p>Confirm split {opened}: first confirm receipt {esc(x.summary['first_confirm_utc'])}, last "
+          f"selection receipt {esc(x.summary['last_selection_utc'])}.</p>",
+        "McNemar's exact test counts only the tasks that changed; the CI is a task bootstrap. A dev win "
+        "is not a discovery until the untouched split agrees.")
 
-    # 8. failures and interference
-    families = summary["untrained_families"]
+
+def slide_failures(x: Inputs) -> Slide:
     rows = []
-    for family in families:
+    for family in x.summary["untrained_families"]:
         row = [family]
-        for s in seeds:
-            v = summary["seeds"][s]["untrained_interference"][family]
+        for s in x.seeds:
+            v = x.summary["seeds"][s]["untrained_interference"][family]
             mark = " (significant drop)" if v["significant_drop"] else ""
             row.append(f"{v['before_exact']} -> {v['after_exact']}/{v['rollouts']} "
-                       f"[{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}]{mark}")
+                       f"{format_interval(v['ci'], scale=100)}{mark}")
         rows.append(row)
-    drops = sorted({f for s in seeds for f, v in summary["seeds"][s]["untrained_interference"].items()
+    drops = sorted({f for s in x.seeds for f, v in x.summary["seeds"][s]["untrained_interference"].items()
                     if v["significant_drop"]})
-    deck.add("failures", "Failures and interference",
-             html_table(["untrained family"] + [f"seed {s}" for s in seeds], rows)
-             + image(run / "charts" / "family-before-after.png", "per-family chart"),
-             ("Untrained families that dropped beyond their confidence interval on some seed: " + ", ".join(drops)
-              + "." if drops else "No untrained family dropped beyond its confidence interval.")
-             + f" Greedy losses on the trained families, seed {seeds[0]}: {first['losses_on_trained_greedy']}.")
+    first = x.summary["seeds"][x.seeds[0]]
+    return Slide(
+        "failures", "Failures and interference",
+        html_table(["untrained family"] + [f"seed {s}" for s in x.seeds], rows)
+        + chart(draw_family_changes(family_chart_data(x.summary), size=(14, 3.9)), "families",
+                "change in exact sampled completions per family and seed", slot="full"),
+        ("Untrained families that dropped beyond their confidence interval on some seed: " + ", ".join(drops)
+         + "." if drops else "No untrained family dropped beyond its confidence interval.")
+        + f" Greedy losses on the trained families, seed {x.seeds[0]}: {first['losses_on_trained_greedy']}."
+        + " Solid bars are the families RL trained on, hatched ones it never saw; whiskers are 95% CIs.")
 
-    # 9-10. vision and the research studies, rendered generically
+
+def study_slides(x: Inputs) -> list[Slide]:
+    """Vision and the research studies, rendered generically from their summary.json."""
+    slides = []
     for slide_id, title, command, relative in STUDIES:
-        path = runs / relative
-        if path.is_file():
-            study = json.loads(path.read_text())
-            headline = study.get("headline_table", {})
-            body = html_table(headline.get("columns", []), headline.get("rows", []))
-            body += "".join(f"<p>{esc(answer)}</p>" for answer in study.get("answers", []))
-            notes = f"Read from {esc(relative)}."
+        path = x.runs / relative
+        if not path.is_file():
+            slides.append(Slide(
+                slide_id, title,
+                f"<p class='missing'>Not in this build: <code>{esc(x.runs.name)}/{esc(relative)}</code> is "
+                f"missing. <code>{esc(command)}</code> produces it; then rebuild with "
+                f"<code>glm53 slides build</code>.</p>",
+                "No numbers are shown for a study that has not been run."))
+            continue
+        study = json.loads(path.read_text())
+        headline = study.get("headline_table", {})
+        table = html_table(headline.get("columns", []), headline.get("rows", []))
+        answers = "".join(f"<p>{esc(answer)}</p>" for answer in study.get("answers", []))
+        source = f"{x.runs.name}/{relative}"
+        notes = f"Read from {source}; its REPORT.md next to it has every table and chart."
+        size = ROW_CHARACTERS * len(headline.get("rows", [])) + sum(len(a) for a in study.get("answers", []))
+        if size <= STUDY_SLIDE_BUDGET:
+            slides.append(Slide(slide_id, title, table + answers, notes))
         else:
-            body = (f"<p class='missing'>Not in this build: <code>{esc(runs.name)}/{esc(relative)}</code> is "
-                    f"missing. <code>{esc(command)}</code> produces it; then rebuild with "
-                    f"<code>glm53 slides build</code>.</p>")
-            notes = "No numbers are shown for a study that has not been run."
-        deck.add(slide_id, title, body, notes)
-
-    # sources
-    prov = summary["provenance"]
-    deck.add("sources", "Where every number came from",
-             html_table(["", ""], [
-                 ("headline summary", str(Path(runs.name) / run.relative_to(runs) / "summary.json")),
-                 ("written by", " ".join(prov["argv"])),
-                 ("code version", prov["git_commit"]), ("created", prov["created_utc"]),
-                 ("machine", f"{prov['platform']}, {prov['cpu_count']} CPUs"),
-                 ("released-model numbers", RELEASED_SOURCE),
-             ]),
-             "Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand.")
-    return render(deck)
+            slides.append(Slide(slide_id, title, answers, notes + " The next slide has the table behind these answers."))
+            slides.append(Slide(f"{slide_id}-table", f"{title}: the numbers", f"<div class='dense'>{table}</div>",
+                                notes + " Differences are right minus left, paired by seed."))
+    return slides
 
 
-def render(deck: Deck) -> str:
+def slide_sources(x: Inputs) -> Slide:
+    prov = x.summary["provenance"]
+    return Slide(
+        "sources", "Where every number came from",
+        html_table(["", ""], [
+            ("headline summary", str(Path(x.runs.name) / x.run.relative_to(x.runs) / "summary.json")),
+            ("written by", " ".join(prov["argv"])),
+            ("code version", prov["git_commit"]), ("created", prov["created_utc"]),
+            ("machine", f"{prov['platform']}, {prov['cpu_count']} CPUs"),
+            ("released-model numbers", RELEASED_SOURCE),
+        ]),
+        "Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand.")
+
+
+SLIDES = (slide_result, slide_per_seed, slide_example, slide_architecture, slide_block, slide_bytes,
+          slide_pretraining, slide_verifier, slide_rloo, slide_confirmation, slide_failures, study_slides,
+          slide_sources)
+
+
+def build_deck(runs: str | Path) -> str:
+    """The whole deck as one HTML string (with a token placeholder the server fills in)."""
+    inputs = Inputs.load(runs)
+    slides: list[Slide] = []
+    for make in SLIDES:
+        made = make(inputs)
+        slides += made if isinstance(made, list) else [made]
+    return render(slides)
+
+
+def render(slides: list[Slide]) -> str:
     css = (ASSETS / "deck.css").read_text()
     script = (ASSETS / "deck.js").read_text()
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -367,9 +505,13 @@ def render(deck: Deck) -> str:
             "<title>glm53_flash: the course</title>"
             f"<style>{css}</style></head><body>"
             "<div id=\"progress\"><div id=\"bar\"></div></div>"
-            "<main id=\"deck\">" + "".join(deck.slides) + "</main>"
+            "<main id=\"deck\">" + "".join(slide.html() for slide in slides) + "</main>"
+            "<div id=\"presenter\" hidden><div id=\"presenter-current\" class=\"preview\"></div>"
+            "<div id=\"presenter-side\"><div id=\"presenter-next\" class=\"preview\"></div>"
+            "<div id=\"presenter-clock\"></div><div id=\"presenter-notes\"></div></div></div>"
             "<footer id=\"chrome\"><span id=\"counter\"></span>"
             "<button id=\"toggle-notes\" title=\"speaker notes (S)\">notes</button>"
+            "<button id=\"open-presenter\" title=\"presenter view (P)\">presenter</button>"
             "<button id=\"toggle-feedback\" title=\"feedback (F)\">feedback</button>"
             "<a id=\"playground-link\" href=\"/playground\">playground</a></footer>"
             "<div id=\"feedback\" hidden><label for=\"feedback-text\">Feedback on this slide</label>"

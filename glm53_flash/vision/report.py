@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 
 from ..receipts import read_json, sha256_file, write_json, write_text
-from ..stats import format_p
+from ..report import figures
+from ..report.format import format_interval, format_p, format_signed
 from .analysis import arm_summary, compare_architectures
 from .config import ARCHITECTURES
 
@@ -62,8 +63,8 @@ def build_summary(train: dict, pilot: dict | None, sources: dict) -> dict:
         low, high = comparison["bootstrap_ci_mean_difference"]
         pooled = comparison["pooled"]
         answers.append(
-            f"Faithful minus baseline accuracy: {100 * comparison['mean_difference']:+.1f} points "
-            f"(95% bootstrap CI over seeds {100 * low:+.1f} to {100 * high:+.1f}); pooled over seeds only the faithful "
+            f"Faithful minus baseline accuracy: {format_signed(comparison['mean_difference'], scale=100)} points "
+            f"(95% bootstrap CI over seeds {format_signed(low, scale=100)} to {format_signed(high, scale=100)}); pooled over seeds only the faithful "
             f"model was right on {pooled['only_faithful_correct']} images and only the baseline on "
             f"{pooled['only_baseline_correct']} (descriptive only: a McNemar p over images pooled across "
             f"independently trained models ignores run-to-run variance, so the seed-level test above is the inference).")
@@ -127,12 +128,12 @@ def render_markdown(summary: dict) -> str:
                   "|---:|---:|---:|---:|---:|---:|---:|"]
         for row in comparison["per_seed"]:
             lines.append(f"| {row['seed']} | {row['faithful_correct']}/{row['examples']} | "
-                         f"{row['baseline_correct']}/{row['examples']} | {100 * row['difference']:+.1f} | "
+                         f"{row['baseline_correct']}/{row['examples']} | {format_signed(row['difference'], scale=100)} | "
                          f"{row['only_faithful_correct']} | {row['only_baseline_correct']} | {format_p(row['mcnemar_p'])} |")
         low, high = comparison["bootstrap_ci_mean_difference"]
         lines += ["", (f"Exact sign-flip p over {len(comparison['seeds'])} seeds: {format_p(comparison['sign_flip_p'])}; "
-                  f"mean difference {100 * comparison['mean_difference']:+.1f} points, 95% paired bootstrap CI "
-                  f"[{100 * low:+.1f}, {100 * high:+.1f}] ({comparison['bootstrap']['resamples']:,} resamples, "
+                  f"mean difference {format_signed(comparison['mean_difference'], scale=100)} points, 95% paired "
+                  f"bootstrap CI {format_interval([low, high], scale=100)} ({comparison['bootstrap']['resamples']:,} resamples, "
                   f"seed {comparison['bootstrap']['seed']}).")]
     for name, arm in summary["arms"].items():
         confusion = arm["confusion_after_pooled"]
@@ -164,42 +165,38 @@ def render_markdown(summary: dict) -> str:
 
 
 def make_chart(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     comparison = summary["comparison"]
     arms = summary["arms"]
     panels = (1 if comparison else 0) + len(arms)
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6))
-    axes = [axes] if panels == 1 else list(axes)
-    index = 0
-    if comparison:
-        ax = axes[index]
-        index += 1
-        for row in comparison["per_seed"]:
-            ax.plot([0, 1], [100 * row["faithful_accuracy"], 100 * row["baseline_accuracy"]], color="0.6", lw=0.8)
-        ax.scatter([0] * len(comparison["per_seed"]), [100 * r["faithful_accuracy"] for r in comparison["per_seed"]],
-                   color="tab:blue", zorder=3)
-        ax.scatter([1] * len(comparison["per_seed"]), [100 * r["baseline_accuracy"] for r in comparison["per_seed"]],
-                   color="tab:orange", zorder=3)
-        ax.set_xticks([0, 1], ["faithful", "baseline"])
-        ax.set_xlim(-0.4, 1.4)
-        ax.set_ylim(0, 100)
-        ax.set(ylabel="held-out accuracy (%)",
-               title=f"per seed (sign-flip p = {format_p(comparison['sign_flip_p'])})")
-    for name, arm in arms.items():
-        ax = axes[index]
-        index += 1
-        confusion = arm["confusion_after_pooled"]
-        ax.imshow(confusion["matrix"], cmap="Blues")
-        ax.set_xticks(range(len(confusion["columns"])), confusion["columns"], fontsize=7)
-        ax.set_yticks(range(10), confusion["rows"], fontsize=7)
-        ax.set(xlabel="predicted", ylabel="drawn", title=f"{name}: confusion (all seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    with figures.style() as plt:
+        fig, axes = plt.subplots(1, panels, figsize=(4.8 * panels, 4.4))
+        axes = [axes] if panels == 1 else list(axes)
+        index = 0
+        if comparison:
+            ax = axes[index]
+            index += 1
+            per_seed = comparison["per_seed"]
+            for row in per_seed:
+                ax.plot([0, 1], [100 * row["faithful_accuracy"], 100 * row["baseline_accuracy"]], color="0.6", lw=0.8)
+            ax.scatter([0] * len(per_seed), [100 * r["faithful_accuracy"] for r in per_seed], color="tab:blue", zorder=3)
+            ax.scatter([1] * len(per_seed), [100 * r["baseline_accuracy"] for r in per_seed], color="tab:orange",
+                       zorder=3)
+            ax.set_xticks([0, 1], ["faithful", "baseline"])
+            ax.set_xlim(-0.4, 1.4)
+            ax.set_ylim(0, 100)
+            examples = sorted({r["examples"] for r in per_seed})
+            ax.set(ylabel=f"held-out accuracy over {'/'.join(map(str, examples))} images (%)",
+                   title=f"per seed, n={len(per_seed)} (sign-flip p = {format_p(comparison['sign_flip_p'])})")
+        for name, arm in arms.items():
+            ax = axes[index]
+            index += 1
+            confusion = arm["confusion_after_pooled"]
+            ax.imshow(confusion["matrix"], cmap="Blues")
+            ax.set_xticks(range(len(confusion["columns"])), confusion["columns"], fontsize=figures.MIN_FONT_PT - 1)
+            ax.set_yticks(range(10), confusion["rows"])
+            ax.set(xlabel="predicted", ylabel="drawn", title=f"{name}: confusion (all seeds)")
+        fig.tight_layout()
+        figures.save_png(fig, path, dpi=90)
 
 
 def build_vision_report(train_path: str | Path, pilot_path: str | Path | None, output: str | Path,

@@ -1,4 +1,6 @@
-// Deck behaviour: keyboard navigation, progress bar, speaker notes, feedback notes and text edits.
+// Deck behaviour: keyboard navigation, deep links (#N or #slide-id), fitting each slide to the window,
+// speaker notes, the presenter view (P or ?presenter: current slide, next slide, notes, clock; it
+// follows and drives the audience window), feedback notes and text edits.
 // Served by `glm53 serve`, notes and edits are stored on the server (with the page's token);
 // opened from file://, they stay in this browser's localStorage.
 (function () {
@@ -8,6 +10,12 @@
   var served = location.protocol.indexOf("http") === 0 && token && token.indexOf("__GLM53") !== 0;
   var STORE = "glm53-deck-v1:";
   var current = 0;
+  var params = new URL(location.href).searchParams;
+  var presenter = params.has("presenter");
+  var started = Date.now();
+  var channel = null;
+  try { channel = new BroadcastChannel("glm53-deck"); } catch (e) { channel = null; }
+  var MIN_FIT = 0.6;  // never shrink a slide's text below 60% of its size
   var feedback = load("feedback", {});
   var edits = load("text-edits", {});
 
@@ -25,16 +33,66 @@
   }
   function status(text) { document.getElementById("feedback-status").textContent = text; }
 
-  function show(index) {
+  // Shrink the slide's text (not its charts) step by step until nothing overflows the window.
+  function fit(slide) {
+    var body = slide.querySelector(".body");
+    var scale = 1;
+    body.style.fontSize = "";
+    while ((slide.scrollHeight > slide.clientHeight + 1 || slide.scrollWidth > slide.clientWidth + 1) &&
+           scale > MIN_FIT) {
+      scale = Math.round((scale - 0.04) * 100) / 100;
+      body.style.fontSize = scale + "em";
+    }
+    slide.setAttribute("data-fit", String(scale));
+  }
+
+  function indexFromLocation() {
+    var hash = decodeURIComponent(location.hash.replace(/^#/, ""));
+    if (/^\d+$/.test(hash)) { return parseInt(hash, 10) - 1; }
+    for (var i = 0; i < slides.length; i++) { if (hash && slides[i].id === hash) { return i; } }
+    var n = parseInt(params.get("slide") || "1", 10) - 1;
+    return isNaN(n) ? 0 : n;
+  }
+
+  function preview(target, index) {
+    target.innerHTML = "";
+    if (index >= slides.length) { target.textContent = "end of the deck"; return; }
+    var copy = slides[index].cloneNode(true);
+    copy.removeAttribute("id");
+    copy.classList.add("active");
+    var frame = document.createElement("div");
+    frame.className = "frame";
+    frame.appendChild(copy);
+    target.appendChild(frame);
+    var scale = target.clientWidth / 1280;
+    frame.style.transform = "scale(" + scale + ")";
+    target.style.height = (800 * scale) + "px";
+    fit(copy);
+  }
+
+  function renderPresenter() {
+    preview(document.getElementById("presenter-current"), current);
+    preview(document.getElementById("presenter-next"), current + 1);
+    document.getElementById("presenter-notes").textContent =
+      slides[current].querySelector(".notes").textContent;
+  }
+
+  function tick() {
+    var s = Math.floor((Date.now() - started) / 1000);
+    document.getElementById("presenter-clock").textContent = (current + 1) + " / " + slides.length + "   " +
+      Math.floor(s / 60) + ":" + ("0" + (s % 60)).slice(-2) + " elapsed";
+  }
+
+  function show(index, fromChannel) {
     current = Math.max(0, Math.min(slides.length - 1, index));
     slides.forEach(function (s, i) { s.classList.toggle("active", i === current); });
     document.getElementById("bar").style.width = (100 * (current + 1) / slides.length) + "%";
     document.getElementById("counter").textContent = (current + 1) + " / " + slides.length + "  " +
       slides[current].getAttribute("data-title");
     document.getElementById("feedback-text").value = feedback[slides[current].id] || "";
-    var url = new URL(location.href);
-    url.searchParams.set("slide", String(current + 1));
-    history.replaceState(null, "", url.toString());
+    if (presenter) { renderPresenter(); tick(); } else { fit(slides[current]); }
+    if (location.hash !== "#" + (current + 1)) { history.replaceState(null, "", "#" + (current + 1)); }
+    if (channel && !fromChannel) { channel.postMessage({ slide: current }); }
   }
 
   function catalog() {
@@ -91,13 +149,25 @@
     else if (["ArrowLeft", "PageUp"].indexOf(ev.key) >= 0) { ev.preventDefault(); show(current - 1); }
     else if (ev.key === "Home") { show(0); }
     else if (ev.key === "End") { show(slides.length - 1); }
-    else if (ev.key === "s" || ev.key === "S") { document.body.classList.toggle("show-notes"); }
+    else if (ev.key === "s" || ev.key === "S") { document.body.classList.toggle("show-notes"); fit(slides[current]); }
+    else if ((ev.key === "p" || ev.key === "P") && !presenter) { openPresenter(); }
     else if (ev.key === "f" || ev.key === "F") { togglePanel(); }
   });
   function togglePanel() { var p = document.getElementById("feedback"); p.hidden = !p.hidden; }
+  function openPresenter() {
+    var url = new URL(location.href);
+    url.searchParams.set("presenter", "");
+    url.hash = "#" + (current + 1);
+    window.open(url.toString(), "glm53-presenter");
+  }
   document.getElementById("toggle-notes").addEventListener("click", function () {
     document.body.classList.toggle("show-notes");
+    fit(slides[current]);
   });
+  document.getElementById("open-presenter").addEventListener("click", openPresenter);
+  window.addEventListener("hashchange", function () { show(indexFromLocation()); });
+  window.addEventListener("resize", function () { show(current, true); });
+  if (channel) { channel.onmessage = function (ev) { if (ev.data && ev.data.slide !== current) { show(ev.data.slide, true); } }; }
   document.getElementById("toggle-feedback").addEventListener("click", togglePanel);
   document.getElementById("feedback-text").addEventListener("input", function (ev) {
     var id = slides[current].id;
@@ -110,9 +180,13 @@
   });
   if (!served) { document.getElementById("playground-link").hidden = true; }
 
-  var start = parseInt(new URL(location.href).searchParams.get("slide") || "1", 10) - 1;
+  if (presenter) {
+    document.body.classList.add("presenter");
+    document.getElementById("presenter").hidden = false;
+    setInterval(tick, 1000);
+  }
   applyEdits();
-  show(isNaN(start) ? 0 : start);
+  show(indexFromLocation());
   status(served ? "" : "opened as a file: notes stay in this browser");
   if (served) {
     // The server's copy wins over this browser's (another browser may have written since).
