@@ -19,7 +19,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def tiny_cfg(output, **kw):
     base = dict(output=str(output), preset="tiny", steps=6, checkpoints=(3,), batch_size=4,
-                sequence_length=128, device="cpu", progress=False)
+                sequence_length=128, device="cpu", quiet=True)
     base.update(kw)
     return PretrainConfig(**base)
 
