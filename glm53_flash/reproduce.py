@@ -124,7 +124,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
             output=str(out / "pretrain"), steps=plan.pretrain_steps, checkpoints=plan.pretrain_checkpoints,
             batch_size=plan.batch_size, sequence_length=plan.sequence_length, learning_rate=plan.pretrain_lr,
             device=device, preset=plan.model_preset, model_overrides=plan.model_overrides, resume=True,
-            progress=progress))
+            quiet=not progress))
     save_stage_times()
 
     # 2. pretraining checkpoint selection on dev (all families)
@@ -153,7 +153,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                 seed=seed, device=device, prompts_per_update=plan.rl_prompts_per_update,
                 logprob_source=plan.rl_logprob_source, loss_normalization=plan.rl_loss_normalization,
                 eos_handling=plan.rl_eos_handling, resume=True,
-                progress=progress))
+                quiet=not progress))
         selection = run_dir / "selection-dev.json"
         if not selection.exists():
             with _timed(stages, f"select_rl_{seed}"):

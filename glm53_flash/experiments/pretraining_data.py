@@ -435,7 +435,17 @@ def run_unit(unit: dict) -> dict:
     design = unit["design"]
     cfg = RunConfig(unit["condition"], unit["seed"], design["steps"], design["batch_size"], design["learning_rate"],
                     design["sequence_length"], tuple(design["eval_at"]), device=unit.get("device", "cpu"))
-    return train_condition(cfg)
+    logging = unit.get("logging") or {}
+    if not (logging.get("tensorboard") or logging.get("wandb")):
+        return train_condition(cfg)
+    from pathlib import Path
+
+    from ..train.loop import MetricsSink
+
+    tensorboard = str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None
+    with MetricsSink(tensorboard=tensorboard, wandb=logging.get("wandb"), run_name=unit["key"],
+                     config={"study": STUDY, **asdict(cfg)}) as sink:
+        return train_condition(cfg, sink)
 
 
 __all__ = [

@@ -202,3 +202,19 @@ class SelectConfig:
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")
     progress: bool = option(True, help="a line per checkpoint")
+
+
+@dataclass
+class ProgressConfig:
+    """The progress flag every training command shares (the vision commands use only this one)."""
+
+    quiet: bool = option(False, help=QUIET_HELP)
+
+
+@dataclass
+class LiveLoggingConfig(ProgressConfig):
+    """The output flags of the studies (`glm53 experiment ...`); PretrainConfig and RLConfig carry the
+    same three fields. Each study run logs under its own name (TensorBoard: DIR/<run key>)."""
+
+    tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
+    wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")

@@ -28,7 +28,7 @@ from ..runtime import resolve_device
 from .config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
-    save_checkpoint,
+    read_metadata, save_checkpoint,
 )
 from .distributed import DistributedContext, setup_distributed, teardown_distributed
 from .loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
@@ -192,6 +192,10 @@ class Pretrainer:
         self.start_step = int(state["step"])
         self.elapsed_before = float(state["elapsed_seconds"])
         self.checkpoints = [c for c in state["checkpoints"] if c["step"] <= self.start_step]
+        # A checkpoint's trainer state lists the checkpoint itself before its hash was known.
+        for entry in self.checkpoints:
+            if entry["weights_sha256"] is None:
+                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["step"]))["weights_sha256"]
         if self.ctx.is_main:
             rows = [json.loads(line) for line in (self.out / METRICS_FILE).read_text().splitlines() if line]
             self.metrics_rows = [r for r in rows if r["step"] <= self.start_step]
