@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_argv = list(sys.argv[1:] if argv is None else argv)  # for "rerun this command" hints
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -26,7 +26,7 @@ SUMMARY_FILE = "summary.json"
 
 # Fields a stage fills in at run time (paths, the device, progress): not part of a plan's identity.
 RUN_FIELDS = frozenset({"output", "run", "initial_checkpoint", "checkpoint", "device", "resume", "progress",
-                        "force", "quiet"})
+                        "force", "quiet", "tensorboard", "wandb"})
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     # 1. pretraining
     _log(f"pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps")
     with _timed(stages, "pretrain"):
-        pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, progress=progress))
+        pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, quiet=not progress))
     save_stage_times()
 
     # 2. pretraining checkpoint selection on dev (all families)
@@ -244,7 +244,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
         _log(f"RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
         with _timed(stages, f"rl_{seed}"):
             train_rl(replace(plan.rl, initial_checkpoint=start_checkpoint, output=str(run_dir), seed=seed,
-                             device=device, resume=True, progress=progress))
+                             device=device, resume=True, quiet=not progress))
         selection = run_dir / "selection-dev.json"
         if not selection.exists():
             with _timed(stages, f"select_rl_{seed}"):

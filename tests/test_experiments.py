@@ -346,3 +346,30 @@ def test_pretraining_data_time_estimate_is_positive():
     from glm53_flash.experiments.pretraining_data import measure_seconds_per_step
 
     assert measure_seconds_per_step(probe_steps=2) > 0
+
+
+def test_study_directory_is_locked_and_an_interrupted_study_says_so(tmp_path, capsys, monkeypatch, one_thread):
+    from glm53_flash.train.rundir import RunLock
+
+    out = tmp_path / "study"
+    assert main(_study(tmp_path, "--plan-only")) == 0
+    assert "status" not in json.loads((out / "plan.json").read_text())
+    with RunLock(out):
+        assert main(_study(tmp_path)) == 2
+    assert "in use by another run" in capsys.readouterr().err
+
+    def interrupted(cfg, sink=None):
+        raise KeyboardInterrupt
+
+    real = pd.train_condition
+    monkeypatch.setattr(pd, "train_condition", interrupted)
+    assert main(_study(tmp_path)) == 130
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["status"] == "interrupted" and plan["plan_sha256"] == plan_hash(plan)
+    assert plan["resume_command"].startswith("glm53 experiment pretraining-data --output")
+    assert "interrupted; resume with: glm53 experiment pretraining-data" in capsys.readouterr().err
+    monkeypatch.setattr(pd, "train_condition", real)
+    assert main(_study(tmp_path, "--quiet")) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["status"] == "complete" and "resume_command" not in plan
+    assert not (out / ".lock").exists()

@@ -50,13 +50,13 @@ def test_flags_build_the_same_config_as_the_dataclass_defaults():
     assert from_arguments(RLConfig, args) == RLConfig(initial_checkpoint="c", output="o")
     args = subcommand("pretrain").parse_args(["--output", "o", "--steps", "150", "--no-progress"])
     built = from_arguments(PretrainConfig, args, model_overrides={})
-    assert built == PretrainConfig(output="o", steps=150, progress=False)
+    assert built == PretrainConfig(output="o", steps=150, quiet=True)
     assert built.checkpoints == (100, 150) or built.checkpoints == (100,)  # 100,200,400 within --steps
 
 
 def test_every_field_is_recorded_in_the_pretraining_receipt(tmp_path):
     cfg = PretrainConfig(output=str(tmp_path / "run"), steps=2, batch_size=2, sequence_length=128, preset="tiny",
-                         device="cpu", progress=False)
+                         device="cpu", quiet=True)
     pretrain(cfg)
     receipt = json.loads((tmp_path / "run" / "training-receipt.json").read_text())
     assert set(receipt["run_config"]) == {field.name for field in dataclasses.fields(PretrainConfig)}

@@ -19,7 +19,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def tiny_cfg(output, **kw):
     base = dict(output=str(output), preset="tiny", steps=6, checkpoints=(3,), batch_size=4,
-                sequence_length=128, device="cpu", progress=False)
+                sequence_length=128, device="cpu", quiet=True)
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -214,3 +214,124 @@ def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state
     saved["state"][index]["exp_avg"] = saved["state"][index]["exp_avg"].transpose(1, 2).contiguous()
     with pytest.raises(CheckpointError, match="cannot be resumed"):
         load_optimizer_state(torch.optim.AdamW(loaded.parameters()), current, directory)
+
+
+# ------------------------------------------------------------------------------ run directories
+
+
+def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
+    from glm53_flash.cli import main
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from glm53_flash.train.rundir import RunLock; "
+         "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert main(["pretrain", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--device", "cpu",
+                     "--quiet", "--output", str(out)]) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and f"in use by another run (pid {holder.pid})" in error
+        assert not (out / "run.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (out / ".lock").read_text().strip() == str(holder.pid)  # stale: its holder is dead
+    receipt = pretrain(tiny_cfg(out, steps=2, checkpoints=()))
+    assert receipt["status"] == "complete"
+    assert not (out / ".lock").exists()  # released when the run ended
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_the_printed_command_resumes_it(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    from glm53_flash.cli import main
+    from glm53_flash.train import pretrain as pretrain_module
+
+    full = pretrain(tiny_cfg(tmp_path / "full", steps=6, checkpoints=(3,), learning_rate=5e-4))
+    real_step = pretrain_module.Pretrainer.train_step
+
+    def interrupted_at_step_5(self, step):
+        if step == 4:
+            raise KeyboardInterrupt
+        return real_step(self, step)
+
+    monkeypatch.setattr(pretrain_module.Pretrainer, "train_step", interrupted_at_step_5)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(tiny_cfg(out, steps=6, checkpoints=(3,), learning_rate=5e-4))
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    assert receipt["status"] == "interrupted" and receipt["resumes_from_step"] == 3
+    printed = capsys.readouterr().err
+    command = printed.split("interrupted; resume with: ", 1)[1].strip()
+    assert command == receipt["resume_command"] and command.endswith("--resume")
+    words = shlex.split(command)
+    assert words[:2] == ["glm53", "pretrain"] and "--learning-rate" in words
+    monkeypatch.setattr(pretrain_module.Pretrainer, "train_step", real_step)
+    assert main(words[1:]) == 0
+    assert curve(out) == curve(tmp_path / "full")
+    assert json.loads((out / "training-receipt.json").read_text())["status"] == "complete"
+    assert full["checkpoints"][-1]["weights_sha256"] == json.loads(
+        (out / "training-receipt.json").read_text())["checkpoints"][-1]["weights_sha256"]
+
+
+def test_sigterm_marks_the_run_interrupted(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(cli("pretrain", "--preset", "tiny", "--steps", "5000", "--checkpoints", "2",
+                                "--batch-size", "2", "--device", "cpu", "--output", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "checkpoint-0002").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    assert receipt["status"] == "interrupted" and receipt["resumes_from_step"] >= 2
+    assert f"interrupted; resume with: glm53 pretrain --output {out}" in stderr and "--resume" in stderr
+    assert "\r" not in stderr  # no progress bar when stderr is not a terminal
+
+
+def test_resume_with_more_steps_extends_a_constant_schedule_or_refuses(tmp_path):
+    short = tmp_path / "short"
+    pretrain(tiny_cfg(short, steps=4, checkpoints=(2,)))
+    pretrain(tiny_cfg(tmp_path / "long", steps=7, checkpoints=(2,)))
+    extended = pretrain(tiny_cfg(short, steps=7, checkpoints=(2,), resume=True))
+    assert curve(short) == curve(tmp_path / "long")  # the same as having asked for 7 steps at first
+    assert [c["step"] for c in extended["checkpoints"]] == [0, 2, 4, 7]
+    assert extended["length_changes"] == [{"from_steps": 4, "to_steps": 7, "at_step": 4}]
+    assert json.loads((short / "run.json").read_text())["steps"] == 7
+    with pytest.raises(ValueError, match="at least that"):
+        pretrain(tiny_cfg(short, steps=5, checkpoints=(2,), resume=True))
+    cosine = tmp_path / "cosine"
+    pretrain(tiny_cfg(cosine, steps=3, checkpoints=(), schedule="cosine"))
+    with pytest.raises(ValueError, match="cosine schedule sets every step's learning rate from --steps") as error:
+        pretrain(tiny_cfg(cosine, steps=6, checkpoints=(), schedule="cosine", resume=True))
+    assert "\n" not in str(error.value)
+    assert json.loads((cosine / "run.json").read_text())["steps"] == 3
+
+
+def test_live_logging_to_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    pretrain(tiny_cfg(out, steps=3, checkpoints=(), tensorboard=str(tmp_path / "tb")))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("loss")]
+    assert [(s, pytest.approx(v, rel=1e-6)) for s, v in logged] == [(s, l) for s, l, _, _ in curve(out)]
+
+
+def test_missing_live_logger_packages_are_one_line_errors(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("tensorboard", "wandb")
+                        else real(name, *a))
+    with pytest.raises(ValueError, match=r"--tensorboard needs the tensorboard package"):
+        pretrain(tiny_cfg(tmp_path / "a", tensorboard=str(tmp_path / "tb")))
+    with pytest.raises(ValueError, match=r"--wandb needs the wandb package"):
+        pretrain(tiny_cfg(tmp_path / "b", wandb="project"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

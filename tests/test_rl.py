@@ -29,7 +29,7 @@ def checkpoint(tmp_path_factory):
 
 def rl_cfg(checkpoint, output, **kw):
     base = dict(initial_checkpoint=str(checkpoint), output=str(output), groups=4, checkpoints=(2,), group_size=4,
-                max_new_tokens=12, temperature=1.0, learning_rate=1e-3, device="cpu", progress=False,
+                max_new_tokens=12, temperature=1.0, learning_rate=1e-3, device="cpu", quiet=True,
                 verifier_workers=1, families="increment,double")
     base.update(kw)
     return RLConfig(**base)
@@ -187,3 +187,47 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
         select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, progress=False)
     with pytest.raises(ValueError, match="cannot be used for selection"):
         select_checkpoint(run, split="rl", force=True)
+
+
+def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkpoint, tmp_path, capsys,
+                                                                          monkeypatch):
+    import shlex
+
+    from glm53_flash.cli import main
+    from glm53_flash.train import rl as rl_module
+    from glm53_flash.train.rundir import RunLock
+
+    with monkeypatch.context() as env:
+        env.setenv("WORLD_SIZE", "2")
+        env.setenv("RANK", "1")
+        with pytest.raises(ValueError, match="run it without torchrun"):
+            train_rl(rl_cfg(checkpoint, tmp_path / "ddp"))
+    assert not (tmp_path / "ddp").exists()
+
+    out = tmp_path / "run"
+    with RunLock(out):
+        with pytest.raises(ValueError, match=r"in use by another run \(pid \d+\)"):
+            train_rl(rl_cfg(checkpoint, out))
+
+    real_update = rl_module.RLTrainer.update
+    calls = []
+
+    def interrupted_on_the_third_update(self, groups, lr):
+        calls.append(groups[0]["group"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_update(self, groups, lr)
+
+    monkeypatch.setattr(rl_module.RLTrainer, "update", interrupted_on_the_third_update)
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(rl_cfg(checkpoint, out))
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    assert receipt["status"] == "interrupted" and receipt["resumes_from_group"] == 2
+    command = capsys.readouterr().err.split("interrupted; resume with: ", 1)[1].strip()
+    assert command == receipt["resume_command"]
+    words = shlex.split(command)
+    assert words[:2] == ["glm53", "rl"] and words[-1] == "--resume"
+    monkeypatch.setattr(rl_module.RLTrainer, "update", real_update)
+    assert main(words[1:]) == 0
+    assert json.loads((out / "training-receipt.json").read_text())["status"] == "complete"
+    assert not (out / ".lock").exists()

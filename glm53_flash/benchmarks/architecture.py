@@ -39,7 +39,7 @@ def run(preset: str = "flash", steps: int = 60, batch_size: int = 16, seeds=(1,)
                 start = time.perf_counter()
                 receipt = pretrain(PretrainConfig(
                     output=str(Path(tmp) / f"{name}-{seed}"), preset=preset, steps=steps, checkpoints=(),
-                    batch_size=batch_size, seed=seed, device=device, progress=False,
+                    batch_size=batch_size, seed=seed, device=device, quiet=True,
                     model_overrides=VARIANTS[name]))
                 curve = [row["loss"] for row in receipt["training_curve"]]
                 losses.append(statistics.fmean(curve[-tail:]))

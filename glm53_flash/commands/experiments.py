@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from ..argtypes import comma_ints
+from ..options import add_arguments
 from ..runtime import DEVICE_CHOICES
+from ..train.config import LiveLoggingConfig
+from .train import add_no_progress_alias
 
 
 def _name_list(text: str) -> tuple[str, ...]:
@@ -46,7 +51,8 @@ def _common(p) -> None:
     p.add_argument("--workers", type=int, default=2, help="runs in parallel, one torch thread each (default 2)")
     p.add_argument("--force", action="store_true", help="replace a study planned with a different design")
     p.add_argument("--plan-only", action="store_true", help="write plan.json (design + time estimate) and stop")
-    p.add_argument("--no-progress", action="store_true")
+    add_arguments(p, LiveLoggingConfig)  # --quiet, --tensorboard, --wandb: as on every training command
+    add_no_progress_alias(p)
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="run only every N-th unit of the plan starting at I (split a study across machines)")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
@@ -143,8 +149,30 @@ def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
     index, count = args.shard
     position = {u["key"]: i for i, u in enumerate(plan["units"])}
     units = [u for u in units if position[u["key"]] % count == index]
-    return run_units(out, plan, [u | {"design": design, "device": device} for u in units], unit_function,
-                     workers=args.workers, progress=not args.no_progress, argv=sys.argv, device=device)
+    logging = {"tensorboard": args.tensorboard, "wandb": args.wandb}
+    return run_units(out, plan, [u | {"design": design, "device": device, "logging": logging} for u in units],
+                     unit_function, workers=args.workers, progress=not args.quiet, argv=sys.argv, device=device)
+
+
+@contextlib.contextmanager
+def _study_session(args, out: Path, plan_only: bool = False):
+    """The study directory locked for this process (a second writer is refused), and its plan.json
+    marked running / complete / incomplete (this shard's part done) / interrupted."""
+    from ..train.loop import check_live_logging
+    from ..train.rundir import RunLock, interruptible
+
+    check_live_logging(args.tensorboard, args.wandb)
+    command = shlex.join(["glm53", *getattr(args, "command_argv", sys.argv[1:])])
+    state = {}
+    with RunLock(out):
+        def mark(status: str) -> None:
+            if "plan" in state and not plan_only:
+                from ..experiments.study import mark_status
+
+                mark_status(out, state["plan"], status, resume_command=command if status == "interrupted" else None)
+
+        with interruptible(lambda: mark("interrupted"), command + "   (the same command resumes the study)"):
+            yield state, mark
 
 
 def run_pretraining_data(args) -> int:
@@ -156,25 +184,34 @@ def run_pretraining_data(args) -> int:
     eval_at = args.eval_at if args.eval_at is not None else sorted({0, *(args.steps * q // 4 for q in (1, 2, 3, 4))})
     options = (args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate, args.sequence_length,
                eval_at, args.workers)
-    plan = _existing_plan(out, build_plan(*options, None))  # also validates the flags before timing anything
-    if plan is None:
-        plan = build_plan(*options, round(measure_seconds_per_step(), 4))
-    _start_study(args, out, plan)
-    if args.plan_only:
-        return 0
-    ran = _run(args, out, plan, plan["units"], run_unit)
+    draft = build_plan(*options, None)  # also validates the flags before timing anything
+    with _study_session(args, out, args.plan_only) as (state, mark):
+        plan = _existing_plan(out, draft)
+        if plan is None:
+            plan = build_plan(*options, round(measure_seconds_per_step(), 4))
+        _start_study(args, out, plan)
+        if args.plan_only:
+            return 0
+        state["plan"] = plan
+        mark("running")
+        ran = _run(args, out, plan, plan["units"], run_unit)
+        mark(_finished_status(out, plan))
     print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
     return 0
+
+
+def _finished_status(out: Path, plan: dict) -> str:
+    from ..experiments.study import pending_units
+
+    return "incomplete" if pending_units(out, plan["units"], plan["plan_sha256"]) else "complete"
 
 
 SELECTION_FILE = "selection.json"
 
 
 def run_rl_choices(args) -> int:
-    from ..receipts import provenance, write_json
     from ..model.pretrained import read_metadata
-    from ..experiments.rl_choices import build_plan, measure_speed, run_unit, select_candidate
-    from ..experiments.study import load_receipts
+    from ..experiments.rl_choices import build_plan, measure_speed
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -186,12 +223,28 @@ def run_rl_choices(args) -> int:
     sha = read_metadata(checkpoint)["weights_sha256"]
     options = (str(checkpoint), sha, args.arms, args.seeds, args.confirm_seeds, args.tasks, args.confirm_arm,
                args.workers)
-    plan = _existing_plan(out, build_plan(*options, None, None))
-    if plan is None:
-        plan = build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint))))
-    _start_study(args, out, plan)
-    if args.plan_only:
-        return 0
+    draft = build_plan(*options, None, None)
+    with _study_session(args, out, args.plan_only) as (state, mark):
+        plan = _existing_plan(out, draft)
+        if plan is None:
+            plan = build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint))))
+        _start_study(args, out, plan)
+        if args.plan_only:
+            return 0
+        state["plan"] = plan
+        mark("running")
+        ran = _run_rl_phases(args, out, plan)
+        mark(_finished_status(out, plan))
+    print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
+    return 0
+
+
+def _run_rl_phases(args, out: Path, plan: dict) -> int:
+    """The screen (and references), then the planned selection, then the confirmation."""
+    from ..experiments.rl_choices import run_unit, select_candidate
+    from ..experiments.study import load_receipts
+    from ..receipts import provenance, write_json
+
     work = out / "work"
     first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
     ran = _run(args, out, plan, first, run_unit)
@@ -209,8 +262,7 @@ def run_rl_choices(args) -> int:
         ran += _run(args, out, plan, resolved, run_unit)
     if work.is_dir() and not any(work.iterdir()):  # each unit removes its own; another shard may still run
         work.rmdir()
-    print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
-    return 0
+    return ran
 
 
 def run_analyze(args) -> int:

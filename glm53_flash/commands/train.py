@@ -47,8 +47,15 @@ def register(sub) -> None:
 def _add_command(sub, name: str, config_type, func, help_text: str, description: str) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text, description=description)
     add_arguments(parser, config_type)
+    add_no_progress_alias(parser)
     parser.set_defaults(func=func)
     return parser
+
+
+def add_no_progress_alias(parser: argparse.ArgumentParser) -> None:
+    """`--no-progress`, the older spelling of `--quiet`, where a command has a quiet field."""
+    if any(action.dest == "quiet" for action in parser._actions):
+        parser.add_argument("--no-progress", dest="quiet", action="store_true", help="same as --quiet")
 
 
 def run_rl(args: argparse.Namespace) -> int:

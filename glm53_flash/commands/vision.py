@@ -10,7 +10,10 @@ import json
 from pathlib import Path
 
 from ..argtypes import comma_ints
+from ..options import add_arguments
 from ..runtime import DEVICE_CHOICES
+from ..train.config import ProgressConfig
+from .train import add_no_progress_alias
 
 RECEIPT_FILE = "receipt.json"
 WEIGHTS_DIR = "weights"
@@ -58,7 +61,8 @@ def _add_train(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="CPU threads while training (default 1)")
     p.add_argument("--output", help="new directory for receipt.json (and weights/ with --save-weights)")
     p.add_argument("--save-weights", action="store_true", help="save every trained model under OUTPUT/weights/")
-    p.add_argument("--no-progress", action="store_true")
+    add_arguments(p, ProgressConfig)  # --quiet (and its older spelling --no-progress)
+    add_no_progress_alias(p)
     p.set_defaults(func=run_train)
 
 
@@ -74,7 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = VisionTrainConfig(architectures=architectures, seeds=args.seeds, steps=args.steps,
                             batch_size=args.batch_size, learning_rate=args.learning_rate,
                             eval_examples=args.eval_examples, smoke_test=args.smoke_test, device=args.device, threads=args.threads,
-                            progress=not args.no_progress)
+                            progress=not args.quiet)
     cfg.validate()  # before anything is created on disk
     on_model = None
     if args.save_weights:
@@ -138,7 +142,8 @@ def _add_pilot(sub) -> None:
     p.add_argument("--max-seconds", type=float, default=540.0, help="stop training before a step past this")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     p.add_argument("--save-weights", action="store_true", help="save the trained model under OUTPUT/weights/")
-    p.add_argument("--no-progress", action="store_true")
+    add_arguments(p, ProgressConfig)  # --quiet (and its older spelling --no-progress)
+    add_no_progress_alias(p)
     p.set_defaults(func=run_pilot_command)
 
 
@@ -149,7 +154,7 @@ def run_pilot_command(args: argparse.Namespace) -> int:
     out = _output_dir(args.output)
     cfg = PilotConfig(checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size,
                       learning_rate=args.learning_rate, eval_examples=args.eval_examples, seed=args.seed,
-                      max_seconds=args.max_seconds, device=args.device, progress=not args.no_progress)
+                      max_seconds=args.max_seconds, device=args.device, progress=not args.quiet)
     cfg.validate()
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
         raise FileNotFoundError(f"--checkpoint {cfg.checkpoint} is not a directory")

@@ -15,7 +15,7 @@ import ast
 import itertools
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..tokenizer import ByteTokenizer
 
@@ -198,8 +198,11 @@ class RunConfig:
 
 
 def encode_examples(examples: list[Example], sequence_length: int):
-    """BOS + bytes + EOS, right-padded to sequence_length + 1; inputs ids[:-1], labels ids[1:] (PAD -> -100)."""
+    """BOS + bytes + EOS, right-padded to sequence_length + 1; inputs ids[:-1], labels ids[1:] (PAD ->
+    IGNORE_INDEX, the padding label every loss here skips)."""
     import torch
+
+    from ..data import IGNORE_INDEX
 
     rows = []
     for example in examples:
@@ -209,7 +212,7 @@ def encode_examples(examples: list[Example], sequence_length: int):
         rows.append(ids + [_TOK.pad_id] * (sequence_length + 1 - len(ids)))
     ids = torch.tensor(rows, dtype=torch.long)
     labels = ids[:, 1:].clone()
-    labels[labels == _TOK.pad_id] = -100
+    labels[labels == _TOK.pad_id] = IGNORE_INDEX
     return ids[:, :-1], labels
 
 
@@ -276,13 +279,18 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
     return {"summary": summary, "examples": rows}
 
 
-def train_condition(cfg: RunConfig) -> dict:
-    """Train one (condition, seed) run from the seed's initial weights; evaluate at cfg.eval_at."""
+def train_condition(cfg: RunConfig, sink=None) -> dict:
+    """Train one (condition, seed) run from the seed's initial weights; evaluate at cfg.eval_at.
+
+    The loop is the training skeleton of train/loop.py with the study's recipe (`STUDY`: weight
+    decay on every parameter, torch's default AdamW kernel, fp32, no stop on divergence), which
+    reproduces the original miniature study's optimiser. `sink` (a MetricsSink) receives every
+    step's training loss."""
     import torch
-    import torch.nn.functional as F
 
     from ..config import ModelConfig
     from ..model import GLM53Flash
+    from ..train.loop import STUDY, StepLoop, language_model_update, make_optimizer
 
     cfg.validate()
     torch.set_num_threads(cfg.threads)
@@ -293,8 +301,8 @@ def train_condition(cfg: RunConfig) -> dict:
     torch.manual_seed(cfg.seed)
     model = GLM53Flash(ModelConfig.preset("research-mini", max_sequence_length=cfg.sequence_length)).to(cfg.device)
     initial_sha = weights_sha256(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=0.1)
-    balance_weight = model.config.balance_loss_weight
+    recipe = replace(STUDY, learning_rate=cfg.learning_rate)
+    optimizer = make_optimizer(model, recipe)
     evaluations, curve = [], []
     tokens_seen = 0
     started = time.perf_counter()
@@ -307,27 +315,24 @@ def train_condition(cfg: RunConfig) -> dict:
         eval_seconds += time.perf_counter() - t0
         evaluations.append({"step": step, "tokens_seen": tokens_seen, **result})
 
+    rows: list[dict] = []
+
+    def train_step(step: int) -> dict:
+        nonlocal tokens_seen
+        items = schedule[step * cfg.batch_size:(step + 1) * cfg.batch_size]
+        inputs, labels = encode_examples([render_example(s, i, cfg.seed) for s, i in items], cfg.sequence_length)
+        result = language_model_update(model, optimizer, inputs.to(cfg.device), labels.to(cfg.device), recipe)
+        tokens_seen += result.tokens
+        rows.append({"step": step + 1, "training_loss": round(float(result.cross_entropy), 6),
+                     "tokens_seen": tokens_seen})
+        return rows[-1]
+
     if 0 in cfg.eval_at:
         evaluate_at(0)
     model.train()
-    for step in range(cfg.steps):
-        items = schedule[step * cfg.batch_size:(step + 1) * cfg.batch_size]
-        inputs, labels = encode_examples([render_example(s, i, cfg.seed) for s, i in items], cfg.sequence_length)
-        inputs, labels = inputs.to(cfg.device), labels.to(cfg.device)
-        out = model(inputs)
-        ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]).float(), labels.reshape(-1),
-                             ignore_index=-100)
-        loss = ce + balance_weight * out.aux_loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        tokens_seen += int((labels != -100).sum())
-        done = step + 1
-        if done == 1 or done % cfg.curve_every == 0:
-            curve.append({"step": done, "training_loss": round(float(ce.detach()), 6), "tokens_seen": tokens_seen})
-        if done in cfg.eval_at:
-            evaluate_at(done)
+    curve_steps = {s for s in range(1, cfg.steps + 1) if s == 1 or s % cfg.curve_every == 0}
+    StepLoop(0, cfg.steps, train_step, sink=sink,
+             at_steps=[(curve_steps, lambda step: curve.append(rows[-1])), (set(cfg.eval_at), evaluate_at)]).run()
     elapsed = time.perf_counter() - started
     return {
         "condition": cfg.condition, "seed": cfg.seed, "config": asdict(cfg) | {"eval_at": list(cfg.eval_at)},
@@ -430,7 +435,17 @@ def run_unit(unit: dict) -> dict:
     design = unit["design"]
     cfg = RunConfig(unit["condition"], unit["seed"], design["steps"], design["batch_size"], design["learning_rate"],
                     design["sequence_length"], tuple(design["eval_at"]), device=unit.get("device", "cpu"))
-    return train_condition(cfg)
+    logging = unit.get("logging") or {}
+    if not (logging.get("tensorboard") or logging.get("wandb")):
+        return train_condition(cfg)
+    from pathlib import Path
+
+    from ..train.loop import MetricsSink
+
+    tensorboard = str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None
+    with MetricsSink(tensorboard=tensorboard, wandb=logging.get("wandb"), run_name=unit["key"],
+                     config={"study": STUDY, **asdict(cfg)}) as sink:
+        return train_condition(cfg, sink)
 
 
 __all__ = [

@@ -161,6 +161,7 @@ def run_unit(unit: dict) -> dict:
                 "elapsed_seconds": round(time.perf_counter() - started, 3)}
     arm = unit["arm"]
     settings = arm_settings(arm)
+    logging = unit.get("logging") or {}
     work = Path(unit["work_dir"])
     rl = train_rl(RLConfig(
         initial_checkpoint=design["checkpoint"], output=str(work), groups=settings["groups"],
@@ -171,7 +172,9 @@ def run_unit(unit: dict) -> dict:
         exact_bonus=RECIPE["exact_bonus"], families=RECIPE["families"], tasks_per_family=RECIPE["tasks_per_family"],
         seed=unit["seed"], device=device, logprob_source=RECIPE["logprob_source"],
         loss_normalization=RECIPE["loss_normalization"], eos_handling=RECIPE["eos_handling"], stop=RECIPE["stop"],
-        verifier_workers=1, resume=True, progress=False))
+        verifier_workers=1, resume=True, quiet=True,
+        tensorboard=str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None,
+        wandb=logging.get("wandb")))
     final = rl["checkpoints"][-1]
     model, meta = load_pretrained(final["path"], device)
     evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
@@ -202,7 +205,7 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
                               checkpoints=(1,), group_size=8, max_new_tokens=RECIPE["max_new_tokens"],
                               temperature=0.35, learning_rate=RECIPE["learning_rate"],
                               train_scope=RECIPE["train_scope"], reward_mode="binary", families=RECIPE["families"],
-                              tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, progress=False))
+                              tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, quiet=True))
             per_rollout = (time.perf_counter() - started) / 8
         model, _ = load_pretrained(checkpoint)
         started = time.perf_counter()

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ..receipts import peak_rss_bytes, provenance, sha256_json, utc_now, write_json
+from ..train.rundir import holds_a_run
 
 PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
@@ -47,12 +47,29 @@ def prepare_study(out: Path, plan: dict, force: bool) -> bool:
             (out / name).unlink(missing_ok=True)
         for chart in out.glob("*.png"):
             chart.unlink()
-    elif out.exists() and any(out.iterdir()) and not force:
+    elif holds_a_run(out) and not force:
         raise FileExistsError(f"{out} exists and is not a study directory (no {PLAN_FILE}); "
                               "choose a new --output or add --force")
     out.mkdir(parents=True, exist_ok=True)
     write_json(plan_path, plan)
     return False
+
+
+STATUSES = ("running", "complete", "incomplete", "interrupted")
+
+
+def mark_status(out: Path, plan: dict, status: str, resume_command: str | None = None) -> None:
+    """Record in plan.json how the last session ended (outside the hashed design): running, complete,
+    incomplete (this shard's runs are done, others are not) or interrupted (with the command that
+    resumes it)."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown study status {status!r}")
+    plan["status"] = status
+    plan["status_utc"] = utc_now()
+    plan.pop("resume_command", None)
+    if resume_command:
+        plan["resume_command"] = resume_command
+    write_json(Path(out) / PLAN_FILE, plan)
 
 
 def receipt_path(out: Path, key: str) -> Path:
@@ -86,15 +103,14 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
         return 0
     # the code that runs is the code loaded now: record its commit once, not at each (later) write
     started_with = provenance(argv, device=device)
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    from ..train.loop import progress_bar
 
-        bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=plan["study"], unit="run",
-                   dynamic_ncols=True, file=sys.stderr)
+    bar = progress_bar(len(units), quiet=not progress, initial=len(units) - len(todo), desc=plan["study"],
+                       unit="run")
 
     def finish(unit: dict, result: dict) -> None:
-        result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device")}, plan_sha256=plan["plan_sha256"],
+        result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device", "logging")},
+                      plan_sha256=plan["plan_sha256"],
                       provenance=started_with | {"finished_utc": utc_now()})
         write_json(receipt_path(out, unit["key"]), result)
         if bar is not None:
@@ -118,6 +134,11 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
                 except BaseException:
                     for future in futures:
                         future.cancel()
+                    # Interrupted (Ctrl-C, SIGTERM) or failed: stop the runs in flight too, rather than
+                    # waiting for them; their results would be discarded. (ProcessPoolExecutor has
+                    # no public way to do this before Python 3.14's terminate_workers.)
+                    for process in list((getattr(pool, "_processes", None) or {}).values()):
+                        process.terminate()
                     raise
     finally:
         if bar is not None:

@@ -93,8 +93,11 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, trainer_state: dict, 
 
 
 def prepare_run_directory(out: Path, resume: bool) -> bool:
-    """True when `out` already holds a run; refuses to reuse it without --resume."""
-    exists = out.exists() and any(out.iterdir())
+    """True when `out` already holds a run (anything but its lock file); refuses to reuse it without
+    --resume."""
+    from .rundir import holds_a_run
+
+    exists = holds_a_run(out)
     if exists and not resume:
         raise FileExistsError(f"output {out} already exists; pass --resume to continue it or choose a new --output")
     return exists

@@ -32,6 +32,11 @@ def rename_legacy_values(values: dict, prefix: str = "") -> dict:
 STOP_RULES = ("parse", "eos")
 
 PRETRAIN_DEFAULT_CHECKPOINTS = (100, 200, 400)
+# The flags every training command shares (train/loop.py: progress_bar, MetricsSink).
+QUIET_HELP = "no progress bar (also off when stderr is not a terminal); --no-progress is the same"
+TENSORBOARD_HELP = ("also log each step's metrics as TensorBoard events in this directory "
+                    "(needs the tensorboard extra: pip install 'glm53_flash[tensorboard]')")
+WANDB_HELP = "also log each step's metrics to this Weights & Biases project (needs wandb installed)"
 
 
 @dataclass
@@ -56,9 +61,12 @@ class PretrainConfig:
     min_lr_ratio: float = option(0.1, help="cosine schedule's floor, as a fraction of --learning-rate")
     weight_decay: float = option(0.1, help="AdamW weight decay, applied to weight matrices only")
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
-    resume: bool = option(False, help="continue the run in --output from its last checkpoint")
+    resume: bool = option(False, help="continue the run in --output from its last checkpoint; with a "
+                                        "different --steps, extend (or shorten) it when its LR schedule allows")
     compile: bool = option(False, help="torch.compile the model")
-    progress: bool = option(True, help="progress bar")
+    quiet: bool = option(False, help=QUIET_HELP)
+    tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
+    wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")
     # Flags of their own (--stream-mode, --linear-rope, --balance-loss, --balance-loss-weight): the
     # ModelConfig fields a run may override (commands/train.py MODEL_OVERRIDE_FIELDS).
     model_overrides: dict = option(help="ModelConfig fields that override the preset", flag=False, factory=dict)
@@ -135,7 +143,9 @@ class RLConfig:
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
     verifier_workers: int | None = option(None, help="sandbox worker processes", default_text="one per CPU")
     resume: bool = option(False, help="continue the run in --output from its last checkpoint")
-    progress: bool = option(True, help="progress bar")
+    quiet: bool = option(False, help=QUIET_HELP)
+    tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
+    wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")
 
     def __post_init__(self) -> None:
         if self.checkpoints is None:
@@ -192,3 +202,19 @@ class SelectConfig:
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")
     progress: bool = option(True, help="a line per checkpoint")
+
+
+@dataclass
+class ProgressConfig:
+    """The progress flag every training command shares (the vision commands use only this one)."""
+
+    quiet: bool = option(False, help=QUIET_HELP)
+
+
+@dataclass
+class LiveLoggingConfig(ProgressConfig):
+    """The output flags of the studies (`glm53 experiment ...`); PretrainConfig and RLConfig carry the
+    same three fields. Each study run logs under its own name (TensorBoard: DIR/<run key>)."""
+
+    tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
+    wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")

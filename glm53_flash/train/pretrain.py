@@ -4,7 +4,8 @@ The original's flags and defaults (400 steps, checkpoints 100/200/400, batch 32 
 seed 42, AdamW betas 0.9/0.95, weight decay 0.1, loss = token cross-entropy + 0.01 x balance).
 Differences: weight decay on matrices only, an optional warmup/cosine schedule, a balance loss with
 gradients, per-step metrics, receipts at every checkpoint, and resume that reproduces the loss curve
-bit for bit.
+bit for bit. The update and the step loop are the shared skeleton of train/loop.py (recipe
+`PRETRAINING`); the run directory's lock and interrupt handling are train/rundir.py's.
 """
 
 from __future__ import annotations
@@ -14,29 +15,37 @@ import json
 import math
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance, write_json, write_text
 from ..options import config_record
-from ..runtime import autocast, fused_optimizer_supported, resolve_device
+from ..runtime import resolve_device
 from .config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
-    save_checkpoint,
+    read_metadata, save_checkpoint,
 )
 from .distributed import DistributedContext, setup_distributed, teardown_distributed
+from .loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
+    PRETRAINING, MetricsSink, StepLoop, TrainingDiverged, UpdateRecipe, check_live_logging, language_model_update,
+    parameter_groups, progress_bar,
+)
+from .loop import make_optimizer as make_recipe_optimizer
+from .rundir import RunInUse, RunLock, check_resume_config, config_defaults, interruptible, resume_command
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 RECEIPT_FILE = "training-receipt.json"
-# Fields that must match for --resume to continue a run.
+# Fields that must match for --resume to continue a run (steps and checkpoints may change when the
+# schedule allows it: see `Pretrainer._check_length_change`).
 RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_rate", "seed", "data_seed",
                  "warmup", "schedule", "weight_decay", "model_overrides", "checkpoints")
+LENGTH_FIELDS = ("steps", "checkpoints")
 
 
 def learning_rate_at(step: int, cfg: PretrainConfig) -> float:
@@ -50,20 +59,18 @@ def learning_rate_at(step: int, cfg: PretrainConfig) -> float:
     return floor + (cfg.learning_rate - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def parameter_groups(model: GLM53Flash, weight_decay: float) -> list[dict]:
-    """Decay weight matrices (including the tied embedding); not norms, stream logits or mixers."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (decay if param.ndim >= 2 and "logits" not in name else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def schedule_depends_on_length(cfg: PretrainConfig) -> bool:
+    """Whether the learning rate at some step depends on --steps (then a run cannot change length)."""
+    return cfg.schedule != "constant"
+
+
+def update_recipe(cfg: PretrainConfig) -> UpdateRecipe:
+    return replace(PRETRAINING, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                   grad_clip=cfg.grad_clip)
 
 
 def make_optimizer(model: GLM53Flash, cfg: PretrainConfig) -> torch.optim.AdamW:
-    fused = fused_optimizer_supported(next(model.parameters()).device)
-    return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.learning_rate, betas=(0.9, 0.95),
-                             fused=fused)
+    return make_recipe_optimizer(model, update_recipe(cfg))
 
 
 def data_sha256(cfg: PretrainConfig) -> str:
@@ -73,10 +80,6 @@ def data_sha256(cfg: PretrainConfig) -> str:
         digest.update(pretraining_rows(step * cfg.batch_size, cfg.batch_size, cfg.sequence_length,
                                        cfg.data_seed).astype("<i2").tobytes())
     return digest.hexdigest()
-
-
-class TrainingDiverged(RuntimeError):
-    pass
 
 
 class Pretrainer:
@@ -89,17 +92,43 @@ class Pretrainer:
             self.device = torch.device("cuda", self.ctx.local_rank)
             torch.cuda.set_device(self.device)
         cfg.validate(self.ctx.world_size)
+        if self.ctx.is_main:
+            check_live_logging(cfg.tensorboard, cfg.wandb)
+        self.recipe = update_recipe(cfg)
         self.rows_per_rank = cfg.batch_size // self.ctx.world_size
         self.metrics_rows: list[dict] = []
         self.checkpoints: list[dict] = []
         self.elapsed_before = 0.0
         self.start_step = 0
+        self.length_changes: list[dict] = []
+        self.raw_model = None
+        self.lock: RunLock | None = None
 
     # -- setup ------------------------------------------------------------------------------------
     def run_record(self) -> dict:
         record = {k: getattr(self.cfg, k) for k in RESUME_FIELDS}
         record["checkpoints"] = list(self.cfg.checkpoints)
         return record
+
+    def resume_hint(self) -> str:
+        overrides = [word for name, value in self.cfg.model_overrides.items()
+                     for word in ("--" + name.replace("_", "-"), str(value))]
+        return resume_command("pretrain", self.cfg, extra=[*overrides, "--resume"])
+
+    def acquire_lock(self) -> None:
+        """Rank 0 locks the run directory; every rank learns whether it could."""
+        error = None
+        if self.ctx.is_main:
+            try:
+                self.lock = RunLock(self.out).acquire()
+            except RunInUse as refused:
+                error = refused
+        if self.ctx.enabled:
+            failed = self.ctx.all_sum(torch.tensor([0.0 if error is None else 1.0], device=self.device))
+            if float(failed[0]) and error is None:
+                error = RunInUse(f"{self.out} is in use by another run; rank 0 could not lock it")
+        if error is not None:
+            raise error
 
     def prepare(self) -> None:
         cfg = self.cfg
@@ -124,16 +153,34 @@ class Pretrainer:
             self._save(0)
         self.ctx.barrier()
 
+    def _check_length_change(self, recorded: dict, last_saved: int) -> None:
+        """A run may change its --steps on resume only when that changes no step already taken: the
+        learning rate of every step must not depend on the run's length, and the new end must not
+        lie before the newest checkpoint."""
+        cfg, old = self.cfg, recorded["steps"]
+        verb = "extend" if cfg.steps > old else "shorten"
+        if schedule_depends_on_length(cfg):
+            raise ValueError(f"--resume --steps {cfg.steps}: cannot {verb} {self.out} ({old} steps): its "
+                             f"{cfg.schedule} schedule sets every step's learning rate from --steps; only a "
+                             "constant schedule (after warmup) can change length; start a new run")
+        if cfg.steps < last_saved:
+            raise ValueError(f"--resume --steps {cfg.steps}: {self.out} already has a checkpoint at step "
+                             f"{last_saved}; --steps must be at least that")
+
     def _resume(self, saved: list[tuple[int, Path]]) -> None:
         cfg = self.cfg
+        step, path = saved[-1]
         run_path = self.out / RUN_FILE
         if run_path.is_file():
             recorded = json.loads(run_path.read_text())
-            mismatched = [k for k in RESUME_FIELDS if k in recorded and recorded[k] != self.run_record()[k]]
-            if mismatched:
-                raise ValueError(f"--resume: {self.out} was started with different "
-                                 f"{', '.join(mismatched)}; use the same flags or a new --output")
-        step, path = saved[-1]
+            changes_length = recorded.get("steps", cfg.steps) != cfg.steps
+            check_resume_config(self.out, recorded, self.run_record(), config_defaults(PretrainConfig),
+                                allowed=LENGTH_FIELDS if changes_length else ())
+            self.length_changes = list(recorded.get("length_changes", []))
+            if changes_length:
+                self._check_length_change(recorded, step)
+                self.length_changes.append({"from_steps": recorded["steps"], "to_steps": cfg.steps,
+                                            "at_step": step})
         self.raw_model, _ = load_checkpoint(path, self.device)
         if self.raw_model.config != cfg.model_config():
             raise ValueError(f"--resume: checkpoint {path} has a different model config than --preset {cfg.preset}")
@@ -145,11 +192,17 @@ class Pretrainer:
         self.start_step = int(state["step"])
         self.elapsed_before = float(state["elapsed_seconds"])
         self.checkpoints = [c for c in state["checkpoints"] if c["step"] <= self.start_step]
+        # A checkpoint's trainer state lists the checkpoint itself before its hash was known.
+        for entry in self.checkpoints:
+            if entry["weights_sha256"] is None:
+                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["step"]))["weights_sha256"]
         if self.ctx.is_main:
             rows = [json.loads(line) for line in (self.out / METRICS_FILE).read_text().splitlines() if line]
             self.metrics_rows = [r for r in rows if r["step"] <= self.start_step]
             # Rows written after the checkpoint by the interrupted run are recomputed.
             _write_jsonl(self.out / METRICS_FILE, self.metrics_rows)
+            if self.length_changes and self.length_changes[-1]["to_steps"] == cfg.steps:
+                write_json(self.out / RUN_FILE, self.run_record() | {"length_changes": self.length_changes})
         self.ctx.barrier()
 
     def _wrap_model(self) -> None:
@@ -196,9 +249,12 @@ class Pretrainer:
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
             "peak_rss_bytes": peak_rss_bytes(),
             "data": {"seed": cfg.data_seed, "examples": cfg.steps * cfg.batch_size, "sha256": self.data_hash},
-            "checkpoints": self.checkpoints, "training_curve": self.metrics_rows,
+            "checkpoints": [c for c in self.checkpoints if c["weights_sha256"] is not None],
+            "training_curve": self.metrics_rows,
             "provenance": provenance(device=str(self.device)),
         }
+        if self.length_changes:
+            receipt["length_changes"] = self.length_changes
         receipt.update(extra or {})
         write_json(self.out / RECEIPT_FILE, receipt)
 
@@ -215,76 +271,84 @@ class Pretrainer:
         data_seconds = time.perf_counter() - start
 
         lr = learning_rate_at(step, cfg)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        reduce = self.ctx.all_sum if self.ctx.enabled else None
-        with autocast(self.device):
-            out = self.train_model(inputs, balance_reduce=reduce)
-            ce_sum = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(),
-                                     ignore_index=IGNORE_INDEX, reduction="sum")
-        # Each rank's share of the global objective; DDP averages gradients, hence the world size.
-        objective = self.ctx.world_size * (ce_sum / tokens + self.raw_model.config.balance_loss_weight * out.aux_loss)
-        self.optimizer.zero_grad(set_to_none=True)
-        objective.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip))
-        totals = self.ctx.all_sum(torch.stack([ce_sum.detach().float(), out.aux_loss.detach().float()]))
-        loss, aux = float(totals[0]) / tokens, float(totals[1])
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            raise TrainingDiverged(f"step {step + 1}: loss {loss}, gradient norm {grad_norm}")
-        self.optimizer.step()
+        try:
+            result = language_model_update(self.raw_model, self.optimizer, inputs, labels, self.recipe,
+                                           learning_rate=lr, tokens=tokens, train_model=self.train_model,
+                                           ctx=self.ctx)
+        except TrainingDiverged as error:
+            raise TrainingDiverged(f"step {step + 1}: {error}") from None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - start
-        return {"step": step + 1, "loss": loss, "aux_loss": aux, "grad_norm": grad_norm, "lr": lr,
-                "tokens": tokens, "tokens_seen": sum(r["tokens"] for r in self.metrics_rows) + tokens,
+        return {"step": step + 1, "loss": result.loss, "aux_loss": result.aux_loss, "grad_norm": result.grad_norm,
+                "lr": lr, "tokens": tokens, "tokens_seen": sum(r["tokens"] for r in self.metrics_rows) + tokens,
                 "tokens_per_second": tokens / seconds, "seconds": seconds, "data_seconds": data_seconds}
+
+    def _elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.session_start
+
+    def _mark_interrupted(self) -> None:
+        if self.ctx.is_main and self.raw_model is not None and (self.out / RUN_FILE).exists():
+            saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
+            self.write_receipt("interrupted", self._elapsed(), {
+                "resume_command": self.resume_hint(),
+                "resumes_from_step": saved[-1]["step"] if saved else None})
 
     def run(self) -> dict:
         cfg = self.cfg
         self.data_hash = data_sha256(cfg)
-        self.prepare()
-        self.raw_model.train()
-        save_steps = set(cfg.checkpoint_steps())
-        session_start = time.perf_counter()
-        bar = None
-        if self.ctx.is_main and cfg.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.steps, initial=self.start_step, desc="pretrain", unit="step", dynamic_ncols=True)
-        last_good = self.checkpoints[-1]["path"] if self.checkpoints else None
+        self.session_start = time.perf_counter()
+        self.acquire_lock()
+        sink = None
         try:
-            for step in range(self.start_step, cfg.steps):
-                try:
-                    row = self.train_step(step)
-                except TrainingDiverged as error:
-                    raise TrainingDiverged(f"training diverged at {error}; stopped. Last good checkpoint: "
-                                           f"{last_good}") from None
-                elapsed = self.elapsed_before + time.perf_counter() - session_start
+            with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main):
+                self.prepare()
+                self.raw_model.train()
+                self.session_start = time.perf_counter()
                 if self.ctx.is_main:
-                    self.metrics_rows.append(row)
-                    with open(self.out / METRICS_FILE, "a") as handle:
-                        handle.write(json.dumps(row, sort_keys=True) + "\n")
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_second']:.0f}")
-                if row["step"] in save_steps:
+                    sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
+                                       run_name=self.out.name, config=config_record(cfg),
+                                       resumed_at=self.start_step or None)
+                last_good = [self.checkpoints[-1]["path"] if self.checkpoints else None]
+
+                def step(index: int) -> dict:
+                    try:
+                        row = self.train_step(index)
+                    except TrainingDiverged as error:
+                        raise TrainingDiverged(f"training diverged at {error}; stopped. Last good checkpoint: "
+                                               f"{last_good[0]}") from None
                     if self.ctx.is_main:
-                        self._save(row["step"], elapsed)
+                        self.metrics_rows.append(row)
+                    return row
+
+                def checkpoint(done: int) -> None:
+                    if self.ctx.is_main:
+                        elapsed = self._elapsed()
+                        self._save(done, elapsed)
                         self.write_receipt("running", elapsed)
-                        last_good = self.checkpoints[-1]["path"]
+                        last_good[0] = self.checkpoints[-1]["path"]
                     self.ctx.barrier()
+
+                bar = progress_bar(cfg.steps, quiet=cfg.quiet or not self.ctx.is_main, initial=self.start_step,
+                                   desc="pretrain")
+                StepLoop(self.start_step, cfg.steps, step, sink=sink,
+                         at_steps=[(set(cfg.checkpoint_steps()), checkpoint)], bar=bar,
+                         postfix=lambda row: {"loss": f"{row['loss']:.4f}",
+                                              "tok_s": f"{row['tokens_per_second']:.0f}"}).run()
+            elapsed = self._elapsed()
+            result = {}
+            if self.ctx.is_main:
+                data_seconds = sum(r.get("data_seconds", 0.0) for r in self.metrics_rows)
+                step_seconds = sum(r["seconds"] for r in self.metrics_rows)
+                timing = {"data_seconds": data_seconds, "step_seconds": step_seconds,
+                          "data_fraction": data_seconds / step_seconds if step_seconds else 0.0}
+                self.write_receipt("complete", elapsed, {"timing": timing})
+                result = json.loads((self.out / RECEIPT_FILE).read_text())
         finally:
-            if bar is not None:
-                bar.close()
-        elapsed = self.elapsed_before + time.perf_counter() - session_start
-        result = {}
-        if self.ctx.is_main:
-            data_seconds = sum(r.get("data_seconds", 0.0) for r in self.metrics_rows)
-            step_seconds = sum(r["seconds"] for r in self.metrics_rows)
-            timing = {"data_seconds": data_seconds, "step_seconds": step_seconds,
-                      "data_fraction": data_seconds / step_seconds if step_seconds else 0.0}
-            self.write_receipt("complete", elapsed, {"timing": timing})
-            result = json.loads((self.out / RECEIPT_FILE).read_text())
+            if sink is not None:
+                sink.close()
+            if self.lock is not None:
+                self.lock.release()
         teardown_distributed(self.ctx)
         return result
 

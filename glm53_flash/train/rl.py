@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import random
 import time
 from dataclasses import asdict
@@ -44,8 +45,10 @@ from .config import (  # noqa: F401 - re-exported: the config and its choices li
 )
 from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
-    save_checkpoint,
+    read_metadata, save_checkpoint,
 )
+from .loop import MetricsSink, check_live_logging, progress_bar
+from .rundir import RunLock, check_resume_config, config_defaults, interruptible, resume_command
 
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -163,9 +166,23 @@ def policy_objective(logprobs: list[torch.Tensor], advantages: list[float], norm
 # ----------------------------------------------------------------------------------- the trainer
 
 
+# Fields of RLConfig that do not change what a run computes (free to differ on --resume).
+NOT_RECORDED = ("resume", "quiet", "tensorboard", "wandb", "verifier_workers", "device", "output")
+
+
+def refuse_torchrun() -> None:
+    """RL runs in one process; under torchrun every rank would train and write the same directory."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise ValueError(f"glm53 rl runs in a single process and does not split its work across ranks; "
+                         f"run it without torchrun (this is rank {os.environ.get('RANK', '?')} of {world})")
+
+
 class RLTrainer:
     def __init__(self, cfg: RLConfig) -> None:
+        refuse_torchrun()
         cfg.validate()
+        check_live_logging(cfg.tensorboard, cfg.wandb)
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.device = resolve_device(cfg.device)
@@ -178,13 +195,18 @@ class RLTrainer:
         self.metrics_rows: list[dict] = []
         self.elapsed_before = 0.0
         self.done_groups = 0
+        self.prepared = False
+        self.sink: MetricsSink | None = None
 
     def run_record(self) -> dict:
         record = asdict(self.cfg)
-        for key in ("resume", "progress", "verifier_workers", "device", "output"):
+        for key in NOT_RECORDED:
             record.pop(key)
         record["checkpoints"] = list(self.cfg.checkpoints)
         return record
+
+    def resume_hint(self) -> str:
+        return resume_command("rl", self.cfg, extra=["--resume"])
 
     def prepare(self) -> None:
         cfg = self.cfg
@@ -209,14 +231,11 @@ class RLTrainer:
             for name in (ROLLOUTS_FILE, METRICS_FILE):
                 (self.out / name).write_text("")
             self._save(0, 0.0)
+        self.prepared = True
 
     def _resume(self, saved) -> None:
         recorded = rename_legacy_values(json.loads((self.out / RUN_FILE).read_text()))
-        current = self.run_record()
-        mismatched = sorted(k for k in current if recorded.get(k) != current[k])
-        if mismatched:
-            raise ValueError(f"--resume: {self.out} was started with different {', '.join(mismatched)}; "
-                             "use the same flags or a new --output")
+        check_resume_config(self.out, recorded, self.run_record(), config_defaults(RLConfig))
         group, path = saved[-1]
         model, _ = load_checkpoint(path, self.device)
         self.model.load_state_dict(model.state_dict())
@@ -225,6 +244,10 @@ class RLTrainer:
         self.done_groups = int(state["group"])
         self.elapsed_before = float(state["elapsed_seconds"])
         self.checkpoints = [c for c in state["checkpoints"] if c["group"] <= group]
+        # A checkpoint's trainer state lists the checkpoint itself before its hash was known.
+        for entry in self.checkpoints:
+            if entry["weights_sha256"] is None:
+                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["group"]))["weights_sha256"]
         for name, key in ((ROLLOUTS_FILE, "group"), (METRICS_FILE, "last_group")):
             rows = [json.loads(line) for line in (self.out / name).read_text().splitlines() if line]
             kept = [r for r in rows if r[key] <= self.done_groups]
@@ -243,7 +266,7 @@ class RLTrainer:
         info = save_checkpoint(self.out / checkpoint_name(group), self.model, meta, state)
         entry["weights_sha256"] = info["weights_sha256"]
 
-    def write_receipt(self, status: str, elapsed: float) -> None:
+    def write_receipt(self, status: str, elapsed: float, extra: dict | None = None) -> None:
         cfg = self.cfg
         peak_vram = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
         rows = [json.loads(line) for line in (self.out / ROLLOUTS_FILE).read_text().splitlines() if line]
@@ -267,6 +290,7 @@ class RLTrainer:
             "groups_detail_file": ROLLOUTS_FILE, "metrics_file": METRICS_FILE,
             "provenance": provenance(device=str(self.device)),
         }
+        receipt.update(extra or {})
         write_json(self.out / RECEIPT_FILE, receipt)
 
     # -- one update --------------------------------------------------------------------------
@@ -348,46 +372,57 @@ class RLTrainer:
             g["gradient_norm"] = grad_norm
         return stats
 
+    def _elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.session_start
+
+    def _mark_interrupted(self) -> None:
+        if self.prepared:
+            saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
+            self.write_receipt("interrupted", self._elapsed(), {
+                "resume_command": self.resume_hint(), "resumes_from_group": saved[-1]["group"] if saved else None})
+
     def run(self) -> dict:
         from ..verifier import Verifier
 
         cfg = self.cfg
-        self.prepare()
-        session_start = time.perf_counter()
+        self.session_start = time.perf_counter()
         save_at = set(cfg.checkpoints) | {cfg.groups}
-        bar = None
-        if cfg.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.groups, initial=self.done_groups, desc="rl", unit="group", dynamic_ncols=True)
-        try:
-            with Verifier(workers=cfg.verifier_workers) as verifier:
-                while self.done_groups < cfg.groups:
-                    first = self.done_groups + 1
-                    last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
-                    update_index = (first - 1) // cfg.prompts_per_update
-                    lr = cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup else cfg.learning_rate
-                    start = time.perf_counter()
-                    groups = self.rollouts(first, self.schedule[first - 1 : last], verifier)
-                    rollout_seconds = time.perf_counter() - start
-                    stats = self.update(groups, lr)
-                    seconds = time.perf_counter() - start
-                    self._log(groups, stats, lr, rollout_seconds, seconds)
-                    self.done_groups = last
-                    if bar is not None:
-                        bar.update(len(groups))
-                        bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
-                                        exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
-                    if any(g["group"] in save_at for g in groups):
-                        elapsed = self.elapsed_before + time.perf_counter() - session_start
-                        self._save(last, elapsed)
-                        self.write_receipt("running", elapsed)
-        finally:
-            if bar is not None:
-                bar.close()
-        elapsed = self.elapsed_before + time.perf_counter() - session_start
-        self.write_receipt("complete", elapsed)
-        return json.loads((self.out / RECEIPT_FILE).read_text())
+        with RunLock(self.out), interruptible(self._mark_interrupted, self.resume_hint()):
+            self.prepare()
+            self.session_start = time.perf_counter()
+            bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl", unit="group")
+            self.sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
+                                    run_name=self.out.name, config=config_record(cfg),
+                                    resumed_at=self.done_groups or None)
+            try:
+                with Verifier(workers=cfg.verifier_workers) as verifier:
+                    while self.done_groups < cfg.groups:
+                        first = self.done_groups + 1
+                        last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
+                        update_index = (first - 1) // cfg.prompts_per_update
+                        lr = (cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup
+                              else cfg.learning_rate)
+                        start = time.perf_counter()
+                        groups = self.rollouts(first, self.schedule[first - 1 : last], verifier)
+                        rollout_seconds = time.perf_counter() - start
+                        stats = self.update(groups, lr)
+                        seconds = time.perf_counter() - start
+                        self._log(groups, stats, lr, rollout_seconds, seconds)
+                        self.done_groups = last
+                        if bar is not None:
+                            bar.update(len(groups))
+                            bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
+                                            exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
+                        if any(g["group"] in save_at for g in groups):
+                            elapsed = self._elapsed()
+                            self._save(last, elapsed)
+                            self.write_receipt("running", elapsed)
+            finally:
+                if bar is not None:
+                    bar.close()
+                self.sink.close()
+            self.write_receipt("complete", self._elapsed())
+            return json.loads((self.out / RECEIPT_FILE).read_text())
 
     def _log(self, groups, stats, lr, rollout_seconds, seconds) -> None:
         lengths, caps = [], 0
@@ -422,8 +457,7 @@ class RLTrainer:
             "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
         }
         self.metrics_rows.append(metrics)
-        with open(self.out / METRICS_FILE, "a") as handle:
-            handle.write(json.dumps(metrics, sort_keys=True) + "\n")
+        self.sink.write(metrics, step=metrics["last_group"])
 
 
 def _evaluate_safely(verifier, pairs):

@@ -19,6 +19,7 @@ from ..config import ModelConfig
 from ..model import GLM53Flash
 from ..receipts import peak_rss_bytes, provenance
 from ..runtime import resolve_device, seed_everything
+from ..train.loop import progress_bar
 from ..tokenizer import ByteTokenizer
 from .config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
 from .evaluation import evaluate_digits
@@ -121,11 +122,7 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
         "trained_components": list(TRAINED_COMPONENTS),
         "frozen_components": f"language_model.blocks[0:{lm.config.layers - 1}]",
     }
-    bar = None
-    if cfg.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.steps, desc="vision pilot", unit="step", dynamic_ncols=True)
+    bar = progress_bar(cfg.steps, quiet=not cfg.progress, desc="vision pilot")
     start = time.perf_counter()
     trace, completed, stop_reason = [], 0, "step_cap"
     try:

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..receipts import peak_rss_bytes, provenance
 from ..runtime import resolve_device, seed_everything
+from ..train.loop import progress_bar
 from .config import ARCHITECTURES, MINIATURE_LM, MINIATURE_VISION
 from .digits import PROMPT_LENGTH, digit_token_ids, render_digits
 from .evaluation import evaluate_digits
@@ -178,12 +179,8 @@ def run_vision_training(cfg: VisionTrainConfig, argv: list[str] | None = None, o
     cfg.validate()
     cfg = cfg.effective()
     device = resolve_device(cfg.device)
-    bar = None
-    if cfg.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.steps * len(cfg.seeds) * len(cfg.architectures), desc="vision train",
-                   unit="step", dynamic_ncols=True)
+    bar = progress_bar(cfg.steps * len(cfg.seeds) * len(cfg.architectures), quiet=not cfg.progress,
+                       desc="vision train")
     results = []
     start = time.perf_counter()
     try:
