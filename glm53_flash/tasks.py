@@ -254,6 +254,19 @@ def strong_task(task: CodingTask) -> CodingTask:
     return dataclasses.replace(task, cases=strong_cases(task.family))
 
 
+def strong_cases_record(tasks) -> dict:
+    """What an evaluation receipt records about the strong sets it used: the cases per family and one
+    sha256 over their arguments and expected values (the repr of each), in canonical family order."""
+    import hashlib
+    import json
+
+    present = [name for name in FAMILY_NAMES if name in {task.family for task in tasks}]
+    rows = {name: [[repr(c.arguments), repr(c.expected)] for c in strong_cases(name)] for name in present}
+    return {"cases_per_task": {name: len(rows[name]) for name in present},
+            "sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+            "rule": "the three cases plus the extra ones; solved only when both runs pass"}
+
+
 def pretraining_task(index: int, seed: int = PRETRAINING_SEED) -> CodingTask:
     family = FAMILIES[random.Random(seed * 10_000_019 + index).randrange(len(FAMILIES))]
     return make_task(family, "pretrain", index, seed)
