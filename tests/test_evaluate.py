@@ -142,6 +142,10 @@ def test_greedy_receipt_is_compatible_and_exact(scripted, verifier):
     assert reverse["hit_token_cap"] and reverse["generated_tokens"] == 48
     assert reverse["evaluation"]["status"] == "invalid"
     assert set(receipt["timing"]) >= {"generation_seconds", "verification_seconds", "total_seconds"}
+    math = receipt["provenance"]["math"]  # what decides the CPU's floating-point results
+    assert math["cpu"]["machine"] and isinstance(math["cpu"]["math_flags"], list)
+    assert math["torch"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert math["torch"]["threads"] == torch.get_num_threads() == 1  # the one_thread fixture, read live
     json.dumps(receipt)  # the receipt is plain JSON
 
 
