@@ -267,7 +267,8 @@ def opening_for(split: str, opening: Opening | None = None) -> Opening | None:
         opening = _ACTIVE.get((str(ledger_path().resolve()), split))
     if opening is None:
         raise SealedSplitError(f"split {split} is sealed: open it first with --open-sealed \"<purpose>\" "
-                               f"(ledger.require_open); every opening is recorded in {ledger_path()}")
+                               f"(glm53 eval; ledger.require_open in Python); every opening is recorded in "
+                               f"{ledger_path()}")
     if not isinstance(opening, Opening) or opening.split != split:
         raise SealedSplitError(f"the opening given is for {getattr(opening, 'split', opening)!r}, not {split}")
     return opening

@@ -294,14 +294,13 @@ class RLTrainer:
 
     def training_sequences(self, task, completions) -> list[tuple[list[int], list[int]]]:
         prompt = _TOK.encode(task.prompt, bos=True)
-        context = self.model.config.max_sequence_length
         sequences = []
         for c in completions:
             ids = list(c.token_ids)
             # Teach valid code to stop by itself, where the context has room for the EOS: a completion
             # that the parse rule stopped exactly at the context's end is trained as it was sampled.
             if self.cfg.eos_handling == "append" and c.finish_reason == "parse" \
-                    and len(prompt) + len(ids) < context:
+                    and len(prompt) + len(ids) < self.model.config.max_sequence_length:
                 ids.append(_TOK.eos_id)
             sequences.append((prompt, ids))
         return sequences
