@@ -143,9 +143,12 @@ LEGACY_VALUES = {
 
 PRESETS: dict[str, ModelConfig] = {
     "flash": ModelConfig(),
+    # The original miniature's research model: three linear layers and no sparse one, so its only
+    # positional information is the RoPE it applies before the feature map in those linear layers
+    # (without it the model could not tell the order of its prefix).
     "research-mini": ModelConfig(
         dim=48, layers=3, heads=3, expert_hidden=96, experts=4, top_k=1, streams=2,
-        sparse_window=24, sparse_stride=24,
+        sparse_window=24, sparse_stride=24, linear_rope="rope-before-feature-map",
     ),
     "tiny": ModelConfig(
         dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,

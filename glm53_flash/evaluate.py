@@ -1,8 +1,16 @@
 """Evaluation on frozen tasks: greedy pass@1 and sampled pass@k, written as receipts.
 
 Receipt keys match the original's evaluate / evaluate_passk receipts (seed-core 7.3, 7.4); added:
-`pass_at_k` (the unbiased estimator for every k <= samples), `timing`, `provenance`. Tasks run in
-batches through the cached sampler, and each batch is judged by one sandboxed `evaluate_many` call.
+`pass_at_k` (the unbiased estimator for every k <= samples), `timing`, `provenance`, the strong
+tests (every program is also judged on its family's strong test set, `tasks.strong_cases`: per
+episode or sample `strong_tests_passed` / `strong_tests_total`; pass rates under the strong set and
+the false passes, programs that pass the three cases but not the strong set) and `sealed_opening`
+(the ledger opening a sealed split was evaluated under, None otherwise). Tasks run in batches
+through the cached sampler, and each batch is judged by one sandboxed `evaluate_many` call (the
+three-case verdicts and the strong ones together; a program's strong cases run in one execution).
+
+A sealed split (final, confirm, holdout) is evaluated only under an opening from
+`ledger.require_open`: passed as `opening=`, or the one granted last in this process.
 """
 
 from __future__ import annotations
@@ -10,14 +18,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from . import ledger
 from .sampling import DEFAULT_BATCH_ROWS, Completion, generate
-from .tasks import coding_stop
 from .stats import pass_at_k
-from .tasks import FAMILY_NAMES
+from .tasks import FAMILY_NAMES, coding_stop, strong_cases_record, strong_task
 from .tokenizer import ByteTokenizer
 
 SCHEMA_VERSION = "1.0"
-EVAL_SPLITS = ("dev", "final", "confirm")  # `rl` is the training split and is never evaluated
+# `rl` is the training split and is never evaluated; final, confirm and holdout are sealed (ledger.py)
+EVAL_SPLITS = ("dev", "final", "confirm", "holdout")
 GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": 2026}
 SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": 0.35, "seed": 8675309}
 
@@ -62,16 +71,20 @@ def evaluate_greedy(
     checkpoint: str | None = None,
     checkpoint_sha256: str | None = None,
     progress: bool = False,
+    opening: "ledger.Opening | None" = None,
 ) -> dict:
     """Greedy pass@1 receipt (the original's evaluate.py). `seed` is recorded only: greedy decoding
-    uses no randomness. A Verifier is created (and closed) when none is given."""
+    uses no randomness. A Verifier is created (and closed) when none is given. A sealed split needs
+    an opening (ledger.require_open)."""
     inference = {"greedy": True, "max_new_tokens": max_new_tokens, "seed": seed, "families": families_field(tasks),
-                 "stop": stop, "batch_rows": batch_rows}
-    completions, evaluations, timing = _run(model, tasks, samples=1, temperature=0.0, top_k=None, top_p=None,
-                                            max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier,
-                                            batch_rows=batch_rows, progress=progress)
-    receipt = greedy_receipt(tasks, [c[0] for c in completions], [e[0] for e in evaluations], inference)
-    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing)
+                 "stop": stop, "batch_rows": batch_rows, "strong_tests": strong_cases_record(tasks)}
+    opening = ledger.opening_for(split_of(tasks), opening)
+    completions, evaluations, strong, timing = _run(
+        model, tasks, samples=1, temperature=0.0, top_k=None, top_p=None, max_new_tokens=max_new_tokens, stop=stop,
+        seed=seed, verifier=verifier, batch_rows=batch_rows, progress=progress, sealed=opening is not None)
+    receipt = greedy_receipt(tasks, [c[0] for c in completions], [e[0] for e in evaluations], inference,
+                             strong_evaluations=[e[0] for e in strong])
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening)
 
 
 def evaluate_sampled(
@@ -90,8 +103,10 @@ def evaluate_sampled(
     checkpoint: str | None = None,
     checkpoint_sha256: str | None = None,
     progress: bool = False,
+    opening: "ledger.Opening | None" = None,
 ) -> dict:
-    """Sampled pass@k receipt (the original's evaluate_passk.py) plus the unbiased pass@k.
+    """Sampled pass@k receipt (the original's evaluate_passk.py) plus the unbiased pass@k. A sealed
+    split needs an opening (ledger.require_open).
 
     Sample i of a task uses the random stream (seed, task_id, i), so a task's samples do not change
     when other tasks or families are added (the original seeded by position in the filtered list).
@@ -100,12 +115,15 @@ def evaluate_sampled(
         raise ValueError(f"sampled evaluation needs temperature > 0, got {temperature!r}")
     inference = {"samples_per_task": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
                  "seed": seed, "families": families_field(tasks), "stop": stop, "top_k": top_k, "top_p": top_p,
-                 "batch_rows": batch_rows, "seed_scheme": "sha256(seed, task_id, sample) -> Gumbel-max stream"}
-    completions, evaluations, timing = _run(model, tasks, samples=samples, temperature=temperature, top_k=top_k,
-                                            top_p=top_p, max_new_tokens=max_new_tokens, stop=stop, seed=seed,
-                                            verifier=verifier, batch_rows=batch_rows, progress=progress)
-    receipt = sampled_receipt(tasks, completions, evaluations, inference)
-    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing)
+                 "batch_rows": batch_rows, "seed_scheme": "sha256(seed, task_id, sample) -> Gumbel-max stream",
+                 "strong_tests": strong_cases_record(tasks)}
+    opening = ledger.opening_for(split_of(tasks), opening)
+    completions, evaluations, strong, timing = _run(
+        model, tasks, samples=samples, temperature=temperature, top_k=top_k, top_p=top_p,
+        max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier, batch_rows=batch_rows,
+        progress=progress, sealed=opening is not None)
+    receipt = sampled_receipt(tasks, completions, evaluations, inference, strong_evaluations=strong)
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening)
 
 
 # --------------------------------------------------------------------------- running
@@ -121,8 +139,9 @@ def task_batches(tasks: Sequence, samples: int, batch_rows: int) -> list[list[in
 
 
 def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, stop, seed, verifier, batch_rows,
-         progress):
-    """Generate and judge every task; returns completions[t][s], evaluations[t][s], timing."""
+         progress, sealed):
+    """Generate and judge every task; returns completions[t][s], evaluations[t][s] (the three cases),
+    strong[t][s] (the strong set), timing. On a sealed split the progress bar shows no results."""
     import torch
 
     from .verifier import Verifier
@@ -139,6 +158,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
 
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)
+    strong: list[list | None] = [None] * len(tasks)
     generation_seconds = verification_seconds = 0.0
     bar = _progress_bar(len(tasks) * samples, progress)
     own_verifier = verifier is None
@@ -155,14 +175,18 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
                 torch.cuda.synchronize(device)
             generation_seconds += time.perf_counter() - start
             start = time.perf_counter()
-            # One call per batch: the verifier's worker pool judges all of its rollouts in parallel.
-            judged = verifier.evaluate_many([(task, task.prompt + completion.text)
-                                             for task, rows in zip(batch_tasks, generated) for completion in rows])
+            # One call per batch: the verifier's worker pool judges all of its rollouts in parallel, each
+            # program twice: on the three cases (the verdict RL and the original use) and, in a separate
+            # execution, on the strong set (so the three-case verdict is exactly the one it always was).
+            pairs = [(task, task.prompt + completion.text)
+                     for task, rows in zip(batch_tasks, generated) for completion in rows]
+            judged = verifier.evaluate_many(pairs + [(strong_task(task), source) for task, source in pairs])
             verification_seconds += time.perf_counter() - start
             for position, i in enumerate(batch):
                 completions[i] = generated[position]
                 evaluations[i] = judged[position * samples:(position + 1) * samples]
-            if bar:
+                strong[i] = judged[len(pairs) + position * samples:len(pairs) + (position + 1) * samples]
+            if bar and not sealed:
                 solved = sum(any(e.passed for e in row) for row in evaluations if row is not None)
                 bar.set_postfix(solved=f"{solved}/{sum(row is not None for row in evaluations)}")
     finally:
@@ -174,7 +198,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
               "total_seconds": time.perf_counter() - wall_start, "rollouts": len(tasks) * samples,
               "generated_tokens": sum(len(c.token_ids) for rows in completions for c in rows)}
     timing["rollouts_per_second"] = timing["rollouts"] / max(timing["total_seconds"], 1e-9)
-    return completions, evaluations, timing
+    return completions, evaluations, strong, timing
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -185,7 +209,7 @@ def _progress_bar(total: int, enabled: bool):
     return tqdm(total=total, desc="evaluate", unit="rollout", dynamic_ncols=True)
 
 
-def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing) -> dict:
+def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening) -> dict:
     import torch
 
     from .receipts import provenance
@@ -196,6 +220,7 @@ def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing) -> dict
         elapsed_seconds=timing["total_seconds"],
         peak_vram_gib=(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None),
         timing=timing, provenance=provenance(device=str(device)),
+        sealed_opening=None if opening is None else opening.to_dict(),
     )
     return receipt
 
@@ -210,22 +235,32 @@ def _valid(evaluation) -> bool:
 
 
 def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluations: Sequence,
-                   inference: dict) -> dict:
-    """summary, by_family, episodes and pass_at_k of a greedy run, in the original's layout."""
+                   inference: dict, strong_evaluations: Sequence | None = None) -> dict:
+    """summary, by_family, episodes and pass_at_k of a greedy run, in the original's layout; with
+    `strong_evaluations` (each program judged on its strong set) also the strong results."""
+    strong = None if strong_evaluations is None else list(strong_evaluations)
+    if strong is not None and len(strong) != len(evaluations):
+        raise ValueError(f"{len(strong)} strong evaluations for {len(evaluations)} evaluations")
     episodes, by_family = [], {}
-    for task, completion, evaluation in zip(tasks, completions, evaluations, strict=True):
-        episodes.append({
+    for i, (task, completion, evaluation) in enumerate(zip(tasks, completions, evaluations, strict=True)):
+        episode = {
             "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
             "reference_completion": task.reference_completion, "generated_completion": completion.text,
             "generated_tokens": len(completion.token_ids), "hit_token_cap": completion.hit_cap,
             "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
             "evaluation": evaluation.to_dict(),
-        })
+        }
         family = by_family.setdefault(task.family, {"solved": 0, "tasks": 0, "tests_passed": 0, "tests_total": 0})
         family["solved"] += int(evaluation.passed)
         family["tasks"] += 1
         family["tests_passed"] += evaluation.tests_passed
         family["tests_total"] += evaluation.tests_total
+        if strong is not None:
+            solved_strong = _strong_pass(evaluation, strong[i])
+            episode.update(_strong_fields(strong[i]), strong_passed=solved_strong)
+            family["solved_strong"] = family.get("solved_strong", 0) + int(solved_strong)
+            family["false_passes"] = family.get("false_passes", 0) + int(evaluation.passed and not solved_strong)
+        episodes.append(episode)
     solved = sum(e.passed for e in evaluations)
     tests_passed = sum(e.tests_passed for e in evaluations)
     tests_total = sum(e.tests_total for e in evaluations)
@@ -236,31 +271,46 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
         "valid_programs": sum(_valid(e) for e in evaluations),
         "token_cap_hits": sum(c.hit_cap for c in completions),
     }
-    return {"split": split_of(tasks), "inference": inference, "summary": summary,
-            "by_family": _canonical_order(by_family), "episodes": episodes,
-            "pass_at_k": {"1": summary["pass_at_1"]}}
+    receipt = {"split": split_of(tasks), "inference": inference, "summary": summary,
+               "by_family": _canonical_order(by_family), "episodes": episodes,
+               "pass_at_k": {"1": summary["pass_at_1"]}}
+    if strong is not None:
+        solved_strong = sum(e["strong_passed"] for e in episodes)
+        summary.update(
+            tasks_solved_strong=solved_strong, pass_at_1_strong=solved_strong / len(episodes),
+            false_passes=solved - solved_strong,
+            strong_tests_passed=sum(e.tests_passed for e in strong),
+            strong_tests_total=sum(e.tests_total for e in strong),
+        )
+        receipt["pass_at_k_strong"] = {"1": summary["pass_at_1_strong"]}
+    return receipt
 
 
 def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]], evaluations: Sequence[Sequence],
-                    inference: dict) -> dict:
-    """summary, by_family, episodes and the unbiased pass@k of a sampled run (original layout + pass_at_k)."""
-    episodes, by_family, passed_counts = [], {}, []
+                    inference: dict, strong_evaluations: Sequence[Sequence] | None = None) -> dict:
+    """summary, by_family, episodes and the unbiased pass@k of a sampled run (original layout + pass_at_k);
+    with `strong_evaluations` also the strong results (pass_at_k_strong, false-pass rollouts)."""
+    episodes, by_family, passed_counts, strong_counts = [], {}, [], []
     samples = len(completions[0]) if completions else 0
-    for task, rows, judged in zip(tasks, completions, evaluations, strict=True):
-        if len(rows) != samples or len(judged) != samples:
+    strong_rows = [None] * len(evaluations) if strong_evaluations is None else list(strong_evaluations)
+    if len(strong_rows) != len(evaluations):
+        raise ValueError(f"{len(strong_rows)} rows of strong evaluations for {len(evaluations)} tasks")
+    for task, rows, judged, strong in zip(tasks, completions, evaluations, strong_rows, strict=True):
+        if len(rows) != samples or len(judged) != samples or (strong is not None and len(strong) != samples):
             raise ValueError(f"task {task.task_id} has {len(rows)} completions and {len(judged)} evaluations; "
                              f"expected {samples} of each")
         passed = sum(e.passed for e in judged)
         passed_counts.append(passed)
-        episodes.append({
+        sample_rows = [
+            {"sample": i, "completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
+             "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "evaluation": e.to_dict()}
+            for i, (c, e) in enumerate(zip(rows, judged))
+        ]
+        episode = {
             "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
             "reference_completion": task.reference_completion, "solved_at_k": passed > 0, "passed_samples": passed,
-            "samples": [
-                {"sample": i, "completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
-                 "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "evaluation": e.to_dict()}
-                for i, (c, e) in enumerate(zip(rows, judged))
-            ],
-        })
+            "samples": sample_rows,
+        }
         family = by_family.setdefault(task.family, {"tasks_solved_at_k": 0, "tasks": 0, "exact_rollouts": 0,
                                                     "rollouts": 0, "valid_rollouts": 0, "_counts": []})
         family["tasks_solved_at_k"] += int(passed > 0)
@@ -269,8 +319,21 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
         family["rollouts"] += samples
         family["valid_rollouts"] += sum(_valid(e) for e in judged)
         family["_counts"].append(passed)
+        if strong is not None:
+            for row, e, s in zip(sample_rows, judged, strong):
+                row.update(_strong_fields(s), strong_passed=_strong_pass(e, s))
+            passed_strong = sum(row["strong_passed"] for row in sample_rows)
+            strong_counts.append(passed_strong)
+            episode.update(passed_samples_strong=passed_strong, solved_at_k_strong=passed_strong > 0)
+            family["tasks_solved_at_k_strong"] = family.get("tasks_solved_at_k_strong", 0) + int(passed_strong > 0)
+            family["exact_rollouts_strong"] = family.get("exact_rollouts_strong", 0) + passed_strong
+            family["false_pass_rollouts"] = family.get("false_pass_rollouts", 0) + passed - passed_strong
+            family.setdefault("_strong_counts", []).append(passed_strong)
+        episodes.append(episode)
     for family in by_family.values():
         family["pass_at_k"] = unbiased_pass_at_k(family.pop("_counts"), samples)
+        if "_strong_counts" in family:
+            family["pass_at_k_strong"] = unbiased_pass_at_k(family.pop("_strong_counts"), samples)
     flat = [e for judged in evaluations for e in judged]
     rollouts = len(flat)
     tests_passed = sum(e.tests_passed for e in flat)
@@ -286,9 +349,32 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
         "valid_rollouts": sum(_valid(e) for e in flat),
         "token_cap_hits": sum(c.hit_cap for rows in completions for c in rows),
     }
-    return {"split": split_of(tasks), "inference": inference, "summary": summary,
-            "by_family": _canonical_order(by_family), "episodes": episodes,
-            "pass_at_k": unbiased_pass_at_k(passed_counts, samples)}
+    receipt = {"split": split_of(tasks), "inference": inference, "summary": summary,
+               "by_family": _canonical_order(by_family), "episodes": episodes,
+               "pass_at_k": unbiased_pass_at_k(passed_counts, samples)}
+    if strong_evaluations is not None:
+        flat_strong = [e for row in strong_rows for e in row]
+        summary.update(
+            tasks_solved_at_k_strong=sum(count > 0 for count in strong_counts),
+            exact_rollouts_strong=sum(strong_counts),
+            false_pass_rollouts=sum(passed_counts) - sum(strong_counts),
+            strong_tests_passed=sum(e.tests_passed for e in flat_strong),
+            strong_tests_total=sum(e.tests_total for e in flat_strong),
+        )
+        receipt["pass_at_k_strong"] = unbiased_pass_at_k(strong_counts, samples)
+    return receipt
+
+
+def _strong_pass(evaluation, strong_evaluation) -> bool:
+    """Solved under the strong set: the three-case run passed and so did the strong run (which repeats
+    the three cases), so the strong rate never exceeds the original one."""
+    return bool(evaluation.passed and strong_evaluation.passed)
+
+
+def _strong_fields(strong_evaluation) -> dict:
+    return {"strong_tests_passed": strong_evaluation.tests_passed,
+            "strong_tests_total": strong_evaluation.tests_total,
+            "strong_evaluation": strong_evaluation.to_dict()}
 
 
 def unbiased_pass_at_k(passed_counts: Sequence[int], samples: int) -> dict[str, float]:
@@ -315,6 +401,15 @@ def format_summary(receipt: dict) -> str:
         head = (f"solved@{k} {s['tasks_solved_at_k']}/{s['tasks_total']}  exact rollouts "
                 f"{s['exact_rollouts']}/{s['rollouts_total']}  valid {s['valid_rollouts']}  cap hits "
                 f"{s['token_cap_hits']}\nunbiased: {unbiased}")
+    if "pass_at_k_strong" in receipt:
+        if receipt["inference"].get("greedy"):
+            head += (f"\nstrong tests: pass@1 {s['tasks_solved_strong']}/{s['tasks_total']} = "
+                     f"{s['pass_at_1_strong']:.3f}  false passes {s['false_passes']}  "
+                     f"tests {s['strong_tests_passed']}/{s['strong_tests_total']}")
+        else:
+            head += (f"\nstrong tests: pass@1 {receipt['pass_at_k_strong']['1']:.3f}  exact rollouts "
+                     f"{s['exact_rollouts_strong']}/{s['rollouts_total']}  false-pass rollouts "
+                     f"{s['false_pass_rollouts']}")
     return (f"{head}\n{receipt['split']}: {timing['rollouts']} rollouts, generation "
             f"{timing['generation_seconds']:.1f} s, verification {timing['verification_seconds']:.1f} s")
 

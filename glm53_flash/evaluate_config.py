@@ -17,8 +17,9 @@ class EvalConfig:
     (per_family, seed, temperature) are None until `resolved()` fills them in."""
 
     checkpoint: str = option(help="checkpoint directory")
-    split: str = option(help="frozen split (the rl split is for training and cannot be evaluated)",
-                        choices=("dev", "final", "confirm"))
+    split: str = option(help="frozen split (the rl split is for training and cannot be evaluated; final, confirm "
+                             "and holdout are sealed: see --open-sealed)",
+                        choices=("dev", "final", "confirm", "holdout"))
     output: str = option(help="receipt path (must not exist unless --force)")
     per_family: int | None = option(None, help="tasks per family", default_text="4 greedy, 8 sampled")
     families: str = option("", help="comma list of families", default_text="all")
@@ -34,5 +35,13 @@ class EvalConfig:
     max_new_tokens: int = option(48, help="cap on generated tokens")
     batch_rows: int = option(512, help="most rows in one forward")
     device: str = option("auto", help="where to run the model", choices=DEVICE_CHOICES)
+    open_sealed: str | None = option(None, metavar="PURPOSE",
+                                     help="open a sealed split (final, confirm, holdout) for this stated purpose; "
+                                          "the receipt is recorded in the ledger (glm53 ledger)",
+                                     default_text="none: a sealed split is refused")
+    reopen: str | None = option(None, metavar="REASON",
+                                help="open a sealed split again for the same evaluation (same checkpoint and "
+                                     "settings), giving the reason, which the ledger records",
+                                default_text="none: a second opening is refused")
     force: bool = option(False, help="overwrite --output")
     quiet: bool = option(False, help="no progress bar")

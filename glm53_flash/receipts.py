@@ -1,8 +1,10 @@
-"""Receipts: provenance for every run (git commit, argv, versions, machine) and atomic JSON writing."""
+"""Receipts: provenance for every run (git commit, argv, versions, machine, the math environment) and
+atomic JSON writing."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +45,80 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# CPU features that decide which math kernels run (oneDNN, MKL and ATen dispatch on them).
+MATH_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq", "avx512bw",
+                  "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+                  "asimd", "sve")
+# Environment variables that change which kernels run or how many threads they use.
+MATH_ENVIRONMENT = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+                    "DNNL_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+_TORCH_CONFIG_LINES = {"Math Kernel Library": "mkl", "MKL-DNN": "onednn", "OpenMP": "openmp"}
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_description() -> dict:
+    """The processor: model name, vendor and the math-relevant instruction-set flags it reports (Linux
+    /proc/cpuinfo; elsewhere only what `platform` knows). Read once per process."""
+    model = vendor = None
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and model is None:
+                    model = value
+                elif key == "vendor_id" and vendor is None:
+                    vendor = value
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                if model and vendor and flags:
+                    break
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or None, "vendor": vendor, "machine": platform.machine(),
+            "math_flags": [flag for flag in MATH_CPU_FLAGS if flag in flags]}
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_build() -> dict:
+    import torch
+
+    build: dict = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                   "mkl_available": torch.backends.mkl.is_available(),
+                   "onednn_available": torch.backends.mkldnn.is_available(),
+                   "blas": None, "lapack": None}
+    for line in torch.__config__.show().splitlines():
+        text = line.strip().lstrip("- ").strip()
+        for marker, key in _TORCH_CONFIG_LINES.items():
+            if marker in text and key not in build:
+                build[key] = text
+        if text.startswith("Build settings:"):
+            text = text.partition(":")[2]
+        for field in text.split(","):
+            name, _, value = field.strip().partition("=")
+            if name in ("BLAS_INFO", "LAPACK_INFO"):
+                build[name.split("_")[0].lower()] = value
+    return build
+
+
+def math_environment() -> dict:
+    """What decides the floating-point results of the CPU math: the processor and its flags, the math
+    environment variables that are set (MKL_CBWR, ATEN_CPU_CAPABILITY, thread counts...), and, when
+    torch is already imported, its kernel dispatch (get_cpu_capability), MKL and oneDNN versions and
+    thread counts. Cheap: the static parts are read once per process; torch is never imported here."""
+    record = {"cpu": cpu_description(),
+              "environment": {name: os.environ[name] for name in MATH_ENVIRONMENT if name in os.environ},
+              "torch": None}
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        record["torch"] = dict(_torch_build(), threads=torch.get_num_threads(),
+                               interop_threads=torch.get_num_interop_threads(),
+                               float32_matmul_precision=torch.get_float32_matmul_precision(),
+                               deterministic_algorithms=torch.are_deterministic_algorithms_enabled())
+    return record
+
+
 def provenance(argv: list[str] | None = None, device: str | None = None) -> dict:
     return {
         "created_utc": utc_now(),
@@ -51,6 +127,7 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         "versions": package_versions(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "math": math_environment(),
         "device": device,
         # the verifier sandbox's isolation, as reached by the weakest worker this process started
         # (None when no program was judged here)

@@ -5,16 +5,29 @@ reference bodies and hidden cases, and the same seed formulas and RNG draw order
 entry-point name, task_id and pretraining example matches. One deliberate difference: hidden
 cases are immutable (tuples) and every call gets fresh argument objects, so no candidate can
 alter the inputs another evaluation sees.
+
+Added: a fifth frozen split, `holdout` (same families and generator, its own seed); the sealed
+splits (`SEALED_SPLITS`: final, confirm, holdout), which evaluation opens only through the ledger
+(ledger.py); and each family's strong test set (`strong_cases`): its three cases plus at least 50
+extra cases whose expected values come from the reference body (edge values, large numbers, empty
+and long inputs). Strong cases judge evaluations only; RL rewards and the three-case verdict never
+see them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
 import string
 from dataclasses import dataclass
 from typing import Any
 
-SPLIT_SEEDS = {"dev": 1701, "final": 2909, "rl": 3907, "confirm": 8123}
+# holdout's seed keeps its per-family seeds (seed + 53 f) far from every other split's, so no task
+# of it shares a generator state with another split's (tests check the prompts themselves).
+SPLIT_SEEDS = {"dev": 1701, "final": 2909, "rl": 3907, "confirm": 8123, "holdout": 6007}
+# Splits that evaluation may open only with a stated purpose, recorded in the ledger (ledger.py).
+SEALED_SPLITS = ("final", "confirm", "holdout")
 PRETRAINING_SEED = 42
 PROMPT_HEADER = "# Complete this Python function.\n"
 
@@ -152,6 +165,106 @@ def task_by_id(task_id: str) -> CodingTask:
                          f"{', '.join(SPLIT_SEEDS)}")
     fam_index = FAMILY_NAMES.index(family_by_name(family).name)
     return make_task(family, split, int(index), SPLIT_SEEDS[split] + 53 * fam_index)
+
+
+# --------------------------------------------------------------------------- strong tests
+
+STRONG_EXTRA_MIN = 50  # every family gets at least this many extra cases
+_STRONG_SEED = 20_260_901
+_INT_EDGES = (
+    0, 1, -1, 2, -2, 3, -3, 10, -10, 99, -99, 100, -100, 255, 256, -255, -256, 1023, 1024, -1024,
+    2**31 - 1, -2**31, 2**31, 2**32, -2**32, 2**53 - 1, 2**53, 2**53 + 1, -2**53 - 1, 2**63 - 1, -2**63,
+    2**64, 10**18, -10**18, 10**30, -10**30, 12_345_678_901_234_567_890,
+)
+_TEXT_EDGES = (
+    "a", "ab", "aa", "aba", "abba", "abcd", "racecar", " ", "  x", "x  ", "a b c", "Hello, World!", "12345",
+    "\n", "\t\n ", "ab\ncd", "!@#$%^&*()", "'\"\\", "\x00a", "\u00e9", "na\u00efve", "\u65e5\u672c\u8a9e",
+    "\U0001f642x", "mixed CASE", "x" * 100, "ab" * 50,
+)
+_LIST_EDGES = (
+    [0], [5], [-5], [1, -1], [0, 0, 0], [10**18, 10**18], [-2**63, -1], [2**53, 1], [10**30, -10**30, 1],
+    [1] * 100, list(range(200)), list(range(-100, 101)), [-1] * 37, [7] * 250, [-7], [0] * 10,
+    [2**31 - 1, 1], [-10**18, 10**18, -1],
+)
+
+
+def _reference_function(family: Family):
+    """The family's reference body as a function (our own constant code, run with the sandbox's eight
+    builtins), the source of every strong case's expected value."""
+    from .verifier.worker import SAFE_BUILTINS
+
+    namespace = {"__builtins__": dict(SAFE_BUILTINS)}
+    exec(compile(f"def reference({family.argument}):\n    {family.body}\n", f"<{family.name}>", "exec"),
+         namespace)
+    return namespace["reference"]
+
+
+def _strong_inputs(family: Family) -> list:
+    """The extra inputs of one family: fixed edge values, then seeded random ones; inputs equal to one of
+    the family's three cases are left out (those run anyway)."""
+    rng = random.Random(_STRONG_SEED + FAMILY_NAMES.index(family.name))
+    if family.argument == "text":
+        letters = string.ascii_letters + string.digits + " .,_-"
+        inputs = list(_TEXT_EDGES)
+        inputs += ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, 12))) for _ in range(24)]
+        inputs += ["".join(rng.choice(letters) for _ in range(n)) for n in (500, 1000, 2000)]
+    elif family.argument == "values":
+        inputs = [list(v) for v in _LIST_EDGES]
+        inputs += [[rng.randint(-10**6, 10**6) for _ in range(rng.randint(1, 60))] for _ in range(36)]
+        inputs += [[rng.randint(-1000, 1000) for _ in range(300)]]
+    else:
+        inputs = list(_INT_EDGES)
+        inputs += [rng.randint(-1000, 1000) for _ in range(10)] + [rng.randint(-10**12, 10**12) for _ in range(10)]
+    known = [case.arguments[0] for case in family.cases]
+    chosen, seen = [], set()
+    for value in inputs:
+        key = (type(value).__name__, repr(value))
+        frozen = tuple(value) if isinstance(value, list) else value
+        if key in seen or frozen in known:
+            continue
+        seen.add(key)
+        chosen.append(value)
+    return chosen
+
+
+def strong_cases(family: Family | str) -> tuple[Case, ...]:
+    """The family's strong test set: its three cases, then at least STRONG_EXTRA_MIN extra cases whose
+    expected values the reference body computes. Deterministic; the same tuple object on every call
+    (the verifier encodes a case tuple once)."""
+    return _strong_cases(family_by_name(family if isinstance(family, str) else family.name).name)
+
+
+@functools.lru_cache(maxsize=None)
+def _strong_cases(name: str) -> tuple[Case, ...]:
+    fam = family_by_name(name)
+    reference = _reference_function(fam)
+    takes_list = fam.argument == "values"
+    extra = tuple(
+        Case(arguments=(tuple(value) if takes_list else value,), expected=reference(value),
+             list_arguments=(takes_list,))
+        for value in _strong_inputs(fam)
+    )
+    if len(extra) < STRONG_EXTRA_MIN:  # a guard on the tables above, not an input check
+        raise AssertionError(f"family {fam.name} has only {len(extra)} extra strong cases")
+    return fam.cases + extra
+
+
+def strong_task(task: CodingTask) -> CodingTask:
+    """The same task judged on its family's strong test set (for evaluation only, never for rewards)."""
+    return dataclasses.replace(task, cases=strong_cases(task.family))
+
+
+def strong_cases_record(tasks) -> dict:
+    """What an evaluation receipt records about the strong sets it used: the cases per family and one
+    sha256 over their arguments and expected values (the repr of each), in canonical family order."""
+    import hashlib
+    import json
+
+    present = [name for name in FAMILY_NAMES if name in {task.family for task in tasks}]
+    rows = {name: [[repr(c.arguments), repr(c.expected)] for c in strong_cases(name)] for name in present}
+    return {"cases_per_task": {name: len(rows[name]) for name in present},
+            "sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+            "rule": "the three cases plus the extra ones; solved only when both runs pass"}
 
 
 def pretraining_task(index: int, seed: int = PRETRAINING_SEED) -> CodingTask:

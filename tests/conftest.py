@@ -2,6 +2,15 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True)
+def private_ledger(tmp_path_factory, monkeypatch):
+    """Every test that opens a sealed split records it in a ledger of its own, never in the checkout's
+    results/ledger.jsonl (GLM53_LEDGER overrides the default location)."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
+    monkeypatch.setenv("GLM53_LEDGER", str(path))
+    return path
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models' ops are too small to gain from threads; on a shared 2-core machine extra threads

@@ -11,9 +11,12 @@ import torch
 
 from glm53_flash import ByteTokenizer, GLM53Flash, ModelConfig
 from glm53_flash.cli import main
+from glm53_flash.ledger import SealedSplitError, read_ledger, require_open
+from glm53_flash.receipts import sha256_file
 from glm53_flash.evaluate import (
     evaluate_greedy,
     evaluate_sampled,
+    format_summary,
     greedy_receipt,
     sampled_receipt,
     task_batches,
@@ -22,7 +25,7 @@ from glm53_flash.evaluate import (
 from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.model.linear_attention import LinearState
 from glm53_flash.sampling import Completion
-from glm53_flash.tasks import frozen_tasks
+from glm53_flash.tasks import frozen_tasks, strong_task
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.verifier import Evaluation, Verifier
 
@@ -112,10 +115,16 @@ def test_greedy_receipt_is_compatible_and_exact(scripted, verifier):
     assert receipt["inference"]["families"] == ["increment", "double", "reverse"]
     assert receipt["status"] == "complete" and receipt["split"] == "dev" and receipt["schema_version"] == "1.0"
     assert receipt["checkpoint"] == "ckpt" and receipt["checkpoint_sha256"] == "abc"
+    # strong sets: increment 58 cases (passed), double 59 (x * 3 is right only at 0), reverse 56 (invalid)
     assert receipt["summary"] == {"tasks_solved": 1, "tasks_total": 3, "pass_at_1": 1 / 3, "tests_passed": 4,
-                                  "tests_total": 9, "test_accuracy": 4 / 9, "valid_programs": 2, "token_cap_hits": 1}
-    assert receipt["pass_at_k"] == {"1": 1 / 3}
-    assert receipt["by_family"]["double"] == {"solved": 0, "tasks": 1, "tests_passed": 1, "tests_total": 3}
+                                  "tests_total": 9, "test_accuracy": 4 / 9, "valid_programs": 2, "token_cap_hits": 1,
+                                  "tasks_solved_strong": 1, "pass_at_1_strong": 1 / 3, "false_passes": 0,
+                                  "strong_tests_passed": 59, "strong_tests_total": 173}
+    assert receipt["pass_at_k"] == {"1": 1 / 3} and receipt["pass_at_k_strong"] == {"1": 1 / 3}
+    assert receipt["inference"]["strong_tests"]["cases_per_task"] == {"increment": 58, "double": 59, "reverse": 56}
+    assert receipt["sealed_opening"] is None
+    assert receipt["by_family"]["double"] == {"solved": 0, "tasks": 1, "tests_passed": 1, "tests_total": 3,
+                                              "solved_strong": 0, "false_passes": 0}
     assert list(receipt["by_family"]) == ["increment", "double", "reverse"]
     increment, double, reverse = receipt["episodes"]
     for episode in receipt["episodes"]:
@@ -124,10 +133,19 @@ def test_greedy_receipt_is_compatible_and_exact(scripted, verifier):
     assert increment["generated_completion"] == tasks[0].reference_completion
     assert increment["generated_tokens"] == 18 and not increment["hit_token_cap"]
     assert increment["evaluation"]["status"] == "passed"
+    assert (increment["strong_tests_passed"], increment["strong_tests_total"], increment["strong_passed"]) == \
+        (58, 58, True)
     assert double["evaluation"]["status"] == "failed" and double["evaluation"]["tests_passed"] == 1
+    assert (double["strong_tests_passed"], double["strong_tests_total"]) == (1, 59)
+    assert double["strong_evaluation"]["status"] == "failed" and "case 1/59" in double["strong_evaluation"]["message"]
+    assert reverse["strong_evaluation"]["status"] == "invalid" and reverse["strong_tests_total"] == 56
     assert reverse["hit_token_cap"] and reverse["generated_tokens"] == 48
     assert reverse["evaluation"]["status"] == "invalid"
     assert set(receipt["timing"]) >= {"generation_seconds", "verification_seconds", "total_seconds"}
+    math = receipt["provenance"]["math"]  # what decides the CPU's floating-point results
+    assert math["cpu"]["machine"] and isinstance(math["cpu"]["math_flags"], list)
+    assert math["torch"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert math["torch"]["threads"] == torch.get_num_threads() == 1  # the one_thread fixture, read live
     json.dumps(receipt)  # the receipt is plain JSON
 
 
@@ -142,6 +160,10 @@ def test_sampled_receipt_is_compatible_and_exact(scripted, verifier):
     assert (summary["tests_passed"], summary["tests_total"], summary["valid_rollouts"]) == (16, 36, 8)
     assert summary["token_cap_hits"] == 4 and summary["pass_at_k"] == 1 / 3
     assert receipt["pass_at_k"] == {str(k): pytest.approx(1 / 3) for k in range(1, 5)}
+    assert (summary["tasks_solved_at_k_strong"], summary["exact_rollouts_strong"], summary["false_pass_rollouts"]) \
+        == (1, 4, 0)
+    assert (summary["strong_tests_passed"], summary["strong_tests_total"]) == (4 * 59, 4 * 173)
+    assert receipt["pass_at_k_strong"] == {str(k): pytest.approx(1 / 3) for k in range(1, 5)}
     assert receipt["by_family"]["increment"]["pass_at_k"] == {str(k): 1.0 for k in range(1, 5)}
     for family in receipt["by_family"].values():
         assert SAMPLED_FAMILY <= set(family)
@@ -150,6 +172,39 @@ def test_sampled_receipt_is_compatible_and_exact(scripted, verifier):
         assert [s["sample"] for s in episode["samples"]] == [0, 1, 2, 3]
         for sample in episode["samples"]:
             assert SAMPLE <= set(sample) and EVALUATION <= set(sample["evaluation"])
+            assert {"strong_tests_passed", "strong_tests_total", "strong_passed", "strong_evaluation"} <= set(sample)
+
+
+def test_false_passes_are_counted_greedy_and_sampled(verifier):
+    # square: right on the three cases (-4, 0, 5) but wrong from 6 on; list_sum: sums only the first three
+    tasks = frozen_tasks("dev", 1, ("square", "even", "list_sum"))
+    model = ScriptedModel({tasks[0].prompt: "\n    return x * x if x < 6 else 25\n",
+                           tasks[1].prompt: tasks[1].reference_completion,
+                           tasks[2].prompt: "\n    return sum(values[:3])\n"})
+    greedy = evaluate_greedy(model, tasks, verifier=verifier)
+    summary = greedy["summary"]
+    assert (summary["tasks_solved"], summary["tasks_solved_strong"], summary["false_passes"]) == (3, 1, 2)
+    assert greedy["pass_at_k"] == {"1": 1.0} and greedy["pass_at_k_strong"] == {"1": pytest.approx(1 / 3)}
+    square, even, list_sum = greedy["episodes"]
+    assert square["evaluation"]["passed"] and not square["strong_passed"]
+    assert 0 < square["strong_tests_passed"] < square["strong_tests_total"] == 59
+    assert list_sum["strong_evaluation"]["status"] == "failed" and even["strong_passed"]
+    assert greedy["by_family"]["square"]["false_passes"] == 1 and greedy["by_family"]["even"]["solved_strong"] == 1
+    sampled = evaluate_sampled(model, tasks, samples=2, verifier=verifier)
+    s = sampled["summary"]
+    assert (s["exact_rollouts"], s["exact_rollouts_strong"], s["false_pass_rollouts"]) == (6, 2, 4)
+    assert (s["tasks_solved_at_k"], s["tasks_solved_at_k_strong"]) == (3, 1)
+    assert sampled["by_family"]["list_sum"]["pass_at_k_strong"] == {"1": 0.0, "2": 0.0}
+    assert "false passes 2" in format_summary(greedy) and "false-pass rollouts 4" in format_summary(sampled)
+
+
+def test_strong_tests_never_change_the_three_case_verdict(verifier):
+    # The original verdicts come from their own run on the three cases, whatever the strong run does.
+    task = frozen_tasks("dev", 1, ("increment",))[0]
+    greedy = task.prompt + "\n    return x + 1 + 0 * len(str(x) * x)\n"  # gigabytes of text for large x
+    three, strong = verifier.evaluate_many([(task, greedy), (strong_task(task), greedy)])
+    assert three.passed and three.tests_total == 3
+    assert strong.status == "limit" and "memory" in strong.message and strong.tests_total == 58
 
 
 def _fake(passed: bool, status: str | None = None) -> Evaluation:
@@ -212,6 +267,24 @@ def test_rl_split_and_mixed_splits_are_refused(tiny_model, verifier):
         evaluate_sampled(tiny_model, frozen_tasks("dev", 1), temperature=0.0, verifier=verifier)
 
 
+def test_a_sealed_split_is_evaluated_only_under_an_opening(verifier, private_ledger, tmp_path):
+    tasks = frozen_tasks("holdout", 1, ("increment",))
+    model = ScriptedModel({tasks[0].prompt: tasks[0].reference_completion})
+    for evaluate in (evaluate_greedy, lambda *a, **k: evaluate_sampled(*a, samples=2, **k)):
+        with pytest.raises(SealedSplitError, match="split holdout is sealed"):
+            evaluate(model, tasks, verifier=verifier)
+    assert not private_ledger.exists()
+    with require_open("holdout", "library test", plan_sha256="a" * 64) as opening:
+        receipt = evaluate_greedy(model, tasks, verifier=verifier, opening=opening)
+        assert receipt["sealed_opening"] == opening.to_dict() and receipt["summary"]["pass_at_1_strong"] == 1.0
+        assert evaluate_sampled(model, tasks, samples=2, verifier=verifier)["sealed_opening"]["opening_id"] == \
+            opening.opening_id  # without opening=: the one granted in this process
+        line = opening.write_receipt(tmp_path / "holdout.json", receipt)
+        with pytest.raises(SealedSplitError, match="not confirm"):
+            evaluate_greedy(model, frozen_tasks("confirm", 1, ("increment",)), verifier=verifier, opening=opening)
+    assert line["receipt_sha256"] == sha256_file(tmp_path / "holdout.json") and read_ledger() == [line]
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -266,3 +339,44 @@ def test_cli_generate_prints_samples(checkpoint, capsys):
     assert "--- sample 0:" in capsys.readouterr().out
     assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "x", "--stop", "parse"]) == 2
     assert "needs --task-id" in capsys.readouterr().err
+
+
+def test_cli_eval_opens_a_sealed_split_only_with_a_purpose_and_records_it(checkpoint, tmp_path, capsys,
+                                                                         private_ledger, monkeypatch):
+    out = tmp_path / "holdout.json"
+    args = ["eval", "--checkpoint", str(checkpoint), "--split", "holdout", "--per-family", "1", "--families",
+            "increment", "--max-new-tokens", "6", "--device", "cpu", "--workers", "1", "--quiet",
+            "--output", str(out)]
+    # the ledger records the process's command line, as provenance does
+    monkeypatch.setattr("sys.argv", ["glm53"] + args + ["--open-sealed", "the CLI's first look"])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "split holdout is sealed: pass --open-sealed" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not private_ledger.exists()  # refused: nothing written
+
+    assert main(args + ["--open-sealed", "the CLI's first look"]) == 0
+    assert "ledger: opening of holdout recorded" in capsys.readouterr().out
+    receipt = json.loads(out.read_text())
+    (line,) = read_ledger()
+    assert line["split"] == "holdout" and line["purpose"] == "the CLI's first look" and line["reopen"] is None
+    assert line["receipt_sha256"] == sha256_file(out) and line["command"][-2:] == ["--open-sealed", "the CLI's first look"]
+    assert receipt["sealed_opening"]["opening_id"] == line["opening_id"]
+    assert receipt["run_config"]["open_sealed"] == "the CLI's first look"
+    assert {"pass_at_1_strong", "false_passes"} <= set(receipt["summary"])
+
+    # the same evaluation again is a second opening of the same plan: refused without a reason
+    again = args[:-1] + [str(tmp_path / "again.json"), "--open-sealed", "another look"]
+    assert main(again) == 2
+    assert "already opened for this plan" in capsys.readouterr().err
+    assert not (tmp_path / "again.json").exists() and len(read_ledger()) == 1
+    assert main(again + ["--reopen", "checking the receipt reproduces"]) == 0
+    assert read_ledger()[-1]["reopen"] == "checking the receipt reproduces"
+    assert json.loads((tmp_path / "again.json").read_text())["episodes"] == receipt["episodes"]
+    # other settings are another plan
+    assert main(args[:-1] + [str(tmp_path / "other.json"), "--open-sealed", "x", "--max-new-tokens", "5"]) == 0
+    assert len(read_ledger()) == 3
+
+    dev = ["eval", "--checkpoint", str(checkpoint), "--split", "dev", "--output", str(tmp_path / "dev.json")]
+    assert main(dev + ["--open-sealed", "why"]) == 2 and "apply only to the sealed splits" in capsys.readouterr().err
+    assert main(args[:-1] + [str(tmp_path / "r.json"), "--open-sealed", ""]) == 2
+    assert "purpose" in capsys.readouterr().err

@@ -44,6 +44,25 @@ def test_config_validation_and_round_trip():
         cfg.dim = 3
 
 
+def test_research_mini_sees_the_order_of_its_prefix():
+    # research-mini has no sparse layer, so RoPE in its linear layers is its only positional signal:
+    # with it, shuffling the prefix changes the last position's logits (a plain linear-attention layer
+    # sums over its prefix and could not tell).
+    cfg = g.ModelConfig.preset("research-mini", layers=1)
+    assert cfg.linear_rope == "rope-before-feature-map" and cfg.attention_pattern == ["linear"]
+    torch.manual_seed(0)
+    ids = torch.randint(4, 260, (1, 24))
+    shuffled = ids.clone()
+    shuffled[0, :-1] = ids[0, :-1][torch.randperm(23)]
+    assert not torch.equal(shuffled, ids) and torch.equal(shuffled[0, -1], ids[0, -1])
+    for linear_rope, order_matters in (("rope-before-feature-map", True), ("none", False)):
+        torch.manual_seed(1)
+        model = g.GLM53Flash(cfg.replace(linear_rope=linear_rope)).eval()
+        with torch.no_grad():
+            a, b = model(ids).logits[0, -1], model(shuffled).logits[0, -1]
+        assert (not torch.allclose(a, b, atol=1e-4, rtol=0)) == order_matters, linear_rope
+
+
 @pytest.mark.parametrize("mode", ["delta", "double-residual", "sinkhorn"])
 def test_causality(mode):
     model = tiny_model(stream_mode=mode)

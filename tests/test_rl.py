@@ -113,6 +113,33 @@ def test_only_the_chosen_scope_changes(checkpoint, tmp_path, scope):
         assert changed and changed <= allowed
 
 
+def test_a_completion_parse_stopped_at_the_context_end_trains_without_overflow(checkpoint, tmp_path):
+    # The parse rule can stop a completion exactly at the context's last position (prompt + max_new_tokens
+    # = context); appending EOS there would make a sequence one token longer than the model accepts.
+    from glm53_flash.sampling import Completion
+
+    trainer = RLTrainer(rl_cfg(checkpoint, tmp_path / "cap"))
+    trainer.prepare()
+    task = trainer.tasks[0]
+    context = trainer.model.config.max_sequence_length
+    prompt = TOK.encode(task.prompt, bos=True)
+    room = context - len(prompt)
+
+    def parse_stopped(length: int) -> Completion:
+        text = "\n    return x + 1 #" + "a" * (length - 20) + "\n"
+        ids = tuple(TOK.encode(text))
+        assert len(ids) == length
+        return Completion(text, ids, length == room, (0.0,) * length, "parse")
+
+    at_cap, below_cap = parse_stopped(room), parse_stopped(room - 1)
+    (_, at_ids), (_, below_ids) = trainer.training_sequences(task, [at_cap, below_cap])
+    assert len(prompt) + len(at_ids) == context and at_ids == list(at_cap.token_ids)  # no room: no EOS
+    assert len(prompt) + len(below_ids) == context and below_ids[-1] == TOK.eos_id  # room for exactly one
+    group = {"group": 1, "task": task, "completions": [at_cap, below_cap, at_cap, below_cap],
+             "evaluations": [], "rewards": [1.0, 0.0, 0.0, 0.0]}
+    assert trainer.update([group], lr=1e-3)["loss"] is not None
+
+
 def test_zero_variance_group_takes_no_step(checkpoint, tmp_path):
     trainer = RLTrainer(rl_cfg(checkpoint, tmp_path / "z"))
     trainer.prepare()

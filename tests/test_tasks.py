@@ -1,8 +1,11 @@
+import hashlib
+import json
+
 import pytest
 
 from glm53_flash.tasks import (
-    FAMILIES, FAMILY_NAMES, SPLIT_SEEDS, frozen_tasks, make_task, parse_families, pretraining_task,
-    pretraining_text, task_by_id,
+    FAMILIES, FAMILY_NAMES, SEALED_SPLITS, SPLIT_SEEDS, STRONG_EXTRA_MIN, frozen_tasks, make_task, parse_families,
+    pretraining_task, pretraining_text, strong_cases, strong_task, task_by_id,
 )
 
 DEV_GOLDEN = ["increment_axkyima", "double_hphcjzx", "square_niddeuw", "absolute_tqedzon",
@@ -89,7 +92,7 @@ def test_cases_are_immutable_and_arguments_fresh():
 
 
 def test_unknown_names_raise_listing_allowed():
-    with pytest.raises(ValueError, match="allowed: dev, final, rl, confirm"):
+    with pytest.raises(ValueError, match="allowed: dev, final, rl, confirm, holdout"):
         frozen_tasks("test")
     with pytest.raises(ValueError, match="allowed: increment"):
         make_task("cube", "dev", 0, 1)
@@ -104,3 +107,101 @@ def test_task_by_id_round_trip():
         assert task_by_id(task.task_id) == task
     with pytest.raises(ValueError):
         task_by_id("nonsense")
+
+
+# --------------------------------------------------------------------------- splits kept as they were
+
+
+def split_sha256(split: str, per_family: int = 8) -> str:
+    rows = [[t.task_id, t.family, t.entry_point, t.prompt, t.reference_completion,
+             [[repr(c.arguments), repr(c.expected), list(c.list_arguments)] for c in t.cases]]
+            for t in frozen_tasks(split, per_family)]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def test_existing_splits_keep_their_exact_tasks():
+    # Prompts, references and hidden cases of the four original splits, hashed when holdout was added.
+    assert {s: split_sha256(s) for s in ("dev", "final", "rl", "confirm")} == {
+        "dev": "cec219c3902497753fbbbeea203c00a159752ab5f5d81bdadcdb49e216c4fc85",
+        "final": "0b0e2996227fc6111fac407d3e5a869ea547e853da159b44015c944f17a22ce0",
+        "rl": "f9042865f07810d94424809741a4abfedad7206c165e7c0dff496805282a1c74",
+        "confirm": "587743014b20bf191aee2adccb0cc7a9826854f82a2254fe8eae340cc418433a",
+    }
+
+
+def test_sealed_splits():
+    assert SEALED_SPLITS == ("final", "confirm", "holdout")
+    assert set(SEALED_SPLITS) < set(SPLIT_SEEDS) and "dev" not in SEALED_SPLITS and "rl" not in SEALED_SPLITS
+
+
+def test_holdout_is_disjoint_from_every_other_split_and_the_pretraining_stream():
+    holdout = frozen_tasks("holdout", 64)
+    assert [t.family for t in holdout[::64]] == list(FAMILY_NAMES)
+    assert holdout[0].task_id == "holdout-increment-000" and task_by_id("holdout-list_sum-063") == holdout[-1]
+    prompts = {t.prompt for t in holdout}
+    named = {(t.family, t.entry_point) for t in holdout}
+    assert len(prompts) == len(named) == 512
+    for split in ("dev", "final", "rl", "confirm"):
+        others = frozen_tasks(split, 64)
+        assert not prompts & {t.prompt for t in others}, split
+        assert not named & {(t.family, t.entry_point) for t in others}, split
+    # the examples pretraining reads (400 steps x 32 of the flash recipe, with room to spare)
+    assert not prompts & {pretraining_task(i).prompt for i in range(20_000)}
+
+
+# --------------------------------------------------------------------------- strong tests
+
+
+def test_strong_cases_are_fixed_and_start_with_the_three_cases():
+    rows = {f: [[repr(c.arguments), repr(c.expected), list(c.list_arguments)] for c in strong_cases(f)]
+            for f in FAMILY_NAMES}
+    assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == \
+        "98d5759c543d413117f9233489ad25a382d5207f7d36856000183452a01efbe4"
+    for family in FAMILIES:
+        cases = strong_cases(family.name)
+        assert cases is strong_cases(family.name) and cases is strong_cases(family)  # one object: encoded once
+        assert cases[:3] == family.cases and len(cases) - 3 >= STRONG_EXTRA_MIN
+        extra_inputs = [c.arguments for c in cases[3:]]
+        assert len(set(map(repr, extra_inputs))) == len(extra_inputs)  # no duplicates
+        assert not set(map(repr, extra_inputs)) & {repr(c.arguments) for c in family.cases}
+
+
+def test_strong_cases_cover_the_edges_each_input_type_allows():
+    for family in FAMILIES:
+        inputs = [c.arguments[0] for c in strong_cases(family.name)]
+        if family.argument == "x":
+            assert 0 in inputs and min(inputs) < -2**63 and max(inputs) > 2**64 and all(type(v) is int for v in inputs)
+        elif family.argument == "text":
+            assert "" in inputs and max(map(len, inputs)) >= 1000 and any(not v.isascii() for v in inputs)
+        else:
+            assert () in inputs and max(map(len, inputs)) >= 250 and any(min(v, default=0) < -10**17 for v in inputs)
+
+
+def test_strong_tasks_keep_everything_but_the_cases():
+    for task in frozen_tasks("holdout", 1):
+        strong = strong_task(task)
+        assert (strong.task_id, strong.prompt, strong.entry_point) == (task.task_id, task.prompt, task.entry_point)
+        assert strong.cases == strong_cases(task.family) and task.cases == strong.cases[:3]
+        assert run_in_process(strong, task.reference_source) == len(strong.cases)
+
+
+# Wrong programs that pass the three cases; the strong set catches every one.
+FALSE_PASSES = {
+    "increment": "return x + 1 if x < 50 else x",
+    "double": "return x * 2 if x < 10 else x + 6",
+    "square": "return x * x if x < 6 else 25",
+    "absolute": "return -x if x < -5 else x",
+    "nonnegative": "return x if x > 0 else 0 if x > -1000 else x",
+    "even": "return x % 2 == 0 if x < 10 else True",
+    "reverse": "return text[::-1] if len(text) < 6 else text",
+    "list_sum": "return sum(values[:3])",
+}
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_strong_cases_catch_programs_that_pass_the_three(family):
+    task = frozen_tasks("confirm", 1, (family,))[0]
+    source = task.prompt + "\n    " + FALSE_PASSES[family] + "\n"
+    assert run_in_process(task, source) == 3
+    strong = strong_task(task)
+    assert run_in_process(strong, source) < len(strong.cases)

@@ -10,6 +10,7 @@ GROUPS = (
     ("info", "glm53 info"),
     ("train", "glm53 pretrain, rl, select"),
     ("evaluate", "glm53 generate, eval, compare"),
+    ("ledger", "glm53 ledger"),
     ("verify", "glm53 verify"),
     ("reproduce", "glm53 reproduce"),
     ("experiments", "glm53 experiment, analyze"),

@@ -74,8 +74,8 @@ def _add_bench_decode(bench_sub) -> None:
         "decode", help="batched cached sampling vs the original's per-task re-forward; 64x8 eval timing",
         description="Rollouts/s of glm53_flash.sampling against the original's generation (one task at a time, "
                     "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
-                    "random weights; then the wall time of a sampled evaluation (confirm, 8 per family x 8 "
-                    "samples). Random weights rarely stop early, so both run (nearly) to the token cap.")
+                    "random weights; then the wall time of a sampled evaluation (dev, 8 per family x 8 "
+                    "samples; the original timed confirm, which is sealed here). Random weights rarely stop early, so both run (nearly) to the token cap.")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
     parser.add_argument("--preset", default="flash", help="model preset (default flash)")
     parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")

@@ -116,20 +116,30 @@ def _add_eval(sub) -> None:
         "eval", help="greedy pass@1 or sampled pass@k on a frozen split, written as a receipt",
         description="Evaluate a checkpoint on frozen tasks: greedy when --samples is 1 (defaults: per-family 4, "
                     "seed 2026), sampled otherwise (defaults: per-family 8, temperature 0.35, seed 8675309). "
-                    "The rl split is for training and cannot be evaluated.")
+                    "Every program is also judged on its family's strong test set (pass rates under both and "
+                    "the false passes). The rl split is for training and cannot be evaluated; final, confirm "
+                    "and holdout are sealed: they need --open-sealed PURPOSE, and each receipt from one is "
+                    "recorded in the ledger (glm53 ledger).")
     add_arguments(parser, EvalConfig)
     parser.set_defaults(func=_run_eval)
 
 
 def _run_eval(args) -> int:
     from ..evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
+    from ..ledger import SealedSplitError, is_sealed, ledger_path, require_open
     from ..options import config_record
-    from ..receipts import write_json
-    from ..tasks import frozen_tasks, parse_families
+    from ..receipts import sha256_json, write_json
+    from ..tasks import SEALED_SPLITS, frozen_tasks, parse_families
     from ..verifier import Verifier
 
     args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
     _refuse_existing(args.output, args.force, "--output")
+    sealed = is_sealed(args.split)
+    if sealed and args.open_sealed is None:  # refused before anything is loaded or written
+        raise SealedSplitError(f"split {args.split} is sealed: pass --open-sealed \"<purpose>\" to evaluate on it "
+                               f"(the opening is recorded in {ledger_path()})")
+    if not sealed and (args.open_sealed is not None or args.reopen is not None):
+        raise ValueError(f"--open-sealed and --reopen apply only to the sealed splits ({', '.join(SEALED_SPLITS)})")
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     greedy = args.samples == 1
@@ -138,22 +148,41 @@ def _run_eval(args) -> int:
     defaults = GREEDY_DEFAULTS if greedy else SAMPLED_DEFAULTS
     per_family = defaults["per_family"] if args.per_family is None else args.per_family
     seed = defaults["seed"] if args.seed is None else args.seed
+    temperature = None if greedy else _resolve_temperature(args.temperature, args.samples)
     tasks = frozen_tasks(args.split, per_family, parse_families(args.families))
     model, metadata = _load_model(args.checkpoint, args.device)
+    opening = None
+    if sealed:
+        # The plan of one evaluation: the weights and every setting that decides its result. Running the
+        # same evaluation on the same sealed split again needs --reopen.
+        plan = {"command": "glm53 eval", "checkpoint_sha256": metadata.get("weights_sha256"),
+                "split": args.split, "task_ids": [t.task_id for t in tasks], "samples": args.samples,
+                "seed": seed, "temperature": temperature, "top_k": args.top_k, "top_p": args.top_p,
+                "max_new_tokens": args.max_new_tokens, "stop": args.stop}
+        opening = require_open(args.split, args.open_sealed, plan_sha256=sha256_json(plan), reopen=args.reopen)
     common = dict(max_new_tokens=args.max_new_tokens, stop=args.stop, seed=seed, batch_rows=args.batch_rows,
                   checkpoint=str(args.checkpoint), checkpoint_sha256=metadata.get("weights_sha256"),
-                  progress=not args.quiet)
-    with Verifier(workers=args.workers) as verifier:
-        if greedy:
-            receipt = evaluate_greedy(model, tasks, verifier=verifier, **common)
+                  progress=not args.quiet, opening=opening)
+    try:
+        with Verifier(workers=args.workers) as verifier:
+            if greedy:
+                receipt = evaluate_greedy(model, tasks, verifier=verifier, **common)
+            else:
+                receipt = evaluate_sampled(model, tasks, samples=args.samples, temperature=temperature,
+                                           top_k=args.top_k, top_p=args.top_p, verifier=verifier, **common)
+        receipt["run_config"] = config_record(args)
+        if opening is None:
+            write_json(args.output, receipt)
         else:
-            receipt = evaluate_sampled(model, tasks, samples=args.samples,
-                                       temperature=_resolve_temperature(args.temperature, args.samples),
-                                       top_k=args.top_k, top_p=args.top_p, verifier=verifier, **common)
-    receipt["run_config"] = config_record(args)
-    write_json(args.output, receipt)
+            line = opening.write_receipt(args.output, receipt)
+    finally:
+        if opening is not None:
+            opening.close()
     print(format_summary(receipt))
     print(f"wrote {args.output}")
+    if opening is not None:
+        print(f"ledger: opening of {args.split} recorded in {opening.ledger} (receipt sha256 "
+              f"{line['receipt_sha256'][:16]})")
     return 0
 
 

@@ -9,7 +9,8 @@ restore the original for ablation:
 - loss normalisation `constant` (sum over tokens / (G x max_new_tokens)); `sequence-mean` is the
   original's per-sequence mean, `token-sum` the plain sum;
 - completions stopped by the parse rule are trained with an EOS appended, so valid code learns to
-  stop (`eos_handling="omit"`: no EOS, as the original).
+  stop (`eos_handling="omit"`: no EOS, as the original); one that ends exactly at the context's end
+  gets none (there is no position left for it).
 Extras: several groups per optimizer step, a KL penalty to the frozen initial policy, LR warmup.
 """
 
@@ -320,8 +321,11 @@ class RLTrainer:
         sequences = []
         for c in completions:
             ids = list(c.token_ids)
-            if self.cfg.eos_handling == "append" and c.finish_reason == "parse":
-                ids.append(_TOK.eos_id)  # teach valid code to stop by itself
+            # Teach valid code to stop by itself, where the context has room for the EOS: a completion
+            # that the parse rule stopped exactly at the context's end is trained as it was sampled.
+            if self.cfg.eos_handling == "append" and c.finish_reason == "parse" \
+                    and len(prompt) + len(ids) < self.model.config.max_sequence_length:
+                ids.append(_TOK.eos_id)
             sequences.append((prompt, ids))
         return sequences
 
