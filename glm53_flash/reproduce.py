@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .evaluate_config import EvalConfig
 from .options import config_record
-from .receipts import provenance, read_json, write_json
+from .receipts import provenance, read_json, sha256_json, write_json
 from .tasks import FAMILY_NAMES, frozen_tasks, parse_families
 from .train.config import PretrainConfig, RLConfig, SelectConfig, rename_legacy_values
 
@@ -180,8 +180,20 @@ def _timed(stages: dict, name: str):
     stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
 
 
+def plan_sha256(plan: ReproducePlan) -> str:
+    """The plan's identity in the ledger: a second opening of the confirm split for it needs a reason."""
+    return sha256_json(plan.to_dict())
+
+
+CONFIRM_PURPOSE = "the headline's confirmation, after all dev selection (glm53 reproduce)"
+
+
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
-              device: str = "cpu", progress: bool = True) -> dict:
+              device: str = "cpu", progress: bool = True, reopen: str | None = None) -> dict:
+    """Run (or resume) the pipeline of `preset` in `output`. The confirm split is sealed: the plan opens
+    it once, for CONFIRM_PURPOSE, and every receipt is recorded in the ledger; a plan that already
+    opened it (in this or another directory) is refused unless `reopen` gives the reason."""
+    from . import ledger
     from .evaluate import evaluate_greedy, evaluate_sampled
     from .model.pretrained import load_pretrained
     from .train.pretrain import pretrain
@@ -195,6 +207,14 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     if not plan.rl_seeds:
         raise ValueError("--rl-seeds needs at least one seed")
     out = Path(output)
+    confirm = out / "confirm"
+    greedy_cfg, sampled_cfg = plan.confirm_greedy, plan.confirm_sampled
+    arm_names = ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]
+    receipts = [confirm / f"{arm}-{kind}.json" for arm in arm_names for kind in ("greedy", f"pass{sampled_cfg.samples}")]
+    opening = None
+    if not all(path.exists() for path in receipts):
+        # Asked for before any stage runs, so a refusal costs nothing; nothing is written until a receipt is.
+        opening = ledger.require_open(greedy_cfg.split, CONFIRM_PURPOSE, plan_sha256=plan_sha256(plan), reopen=reopen)
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     if plan_path.exists():
@@ -253,13 +273,11 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
         rl_selected[seed] = json.loads(selection.read_text())["selected"]["checkpoint"]
         _log(f"RL seed {seed}: selected {rl_selected[seed]}")
 
-    # 5. all selection is done: open the confirm split
-    greedy_cfg, sampled_cfg = plan.confirm_greedy, plan.confirm_sampled
+    # 5. all selection is done: open the confirm split (every receipt is recorded in the ledger)
     greedy_tasks = frozen_tasks(greedy_cfg.split, greedy_cfg.per_family, families=parse_families(greedy_cfg.families))
     sampled_tasks = frozen_tasks(sampled_cfg.split, sampled_cfg.per_family,
                                  families=parse_families(sampled_cfg.families))
     arms = {"before": start_checkpoint, **{f"rl-{seed}": ckpt for seed, ckpt in rl_selected.items()}}
-    confirm = out / "confirm"
     with Verifier() as verifier, _timed(stages, "confirm"):
         for arm, checkpoint in arms.items():
             greedy_path = confirm / f"{arm}-greedy.json"
@@ -268,16 +286,19 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                 continue
             _log(f"confirm split: evaluating {arm} ({checkpoint})")
             model, meta = load_pretrained(checkpoint, device)
-            common = dict(verifier=verifier, checkpoint=str(checkpoint), checkpoint_sha256=meta["weights_sha256"])
+            common = dict(verifier=verifier, checkpoint=str(checkpoint), checkpoint_sha256=meta["weights_sha256"],
+                          opening=opening)
             if not greedy_path.exists():
-                write_json(greedy_path, evaluate_greedy(
+                opening.write_receipt(greedy_path, evaluate_greedy(
                     model, greedy_tasks, max_new_tokens=greedy_cfg.max_new_tokens, stop=greedy_cfg.stop,
                     seed=greedy_cfg.seed, **common))
             if not sampled_path.exists():
-                write_json(sampled_path, evaluate_sampled(
+                opening.write_receipt(sampled_path, evaluate_sampled(
                     model, sampled_tasks, samples=sampled_cfg.samples, temperature=sampled_cfg.temperature,
                     max_new_tokens=sampled_cfg.max_new_tokens, stop=sampled_cfg.stop, seed=sampled_cfg.seed,
                     **common))
+    if opening is not None:
+        opening.close()
     save_stage_times()
 
     # 6-7. statistics and the report, from the receipts alone
@@ -288,6 +309,13 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     report_path = build_report(out)
     _log(f"report: {report_path}")
     return summary
+
+
+def ledger_lines_for(plan: ReproducePlan) -> list[dict]:
+    from .ledger import ledger_lines
+
+    identity = plan_sha256(plan)
+    return [line for line in ledger_lines(plan.confirm_greedy.split) if line["plan_sha256"] == identity]
 
 
 def build_summary(out: Path) -> dict:
@@ -341,4 +369,7 @@ def build_summary(out: Path) -> dict:
         # Checked from the receipts' own timestamps, not asserted.
         "confirm_opened_after_selection": first_confirm >= last_selection,
         "last_selection_utc": last_selection, "first_confirm_utc": first_confirm,
+        # Every opening of the confirm split for this plan, from the ledger (any directory, any machine
+        # whose ledger this is): more than one opening means the split was not held out for this plan.
+        "ledger": ledger_lines_for(plan),
     }

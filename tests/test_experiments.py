@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
 import random
 
 import pytest
@@ -315,7 +316,15 @@ def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     args = ["experiment", "rl-choices", "--output", str(out), "--checkpoint", str(ckpt_run / "checkpoint-0001"),
             "--arms", "baseline,group-16", "--seeds", "1", "--confirm-seeds", "2", "--tasks", "1", "--workers", "1",
             "--no-progress"]
-    assert main(args) == 0
+    assert main(args) == 2  # the confirmation opens the sealed final split: refused without a purpose
+    assert "--open-sealed" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--open-sealed", "test of the study pipeline"]) == 0
+    from glm53_flash.ledger import ledger_lines
+
+    lines = ledger_lines("final")
+    assert sorted(Path(line["receipt"]).stem for line in lines) == [
+        "confirm-baseline-seed-2", "confirm-candidate-seed-2", "pretrained-final"]
+    assert {line["purpose"] for line in lines} == {"test of the study pipeline"}
     names = sorted(p.stem for p in (out / "runs").glob("*.json"))
     assert names == ["confirm-baseline-seed-2", "confirm-candidate-seed-2", "pretrained-dev", "pretrained-final",
                      "screen-baseline-seed-1", "screen-group-16-seed-1"]

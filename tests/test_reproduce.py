@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from glm53_flash.reproduce import reproduce
 
@@ -9,7 +10,12 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert summary["confirm_opened_after_selection"] is True
     seed = summary["seeds"]["31415"]
     assert seed["greedy_trained"]["tasks"] == 12 and "untrained_interference" in seed
+    # confirm is sealed: one opening for this plan, every receipt recorded in the (test's own) ledger
+    assert len(summary["ledger"]) == 4 and len({line["opening_id"] for line in summary["ledger"]}) == 1
+    assert {Path(line["receipt"]).name for line in summary["ledger"]} == {
+        "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
     report = (out / "REPORT.md").read_text()
+    assert "records one opening of the confirm split" in report
     assert "side by side with the original" in report and "16/24" in report
     for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):
         assert (out / "charts" / f"{chart}.png").stat().st_size > 1000
@@ -69,3 +75,22 @@ def test_corrupt_plans_are_one_line_errors(tmp_path):
     (tmp_path / "plan.json").write_text("[]")
     with pytest.raises(ValueError, match="not a plan"):
         reproduce(tmp_path, preset="quick", progress=False)
+
+
+def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confirm(tmp_path, monkeypatch):
+    """The plan's first run opened confirm (recorded in the ledger); another run of the same plan is
+    refused before any stage runs, and goes ahead, recorded, with a reason."""
+    import pytest
+
+    from glm53_flash import ledger, reproduce as module
+
+    monkeypatch.setattr(module, "_log", lambda message: None)
+    plan = module.PLANS["quick"]
+    first = ledger.require_open("confirm", module.CONFIRM_PURPOSE, plan_sha256=module.plan_sha256(plan))
+    receipt = tmp_path / "stand-in.json"
+    receipt.write_text("{}")
+    first.record(receipt)
+    first.close()
+    with pytest.raises(ledger.SealedSplitError, match="--reopen"):
+        reproduce(tmp_path / "second", preset="quick", progress=False)
+    assert not (tmp_path / "second").exists()  # refused before anything was written

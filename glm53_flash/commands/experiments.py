@@ -104,6 +104,11 @@ def register(sub) -> None:
     r.add_argument("--tasks", type=int, default=DEFAULT_TASKS_PER_FAMILY,
                    help="evaluation tasks per family (5 families; default 20 = 100 tasks per split)")
     r.add_argument("--confirm-arm", default=None, help="confirm this arm instead of the screen's winner")
+    r.add_argument("--open-sealed", metavar="PURPOSE", default=None,
+                   help="the confirmation evaluates the sealed split final: say why it is opened (recorded in "
+                        "the ledger; `glm53 ledger`)")
+    r.add_argument("--reopen", metavar="REASON", default=None,
+                   help="open final again for a plan that already opened it (recorded in the ledger)")
     r.set_defaults(func=run_rl_choices)
 
     a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
@@ -140,7 +145,7 @@ def _start_study(args, out: Path, plan: dict) -> bool:
     return resuming
 
 
-def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
+def _run(args, out: Path, plan: dict, units: list[dict], unit_function, opening=None) -> int:
     from ..experiments.study import run_units
 
     from ..runtime import resolve_device
@@ -151,7 +156,8 @@ def _run(args, out: Path, plan: dict, units: list[dict], unit_function) -> int:
     units = [u for u in units if position[u["key"]] % count == index]
     logging = {"tensorboard": args.tensorboard, "wandb": args.wandb}
     return run_units(out, plan, [u | {"design": design, "device": device, "logging": logging} for u in units],
-                     unit_function, workers=args.workers, progress=not args.quiet, argv=sys.argv, device=device)
+                     unit_function, workers=args.workers, progress=not args.quiet, argv=sys.argv, device=device,
+                     opening=opening)
 
 
 @contextlib.contextmanager
@@ -224,6 +230,14 @@ def run_rl_choices(args) -> int:
     options = (str(checkpoint), sha, args.arms, args.seeds, args.confirm_seeds, args.tasks, args.confirm_arm,
                args.workers)
     draft = build_plan(*options, None, None)
+    if not args.plan_only and not args.open_sealed:
+        from ..experiments.study import pending_units, plan_hash
+        from ..ledger import is_sealed
+
+        sealed = [u["split"] for u in pending_units(out, draft["units"], plan_hash(draft)) if is_sealed(u["split"])]
+        if sealed:  # refused before the study directory is touched
+            raise ValueError(f"this study evaluates the sealed split {sealed[0]}: pass --open-sealed \"<purpose>\" "
+                             "(recorded in the ledger; see `glm53 ledger`)")
     with _study_session(args, out, args.plan_only) as (state, mark):
         plan = _existing_plan(out, draft)
         if plan is None:
@@ -245,9 +259,22 @@ def _run_rl_phases(args, out: Path, plan: dict) -> int:
     from ..experiments.study import load_receipts
     from ..receipts import provenance, write_json
 
+    from ..experiments.study import pending_units
+    from ..ledger import is_sealed, require_open
+
+    # Every unit on a sealed split (the confirmation and its reference) runs under one opening, asked
+    # for before anything runs, so a missing --open-sealed costs no training.
+    sealed = [u for u in pending_units(out, plan["units"], plan["plan_sha256"]) if is_sealed(u["split"])]
+    opening = None
+    if sealed:
+        if not args.open_sealed:
+            raise ValueError(f"this study evaluates the sealed split {sealed[0]['split']}: pass --open-sealed "
+                             "\"<purpose>\" (recorded in the ledger)")
+        opening = require_open(sealed[0]["split"], args.open_sealed, plan_sha256=plan["plan_sha256"],
+                               reopen=args.reopen)
     work = out / "work"
     first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
-    ran = _run(args, out, plan, first, run_unit)
+    ran = _run(args, out, plan, first, run_unit, opening)
     confirm = [u for u in plan["units"] if u["phase"] == "confirm"]
     if confirm:
         selection_path = out / SELECTION_FILE
@@ -259,7 +286,7 @@ def _run_rl_phases(args, out: Path, plan: dict) -> int:
         print(f"rl-choices: confirmation candidate = {selection['candidate']} ({selection['rule']})", file=sys.stderr)
         resolved = [u | {"arm": "baseline" if u["role"] == "baseline" else selection["candidate"],
                          "work_dir": str(work / u["key"])} for u in confirm]
-        ran += _run(args, out, plan, resolved, run_unit)
+        ran += _run(args, out, plan, resolved, run_unit, opening)
     if work.is_dir() and not any(work.iterdir()):  # each unit removes its own; another shard may still run
         work.rmdir()
     return ran

@@ -131,12 +131,12 @@ def select_candidate(plan: dict, receipts: list[dict]) -> dict:
     return {"candidate": best, "rule": plan["analysis"]["selection_rule"], "screen": table}
 
 
-def _evaluate(model, split: str, tasks_per_family: int) -> dict:
+def _evaluate(model, split: str, tasks_per_family: int, opening=None) -> dict:
     from ..evaluate import evaluate_greedy
     from ..tasks import frozen_tasks, parse_families
 
     tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE["families"]))
-    receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE["max_new_tokens"], seed=EVAL_SEED)
+    receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE["max_new_tokens"], seed=EVAL_SEED, opening=opening)
     outcomes = [{"task_id": e["task_id"], "family": e["family"], "passed": e["evaluation"]["passed"],
                  "status": e["evaluation"]["status"], "pass_fraction": e["evaluation"]["pass_fraction"],
                  "completion": e["generated_completion"]} for e in receipt["episodes"]]
@@ -156,7 +156,7 @@ def run_unit(unit: dict) -> dict:
     started = time.perf_counter()
     if unit["phase"] == "reference":
         model, _ = load_pretrained(design["checkpoint"], device)
-        evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
+        evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"))
         return {"phase": "reference", "arm": "pretrained", "seed": None, "evaluation": evaluation,
                 "elapsed_seconds": round(time.perf_counter() - started, 3)}
     arm = unit["arm"]
@@ -177,7 +177,7 @@ def run_unit(unit: dict) -> dict:
         wandb=logging.get("wandb")))
     final = rl["checkpoints"][-1]
     model, meta = load_pretrained(final["path"], device)
-    evaluation = _evaluate(model, unit["split"], design["tasks_per_family"])
+    evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"))
     training = {key: rl[key] for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                          "exact_training_rollouts", "elapsed_seconds", "trainable_parameters")}
     training.update(rollouts=settings["groups"] * settings["group_size"], final_weights_sha256=meta["weights_sha256"])

@@ -96,11 +96,16 @@ def _run_unit(function: Callable[[dict], dict], unit: dict) -> dict:
 
 
 def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict], dict], *,
-              workers: int = 1, progress: bool = True, argv: list[str] | None = None, device: str = "cpu") -> int:
-    """Run every unit without a receipt; returns how many ran. `function` must be a module-level function."""
+              workers: int = 1, progress: bool = True, argv: list[str] | None = None, device: str = "cpu",
+              opening=None) -> int:
+    """Run every unit without a receipt; returns how many ran. `function` must be a module-level function.
+    Units on a sealed split run under `opening` (ledger.require_open): it travels with the unit to the
+    worker, and each such receipt is recorded in the ledger once written."""
     todo = pending_units(out, units, plan["plan_sha256"])
     if not todo:
         return 0
+    if opening is not None:
+        todo = [u | {"opening": opening} if u.get("split") == opening.split else u for u in todo]
     # the code that runs is the code loaded now: record its commit once, not at each (later) write
     started_with = provenance(argv, device=device)
     from ..train.loop import progress_bar
@@ -109,10 +114,12 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
                        unit="run")
 
     def finish(unit: dict, result: dict) -> None:
-        result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device", "logging")},
+        result.update(unit={k: v for k, v in unit.items() if k not in ("design", "device", "logging", "opening")},
                       plan_sha256=plan["plan_sha256"],
                       provenance=started_with | {"finished_utc": utc_now()})
         write_json(receipt_path(out, unit["key"]), result)
+        if unit.get("opening") is not None:
+            unit["opening"].record(receipt_path(out, unit["key"]))
         if bar is not None:
             bar.update(1)
             bar.set_postfix_str(unit["key"])

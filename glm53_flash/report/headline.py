@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..reproduce import ReproducePlan
 from . import figures
+from .tables import markdown_table
 from .format import format_interval, format_p, format_signed
 
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
@@ -280,6 +281,32 @@ def _stage_order(name: str) -> tuple:
     return (next((i for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes)), name)
 
 
+def confirm_history(summary: dict) -> str:
+    """One sentence on how often the confirm split was opened for this plan, from the ledger lines the
+    summary carries; summaries written before the ledger existed say so instead of claiming anything."""
+    lines = summary.get("ledger")
+    if lines is None:
+        return ("Written before the ledger existed: this plan's confirm split had already been opened by earlier "
+                "evaluations (an RL recipe comparison and earlier headline runs), so it is not untouched.")
+    openings = list(dict.fromkeys(line["opening_id"] for line in lines))
+    if len(openings) <= 1:
+        return (f"The ledger records one opening of the confirm split for this plan ({len(lines)} receipts); "
+                "nothing else has evaluated on it for this plan.")
+    reasons = "; ".join(sorted({line["reopen"] for line in lines if line["reopen"]}))
+    return (f"The ledger records {len(openings)} openings of the confirm split for this plan (reopened: "
+            f"{reasons or 'no reason recorded'}): its numbers are no longer from an untouched split.")
+
+
+def ledger_table(summary: dict) -> list[str]:
+    """The ledger lines of this plan's confirm openings as a markdown table (none before the ledger)."""
+    from ..ledger import report_rows
+
+    if not summary.get("ledger"):
+        return []
+    columns, rows = report_rows(summary["ledger"])
+    return ["### Ledger lines (confirm split, this plan)", "", *markdown_table(columns, rows), ""]
+
+
 def build_report(out: str | Path) -> Path:
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
@@ -305,6 +332,9 @@ def build_report(out: str | Path) -> Path:
          if summary["confirm_opened_after_selection"] else
          "WARNING: a confirm receipt predates a selection receipt; the confirm split was not held out."),
         "",
+        confirm_history(summary),
+        "",
+        *ledger_table(summary),
         "## Result, side by side with the original's published numbers",
         "",
         *result_table(summary),

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..reproduce import ReproducePlan
 from . import figures
 from .format import format_interval, format_p, format_signed
-from .headline import (ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
+from .headline import (confirm_history, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
                        greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel, seed_order,
                        selection_chart_data, selection_panel)
 from .tables import esc, html_from_markdown, html_table
@@ -202,8 +202,9 @@ def slide_result(x: Inputs) -> Slide:
     return Slide(
         "result", "Result first: RL on hidden unit tests",
         f"<p>A {x.size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
-        "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, opened once after "
-        "all selection:</p>" + html_from_markdown(result_table(x.summary))
+        "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, after all selection:</p>"
+        + html_from_markdown(result_table(x.summary))
+        + f"<p class='source'>{esc(confirm_history(x.summary))}</p>"
         + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(x.summary) if line),
         f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
         + ", ".join(f"{r['after_solved']}/{r['tasks']} (seed {s})" for s, r in zip(x.seeds, g))
