@@ -2,71 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import shlex
 import sys
 from pathlib import Path
 
-from ..argtypes import comma_ints
-from ..options import add_arguments
-from ..runtime import DEVICE_CHOICES
-from ..train.config import LiveLoggingConfig
+from ..options import add_arguments, config_record, from_arguments
 from .train import add_no_progress_alias
 
 
-def _name_list(text: str) -> tuple[str, ...]:
-    values = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one name")
-    return values
-
-
-def _seed_range(text: str) -> tuple[int, ...]:
-    """'11,22,33' or 'START:COUNT:STEP' (e.g. 11:20:11 = 11, 22, ..., 220)."""
-    if ":" in text:
-        try:
-            start, count, step = (int(part) for part in text.split(":"))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected START:COUNT:STEP, got {text!r}") from None
-        if count < 1:
-            raise argparse.ArgumentTypeError(f"COUNT must be >= 1, got {count}")
-        return tuple(start + i * step for i in range(count))
-    return comma_ints(text)
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected I/N such as 0/2, got {text!r}") from None
-    if count < 1 or not 0 <= index < count:
-        raise argparse.ArgumentTypeError(f"need 0 <= I < N, got {text!r}")
-    return index, count
-
-
-def _common(p) -> None:
-    p.add_argument("--output", required=True, help="study directory (resumed when it holds the same plan)")
-    p.add_argument("--workers", type=int, default=2, help="runs in parallel, one torch thread each (default 2)")
-    p.add_argument("--force", action="store_true", help="replace a study planned with a different design")
-    p.add_argument("--plan-only", action="store_true", help="write plan.json (design + time estimate) and stop")
-    add_arguments(p, LiveLoggingConfig)  # --quiet, --tensorboard, --wandb: as on every training command
-    add_no_progress_alias(p)
-    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
-                   help="run only every N-th unit of the plan starting at I (split a study across machines)")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
-                   help="where each run trains (default cpu; with cuda, --workers processes share the GPU)")
-
-
 def register(sub) -> None:
-    from ..experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
-    from ..experiments.rl_choices import (
-        ARMS,
-        DEFAULT_CONFIRM_SEEDS,
-        DEFAULT_SCREEN_SEEDS,
-        DEFAULT_TASKS_PER_FAMILY,
-    )
+    from ..experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
     studies = experiment.add_subparsers(dest="study", metavar="STUDY")
@@ -77,16 +24,8 @@ def register(sub) -> None:
         description="The original's miniature study, compatible (120 structures shuffled with seed 1701, 88 train / "
                     "32 held out, research-mini, AdamW 8e-4, batch 24, 200 updates), with every condition paired by "
                     "seed and evaluated at several points of one run. Analyse with `glm53 analyze DIR`.")
-    _common(p)
-    p.add_argument("--conditions", type=_name_list, default=CONDITIONS, help=f"comma-separated; {', '.join(CONDITIONS)}")
-    p.add_argument("--seeds", type=_seed_range, default=DEFAULT_SEEDS,
-                   help="comma-separated or START:COUNT:STEP (default 11:20:11 = 20 paired seeds)")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=24)
-    p.add_argument("--learning-rate", type=float, default=8e-4)
-    p.add_argument("--sequence-length", type=int, default=128)
-    p.add_argument("--eval-at", type=comma_ints, default=None,
-                   help="updates to evaluate at (default 0 and every quarter of --steps)")
+    add_arguments(p, PretrainingDataStudyConfig)  # --quiet, --tensorboard, --wandb as on every training command
+    add_no_progress_alias(p)
     p.set_defaults(func=run_pretraining_data)
 
     r = studies.add_parser(
@@ -95,20 +34,8 @@ def register(sub) -> None:
                     "checkpoint, screened on dev over --seeds; the best arm (rule fixed in plan.json) is confirmed "
                     "against the baseline on --confirm-seeds (never a screening seed) and the final split, which no other step of the study opens. "
                     "Resumable: finished (arm, seed) runs are skipped. Analyse with `glm53 analyze DIR`.")
-    _common(r)
-    r.add_argument("--checkpoint", required=True, help="pretraining checkpoint directory every arm starts from")
-    r.add_argument("--arms", type=_name_list, default=tuple(ARMS), help=f"comma-separated; {', '.join(ARMS)}")
-    r.add_argument("--seeds", type=_seed_range, default=DEFAULT_SCREEN_SEEDS, help="screening training seeds")
-    r.add_argument("--confirm-seeds", type=_seed_range, default=DEFAULT_CONFIRM_SEEDS,
-                   help="fresh training seeds for the confirmation (default 1001:10:1)")
-    r.add_argument("--tasks", type=int, default=DEFAULT_TASKS_PER_FAMILY,
-                   help="evaluation tasks per family (5 families; default 20 = 100 tasks per split)")
-    r.add_argument("--confirm-arm", default=None, help="confirm this arm instead of the screen's winner")
-    r.add_argument("--open-sealed", metavar="PURPOSE", default=None,
-                   help="the confirmation evaluates the sealed split final: say why it is opened (recorded in "
-                        "the ledger; `glm53 ledger`)")
-    r.add_argument("--reopen", metavar="REASON", default=None,
-                   help="open final again for a plan that already opened it (recorded in the ledger)")
+    add_arguments(r, RLChoicesStudyConfig)
+    add_no_progress_alias(r)
     r.set_defaults(func=run_rl_choices)
 
     a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
@@ -131,10 +58,10 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
     return None
 
 
-def _start_study(args, out: Path, plan: dict) -> bool:
+def _start_study(cfg, out: Path, plan: dict) -> bool:
     from ..experiments.study import pending_units, prepare_study
 
-    resuming = prepare_study(out, plan, args.force)
+    resuming = prepare_study(out, plan, cfg.force)
     estimate = plan["estimate"]
     units = plan["units"]
     todo = pending_units(out, units, plan["plan_sha256"])
@@ -145,34 +72,34 @@ def _start_study(args, out: Path, plan: dict) -> bool:
     return resuming
 
 
-def _run(args, out: Path, plan: dict, units: list[dict], unit_function, opening=None) -> int:
+def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=None) -> int:
     from ..experiments.study import run_units
 
     from ..runtime import resolve_device
 
-    design, device = plan["design"], str(resolve_device(args.device))
-    index, count = args.shard
+    design, device = plan["design"], str(resolve_device(cfg.device))
+    index, count = cfg.shard
     position = {u["key"]: i for i, u in enumerate(plan["units"])}
     units = [u for u in units if position[u["key"]] % count == index]
-    logging = {"tensorboard": args.tensorboard, "wandb": args.wandb}
+    logging = {"tensorboard": cfg.tensorboard, "wandb": cfg.wandb}
     return run_units(out, plan, [u | {"design": design, "device": device, "logging": logging} for u in units],
-                     unit_function, workers=args.workers, progress=not args.quiet, argv=sys.argv, device=device,
+                     unit_function, workers=cfg.workers, progress=not cfg.quiet, argv=sys.argv, device=device,
                      opening=opening)
 
 
 @contextlib.contextmanager
-def _study_session(args, out: Path, plan_only: bool = False):
+def _study_session(args, cfg, out: Path):
     """The study directory locked for this process (a second writer is refused), and its plan.json
     marked running / complete / incomplete (this shard's part done) / interrupted."""
     from ..train.loop import check_live_logging
     from ..train.rundir import RunLock, interruptible
 
-    check_live_logging(args.tensorboard, args.wandb)
+    check_live_logging(cfg.tensorboard, cfg.wandb)
     command = shlex.join(["glm53", *getattr(args, "command_argv", sys.argv[1:])])
     state = {}
     with RunLock(out):
         def mark(status: str) -> None:
-            if "plan" in state and not plan_only:
+            if "plan" in state and not cfg.plan_only:
                 from ..experiments.study import mark_status
 
                 mark_status(out, state["plan"], status, resume_command=command if status == "interrupted" else None)
@@ -182,25 +109,26 @@ def _study_session(args, out: Path, plan_only: bool = False):
 
 
 def run_pretraining_data(args) -> int:
+    from ..experiments.config import PretrainingDataStudyConfig
     from ..experiments.pretraining_data import build_plan, measure_seconds_per_step, run_unit
 
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    out = Path(args.output)
-    eval_at = args.eval_at if args.eval_at is not None else sorted({0, *(args.steps * q // 4 for q in (1, 2, 3, 4))})
-    options = (args.conditions, args.seeds, args.steps, args.batch_size, args.learning_rate, args.sequence_length,
-               eval_at, args.workers)
+    cfg = from_arguments(PretrainingDataStudyConfig, args)
+    cfg.validate()
+    out = Path(cfg.output)
+    options = (cfg.conditions, cfg.seeds, cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.sequence_length,
+               cfg.eval_at, cfg.workers)
     draft = build_plan(*options, None)  # also validates the flags before timing anything
-    with _study_session(args, out, args.plan_only) as (state, mark):
+    with _study_session(args, cfg, out) as (state, mark):
         plan = _existing_plan(out, draft)
         if plan is None:
             plan = build_plan(*options, round(measure_seconds_per_step(), 4))
-        _start_study(args, out, plan)
-        if args.plan_only:
+        plan["run_config"] = config_record(cfg)  # this session's flags, outside the hashed design
+        _start_study(cfg, out, plan)
+        if cfg.plan_only:
             return 0
         state["plan"] = plan
         mark("running")
-        ran = _run(args, out, plan, plan["units"], run_unit)
+        ran = _run(cfg, out, plan, plan["units"], run_unit)
         mark(_finished_status(out, plan))
     print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
     return 0
@@ -217,20 +145,20 @@ SELECTION_FILE = "selection.json"
 
 def run_rl_choices(args) -> int:
     from ..model.pretrained import read_metadata
+    from ..experiments.config import RLChoicesStudyConfig
     from ..experiments.rl_choices import build_plan, measure_speed
 
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    out = Path(args.output)
-    checkpoint = Path(args.checkpoint)
+    cfg = from_arguments(RLChoicesStudyConfig, args)
+    cfg.validate()
+    out = Path(cfg.output)
+    checkpoint = Path(cfg.checkpoint)
     if not (checkpoint / "metadata.json").is_file() and not checkpoint.is_dir():
         raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist; make a pretraining checkpoint with "
                                 "`glm53 pretrain --output runs/pretrain --steps 100` (or `make demo`)")
     sha = read_metadata(checkpoint)["weights_sha256"]
-    options = (str(checkpoint), sha, args.arms, args.seeds, args.confirm_seeds, args.tasks, args.confirm_arm,
-               args.workers)
+    options = (str(checkpoint), sha, cfg.arms, cfg.seeds, cfg.confirm_seeds, cfg.tasks, cfg.confirm_arm, cfg.workers)
     draft = build_plan(*options, None, None)
-    if not args.plan_only and not args.open_sealed:
+    if not cfg.plan_only and not cfg.open_sealed:
         from ..experiments.study import pending_units, plan_hash
         from ..ledger import is_sealed
 
@@ -238,22 +166,23 @@ def run_rl_choices(args) -> int:
         if sealed:  # refused before the study directory is touched
             raise ValueError(f"this study evaluates the sealed split {sealed[0]}: pass --open-sealed \"<purpose>\" "
                              "(recorded in the ledger; see `glm53 ledger`)")
-    with _study_session(args, out, args.plan_only) as (state, mark):
+    with _study_session(args, cfg, out) as (state, mark):
         plan = _existing_plan(out, draft)
         if plan is None:
             plan = build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint))))
-        _start_study(args, out, plan)
-        if args.plan_only:
+        plan["run_config"] = config_record(cfg)  # this session's flags, outside the hashed design
+        _start_study(cfg, out, plan)
+        if cfg.plan_only:
             return 0
         state["plan"] = plan
         mark("running")
-        ran = _run_rl_phases(args, out, plan)
+        ran = _run_rl_phases(cfg, out, plan)
         mark(_finished_status(out, plan))
     print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
     return 0
 
 
-def _run_rl_phases(args, out: Path, plan: dict) -> int:
+def _run_rl_phases(cfg, out: Path, plan: dict) -> int:
     """The screen (and references), then the planned selection, then the confirmation."""
     from ..experiments.rl_choices import run_unit, select_candidate
     from ..experiments.study import load_receipts
@@ -267,14 +196,14 @@ def _run_rl_phases(args, out: Path, plan: dict) -> int:
     sealed = [u for u in pending_units(out, plan["units"], plan["plan_sha256"]) if is_sealed(u["split"])]
     opening = None
     if sealed:
-        if not args.open_sealed:
+        if not cfg.open_sealed:
             raise ValueError(f"this study evaluates the sealed split {sealed[0]['split']}: pass --open-sealed "
                              "\"<purpose>\" (recorded in the ledger)")
-        opening = require_open(sealed[0]["split"], args.open_sealed, plan_sha256=plan["plan_sha256"],
-                               reopen=args.reopen)
+        opening = require_open(sealed[0]["split"], cfg.open_sealed, plan_sha256=plan["plan_sha256"],
+                               reopen=cfg.reopen)
     work = out / "work"
     first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
-    ran = _run(args, out, plan, first, run_unit, opening)
+    ran = _run(cfg, out, plan, first, run_unit, opening)
     confirm = [u for u in plan["units"] if u["phase"] == "confirm"]
     if confirm:
         selection_path = out / SELECTION_FILE
@@ -286,7 +215,7 @@ def _run_rl_phases(args, out: Path, plan: dict) -> int:
         print(f"rl-choices: confirmation candidate = {selection['candidate']} ({selection['rule']})", file=sys.stderr)
         resolved = [u | {"arm": "baseline" if u["role"] == "baseline" else selection["candidate"],
                          "work_dir": str(work / u["key"])} for u in confirm]
-        ran += _run(args, out, plan, resolved, run_unit, opening)
+        ran += _run(cfg, out, plan, resolved, run_unit, opening)
     if work.is_dir() and not any(work.iterdir()):  # each unit removes its own; another shard may still run
         work.rmdir()
     return ran
