@@ -9,10 +9,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ..argtypes import comma_ints
-from ..options import add_arguments
+from ..options import add_arguments, config_record, from_arguments
 from ..runtime import DEVICE_CHOICES
-from ..train.config import ProgressConfig
+from ..vision.run_config import PilotCommandConfig, PilotConfig, VisionTrainCommandConfig, VisionTrainConfig
 from .train import add_no_progress_alias
 
 RECEIPT_FILE = "receipt.json"
@@ -49,19 +48,8 @@ def _add_train(sub) -> None:
                        description="Trains each architecture on generated RGB digits from the same seed reset "
                                    "and batches; with several seeds and both architectures, prints the paired "
                                    "comparison.")
-    p.add_argument("--architecture", choices=("faithful", "baseline", "both"), default="both")
-    p.add_argument("--seeds", type=comma_ints, default=(42,), help="comma-separated seeds (default 42)")
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--batch-size", type=int, default=40)
-    p.add_argument("--learning-rate", type=float, default=2e-3)
-    p.add_argument("--eval-examples", type=int, default=200, help="held-out images (>= 10)")
-    p.add_argument("--smoke-test", action="store_true", help="cap at 40 steps, batch 20, 100 held-out images")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
-                   help="default cpu: the miniature is too small to gain from an accelerator")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads while training (default 1)")
-    p.add_argument("--output", help="new directory for receipt.json (and weights/ with --save-weights)")
-    p.add_argument("--save-weights", action="store_true", help="save every trained model under OUTPUT/weights/")
-    add_arguments(p, ProgressConfig)  # --quiet (and its older spelling --no-progress)
+    add_arguments(p, VisionTrainCommandConfig)  # --architecture, --output, --save-weights, --quiet
+    add_arguments(p, VisionTrainConfig)
     add_no_progress_alias(p)
     p.set_defaults(func=run_train)
 
@@ -69,19 +57,17 @@ def _add_train(sub) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from ..receipts import write_json
     from ..vision.analysis import compare_architectures
-    from ..vision.training import VisionTrainConfig, run_vision_training
+    from ..vision.training import run_vision_training
 
-    out = _output_dir(args.output)
-    if args.save_weights and out is None:
+    command_cfg = from_arguments(VisionTrainCommandConfig, args)
+    out = _output_dir(command_cfg.output)
+    if command_cfg.save_weights and out is None:
         raise ValueError("--save-weights needs --output")
-    architectures = ("faithful", "baseline") if args.architecture == "both" else (args.architecture,)
-    cfg = VisionTrainConfig(architectures=architectures, seeds=args.seeds, steps=args.steps,
-                            batch_size=args.batch_size, learning_rate=args.learning_rate,
-                            eval_examples=args.eval_examples, smoke_test=args.smoke_test, device=args.device, threads=args.threads,
-                            progress=not args.quiet)
+    architectures = command_cfg.architectures()
+    cfg = from_arguments(VisionTrainConfig, args, architectures=architectures, progress=not command_cfg.quiet)
     cfg.validate()  # before anything is created on disk
     on_model = None
-    if args.save_weights:
+    if command_cfg.save_weights:
         from ..vision.weights import save_vision_model
 
         def on_model(result, model):
@@ -93,6 +79,7 @@ def run_train(args: argparse.Namespace) -> int:
                                                 "eval_examples", "smoke_test", "device", "threads", "output"))
     receipt = run_vision_training(cfg, None, on_model)
     receipt["command"] = command
+    receipt["run_config"] = config_record(cfg) | config_record(command_cfg)
     for r in receipt["results"]:
         print(f"{r['architecture']:>9} seed {r['seed']}: {r['parameter_count']:,} params, held-out "
               f"{r['before']['correct']}/{r['before']['examples']} -> {r['after']['correct']}/{r['after']['examples']}, "
@@ -132,34 +119,24 @@ def _add_pilot(sub) -> None:
                        description="Extends the checkpoint's model with the image ids (vocab 263), adds the GLM-style "
                                    "encoder and trains only the encoder, the last block, the final norm and the "
                                    "embedding. Exit code 1 if held-out accuracy did not rise above before and chance.")
-    p.add_argument("--checkpoint", help="pretraining checkpoint directory (flash, vocab 260); omit for random weights")
-    p.add_argument("--output", required=True, help="new directory for receipt.json (and weights/)")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--eval-examples", type=int, default=100)
-    p.add_argument("--seed", type=int, default=73)
-    p.add_argument("--max-seconds", type=float, default=540.0, help="stop training before a step past this")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
-    p.add_argument("--save-weights", action="store_true", help="save the trained model under OUTPUT/weights/")
-    add_arguments(p, ProgressConfig)  # --quiet (and its older spelling --no-progress)
+    add_arguments(p, PilotConfig)
+    add_arguments(p, PilotCommandConfig)  # --output, --save-weights, --quiet
     add_no_progress_alias(p)
     p.set_defaults(func=run_pilot_command)
 
 
 def run_pilot_command(args: argparse.Namespace) -> int:
     from ..receipts import write_json
-    from ..vision.pilot import PilotConfig, run_pilot
+    from ..vision.pilot import run_pilot
 
-    out = _output_dir(args.output)
-    cfg = PilotConfig(checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size,
-                      learning_rate=args.learning_rate, eval_examples=args.eval_examples, seed=args.seed,
-                      max_seconds=args.max_seconds, device=args.device, progress=not args.quiet)
+    command_cfg = from_arguments(PilotCommandConfig, args)
+    out = _output_dir(command_cfg.output)
+    cfg = from_arguments(PilotConfig, args, progress=not command_cfg.quiet)
     cfg.validate()
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
         raise FileNotFoundError(f"--checkpoint {cfg.checkpoint} is not a directory")
     on_model = None
-    if args.save_weights:
+    if command_cfg.save_weights:
         from ..vision.weights import save_vision_model
 
         def on_model(model):
@@ -169,6 +146,7 @@ def run_pilot_command(args: argparse.Namespace) -> int:
                                                 "eval_examples", "seed", "max_seconds", "device", "output"))
     receipt = run_pilot(cfg, None, on_model)
     receipt["command"] = command
+    receipt["run_config"] = config_record(cfg) | config_record(command_cfg)
     write_json(out / RECEIPT_FILE, receipt)
     before, after, opt = receipt["before"], receipt["after"], receipt["optimization"]
     print(f"pilot: {receipt['model']['trainable_parameters']:,} of {receipt['model']['total_multimodal_parameters']:,} "

@@ -99,3 +99,9 @@ PILOT_VISION = VisionConfig(hidden_size=24, intermediate_size=48, projection_int
 PILOT_MAX_SEQUENCE_LENGTH = 64
 
 ARCHITECTURES = ("faithful", "baseline")
+
+
+def check_architecture(name: str) -> str:
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {name!r}; allowed: {', '.join(ARCHITECTURES)}")
+    return name

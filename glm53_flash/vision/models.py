@@ -8,14 +8,8 @@ from torch import nn
 from ..config import ModelConfig
 from ..model import GLM53Flash
 from .baseline import DirectPatchVisionLanguageModel
-from .config import ARCHITECTURES, MINIATURE_LM, MINIATURE_VISION, VisionConfig
+from .config import MINIATURE_LM, MINIATURE_VISION, VisionConfig, check_architecture
 from .language import VisionLanguageModel
-
-
-def check_architecture(name: str) -> str:
-    if name not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {name!r}; allowed: {', '.join(ARCHITECTURES)}")
-    return name
 
 
 def build_vision_model(architecture: str, lm_config: ModelConfig = MINIATURE_LM,

@@ -10,7 +10,6 @@ Step s (from 0) uses digits (arange(B) + 3s) % 10 drawn with seed + s; held-out 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,33 +24,12 @@ from .config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
 from .evaluation import evaluate_digits
 from .language import VisionLanguageModel
 from .models import parameter_count
-from .training import TrainingDiverged, check_budget, deterministic, optimisation_step, training_batch
+from .run_config import PilotConfig
+from .training import TrainingDiverged, deterministic, optimisation_step, training_batch
 
 PILOT_HELD_OUT_OFFSET = 100_000
 TRAINED_COMPONENTS = ("vision", "language_model.blocks[-1]", "language_model.norm", "language_model.embedding")
 CHANCE = 0.1
-
-
-@dataclass
-class PilotConfig:
-    checkpoint: str | None = None
-    steps: int = 40
-    batch_size: int = 10
-    learning_rate: float = 1e-3
-    eval_examples: int = 100
-    seed: int = 73
-    max_seconds: float = 540.0
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    device: str = "auto"
-    progress: bool = True
-
-    def validate(self) -> None:
-        check_budget(self.steps, self.batch_size, self.eval_examples, self.learning_rate)
-        if not self.max_seconds > 0:
-            raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
 
 
 def extend_language_model(source: GLM53Flash | None, base: ModelConfig | None = None) -> GLM53Flash:

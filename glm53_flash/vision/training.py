@@ -9,9 +9,7 @@ on the answer byte only + the balance term; AdamW (weight decay 0.01), gradients
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -20,70 +18,18 @@ from torch import nn
 from ..receipts import peak_rss_bytes, provenance
 from ..runtime import resolve_device, seed_everything
 from ..train.loop import progress_bar
-from .config import ARCHITECTURES, MINIATURE_LM, MINIATURE_VISION
+from .config import MINIATURE_LM, MINIATURE_VISION
 from .digits import PROMPT_LENGTH, digit_token_ids, render_digits
 from .evaluation import evaluate_digits
-from .models import build_vision_model, check_architecture, describe
+from .models import build_vision_model, describe
+from .run_config import SMOKE_CAPS, VisionTrainConfig, check_budget  # noqa: F401 (the library's names)
 from .sequence import IGNORE_INDEX, answer_only_labels
 
 HELD_OUT_OFFSET = 10000
-SMOKE_CAPS = {"steps": 40, "batch_size": 20, "eval_examples": 100}
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient became non-finite."""
-
-
-def check_budget(steps: int, batch_size: int, eval_examples: int, learning_rate: float) -> None:
-    """The checks every vision training run shares (the miniatures' and the pilot's)."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if eval_examples < 10:
-        raise ValueError(f"eval_examples must be >= 10 (one per digit), got {eval_examples}")
-    if not (learning_rate > 0 and math.isfinite(learning_rate)):
-        raise ValueError(f"learning_rate must be a positive number, got {learning_rate}")
-
-
-@dataclass
-class VisionTrainConfig:
-    architectures: tuple[str, ...] = ARCHITECTURES
-    seeds: tuple[int, ...] = (42,)
-    steps: int = 120
-    batch_size: int = 40
-    learning_rate: float = 2e-3
-    eval_examples: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    smoke_test: bool = False
-    device: str = "cpu"
-    threads: int | None = 1  # CPU threads while training; the miniature's ops are too small to gain from more
-    progress: bool = True
-
-    def validate(self) -> None:
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if not self.architectures:
-            raise ValueError("at least one architecture is needed")
-        for name in self.architectures:
-            check_architecture(name)
-        if len(set(self.architectures)) != len(self.architectures):
-            raise ValueError(f"architectures repeat: {self.architectures}")
-        if not self.seeds:
-            raise ValueError("at least one seed is needed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds repeat: {self.seeds}")
-        if any(s < 0 for s in self.seeds):
-            raise ValueError(f"seeds must be >= 0, got {self.seeds}")
-        check_budget(self.steps, self.batch_size, self.eval_examples, self.learning_rate)
-
-    def effective(self) -> VisionTrainConfig:
-        """The smoke test caps steps, batch and evaluation size."""
-        if not self.smoke_test:
-            return self
-        caps = {k: min(getattr(self, k), v) for k, v in SMOKE_CAPS.items()}
-        return VisionTrainConfig(**{**asdict(self), **caps})
 
 
 @contextlib.contextmanager
