@@ -4,6 +4,7 @@ on synthetic receipts whose answers are known."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 from pathlib import Path
 import random
@@ -12,6 +13,7 @@ import pytest
 
 from glm53_flash.cli import main
 from glm53_flash.experiments import analysis, pretraining_data as pd, rl_choices
+from glm53_flash.experiments.config import PretrainingDataStudyConfig
 from glm53_flash.experiments.study import plan_hash
 
 # ------------------------------------------------------------------------------------ the task
@@ -113,6 +115,9 @@ def test_pretraining_study_runs_resumes_and_refuses_to_overwrite(tmp_path, capsy
                                          "repeated-8-seed-4"]
     plan = json.loads((out / "plan.json").read_text())
     assert plan["plan_sha256"] == plan_hash(plan)
+    # every flag of the session, outside the hashed design
+    assert set(plan["run_config"]) == {f.name for f in dataclasses.fields(PretrainingDataStudyConfig)}
+    assert plan["run_config"]["seeds"] == [3, 4] and plan["run_config"]["workers"] == 1
     runs = {p.stem: json.loads(p.read_text()) for p in receipts}
     for seed in (3, 4):  # pairing: both conditions start from the same weights at a seed
         a, b = runs[f"repeated-8-seed-{seed}"], runs[f"diverse-88-seed-{seed}"]

@@ -1,5 +1,5 @@
-"""Run configs declared once: every field of the pretraining and RL configs is a CLI flag whose help
-shows its default, and every field is recorded in the run's receipt."""
+"""Run configs declared once: every field of the training, evaluation, study and vision configs is a
+CLI flag whose help shows its default, and every field is recorded in the run's receipt."""
 
 from __future__ import annotations
 
@@ -11,25 +11,48 @@ import pytest
 
 from glm53_flash.cli import build_parser
 from glm53_flash.evaluate_config import EvalConfig
-from glm53_flash.options import config_record
+from glm53_flash.experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
+from glm53_flash.options import cli_fields, config_record, from_arguments
 from glm53_flash.commands.train import MODEL_OVERRIDE_FIELDS
 from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
 from glm53_flash.train.pretrain import pretrain
+from glm53_flash.vision.run_config import PilotCommandConfig, PilotConfig, VisionTrainCommandConfig, VisionTrainConfig
 
 
-def subcommand(name: str) -> argparse.ArgumentParser:
+def subcommand(*path: str) -> argparse.ArgumentParser:
     parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return action.choices[name]
+    for name in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
 
 
-@pytest.mark.parametrize("command, config_type", [("pretrain", PretrainConfig), ("rl", RLConfig),
-                                                  ("select", SelectConfig), ("eval", EvalConfig)])
+# The only fields without a flag of their own: what stands for each on the command line (None: fixed
+# by the recipe). A new field without a flag fails the test until it is listed here.
+WITHOUT_FLAG = {
+    PretrainConfig: {"model_overrides": MODEL_OVERRIDE_FIELDS},  # one flag per overridable ModelConfig field
+    VisionTrainConfig: {"architectures": ("architecture",), "progress": ("quiet",), "weight_decay": None,
+                        "grad_clip": None},
+    PilotConfig: {"progress": ("quiet",), "weight_decay": None, "grad_clip": None},
+}
+
+
+@pytest.mark.parametrize("command, config_type", [
+    (("pretrain",), PretrainConfig), (("rl",), RLConfig), (("select",), SelectConfig), (("eval",), EvalConfig),
+    (("experiment", "pretraining-data"), PretrainingDataStudyConfig),
+    (("experiment", "rl-choices"), RLChoicesStudyConfig),
+    (("vision", "train"), VisionTrainConfig), (("vision", "train"), VisionTrainCommandConfig),
+    (("vision", "pilot"), PilotConfig), (("vision", "pilot"), PilotCommandConfig),
+])
 def test_every_config_field_is_a_flag_whose_help_shows_its_default(command, config_type):
-    actions = {action.dest: action for action in subcommand(command)._actions}
+    actions = {action.dest: action for action in subcommand(*command)._actions}
+    without_flag = WITHOUT_FLAG.get(config_type, {})
+    flagged = {field.name for field in cli_fields(config_type)}
+    assert {f.name for f in dataclasses.fields(config_type)} - flagged == set(without_flag)
     for field in dataclasses.fields(config_type):
-        if field.name == "model_overrides":  # one flag per overridable ModelConfig field instead
-            assert set(MODEL_OVERRIDE_FIELDS) <= set(actions)
+        if field.name in without_flag:
+            assert field.name not in actions, f"--{field.name} exists: declare it as a flag instead"
+            assert set(without_flag[field.name] or ()) <= set(actions)
             continue
         assert field.name in actions, f"{config_type.__name__}.{field.name} has no flag"
         action = actions[field.name]
@@ -45,13 +68,45 @@ def test_every_config_field_is_a_flag_whose_help_shows_its_default(command, conf
 
 def test_flags_build_the_same_config_as_the_dataclass_defaults():
     args = subcommand("rl").parse_args(["--initial-checkpoint", "c", "--output", "o"])
-    from glm53_flash.options import from_arguments
-
     assert from_arguments(RLConfig, args) == RLConfig(initial_checkpoint="c", output="o")
     args = subcommand("pretrain").parse_args(["--output", "o", "--steps", "150", "--no-progress"])
     built = from_arguments(PretrainConfig, args, model_overrides={})
     assert built == PretrainConfig(output="o", steps=150, quiet=True)
     assert built.checkpoints == (100, 150) or built.checkpoints == (100,)  # 100,200,400 within --steps
+
+
+def test_study_flags_build_the_dataclass_defaults_and_parse_their_own_forms():
+    args = subcommand("experiment", "pretraining-data").parse_args(["--output", "o"])
+    built = from_arguments(PretrainingDataStudyConfig, args)
+    assert built == PretrainingDataStudyConfig(output="o")
+    assert built.eval_at == (0, 50, 100, 150, 200) and built.shard == (0, 1) and len(built.seeds) == 20
+    args = subcommand("experiment", "pretraining-data").parse_args(
+        ["--output", "o", "--steps", "8", "--seeds", "11:3:11", "--shard", "1/2", "--conditions", "diverse-88"])
+    built = from_arguments(PretrainingDataStudyConfig, args)
+    assert (built.seeds, built.shard, built.conditions, built.eval_at) == ((11, 22, 33), (1, 2), ("diverse-88",),
+                                                                            (0, 2, 4, 6, 8))
+    assert config_record(built)["seeds"] == [11, 22, 33]
+    args = subcommand("experiment", "rl-choices").parse_args(["--output", "o", "--checkpoint", "c"])
+    built = from_arguments(RLChoicesStudyConfig, args)
+    assert built == RLChoicesStudyConfig(output="o", checkpoint="c")
+    assert built.confirm_seeds == tuple(range(1001, 1011)) and "baseline" in built.arms
+    for bad in (["--shard", "2/2"], ["--seeds", "1:0:1"], ["--arms", ","]):
+        with pytest.raises(SystemExit):
+            subcommand("experiment", "rl-choices").parse_args(["--output", "o", "--checkpoint", "c", *bad])
+
+
+def test_vision_flags_build_the_dataclass_defaults():
+    args = subcommand("vision", "train").parse_args([])
+    command = from_arguments(VisionTrainCommandConfig, args)
+    built = from_arguments(VisionTrainConfig, args, architectures=command.architectures(), progress=not command.quiet)
+    assert built == VisionTrainConfig() and command == VisionTrainCommandConfig()
+    args = subcommand("vision", "train").parse_args(["--architecture", "baseline", "--seeds", "1,2", "--no-progress"])
+    command = from_arguments(VisionTrainCommandConfig, args)
+    assert command.architectures() == ("baseline",) and command.quiet
+    assert from_arguments(VisionTrainConfig, args, architectures=("baseline",), progress=False).seeds == (1, 2)
+    args = subcommand("vision", "pilot").parse_args(["--output", "o"])
+    assert from_arguments(PilotConfig, args) == PilotConfig()
+    assert from_arguments(PilotCommandConfig, args) == PilotCommandConfig(output="o")
 
 
 def test_every_field_is_recorded_in_the_pretraining_receipt(tmp_path):
@@ -67,6 +122,16 @@ def test_building_the_cli_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys; from glm53_flash.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    # The parser, and the help of every command whose flags come from a run config (the study and
+    # vision configs included), without torch.
+    commands = [["pretrain"], ["rl"], ["select"], ["eval"], ["experiment", "pretraining-data"],
+                ["experiment", "rl-choices"], ["vision", "train"], ["vision", "pilot"]]
+    code = ("import contextlib, io, sys\n"
+            "from glm53_flash.cli import build_parser\n"
+            "parser = build_parser()\n"
+            f"for command in {commands!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "        parser.parse_args(command + ['--help'])\n"
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False", "glm53 --help would import torch"

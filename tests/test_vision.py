@@ -3,6 +3,7 @@ overfitting, parameter counts, digits, the CLI (smoke train, report, predict) an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -41,6 +42,7 @@ from glm53_flash.vision.models import (
 )
 from glm53_flash.vision.pilot import extend_language_model, set_pilot_trainable
 from glm53_flash.vision.predict import load_image, predict_digit, save_image
+from glm53_flash.vision.run_config import VisionTrainCommandConfig, VisionTrainConfig
 from glm53_flash.vision.sequence import (
     IGNORE_INDEX,
     answer_only_labels,
@@ -329,6 +331,10 @@ def test_cli_smoke_train_report_and_predict(tmp_path, capsys):
         (1, "faithful"), (1, "baseline"), (2, "faithful"), (2, "baseline")]
     assert {r["parameter_count"] for r in receipt["results"]} == {60_924, 42_500}
     assert receipt["command"][:3] == ["glm53", "vision", "train"] and "--smoke-test" in receipt["command"]
+    run_config = receipt["run_config"]  # every field of the run's configs, as given (before the smoke caps)
+    assert set(run_config) == {f.name for f in dataclasses.fields(VisionTrainConfig)} | {
+        f.name for f in dataclasses.fields(VisionTrainCommandConfig)}
+    assert run_config["seeds"] == [1, 2] and run_config["steps"] == 12 and run_config["architecture"] == "both"
     assert len(receipt["comparison"]["per_seed"]) == 2
     # the two arms of a seed saw the same held-out images
     assert receipt["results"][0]["after"]["targets"] == receipt["results"][1]["after"]["targets"]
