@@ -152,6 +152,6 @@ PRESETS: dict[str, ModelConfig] = {
     ),
     "tiny": ModelConfig(
         dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
-        sparse_window=8, sparse_stride=8, max_sequence_length=128, linear_chunk=16,
+        sparse_window=8, sparse_stride=8, max_sequence_length=192, linear_chunk=16,
     ),
 }

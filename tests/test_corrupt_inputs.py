@@ -89,3 +89,28 @@ def test_corrupt_receipts_for_compare(content, tmp_path, capsys):
     code = main(["compare", str(bad), str(bad), "--output", str(out)])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and "glm53 compare: error:" in err and not out.exists()
+
+
+@pytest.mark.parametrize("content", ["[]", "{}", "nonsense", '{"preset": "x", "plan": [], "seeds": {}, '
+                                     '"trained_families": [], "untrained_families": [], "pretrain_selection": {}, '
+                                     '"stage_seconds": {}}'])
+def test_a_corrupt_headline_summary_for_the_deck(content, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "summary.json").write_text(content)
+    out = tmp_path / "deck.html"
+    code = main(["slides", "build", "--runs", str(runs), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and "glm53 slides: error:" in err and not out.exists(), err
+
+
+@pytest.mark.parametrize("content", ["[]", '{"preset": "quick"}', '{"preset": "quick", "plan": []}',
+                                     '{"preset": "quick", "plan": {"pretrain": {"steps": "x"}}}'])
+def test_a_corrupt_plan_is_refused_before_anything_runs(content, tmp_path, capsys):
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "plan.json").write_text(content)
+    code = main(["reproduce", "--preset", "quick", "--output", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and "glm53 reproduce: error:" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["plan.json"]  # nothing written

@@ -245,7 +245,7 @@ def test_bad_inputs():
     cases = [
         (torch.tensor([[1, 260]]), "ids must lie in \\[0, 260\\)"),
         (torch.tensor([[-1, 5]]), "ids must lie in"),
-        (torch.ones(1, 129, dtype=torch.long), "exceeds max_sequence_length 128"),
+        (torch.ones(1, 193, dtype=torch.long), "exceeds max_sequence_length 192"),
         (torch.ones(2, 3), "integer dtype"),
         (torch.ones(5, dtype=torch.long), "rank 1"),
         ([[1, 2]], "must be a torch.Tensor"),
@@ -255,8 +255,8 @@ def test_bad_inputs():
         with pytest.raises(ValueError, match=message):
             model(ids)
     cache = model.new_cache(2)
-    model(torch.ones(2, 124, dtype=torch.long), cache=cache)
-    with pytest.raises(ValueError, match="cache already holds 124"):
+    model(torch.ones(2, 188, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="cache already holds 188"):
         model(torch.ones(2, 5, dtype=torch.long), cache=cache)
     with pytest.raises(ValueError, match="cache was made for batch size 2"):
         model(torch.ones(3, 1, dtype=torch.long), cache=cache)

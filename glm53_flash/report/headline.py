@@ -307,9 +307,33 @@ def ledger_table(summary: dict) -> list[str]:
     return ["### Ledger lines (confirm split, this plan)", "", *markdown_table(columns, rows), ""]
 
 
+SUMMARY_KEYS = ("preset", "plan", "seeds", "trained_families", "untrained_families", "pretrain_selection",
+                "stage_seconds")
+
+
+def load_summary(path: str | Path) -> dict:
+    """A headline summary.json, checked to be one (a JSON object with the keys reports read) before
+    anything is built from it; a corrupt one is a one-line ValueError."""
+    from ..receipts import read_json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    summary = read_json(path)
+    missing = [key for key in SUMMARY_KEYS if not isinstance(summary, dict) or key not in summary]
+    if missing:
+        raise ValueError(f"{path} is not a headline summary (missing {', '.join(missing)})")
+    if not isinstance(summary["seeds"], dict) or not isinstance(summary["plan"], dict):
+        raise ValueError(f"{path} is not a headline summary ('seeds' and 'plan' must be objects)")
+    from ..reproduce import ReproducePlan
+
+    ReproducePlan.from_dict(summary["plan"])  # a plan that does not read is a one-line error here
+    return summary
+
+
 def build_report(out: str | Path) -> Path:
     out = Path(out)
-    summary = json.loads((out / "summary.json").read_text())
+    summary = load_summary(out / "summary.json")
     charts = make_charts(out, summary)
     seeds = seed_order(summary)
     trained = ", ".join(summary["trained_families"])

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..reproduce import ReproducePlan
 from . import figures
 from .format import format_interval, format_p, format_signed
-from .headline import (confirm_history, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
+from .headline import (confirm_history, load_summary, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
                        greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel, seed_order,
                        selection_chart_data, selection_panel)
 from .tables import esc, html_from_markdown, html_table
@@ -140,7 +140,7 @@ class Inputs:
     def load(cls, runs: str | Path) -> "Inputs":
         runs = Path(runs)
         run = headline_dir(runs)
-        summary = json.loads((run / "summary.json").read_text())
+        summary = load_summary(run / "summary.json")
         plan = ReproducePlan.from_dict(summary["plan"])
         return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides))
 
