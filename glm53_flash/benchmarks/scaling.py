@@ -2,8 +2,9 @@
 every layer dense softmax attention.
 
 Two measurements, both variants with the same weights (their parameter shapes are identical: every
-attention layer has one qkv and one output projection), interleaved so that a burst of load on a
-shared machine falls on both:
+attention layer has one qkv and one output projection). Each is taken in rounds that visit every
+(length, variant) point once, and each point keeps its minimum over the rounds, so a burst of load on
+a shared machine cannot settle on one point or one variant:
 
 - training: one forward + backward (no optimizer step, whose cost does not depend on the length)
   of a batch of uniform random bytes, against the sequence length;
@@ -32,7 +33,7 @@ from ..model.lm import ModelCache
 from ..model.sparse_attention import SparseAttention, SparseKV, sparse_mask
 from ..receipts import provenance, write_json
 from ..runtime import autocast, resolve_device
-from .common import print_table, synchronize
+from .common import print_table, synchronize, timed_runs
 
 VARIANTS = ("hybrid", "dense")
 DEFAULT_SEQUENCE_LENGTHS = (128, 256, 512, 1024)
@@ -97,51 +98,57 @@ def _stage(what: str) -> None:
     print(f"[bench scaling {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
-def _timed(fn, device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
 def _summary(times: list[float]) -> dict:
     ordered = sorted(times)
     return {"seconds_min": ordered[0], "seconds_median": ordered[len(ordered) // 2], "seconds_all": times}
 
 
+def _rounds(points, device, warmup, repeats, what) -> dict:
+    """Time every (point, variant) callable once per round, `repeats` rounds, after `warmup` untimed
+    calls each. A round visits every point, so a burst of load on a shared machine lands on a few
+    rounds of many points rather than on every round of one point; the minimum then discards it."""
+    for fn in points.values():
+        timed_runs(fn, device, warmup=warmup, repeats=0)
+    times = {key: [] for key in points}
+    for round_index in range(repeats):
+        _stage(f"{what}: round {round_index + 1} of {repeats} ({os.getloadavg()[0]:.1f} load)")
+        for key, fn in points.items():
+            times[key] += timed_runs(fn, device, warmup=0, repeats=1)
+    return times
+
+
 def bench_training(models, device, batch_size, lengths, warmup, repeats) -> list[dict]:
-    rows = []
     generator = torch.Generator().manual_seed(DATA_SEED)
+    batches = {}
     for length in lengths:
         tokens = torch.randint(4, 260, (batch_size, length + 1), generator=generator).to(device)
-        inputs, labels = tokens[:, :-1], tokens[:, 1:]
+        batches[length] = tokens[:, :-1], tokens[:, 1:]
 
-        def step(model):
-            def run():
-                with autocast(device):
-                    out = model(inputs)
-                    loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
-                    loss = loss + 0.01 * out.aux_loss
-                model.zero_grad(set_to_none=True)
-                loss.backward()
-            return run
+    def step(model, length):
+        inputs, labels = batches[length]
 
-        _stage(f"training, batch {batch_size} x {length}: {warmup} warm-up + {repeats} timed steps per variant")
-        times = {name: [] for name in models}
-        for model in models.values():
-            model.train()
-            for _ in range(warmup):
-                step(model)()
-        for _ in range(repeats):  # interleaved: one step of each variant per round
-            for name, model in models.items():
-                times[name].append(_timed(step(model), device))
-        for model in models.values():
+        def run():
+            with autocast(device):
+                out = model(inputs)
+                loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
+                loss = loss + 0.01 * out.aux_loss
             model.zero_grad(set_to_none=True)
+            loss.backward()
+        return run
+
+    for model in models.values():
+        model.train()
+    points = {(length, name): step(model, length) for length in lengths for name, model in models.items()}
+    _stage(f"training, batch {batch_size} x {lengths}: {warmup} warm-up step(s) per point")
+    times = _rounds(points, device, warmup, repeats, "training")
+    for model in models.values():
+        model.zero_grad(set_to_none=True)
+    rows = []
+    for length in lengths:
         row = {"sequence_length": length, "tokens_per_step": batch_size * length}
         for name, model in models.items():
-            row[name] = dict(_summary(times[name]),
-                             tokens_per_second=batch_size * length / min(times[name]),
+            row[name] = dict(_summary(times[length, name]),
+                             tokens_per_second=batch_size * length / min(times[length, name]),
                              softmax_keys_at_last_position=[
                                  layer["keys_at_last_position"] for layer in attention_layout(model, length)
                                  if layer["kind"] == "softmax"])
@@ -158,45 +165,41 @@ def _copy_cache(cache: ModelCache) -> ModelCache:
 def bench_decode(models, device, batch_size, positions, prefill_chunk, warmup, repeats) -> list[dict]:
     generator = torch.Generator().manual_seed(DATA_SEED + 1)
     prompt = torch.randint(4, 260, (batch_size, positions[-1] + 1), generator=generator).to(device)
-    caches = {}
-    for name, model in models.items():
-        model.eval()
-        caches[name] = model.new_cache(batch_size)
-    rows = []
+    snapshots, prefill_seconds = {}, {}
     with autocast(device):
-        for position in positions:
-            row = {"position": position}
-            prefill_seconds = {}
-            for name, model in models.items():
-                cache = caches[name]
+        for name, model in models.items():
+            model.eval()
+            cache = model.new_cache(batch_size)
+            for position in positions:
+                _stage(f"decode, {name}: prefill to position {position} in chunks of {prefill_chunk}")
                 start = time.perf_counter()
                 while cache.position < position:  # chunked prefill: bounded attention memory
                     end = min(position, cache.position + prefill_chunk)
                     model(prompt[:, cache.position:end], cache=cache)
                 synchronize(device)
-                prefill_seconds[name] = time.perf_counter() - start
-            _stage(f"decode at position {position}: {warmup} warm-up + {repeats} timed steps per variant")
+                prefill_seconds[position, name] = time.perf_counter() - start
+                snapshots[position, name] = _copy_cache(cache)
+        after = {}
+
+        def step(position, name):
             token = prompt[:, position:position + 1]
-            after = {}
 
-            def step(name):
-                def run():
-                    after[name] = _copy_cache(caches[name])
-                    models[name](token, cache=after[name])
-                return run
+            def run():
+                after[position, name] = _copy_cache(snapshots[position, name])
+                models[name](token, cache=after[position, name])
+            return run
 
-            for name in models:
-                for _ in range(warmup):
-                    step(name)()
-            times = {name: [] for name in models}
-            for _ in range(repeats):
-                for name in models:
-                    times[name].append(_timed(step(name), device))
-            for name in models:
-                kept = [state.k.shape[2] for state in after[name].layers if isinstance(state, SparseKV)]
-                row[name] = dict(_summary(times[name]), prefill_seconds_from_previous_position=prefill_seconds[name],
-                                 cache_keys_per_softmax_layer=kept)
-            rows.append(row)
+        points = {(position, name): step(position, name) for position in positions for name in models}
+        times = _rounds(points, device, warmup, repeats, f"decode, batch {batch_size}, positions {positions}")
+    rows = []
+    for position in positions:
+        row = {"position": position}
+        for name in models:
+            kept = [state.k.shape[2] for state in after[position, name].layers if isinstance(state, SparseKV)]
+            row[name] = dict(_summary(times[position, name]),
+                             prefill_seconds_from_previous_position=prefill_seconds[position, name],
+                             cache_keys_per_softmax_layer=kept)
+        rows.append(row)
     return rows
 
 
@@ -309,11 +312,12 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 4,
         "training_batch_size": batch_size, "sequence_lengths": lengths, "training_warmup": warmup,
         "training_repeats": repeats,
         "training_method": "forward + backward (cross-entropy + 0.01 x balance loss), no optimizer step, "
-                           "uniform random bytes; variants interleaved per round",
+                           "uniform random bytes; each round times every (length, variant) once; min over rounds",
         "decode_batch_size": decode_batch, "positions": positions, "decode_warmup": warmup,
         "decode_repeats": decode_repeats, "prefill_chunk": prefill_chunk,
         "decode_method": "one single-token step with a cache holding P tokens, each repeat from the same "
-                         "cache (mask and index tables warm); variants interleaved per round",
+                         "cache (mask and index tables warm); each round times every (position, variant) once; "
+                         "min over rounds",
         "training": training, "decode": decode, "crossover": cross,
         "load_average_before": list(load_before), "load_average_after": list(load_after),
         "wall_seconds": wall, "provenance": provenance(device=str(device)),

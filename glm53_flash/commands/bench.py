@@ -118,10 +118,10 @@ def _add_bench_scaling(bench_sub) -> None:
     parser.add_argument("--decode-batch", type=int, default=4, help="decode batch (default 4)")
     parser.add_argument("--positions", default="64,256,1024,2048,4096",
                         help="comma-separated cache positions to time a decode step at (default 64,256,1024,2048,4096)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed training steps per length and variant (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing rounds for training; each times every length and variant once (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each measurement (default 1)")
     parser.add_argument("--decode-repeats", type=int, default=10,
-                        help="timed decode steps per position and variant (default 10)")
+                        help="timing rounds for decode; each times every position and variant once (default 10)")
     parser.add_argument("--prefill-chunk", type=int, default=512,
                         help="tokens per prefill call when filling the cache (default 512)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
