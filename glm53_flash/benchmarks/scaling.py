@@ -236,6 +236,8 @@ def chart_data(receipt: dict) -> dict:
 
 def draw_scaling(data: dict):
     """Two log-log panels: training step time vs length, decode step time vs position."""
+    from matplotlib.ticker import NullLocator
+
     from ..report.figures import style
 
     colours = {"hybrid": "tab:blue", "dense": "tab:orange"}
@@ -249,7 +251,7 @@ def draw_scaling(data: dict):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(panel["x"], [str(x) for x in panel["x"]])
-            ax.minorticks_off()
+            ax.xaxis.set_minor_locator(NullLocator())
             ax.set_xlabel(panel["x_label"])
             ax.set_ylabel("seconds (min of repeats)")
             ax.set_title(panel["title"])
