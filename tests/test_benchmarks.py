@@ -34,7 +34,130 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
 def test_bench_model_bad_lengths_are_clear_errors():
     import pytest
 
-    with pytest.raises(ValueError, match="--sequence-length 100 exceeds"):
-        run(preset="tiny", seq_len=100)
+    with pytest.raises(ValueError, match="--sequence-length 200 exceeds"):
+        run(preset="tiny", seq_len=200)  # the tiny preset's context is 128
     with pytest.raises(ValueError, match="--prompt-length"):
-        run(preset="tiny", seq_len=64, prompt_len=64)
+        run(preset="tiny", seq_len=64, prompt_len=128)
+
+
+# `glm53 bench scaling`: hybrid vs every layer dense softmax attention.
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from glm53_flash.benchmarks import scaling  # noqa: E402
+from glm53_flash.config import ModelConfig  # noqa: E402
+from glm53_flash.model.sparse_attention import SparseAttention  # noqa: E402
+
+
+def test_bench_scaling_receipt_on_tiny_preset(tmp_path, capsys):
+    output = tmp_path / "scaling.json"
+    result = scaling.run(preset="tiny", sequence_lengths="16,32", positions=(4, 40), repeats=1, warmup=1,
+                         decode_repeats=2, prefill_chunk=16, output=str(output))
+    receipt = json.loads(output.read_text())
+    assert receipt == json.loads(json.dumps(result))
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+    assert [row["sequence_length"] for row in receipt["training"]] == [16, 32] == receipt["sequence_lengths"]
+    assert [row["position"] for row in receipt["decode"]] == [4, 40] == receipt["positions"]
+    layers = ModelConfig.preset("tiny").layers
+    for row in receipt["training"] + receipt["decode"]:
+        for name in scaling.VARIANTS:
+            assert 0 < row[name]["seconds_min"] <= row[name]["seconds_median"]
+            assert row[name]["seconds_min"] == min(row[name]["seconds_all"])
+    # The dense variant was measured on a model whose every layer is softmax over every earlier key ...
+    dense, hybrid = receipt["variants"]["dense"], receipt["variants"]["hybrid"]
+    assert dense["attention_pattern"] == ["sparse"] * layers and dense["config"]["sparse_every"] == 1
+    assert all(layer == {"kind": "softmax", "keys_at_last_position": 41} for layer in dense["layers_at_max_length"])
+    for row in receipt["training"]:
+        assert row["dense"]["softmax_keys_at_last_position"] == [row["sequence_length"]] * layers
+    for row in receipt["decode"]:  # ... read from the cache each timed step left behind
+        assert row["dense"]["cache_keys_per_softmax_layer"] == [row["position"] + 1] * layers
+    # ... and the hybrid on the preset's own pattern, whose sparse decode keeps fewer keys at position 40.
+    assert hybrid["attention_pattern"] == ModelConfig.preset("tiny").attention_pattern
+    assert hybrid["attention_pattern"].count("sparse") == len(receipt["decode"][1]["hybrid"]["cache_keys_per_softmax_layer"])
+    assert max(receipt["decode"][1]["hybrid"]["cache_keys_per_softmax_layer"]) < 41
+    for key, x_name in (("training", "sequence_length"), ("decode", "position")):
+        rows = receipt[key]
+        assert receipt["crossover"][key] == scaling.crossover(
+            [r[x_name] for r in rows], [r["hybrid"]["seconds_min"] for r in rows], [r["dense"]["seconds_min"] for r in rows])
+    assert len(receipt["load_average_before"]) == 3 and receipt["provenance"]
+    assert "crossover (decode)" in capsys.readouterr().out
+
+
+def test_dense_variant_is_full_causal_softmax_attention():
+    torch.manual_seed(0)
+    configs = scaling.variant_configs("tiny", 64)
+    hybrid_cfg, dense_cfg = configs["hybrid"], configs["dense"]
+    assert all(dense_cfg.is_sparse_layer(i) for i in range(dense_cfg.layers))
+    model = scaling.GLM53Flash(dense_cfg)
+    hybrid_layer = SparseAttention(hybrid_cfg.dim, hybrid_cfg.heads, hybrid_cfg.sparse_window, hybrid_cfg.sparse_stride)
+    x = torch.randn(2, 64, dense_cfg.dim)
+    for block in model.blocks:
+        layer = block.attention
+        assert isinstance(layer, SparseAttention)
+        out, _ = layer(x, model.rope)
+        # Reference: plain causal softmax attention with the layer's own projections and RoPE.
+        q, k, v = layer.qkv(x).view(2, 64, 3, dense_cfg.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k = model.rope(q), model.rope(k)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ref = layer.out(ref.transpose(1, 2).reshape(2, 64, dense_cfg.dim))
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        # Position 1 is neither an anchor nor inside the hybrid's window of the last query: changing
+        # it moves the dense layer's last output but not the hybrid layer's (same weights).
+        hybrid_layer.load_state_dict(layer.state_dict())
+        changed = x.clone()
+        changed[:, 1] += 1.0
+        assert not torch.allclose(layer(changed, model.rope)[0][:, -1], out[:, -1], atol=1e-4)
+        torch.testing.assert_close(hybrid_layer(changed, model.rope)[0][:, -1], hybrid_layer(x, model.rope)[0][:, -1])
+    # The whole dense model: its last logits depend on the first token.
+    ids = torch.randint(4, 260, (1, 64))
+    other = ids.clone()
+    other[0, 0] = 4 if ids[0, 0] != 4 else 5
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).logits[0, -1], model(other).logits[0, -1])
+
+
+def test_crossover_on_synthetic_costs():
+    # The ratio hybrid / dense falls from 2 to 1/2 between 2 and 4: log-log midpoint sqrt(8).
+    cross = scaling.crossover([1, 2, 4, 8], [4, 4, 4, 4], [1, 2, 8, 16])
+    assert cross["status"] == "crossed" and cross["between"] == [2, 4]
+    assert math.isclose(cross["at"], math.sqrt(8))
+    # Cheaper, dearer, cheaper again: the crossover is where it becomes cheaper for good.
+    cross = scaling.crossover([1, 2, 4, 8], [1, 1, 3, 1], [2, 2, 2, 2])
+    assert cross["between"] == [4, 8]
+    assert math.isclose(cross["at"], math.exp(math.log(4) + math.log(1.5) / math.log(3) * math.log(2)))
+    assert scaling.crossover([1, 2], [2, 1], [2, 2])["at"] == 1  # equal cost is not cheaper
+    assert scaling.crossover([1, 2, 4], [1, 1, 1], [2, 2, 2]) == {
+        "status": "hybrid-cheaper-throughout", "at": None, "between": None}
+    assert scaling.crossover([1, 2, 4], [1, 1, 3], [2, 2, 2])["status"] == "none"
+    with pytest.raises(ValueError, match="equally long"):
+        scaling.crossover([1, 2], [1], [1, 2])
+    with pytest.raises(ValueError, match="positive"):
+        scaling.crossover([1, 2], [0, 1], [1, 2])
+
+
+def test_scaling_chart_marks_the_crossover_and_keeps_text_readable():
+    from glm53_flash.report.figures import pyplot, smallest_text_pt
+
+    panel = {"x": [1, 2, 4, 8], "x_label": "x", "title": "t", "hybrid": [4, 4, 4, 4], "dense": [1, 2, 8, 16]}
+    data = {"preset": "tiny",
+            "training": dict(panel, crossover=scaling.crossover(panel["x"], panel["hybrid"], panel["dense"])),
+            "decode": dict(panel, crossover={"status": "none", "at": None, "between": None})}
+    fig = scaling.draw_scaling(data)
+    left, right = fig.axes
+    assert left.get_xscale() == "log" and left.get_yscale() == "log"
+    assert any(text.get_text() == "hybrid cheaper from ~3" for text in left.get_legend().get_texts())
+    assert right.get_legend().get_title().get_text() == "hybrid not cheaper in range"
+    assert smallest_text_pt(fig) >= 10
+    pyplot().close(fig)
+
+
+def test_bench_scaling_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="--positions must be comma-separated integers"):
+        scaling.run(preset="tiny", positions="8,x", output=None)
+    with pytest.raises(ValueError, match="--sequence-lengths must be strictly increasing"):
+        scaling.run(preset="tiny", sequence_lengths=(32, 16), output=None)
+    with pytest.raises(ValueError, match="--decode-repeats must be at least 1"):
+        scaling.run(preset="tiny", decode_repeats=0, output=None)

@@ -16,6 +16,7 @@ DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
 def register(bench_sub) -> None:
     _add_model_and_architecture(bench_sub)
     _add_bench_decode(bench_sub)
+    _add_bench_scaling(bench_sub)
     add_bench_verify_parser(bench_sub)
 
 
@@ -99,6 +100,44 @@ def _run_bench_decode(args) -> int:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, baseline_tasks=args.baseline_tasks,
         eval_per_family=args.eval_per_family, eval_samples=args.eval_samples, threads=args.threads,
         output=args.output)
+    return 0
+
+
+def _add_bench_scaling(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "scaling", help="training and cached-decode step time vs length: hybrid vs every layer dense softmax",
+        description="Step time against work for the hybrid preset and for the same model (same weights) with "
+                    "every layer dense causal softmax attention (sparse_every=1, window = the whole context): "
+                    "one forward + backward per sequence length, and one cached single-token decode step per "
+                    "position. Writes a JSON receipt and a two-panel log-log chart with the crossover, if any.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--batch-size", type=int, default=4, help="training batch (default 4)")
+    parser.add_argument("--sequence-lengths", default="128,256,512,1024",
+                        help="comma-separated training lengths (default 128,256,512,1024)")
+    parser.add_argument("--decode-batch", type=int, default=4, help="decode batch (default 4)")
+    parser.add_argument("--positions", default="64,256,1024,2048,4096",
+                        help="comma-separated cache positions to time a decode step at (default 64,256,1024,2048,4096)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing rounds for training; each times every length and variant once (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each measurement (default 1)")
+    parser.add_argument("--decode-repeats", type=int, default=10,
+                        help="timing rounds for decode; each times every position and variant once (default 10)")
+    parser.add_argument("--prefill-chunk", type=int, default=512,
+                        help="tokens per prefill call when filling the cache (default 512)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--output", default="runs/bench/scaling.json",
+                        help="JSON receipt path (default runs/bench/scaling.json)")
+    parser.add_argument("--chart", default=None, help="PNG chart path (default: the receipt's path with .png)")
+    parser.set_defaults(func=_run_bench_scaling)
+
+
+def _run_bench_scaling(args) -> int:
+    from ..benchmarks.scaling import run
+
+    run(preset=args.preset, device_name=args.device, batch_size=args.batch_size,
+        sequence_lengths=args.sequence_lengths, decode_batch=args.decode_batch, positions=args.positions,
+        repeats=args.repeats, warmup=args.warmup, decode_repeats=args.decode_repeats,
+        prefill_chunk=args.prefill_chunk, threads=args.threads, output=args.output, chart=args.chart)
     return 0
 
 
