@@ -35,9 +35,9 @@ def test_bench_model_bad_lengths_are_clear_errors():
     import pytest
 
     with pytest.raises(ValueError, match="--sequence-length 200 exceeds"):
-        run(preset="tiny", seq_len=200)  # the tiny preset's context is 128
+        run(preset="tiny", seq_len=200)  # the tiny preset's context is 192
     with pytest.raises(ValueError, match="--prompt-length"):
-        run(preset="tiny", seq_len=64, prompt_len=128)
+        run(preset="tiny", seq_len=64, prompt_len=192)
 
 
 # `glm53 bench scaling`: hybrid vs every layer dense softmax attention.
