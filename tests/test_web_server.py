@@ -169,7 +169,8 @@ def test_every_bad_write_is_refused_and_nothing_is_written(server):
                 "cross-site fetch": 403, "text/plain body": 403, "form body": 403, "rebound host": 403,
                 "missing length": 411, "negative length": 400, "huge length": 413, "non-numeric length": 400,
                 "short body": 400, "unicode digit length": 400, "4,400-digit length": 400, "two lengths": 400,
-                "chunked": 400, "17 KiB header": 431, "deeply nested json": 400, "not json": 400, "json array": 400, "non-string note": 400,
+                "chunked": 400, "17 KiB header": 431, "deeply nested json": 400, "not json": 400, "json array": 400,
+                "non-string note": 400,
                 "unknown field": 400, "bad catalog": 400, "bad edits": 400, "unknown route": 404,
                 "PUT": 405, "DELETE": 405}
     refusals = _refusals(server)
@@ -399,6 +400,15 @@ def test_non_loopback_bind_needs_the_explicit_flag(deck_html, tmp_path, capsys):
                          allow_remote=True, allowed_hosts=("lecture-room.lan:8765",))
     assert "lecture-room.lan:8765" in remote.allowed_hosts and "http://lecture-room.lan:8765" in remote.allowed_origins
     remote.server_close()
+
+
+def test_limits_out_of_range_are_one_line_errors(tmp_path, capsys):
+    for flags, words in ((["--max-connections", "0"], "--max-connections must be an integer >= 1"),
+                         (["--header-timeout", "0"], "--header-timeout must be in (0, 3600]"),
+                         (["--body-timeout", "nan"], "--body-timeout must be in (0, 3600]")):
+        assert main(["serve", "--port", "0", "--notes", str(tmp_path / "n"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
 
 
 def test_a_busy_port_is_a_one_line_error(tmp_path, capsys, checkpoint):

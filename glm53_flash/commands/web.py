@@ -57,10 +57,11 @@ def _run_build(args) -> int:
 def _run_serve(args) -> int:
     from ..report.slides import build_deck
     from ..web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
-    from ..web.server import is_loopback, start_server
+    from ..web.server import check_limits, is_loopback, start_server
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is outside 0-65535")
+    check_limits(args.max_connections, args.header_timeout, args.body_timeout)  # before the model loads
     if not is_loopback(args.host):
         if not args.allow_remote:
             raise ValueError(f"--host {args.host} is not a loopback address; pass --allow-remote to expose the "

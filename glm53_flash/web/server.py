@@ -212,6 +212,17 @@ class GuardedH11Protocol(H11Protocol):
         self.loop.call_later(self.LINGER_SECONDS, self.transport.close)
 
 
+def check_limits(max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT,
+                 body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT) -> None:
+    """ValueError naming the flag when a limit is out of range."""
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+        raise ValueError(f"--max-connections must be an integer >= 1, got {max_connections!r}")
+    for name, value in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout),
+                        ("keep_alive_timeout", keep_alive_timeout)):
+        if not 0 < value <= 3600:  # also refuses nan
+            raise ValueError(f"{name} must be in (0, 3600] seconds, got {value}")
+
+
 class SlideServer:
     """The listening socket, the Starlette app, the uvicorn server, and what requests share: the
     pages, the token, the notes, the playground and the count of refused requests."""
@@ -220,15 +231,14 @@ class SlideServer:
                  allow_remote: bool = False, allowed_hosts: tuple[str, ...] = (),
                  max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT,
                  body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT) -> None:
-        if not is_loopback(host) and not allow_remote:
-            raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and the "
-                             f"playground to the network, so it needs --allow-remote")
-        if max_connections < 1:
-            raise ValueError(f"--max-connections must be >= 1, got {max_connections}")
-        for name, value in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout),
-                            ("--keep-alive-timeout", keep_alive_timeout)):
-            if not 0 < value <= 3600:
-                raise ValueError(f"{name} must be in (0, 3600] seconds, got {value}")
+        try:
+            if not is_loopback(host) and not allow_remote:
+                raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and "
+                                 f"the playground to the network, so it needs --allow-remote")
+            check_limits(max_connections, header_timeout, body_timeout, keep_alive_timeout)
+        except ValueError:
+            playground.close()
+            raise
         self.playground = playground
         self._closed = False
         self._serving = False
