@@ -4,9 +4,17 @@ refused request (each answered with a 4xx and nothing written)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
 
 import pytest
-from web_helpers import post_json, raw, request, serve, stop
+from process_helpers import wait_until
+from web_helpers import RESULTS, parse_reply, post_json, raw, raw_reply, request, request_bytes, serve, stop
 
 from glm53_flash.cli import main
 from glm53_flash.evaluate import generate_for_tasks
@@ -15,11 +23,14 @@ from glm53_flash.train.checkpoint import load_checkpoint
 from glm53_flash.verifier import Verifier
 from glm53_flash.web.notes import NotesStore
 from glm53_flash.web.playground import (
+    MAX_PROMPT_CHARS,
     NO_CHECKPOINT_HELP,
+    PlaygroundError,
     RateLimiter,
+    check_prompt,
     default_checkpoint,
 )
-from glm53_flash.web.server import MAX_BODY_BYTES, SlideServer
+from glm53_flash.web.server import MAX_BODY_BYTES, TOKEN_HEADER, SlideServer
 
 NOTE = {"feedback": {"result": "say the seed count out loud"},
         "catalog": {"result": {"title": "Result first", "lastKnownPosition": 1, "lastSeenAt": None}}}
@@ -42,6 +53,46 @@ def test_pages_embed_the_run_token_and_loopback_is_the_default(server):
     assert status == 200 and json.loads(body) == {"version": 1, "updatedAt": None, "feedback": {}, "catalog": {}}
     status, body = request(server, "GET", "/api/text-edits")
     assert status == 200 and json.loads(body)["edits"] == {}
+
+
+def test_every_read_and_write_needs_the_launch_token(server):
+    assert post_json(server, "/api/feedback", NOTE)[0] == 200
+    secret = b"say the seed count out loud"
+    port, token = server.server_address[1], server.token
+    assert server.launch_url == f"http://127.0.0.1:{port}/?token={token}"
+    # no token, a wrong one (in the header, the query or the cookie), or a non-ASCII one: 403, nothing read
+    for headers in ({}, {TOKEN_HEADER: "x" * 32}, {"Cookie": f"glm53-token-{port}=" + "x" * 32},
+                    {"Cookie": f"glm53-token-{port + 1}={token}"}, {TOKEN_HEADER: "\u00e9t\u00e9"}):
+        for path in ("/", "/playground", "/api/feedback", "/api/text-edits", "/api/playground",
+                     "/api/feedback?token=" + "y" * 32):
+            status, body = request(server, "GET", path, token=False, headers=headers)
+            assert status == 403, (path, headers, status)
+            assert secret not in body and token.encode() not in body, path
+            if path.startswith("/api/"):
+                assert "launch token" in json.loads(body)["error"], path
+            else:
+                assert b"launch token" in body and b"?token=" in body
+    # the printed URL: the page is served and the token moves into an HttpOnly, SameSite=Strict cookie
+    status, headers, body = parse_reply(raw_reply(server, request_bytes(server, "GET", f"/?token={token}",
+                                                                        token=False)))
+    assert status == 200 and token.encode() in body
+    (cookie,) = headers["set-cookie"]
+    attributes = {part.strip().split("=")[0].lower(): part.strip() for part in cookie.split(";")}
+    assert cookie.startswith(f"glm53-token-{port}={token};")
+    assert "httponly" in attributes and attributes["samesite"].lower() == "samesite=strict"
+    assert attributes["path"] == "Path=/" and "max-age" not in attributes and "expires" not in attributes
+    jar = {"Cookie": f"glm53-token-{port}={token}"}
+    for path in ("/", "/playground", "/api/feedback", "/api/playground"):
+        status, headers, body = parse_reply(raw_reply(server, request_bytes(server, "GET", path, token=False,
+                                                                            headers=jar)))
+        assert status == 200 and "set-cookie" not in headers, path
+    assert secret in request(server, "GET", "/api/feedback", token=False, headers=jar)[1]
+    assert secret in request(server, "GET", f"/api/feedback?token={token}", token=False)[1]
+    # a write needs the token in its header: the cookie alone (which a browser adds by itself) is not enough
+    status, body = post_json(server, "/api/feedback", {"feedback": {}}, token=False, headers=jar)
+    assert status == 403 and TOKEN_HEADER in json.loads(body)["error"]
+    assert post_json(server, f"/api/feedback?token={token}", {"feedback": {}}, token=False)[0] == 403
+    assert json.loads(request(server, "GET", "/api/feedback")[1])["feedback"] == NOTE["feedback"]
 
 
 def test_notes_persist_across_a_restart_with_history(deck_html, checkpoint, tmp_path):
@@ -99,6 +150,7 @@ def _refusals(server):
                                    + body),
         "chunked": lambda: raw(server, (head + f"Transfer-Encoding: chunked\r\nContent-Length: {len(body)}\r\n\r\n")
                                .encode() + body),
+        "17 KiB header": lambda: raw(server, (head + "X-Padding: " + "a" * 17_000 + "\r\n\r\n").encode()),
         "deeply nested json": lambda: request(server, "POST", "/api/feedback", b"[" * 100_000 + b"]" * 100_000),
         "not json": lambda: request(server, "POST", "/api/feedback", b"{not json"),
         "json array": lambda: post_json(server, "/api/feedback", [1, 2]),
@@ -117,7 +169,8 @@ def test_every_bad_write_is_refused_and_nothing_is_written(server):
                 "cross-site fetch": 403, "text/plain body": 403, "form body": 403, "rebound host": 403,
                 "missing length": 411, "negative length": 400, "huge length": 413, "non-numeric length": 400,
                 "short body": 400, "unicode digit length": 400, "4,400-digit length": 400, "two lengths": 400,
-                "chunked": 400, "deeply nested json": 400, "not json": 400, "json array": 400, "non-string note": 400,
+                "chunked": 400, "17 KiB header": 431, "deeply nested json": 400, "not json": 400, "json array": 400,
+                "non-string note": 400,
                 "unknown field": 400, "bad catalog": 400, "bad edits": 400, "unknown route": 404,
                 "PUT": 405, "DELETE": 405}
     refusals = _refusals(server)
@@ -129,6 +182,19 @@ def test_every_bad_write_is_refused_and_nothing_is_written(server):
         assert notes_files(server) == {}, f"{name} wrote a notes file"
     # the same server still accepts a proper write
     assert post_json(server, "/api/feedback", NOTE)[0] == 200
+
+
+def test_an_unexpected_failure_answers_500_and_logs_one_line(server, monkeypatch, caplog):
+    def broken(kind):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(server.notes, "read", broken)
+    status, body = request(server, "GET", "/api/feedback")
+    assert status == 500 and json.loads(body) == {"error": "internal error: RuntimeError"}
+    records = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in records] == ["glm53 serve: GET /api/feedback failed: RuntimeError: disk on fire"]
+    assert all(r.exc_info is None for r in records)  # one line, no traceback
+    assert request(server, "GET", "/api/playground")[0] == 200  # the server carries on
 
 
 def test_no_listing_no_traversal_and_notes_files_are_never_served(server):
@@ -143,6 +209,186 @@ def test_no_listing_no_traversal_and_notes_files_are_never_served(server):
     assert request(server, "GET", "/", host="evil.example")[0] == 403  # DNS rebinding: reads refused too
 
 
+# --------------------------------------------------------------------------- slow and vanishing clients
+
+
+def dribble(server, data: bytes, pause: float = 0.2, ceiling: float = 15.0) -> tuple[float, bytes]:
+    """Connect, send `data` one byte every `pause` seconds (none if empty) and read until the server
+    closes; return (seconds from connecting to the close, everything the server sent)."""
+    started = time.monotonic()
+    reply = b""
+    with socket.create_connection(server.server_address, timeout=ceiling) as sock:
+        sock.settimeout(pause)
+        position = 0
+        while time.monotonic() - started < ceiling:
+            if position < len(data):
+                try:
+                    sock.sendall(data[position:position + 1])
+                except OSError:  # the server closed first
+                    break
+                position += 1
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            reply += chunk
+    return time.monotonic() - started, reply
+
+
+def test_slow_clients_are_cut_off_at_the_deadlines(deck_html, tmp_path):
+    limits = {"header_timeout": 1.0, "body_timeout": 1.5}
+    slow = serve(deck_html, tmp_path / "notes", None, **limits)
+    try:
+        port = slow.server_address[1]
+        head = f"POST /api/feedback HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n" \
+               f"{TOKEN_HEADER}: {slow.token}\r\nContent-Length: 500\r\n\r\n".encode()
+        cases = {
+            "headers byte by byte": (head[:-4] + b"X-Padding: " + b"a" * 400, limits["header_timeout"]),
+            "body byte by byte": (None, limits["body_timeout"]),
+            "silent connection": (b"", limits["header_timeout"]),
+        }
+        for name, (data, deadline) in cases.items():
+            if data is None:  # the whole head at once, then a slow body
+                started = time.monotonic()
+                with socket.create_connection(slow.server_address, timeout=15) as sock:
+                    sock.sendall(head)
+                    sock.settimeout(0.2)
+                    reply = b""
+                    for _ in range(75):
+                        try:
+                            sock.sendall(b" ")
+                            chunk = sock.recv(65536)
+                        except socket.timeout:
+                            continue
+                        except OSError:
+                            break
+                        if not chunk:
+                            break
+                        reply += chunk
+                seconds = time.monotonic() - started
+            else:
+                seconds, reply = dribble(slow, data)
+            assert deadline - 0.1 <= seconds <= deadline + 1.5, (name, seconds)
+            if data == b"":
+                assert reply == b"", name  # a connection that never sent a byte is closed without a word
+            else:
+                status, headers, body = parse_reply(reply)
+                assert status == 408 and headers["connection"] == ["close"], (name, reply[:200])
+                assert "did not arrive within" in json.loads(body)["error"], name
+        assert slow.refusals[408] == 2 and notes_files(slow) == {}
+        # a request that pauses but finishes within its deadlines is served
+        with socket.create_connection(slow.server_address, timeout=10) as sock:
+            whole = request_bytes(slow, "GET", "/api/feedback")
+            sock.sendall(whole[:20])
+            time.sleep(0.5)
+            sock.sendall(whole[20:])
+            assert parse_reply(b"".join(iter(lambda: sock.recv(65536), b"")))[0] == 200
+    finally:
+        stop(slow)
+
+
+def test_connections_past_the_cap_are_refused_at_once(deck_html, tmp_path):
+    capped = serve(deck_html, tmp_path / "notes", None, max_connections=3, header_timeout=1.5)
+    try:
+        holders = [socket.create_connection(capped.server_address, timeout=10) for _ in range(3)]
+        time.sleep(0.3)  # the server has accepted the three
+        started = time.monotonic()
+        status, body = raw(capped, request_bytes(capped, "GET", "/api/feedback"))
+        assert status == 503 and "3 connections" in json.loads(body)["error"]
+        assert time.monotonic() - started < 1.0  # refused at once, not after a deadline
+        holders.pop().close()
+        assert wait_until(lambda: request(capped, "GET", "/api/feedback")[0] == 200, 5)
+        for sock in holders:  # the silent ones are closed at the header deadline
+            assert sock.recv(100) == b""
+            sock.close()
+        assert request(capped, "GET", "/api/feedback")[0] == 200
+    finally:
+        stop(capped)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (what a killed browser tab often sends)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_clients_that_vanish_leave_no_traceback_in_the_servers_log(checkpoint, tmp_path):
+    """`glm53 serve` as a real process: clients go away mid-headers, mid-body, mid-stream and
+    before reading; the server keeps serving, frees the generation slot, and writes nothing to stderr."""
+    stderr_path = tmp_path / "stderr.txt"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "glm53_flash.cli", "serve", "--port", "0", "--runs", str(RESULTS),
+             "--checkpoint", str(checkpoint), "--notes", str(tmp_path / "notes")],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        lines = [process.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("slides:") and lines[1].startswith("playground:"), (lines, stderr_path.read_text())
+        url = lines[1].split()[1]
+        assert "/playground?token=" in url
+        base, token = url.split("/playground?token=")
+        port = int(base.rsplit(":", 1)[1])
+
+        class Remote:  # what web_helpers needs of a server
+            server_address = ("127.0.0.1", port)
+
+        remote = Remote()
+        remote.token = token
+        assert request(remote, "GET", "/api/playground")[0] == 200
+        assert request(remote, "GET", "/api/playground", token=False)[0] == 403
+        generate = request_bytes(remote, "POST", "/api/generate",
+                                 json.dumps({"task_id": "dev-double-000", "max_new_tokens": 60}).encode())
+        partial_note = request_bytes(remote, "POST", "/api/feedback", json.dumps(NOTE).encode())
+        for data, how in ((generate[:25], "close"), (generate[:25], "reset"), (partial_note[:-10], "close"),
+                          (partial_note[:-10], "reset"), (request_bytes(remote, "GET", "/"), "reset")):
+            sock = socket.create_connection(remote.server_address, timeout=10)
+            sock.sendall(data)
+            time.sleep(0.1)
+            _reset(sock) if how == "reset" else sock.close()
+        def first_token() -> socket.socket | None:
+            """A generation that has streamed its first token (None while the model is busy: 429)."""
+            sock = socket.create_connection(remote.server_address, timeout=30)
+            sock.sendall(generate)
+            received = b""
+            while b'"type": "token"' not in received:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    assert parse_reply(received)[0] == 429, received[:300]
+                    sock.close()
+                    return None
+                received += chunk
+            return sock
+
+        for how in ("close", "reset"):  # leave in the middle of a streamed generation
+            streams = []
+            assert wait_until(lambda: streams.append(first_token()) or streams[-1] is not None, 60)
+            _reset(streams[-1]) if how == "reset" else streams[-1].close()
+        # the abandoned generation stops and frees the slot: a new one runs to its verdict
+        def full_generation() -> bool:
+            status, body = raw(remote, generate)
+            return status == 200 and json.loads(body.decode().splitlines()[-1])["type"] == "verdict"
+
+        assert wait_until(full_generation, 60)
+        assert request(remote, "GET", "/api/feedback")[0] == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(timeout=30)
+        finally:
+            process.kill()
+            process.stdout.close()
+    err = stderr_path.read_text()
+    assert "Traceback" not in err and "Exception" not in err and "disconnect" not in err.lower(), err
+    assert code == 0
+
+
+# --------------------------------------------------------------------------- binding
+
+
 def test_non_loopback_bind_needs_the_explicit_flag(deck_html, tmp_path, capsys):
     from glm53_flash.web.playground import Playground
 
@@ -154,6 +400,15 @@ def test_non_loopback_bind_needs_the_explicit_flag(deck_html, tmp_path, capsys):
                          allow_remote=True, allowed_hosts=("lecture-room.lan:8765",))
     assert "lecture-room.lan:8765" in remote.allowed_hosts and "http://lecture-room.lan:8765" in remote.allowed_origins
     remote.server_close()
+
+
+def test_limits_out_of_range_are_one_line_errors(tmp_path, capsys):
+    for flags, words in ((["--max-connections", "0"], "--max-connections must be an integer >= 1"),
+                         (["--header-timeout", "0"], "--header-timeout must be in (0, 3600]"),
+                         (["--body-timeout", "nan"], "--body-timeout must be in (0, 3600]")):
+        assert main(["serve", "--port", "0", "--notes", str(tmp_path / "n"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
 
 
 def test_a_busy_port_is_a_one_line_error(tmp_path, capsys, checkpoint):
@@ -205,6 +460,21 @@ def test_playground_refuses_bad_requests(server):
                             ({"prompt": "def f(x):", "extra": 1}, 400), ({"prompt": "x" * 180}, 400)]:
         assert post_json(server, "/api/generate", payload)[0] == status, payload
     assert post_json(server, "/api/generate", {"prompt": "def f(x):"}, token=False)[0] == 403
+
+
+def test_the_cli_and_the_server_refuse_the_same_prompts_with_the_same_words(server, checkpoint, capsys):
+    too_long = "x" * (MAX_PROMPT_CHARS + 1)
+    for prompt, words in (("", "prompt is empty"), (too_long, "at most"), ("def f(x):\udcff", "not valid UTF-8")):
+        with pytest.raises(PlaygroundError, match=words) as refused:
+            check_prompt(prompt)
+        message = str(refused.value)
+        status, body = post_json(server, "/api/generate", {"prompt": prompt, "max_new_tokens": 4})
+        assert status == 400 and json.loads(body)["error"] == message, (prompt[:20], body)
+        assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", prompt, "--max-new-tokens", "4"]) == 2
+        assert capsys.readouterr().err == f"glm53 generate: error: {message}\n"
+    # and a prompt both accept
+    assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "def f(x):", "--max-new-tokens", "2"]) == 0
+    assert post_json(server, "/api/generate", {"prompt": "def f(x):", "max_new_tokens": 2})[0] == 200
 
 
 def test_playground_rate_limit(deck_html, checkpoint, tmp_path):

@@ -26,9 +26,10 @@ def tiny_checkpoint(directory: Path) -> Path:
     return directory
 
 
-def serve(deck_html: str, notes: Path, checkpoint: Path | None, per_minute: int = 100):
+def serve(deck_html: str, notes: Path, checkpoint: Path | None, per_minute: int = 100, **limits):
+    """A server on a free loopback port; `limits`: max_connections, header_timeout, body_timeout, ..."""
     server, _ = start_server("127.0.0.1", 0, deck_html=deck_html, notes_dir=notes,
-                             playground=Playground(checkpoint, per_minute=per_minute))
+                             playground=Playground(checkpoint, per_minute=per_minute), **limits)
     return server
 
 
@@ -37,8 +38,8 @@ def stop(server) -> None:
     server.server_close()
 
 
-def raw(server, data: bytes, half_close: bool = False) -> tuple[int, bytes]:
-    """Send bytes exactly as given; return (status, body)."""
+def raw_reply(server, data: bytes, half_close: bool = False) -> bytes:
+    """Send bytes exactly as given; return everything the server sends until it closes."""
     with socket.create_connection(server.server_address[:2], timeout=20) as sock:
         sock.sendall(data)
         if half_close:
@@ -46,24 +47,60 @@ def raw(server, data: bytes, half_close: bool = False) -> tuple[int, bytes]:
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
-    reply = b"".join(chunks)
+    return b"".join(chunks)
+
+
+def parse_reply(reply: bytes) -> tuple[int, dict[str, list[str]], bytes]:
+    """(status, headers by lower-case name, body) of one HTTP/1.1 response."""
     head, _, body = reply.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
+    lines = head.decode("latin-1").split("\r\n")
+    headers: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    if headers.get("transfer-encoding") == ["chunked"]:
+        body = dechunk(body)
+    return int(lines[0].split(" ", 2)[1]), headers, body
 
 
-def request(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-            token: bool = True, host: str | None = None) -> tuple[int, bytes]:
+def dechunk(data: bytes) -> bytes:
+    """The payload of a chunked body (a streamed answer has no Content-Length)."""
+    out = []
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(data[:size])
+        data = data[size + 2:]
+    return b"".join(out)
+
+
+def raw(server, data: bytes, half_close: bool = False) -> tuple[int, bytes]:
+    """Send bytes exactly as given; return (status, body)."""
+    status, _, body = parse_reply(raw_reply(server, data, half_close))
+    return status, body
+
+
+def request_bytes(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                  token: bool = True, host: str | None = None) -> bytes:
+    """A request as bytes. token=True sends the launch token in its header (every route needs it)."""
     port = server.server_address[1]
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{port}'}", "Connection: close"]
     fields = {}
     if body is not None:
         fields["Content-Type"] = "application/json"
         fields["Content-Length"] = str(len(body))
-    if token and method == "POST":
+    if token:
         fields[TOKEN_HEADER] = server.token
     fields.update(headers or {})
     lines += [f"{k}: {v}" for k, v in fields.items() if v is not None]
-    return raw(server, ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+def request(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+            token: bool = True, host: str | None = None) -> tuple[int, bytes]:
+    return raw(server, request_bytes(server, method, path, body, headers, token, host))
 
 
 def post_json(server, path: str, payload, **kw) -> tuple[int, bytes]:

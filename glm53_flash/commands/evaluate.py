@@ -90,6 +90,10 @@ def _run_generate(args) -> int:
     stop = args.stop or ("parse" if task else "eos")
     if stop == "parse" and task is None:
         raise ValueError("--stop parse needs --task-id (the parse rule checks the task's program)")
+    if task is None:
+        from ..web.playground import check_prompt  # the playground's rules, so both refuse the same prompts
+
+        check_prompt(args.prompt)
     prompt = task.prompt if task else args.prompt
     model, _ = _load_model(args.checkpoint, args.device)
     rows = generate(model, [prompt], samples=args.samples, max_new_tokens=args.max_new_tokens,

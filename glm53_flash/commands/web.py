@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..web import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS
+
 DEFAULT_RUNS = "results"
 DEFAULT_NOTES = "runs/slide-notes"
 
@@ -35,6 +37,12 @@ def register(sub) -> None:
                        help=f"directory for feedback notes and text edits (default {DEFAULT_NOTES}; never served)")
     serve.add_argument("--generations-per-minute", type=int, default=12, help="playground rate limit (default 12)")
     serve.add_argument("--device", default="cpu", help="device for the playground model (default cpu)")
+    serve.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                       help=f"open connections at most; past that requests answer 503 (default {MAX_CONNECTIONS})")
+    serve.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT,
+                       help=f"seconds a client has to send a request's headers (default {HEADER_TIMEOUT:g})")
+    serve.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT,
+                       help=f"seconds a client has to send a request's body (default {BODY_TIMEOUT:g})")
     serve.set_defaults(func=_run_serve)
 
 
@@ -49,32 +57,35 @@ def _run_build(args) -> int:
 def _run_serve(args) -> int:
     from ..report.slides import build_deck
     from ..web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
-    from ..web.server import is_loopback, start_server
+    from ..web.server import check_limits, is_loopback, start_server
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is outside 0-65535")
+    check_limits(args.max_connections, args.header_timeout, args.body_timeout)  # before the model loads
     if not is_loopback(args.host):
         if not args.allow_remote:
             raise ValueError(f"--host {args.host} is not a loopback address; pass --allow-remote to expose the "
                              f"server to the network")
-        print(f"WARNING: serving on {args.host}: anyone who can reach this address gets the page and with it the "
-              f"write token, so they can read the deck, change the notes and run the model and the sandbox",
+        print(f"WARNING: serving on {args.host} without TLS: the token travels in clear, so anyone who can watch "
+              f"the network can read the deck, change the notes and run the model and the sandbox",
               file=sys.stderr)
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
     deck = build_deck(args.runs)
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device)
     try:
-        server, thread = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes,
+        server, _ = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes,
                                       playground=playground, allow_remote=args.allow_remote,
-                                      allowed_hosts=tuple(args.allowed_host))
+                                      allowed_hosts=tuple(args.allowed_host), max_connections=args.max_connections,
+                                      header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     except OSError as error:  # port in use, unknown address, ... (the failed server closed the playground)
         raise ValueError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
-    print(f"slides:     {server.url}", flush=True)
-    print(f"playground: {server.url}playground", flush=True)
+    token = server.launch_url.partition("?")[2]  # token=...: required by every request
+    print(f"slides:     {server.url}?{token}", flush=True)
+    print(f"playground: {server.url}playground?{token}", flush=True)
     print(f"notes:      {Path(args.notes).resolve()} (not served)", flush=True)
     print(f"model:      {checkpoint if checkpoint else NO_CHECKPOINT_HELP}", flush=True)
     try:
-        thread.join()
+        server.wait()
     except KeyboardInterrupt:
         pass
     finally:

@@ -23,6 +23,7 @@ from ..verifier.evaluation import short_repr
 MAX_PROMPT_CHARS = 1_000
 MAX_NEW_TOKENS = 96
 PLAYGROUND_SPLIT = "dev"  # tasks offered by the picker: the dev split, never the confirm split
+PLAYGROUND_PER_FAMILY = 4  # the whole dev split as checkpoint selection reads it (`glm53 select` default)
 NO_CHECKPOINT_HELP = ("no checkpoint to load: `make demo` (glm53 reproduce --preset headline --output runs/demo) "
                       "makes one, or start the server with --checkpoint DIR")
 
@@ -33,6 +34,25 @@ class PlaygroundError(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+def check_prompt(prompt) -> str:
+    """The prompt rules shared by `glm53 generate --prompt` and the playground's `/api/generate`:
+    a non-empty string of at most MAX_PROMPT_CHARS characters that encodes as UTF-8 (the tokenizer
+    turns it into one id per byte). Returns the prompt; PlaygroundError (a ValueError, status 400)
+    names the broken rule otherwise."""
+    if not isinstance(prompt, str):
+        raise PlaygroundError(f"prompt must be a string, got {type(prompt).__name__}")
+    if not prompt:
+        raise PlaygroundError("prompt is empty: give at least one character for the model to continue")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise PlaygroundError(f"prompt has {len(prompt):,} characters; at most {MAX_PROMPT_CHARS:,} are allowed")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PlaygroundError(f"prompt is not valid UTF-8 text: character {error.start + 1} "
+                              f"({ascii(prompt[error.start])}) has no UTF-8 encoding") from None
+    return prompt
 
 
 def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
@@ -107,8 +127,8 @@ class Playground:
 
     def describe(self) -> dict:
         """What the page shows about the model, and the tasks it offers."""
-        tasks = [{"task_id": t.task_id, "family": t.family, "prompt": t.prompt}
-                 for t in frozen_tasks(PLAYGROUND_SPLIT, 2)]
+        tasks = [{"task_id": t.task_id, "family": t.family, "prompt": t.prompt, "entry_point": t.entry_point}
+                 for t in frozen_tasks(PLAYGROUND_SPLIT, PLAYGROUND_PER_FAMILY)]
         if not self.ready:
             return {"ready": False, "message": NO_CHECKPOINT_HELP, "tasks": tasks}
         counts = self.metadata.get("parameter_counts") or self.model.parameter_counts()
@@ -137,9 +157,9 @@ class Playground:
             if task.task_id.split("-", 1)[0] != PLAYGROUND_SPLIT:
                 raise PlaygroundError(f"task_id must name a {PLAYGROUND_SPLIT} task (the other splits stay closed), "
                                       f"got {task.task_id!r}")
-        prompt = body.get("prompt", task.prompt if task else None)
-        if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_CHARS:
-            raise PlaygroundError(f"prompt must be a non-empty string of at most {MAX_PROMPT_CHARS} characters")
+        if "prompt" not in body and task is None:
+            raise PlaygroundError("give a prompt or a task_id")
+        prompt = check_prompt(body.get("prompt", task.prompt if task else None))
         temperature = body.get("temperature", 0.0)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise PlaygroundError("temperature must be a number in [0, 2] (0 = greedy)")

@@ -1,42 +1,72 @@
 """`glm53 serve`: one local server for the course deck, its notes and the live playground.
 
-Fixes the original slide server's holes (reference section 8.4): it serves a fixed table of routes
-from memory, never a directory (so there is no listing, no path traversal and the notes files can
-never be fetched); every request must name this server in its Host header (DNS rebinding); a write
-must carry the per-run token embedded in the served pages, a JSON content type and, when the
-browser sends one, this server's own Origin (cross-site writes answer 403); request bodies must
-state a Content-Length within a fixed bound; and generation is rate limited.
+Starlette answers the requests and uvicorn (its h11 protocol) speaks HTTP. What the server holds to:
+
+- a fixed table of routes served from memory, never a directory: no listing, no path traversal, and
+  the notes files can never be fetched;
+- every request must name this server in its Host header (DNS rebinding);
+- every request, read or write, must carry the per-launch token (Jupyter's convention): the printed
+  URL holds it as `?token=...`, a page opened with it sets an HttpOnly, SameSite=Strict cookie, and
+  later requests from that browser carry the cookie; a request with neither answers 403;
+- a write must also carry the token in the `X-GLM53-Token` header (the served pages embed it), a
+  JSON content type and, when the browser sends one, this server's own Origin;
+- request bodies must state a Content-Length within a fixed bound;
+- request headers and bodies must arrive within deadlines, and at most `max_connections`
+  connections are open at once, so slow clients cannot hold the server;
+- a client that goes away mid-request is not an error: nothing is logged;
+- generation runs one at a time and is rate limited.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import ipaddress
 import json
+import logging
 import re
 import secrets
 import socket
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import urlsplit
+
+import h11
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..report.slides import TOKEN_PLACEHOLDER
+from . import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS
 from .notes import NoteError, NotesStore
 from .playground import Playground, PlaygroundError
 
 MAX_BODY_BYTES = 1_000_000
+MAX_HEAD_BYTES = 16_384  # request line + headers; larger heads answer 431
+H11_BUFFER_BYTES = 65_536  # h11 gives up (400) on an unfinished head larger than this
 TOKEN_HEADER = "X-GLM53-Token"
+TOKEN_QUERY = "token"
+COOKIE_PREFIX = "glm53-token-"  # + the port: two servers on one host keep their own cookies
+ALLOWED_METHODS = ("GET", "HEAD", "POST")
 ASSETS = Path(__file__).resolve().parent / "assets"
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
     "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
     "Content-Security-Policy": ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                                 "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
                                 "frame-ancestors 'none'"),
 }
+_SECURITY_HEADER_BYTES = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
+log = logging.getLogger(__name__)
 
 
 def is_loopback(host: str) -> bool:
@@ -54,21 +84,178 @@ class RequestRefused(Exception):
         self.status = status
 
 
-class SlideServer(ThreadingHTTPServer):
-    """The HTTP server plus what its handlers share: the pages, the token, the notes, the playground."""
+class _ClientGone(Exception):
+    """The client closed the connection before its request was read: there is no one to answer."""
 
-    daemon_threads = True
 
-    def __init__(self, host: str, port: int, *, deck_html: str, notes_dir: str | Path,
-                 playground: Playground, allow_remote: bool = False, allowed_hosts: tuple[str, ...] = ()) -> None:
-        if not is_loopback(host) and not allow_remote:
-            raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and the "
-                             f"playground to the network, so it needs --allow-remote")
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        self.playground = playground  # before binding: a failed bind calls server_close, which closes it
-        super().__init__((host, port), Handler)
+def _raw_json_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response as bytes, for the protocol layer (before or outside an ASGI cycle)."""
+    body = json.dumps({"error": message}).encode()
+    head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json; charset=utf-8",
+            f"Content-Length: {len(body)}", "Connection: close"]
+    head += [f"{name}: {value}" for name, value in SECURITY_HEADERS.items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol plus what it lacks: a deadline for a request's headers and one for its
+    body, a hard cap on open connections, JSON answers to malformed requests, and a 400 (not a
+    silent close) for a body cut short by the client. The SlideServer subclasses it per instance to
+    set the class attributes below."""
+
+    slide_server: SlideServer
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_connections: int = MAX_CONNECTIONS
+
+    _deadline: asyncio.TimerHandle | None = None
+    _deadline_phase: str | None = None
+    _draining: bool = False  # refused: what the client still sends is read and dropped until it closes
+    LINGER_SECONDS = 1.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self._refuse_raw(503, f"the server already holds {self.max_connections} connections; try again shortly")
+            return
+        self._sync_deadline()
+
+    def connection_lost(self, exc) -> None:
+        self._cancel_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._draining:
+            return
+        super().data_received(data)
+        self._sync_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._sync_deadline()
+
+    def eof_received(self):
+        """The client half-closed its side. A body still owed is answered 400; a complete request
+        still gets its response (then the connection closes); otherwise the connection closes."""
+        if self._draining:
+            return None
+        if self.conn.their_state is h11.SEND_BODY:
+            self._refuse_raw(400, "the body is shorter than its Content-Length")
+            return None
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+            return True  # keep the write side open for the answer
+        return None
+
+    def shutdown(self) -> None:  # the server is stopping
+        if self._draining:
+            self.transport.close()
+            return
+        super().shutdown()
+
+    def send_400_response(self, msg: str) -> None:  # h11 refused the request head or framing
+        self._refuse_raw(400, "malformed HTTP request (request line, a header, or the body framing)")
+
+    # ------------------------------------------------------------------ deadlines
+    def _phase(self) -> str | None:
+        if self.transport is None or self.transport.is_closing() or self._draining:
+            return None
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            return "headers"
+        if state is h11.SEND_BODY:
+            return "body"
+        return None  # the request is in; the response may take as long as it needs
+
+    def _sync_deadline(self) -> None:
+        phase = self._phase()
+        if phase == self._deadline_phase:
+            return
+        self._cancel_deadline()
+        self._deadline_phase = phase
+        if phase is not None:
+            seconds = self.header_timeout if phase == "headers" else self.body_timeout
+            self._deadline = self.loop.call_later(seconds, self._deadline_passed, phase, seconds)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline, self._deadline_phase = None, None
+
+    def _deadline_passed(self, phase: str, seconds: float) -> None:
+        self._deadline = None
+        what = "request headers" if phase == "headers" else "request body"
+        self._refuse_raw(408, f"the {what} did not arrive within {seconds:g} s")
+
+    def _refuse_raw(self, status: int, message: str) -> None:
+        """Answer with a JSON error when no response has started on this connection, then close it.
+
+        A lingering close: the answer goes out, then our side's FIN, and whatever the client still
+        sends is dropped until it closes (at most LINGER_SECONDS). Closing at once with unread
+        bytes would make the kernel send a reset, which can destroy the answer before it is read."""
+        self._cancel_deadline()
+        if self.transport is None or self.transport.is_closing() or self._draining:
+            return
+        answered = self.cycle is not None and self.cycle.response_started
+        # A connection that never sent a byte (idle keep-alive, a browser's spare connection) is just closed.
+        started = self.conn.their_state is not h11.IDLE or bool(self.conn.trailing_data[0])
+        if not answered and (started or status == 503):
+            self.transport.write(_raw_json_response(status, message))
+            self.slide_server.refusals[status] += 1
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # for the application the client is gone: it answers nothing more
+            self.cycle.message_event.set()
+        self._draining = True
+        self.transport.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(self.LINGER_SECONDS, self.transport.close)
+
+
+def check_limits(max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT,
+                 body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT) -> None:
+    """ValueError naming the flag when a limit is out of range."""
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+        raise ValueError(f"--max-connections must be an integer >= 1, got {max_connections!r}")
+    for name, value in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout),
+                        ("keep_alive_timeout", keep_alive_timeout)):
+        if not 0 < value <= 3600:  # also refuses nan
+            raise ValueError(f"{name} must be in (0, 3600] seconds, got {value}")
+
+
+class SlideServer:
+    """The listening socket, the Starlette app, the uvicorn server, and what requests share: the
+    pages, the token, the notes, the playground and the count of refused requests."""
+
+    def __init__(self, host: str, port: int, *, deck_html: str, notes_dir: str | Path, playground: Playground,
+                 allow_remote: bool = False, allowed_hosts: tuple[str, ...] = (),
+                 max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT,
+                 body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT) -> None:
+        try:
+            if not is_loopback(host) and not allow_remote:
+                raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and "
+                                 f"the playground to the network, so it needs --allow-remote")
+            check_limits(max_connections, header_timeout, body_timeout, keep_alive_timeout)
+        except ValueError:
+            playground.close()
+            raise
+        self.playground = playground
+        self._closed = False
+        self._serving = False
+        self._finished = threading.Event()  # set when serve_forever returns
+        try:
+            self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind((host, port))
+            self.socket.listen(128)
+            self.socket.setblocking(False)
+        except OSError:
+            self.socket.close()
+            playground.close()
+            raise
+        self.server_address = self.socket.getsockname()[:2]
         self.token = secrets.token_urlsafe(24)
+        self.cookie_name = f"{COOKIE_PREFIX}{self.server_address[1]}"
         self.notes = NotesStore(notes_dir)
         self.refusals: Counter[int] = Counter()  # refused requests by status, for the operator and tests
         bound_port = self.server_address[1]
@@ -80,73 +267,98 @@ class SlideServer(ThreadingHTTPServer):
             "/": deck_html.replace(TOKEN_PLACEHOLDER, self.token),
             "/playground": (ASSETS / "playground.html").read_text().replace(TOKEN_PLACEHOLDER, self.token),
         }
+        protocol = type("SlideServerProtocol", (GuardedH11Protocol,),
+                        {"slide_server": self, "header_timeout": header_timeout, "body_timeout": body_timeout,
+                         "max_connections": max_connections})
+        config = uvicorn.Config(
+            build_app(self), http=protocol, ws="none", lifespan="off", loop="asyncio", interface="asgi3",
+            log_config=None, log_level="error", access_log=False, server_header=False, proxy_headers=False,
+            # uvicorn answers 503 once the open connections (the asking one included) or the requests in
+            # flight reach limit_concurrency; one above the hard cap, every accepted connection is served
+            limit_concurrency=max_connections + 1, timeout_keep_alive=keep_alive_timeout,
+            h11_max_incomplete_event_size=H11_BUFFER_BYTES, timeout_graceful_shutdown=5)
+        self._uvicorn = uvicorn.Server(config)
 
+    # ------------------------------------------------------------------ addresses
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        """The base URL (requests to it still need the token or the cookie)."""
+        host, port = self.server_address
         shown = host if ":" not in host else f"[{host}]"
         return f"http://{shown}:{port}/"
 
+    @property
+    def launch_url(self) -> str:
+        """The URL to open: it carries the token, and the first page loaded with it sets the cookie."""
+        return f"{self.url}?{TOKEN_QUERY}={self.token}"
+
+    # ------------------------------------------------------------------ running
+    def serve_forever(self) -> None:
+        self._serving = True
+        try:
+            self._uvicorn.run(sockets=[self.socket])
+        finally:
+            self._finished.set()
+
+    def wait(self, poll: float = 0.5) -> None:
+        """Block until the server stops (an Event, not Thread.join: on Python < 3.13 a join that
+        Ctrl-C interrupts marks the thread finished while it still runs)."""
+        while not self._finished.wait(poll):
+            pass
+
+    def shutdown(self) -> None:
+        """Stop serving and wait until it has stopped (open requests get a few seconds to finish)."""
+        self._uvicorn.should_exit = True
+        if self._serving:
+            self._finished.wait()
+
     def server_close(self) -> None:
-        super().server_close()
+        if self._closed:
+            return
+        self._closed = True
+        self.socket.close()
         self.playground.close()
 
+    # ------------------------------------------------------------------ request checks
+    def token_matches(self, candidate: str | None) -> bool:
+        if not candidate:
+            return False
+        return hmac.compare_digest(candidate.encode("utf-8", "surrogateescape"), self.token.encode())
 
-class Handler(BaseHTTPRequestHandler):
-    server: SlideServer
-    server_version = "glm53-serve"
-    sys_version = ""
-    timeout = 30  # a client that stops sending mid-body cannot hold a thread forever
+    def authenticated_by(self, request: Request) -> str | None:
+        """How the request proves it holds the launch token: 'header', 'cookie', 'query', or None."""
+        if self.token_matches(request.headers.get(TOKEN_HEADER)):
+            return "header"
+        if self.token_matches(request.cookies.get(self.cookie_name)):
+            return "cookie"
+        if self.token_matches(request.query_params.get(TOKEN_QUERY)):
+            return "query"
+        return None
 
-    # ------------------------------------------------------------------ plumbing
-    def log_message(self, format: str, *args) -> None:
-        if getattr(self.server, "verbose", False):
-            super().log_message(format, *args)
-
-    def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in {**SECURITY_HEADERS, **(extra or {})}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, status: int, payload) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json; charset=utf-8")
-
-    def _error(self, status: int, message: str) -> None:
-        self._json(status, {"error": message})
-
-    def _path(self) -> str:
-        return urlsplit(self.path).path
-
-    def _check_host(self) -> None:
-        host = self.headers.get("Host", "")
-        if host not in self.server.allowed_hosts:
+    def check_host(self, request: Request) -> None:
+        hosts = request.headers.getlist("host")
+        host = hosts[0] if len(hosts) == 1 else ""
+        if host not in self.allowed_hosts:
             raise RequestRefused(403, f"Host {host!r} is not this server")
 
-    def _check_write(self) -> None:
-        """A write must come from a page this server served: same origin, JSON, the run's token."""
-        origin = self.headers.get("Origin")
-        if origin is not None and origin not in self.server.allowed_origins:
+    def check_write(self, request: Request) -> None:
+        """A write must come from a page this server served: same origin, JSON, the token in its header."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin not in self.allowed_origins:
             raise RequestRefused(403, f"cross-origin write refused (Origin {origin!r})")
-        fetch_site = self.headers.get("Sec-Fetch-Site")
+        fetch_site = request.headers.get("sec-fetch-site")
         if fetch_site is not None and fetch_site not in ("same-origin", "none"):
             raise RequestRefused(403, f"cross-site write refused (Sec-Fetch-Site {fetch_site!r})")
-        content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             raise RequestRefused(403, "writes must be sent as application/json")
-        token = self.headers.get(TOKEN_HEADER, "")
-        if not secrets.compare_digest(token.encode(), self.server.token.encode()):
+        if not self.token_matches(request.headers.get(TOKEN_HEADER)):
             raise RequestRefused(403, f"missing or wrong {TOKEN_HEADER}; reload the page from this server")
 
-    def _read_json(self):
-        if self.headers.get("Transfer-Encoding") is not None:
+    async def read_json(self, request: Request):
+        if "transfer-encoding" in request.headers:
             raise RequestRefused(400, "Transfer-Encoding is not accepted; send a Content-Length")
-        lengths = self.headers.get_all("Content-Length") or []
+        lengths = request.headers.getlist("content-length")
         if not lengths:
             raise RequestRefused(411, "a Content-Length header is required")
         if len(lengths) > 1:
@@ -157,7 +369,10 @@ class Handler(BaseHTTPRequestHandler):
         length = int(raw)
         if length > MAX_BODY_BYTES:
             raise RequestRefused(413, f"body of {length} bytes is over the limit of {MAX_BODY_BYTES}")
-        data = self.rfile.read(length)
+        try:
+            data = await request.body()  # h11 delivers exactly Content-Length bytes or reports the disconnect
+        except ClientDisconnect:
+            raise _ClientGone() from None
         if len(data) != length:
             raise RequestRefused(400, "the body is shorter than its Content-Length")
         try:
@@ -165,101 +380,193 @@ class Handler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise RequestRefused(400, "the body is not valid UTF-8 JSON (or nests too deeply)") from None
 
-    def _guarded(self, action) -> None:
-        try:
-            self._check_host()
-            action()
-        except RequestRefused as refused:
-            self.close_connection = True  # an unread body must not be parsed as the next request
-            self.server.refusals[refused.status] += 1
-            self._error(refused.status, str(refused))
-        except Exception as error:  # noqa: BLE001 - any other failure still gets an answer, and nothing was written
-            self.close_connection = True
-            self.server.refusals[500] += 1
-            self._error(500, f"internal error: {type(error).__name__}")
+    def error(self, status: int, message: str, headers: dict | None = None) -> Response:
+        self.refusals[status] += 1
+        return JSONResponse({"error": message}, status_code=status, headers={"Connection": "close", **(headers or {})})
 
-    # ------------------------------------------------------------------ routes
-    def do_GET(self) -> None:
-        self._guarded(self._get)
 
-    def do_HEAD(self) -> None:
-        self._guarded(self._get)
+# --------------------------------------------------------------------------- the application
 
-    def do_POST(self) -> None:
-        self._guarded(self._post)
 
-    def _not_allowed(self) -> None:
-        def refuse() -> None:
-            raise RequestRefused(405, f"method {self.command} is not allowed")
+class Guard:
+    """The outermost layer: Host, method and token checks before any route runs; every refusal and
+    any unexpected failure answered as JSON (never a traceback); security headers on every answer."""
 
-        self._guarded(refuse)
+    def __init__(self, app, server: SlideServer) -> None:
+        self.app = app
+        self.server = server
 
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
-
-    def _get(self) -> None:
-        path = self._path()
-        if path in self.server.pages:
-            self._send(200, self.server.pages[path].encode(), "text/html; charset=utf-8")
-        elif path == "/api/feedback":
-            self._json(200, self.server.notes.read("feedback"))
-        elif path == "/api/text-edits":
-            self._json(200, self.server.notes.read("text-edits"))
-        elif path == "/api/playground":
-            self._json(200, self.server.playground.describe())
-        else:
-            self._error(404, "not found")
-
-    def _post(self) -> None:
-        path = self._path()
-        routes = {"/api/feedback": "feedback", "/api/text-edits": "text-edits"}
-        if path not in routes and path != "/api/generate":
-            raise RequestRefused(404, "not found")
-        self._check_write()
-        body = self._read_json()
-        if path == "/api/generate":
-            self._generate(body)
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
             return
-        try:
-            self._json(200, self.server.notes.write(routes[path], body))
-        except NoteError as error:
-            raise RequestRefused(400, str(error)) from None
+        started = False
 
-    def _generate(self, body) -> None:
-        playground = self.server.playground
+        async def send_with_headers(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                names = {name.lower() for name, _ in message.get("headers", [])}
+                message = {**message, "headers": list(message.get("headers", []))
+                           + [(n, v) for n, v in _SECURITY_HEADER_BYTES if n not in names]}
+            await send(message)
+
+        request = Request(scope)
         try:
-            request = playground.prepare(body)
+            head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(
+                len(name) + len(value) + 4 for name, value in scope["headers"])
+            if head > MAX_HEAD_BYTES:
+                raise RequestRefused(431, f"the request head is over {MAX_HEAD_BYTES:,} bytes")
+            self.server.check_host(request)
+            if request.method not in ALLOWED_METHODS:
+                raise RequestRefused(405, f"method {request.method} is not allowed")
+            via = self.server.authenticated_by(request)
+            if via is None:
+                if request.url.path.startswith("/api/"):
+                    raise RequestRefused(403, f"this server needs its launch token: send the {TOKEN_HEADER} header "
+                                              f"or open the ?{TOKEN_QUERY}= URL that `glm53 serve` printed")
+                self.server.refusals[403] += 1
+                response = PlainTextResponse(
+                    "403: this server needs its launch token. Open the URL that `glm53 serve` printed "
+                    f"(it ends in ?{TOKEN_QUERY}=...); the page then keeps the token in a cookie.\n",
+                    status_code=403, headers={"Connection": "close"})
+                await response(scope, receive, send_with_headers)
+                return
+            scope.setdefault("state", {})["authenticated_by"] = via
+            await self.app(scope, receive, send_with_headers)
+        except RequestRefused as refused:
+            if not started:
+                await self.server.error(refused.status, str(refused))(scope, receive, send_with_headers)
+        except _ClientGone:
+            return
+        except Exception as error:  # noqa: BLE001 - an unexpected failure still gets an answer
+            log.error("glm53 serve: %s %s failed: %s: %s", request.method, request.url.path, type(error).__name__,
+                      error)
+            if not started:
+                await self.server.error(500, f"internal error: {type(error).__name__}")(scope, receive,
+                                                                                          send_with_headers)
+
+
+def build_app(server: SlideServer):
+    async def page(request: Request) -> Response:
+        response = Response(server.pages[request.url.path], media_type="text/html; charset=utf-8")
+        if request.scope["state"]["authenticated_by"] == "query":
+            # Jupyter's convention: the token from the URL moves into a cookie the page's scripts cannot read
+            response.set_cookie(server.cookie_name, server.token, httponly=True, samesite="strict", path="/")
+        return response
+
+    def notes_route(kind: str):
+        async def endpoint(request: Request) -> Response:
+            if request.method == "POST":
+                server.check_write(request)
+                body = await server.read_json(request)
+                try:
+                    return JSONResponse(await run_in_threadpool(server.notes.write, kind, body))
+                except NoteError as error:
+                    raise RequestRefused(400, str(error)) from None
+            return JSONResponse(await run_in_threadpool(server.notes.read, kind))
+
+        return endpoint
+
+    async def describe(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(server.playground.describe))
+
+    async def generate(request: Request):
+        server.check_write(request)
+        body = await server.read_json(request)
+        playground = server.playground
+        try:
+            prepared = playground.prepare(body)
             playground.acquire()
         except PlaygroundError as error:
             raise RequestRefused(error.status, str(error)) from None
         except ValueError as error:  # e.g. an unknown task id
             raise RequestRefused(400, str(error)) from None
+        return GenerationStream(playground, prepared)
+
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        message = "not found" if exc.status_code == 404 else exc.detail
+        return server.error(exc.status_code, message, headers=exc.headers)
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/playground", page, methods=["GET"]),
+        Route("/api/feedback", notes_route("feedback"), methods=["GET", "POST"]),
+        Route("/api/text-edits", notes_route("text-edits"), methods=["GET", "POST"]),
+        Route("/api/playground", describe, methods=["GET"]),
+        Route("/api/generate", generate, methods=["POST"]),
+    ]
+    async def refused(request: Request, exc: RequestRefused) -> Response:
+        return server.error(exc.status, str(exc))
+
+    async def client_gone(request: Request, exc: _ClientGone):
+        return _nothing
+
+    async def internal(request: Request, exc: Exception) -> Response:  # Starlette re-raises it to the Guard
+        return server.error(500, f"internal error: {type(exc).__name__}")
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found, RequestRefused: refused,
+                                                       _ClientGone: client_gone, Exception: internal})
+    app.router.redirect_slashes = False  # '/api/feedback/' is not found, not redirected
+    return Guard(app, server)
+
+
+async def _nothing(scope, receive, send) -> None:
+    """The answer to a client that has gone: none."""
+
+
+class GenerationStream:
+    """Newline-delimited JSON, one event per line, sent as each token is decided. The model runs on
+    a worker thread one event at a time; a client that goes away stops the generation quietly."""
+
+    _END = object()
+
+    def __init__(self, playground: Playground, prepared: dict) -> None:
+        self.playground = playground
+        self.prepared = prepared
+
+    async def __call__(self, scope, receive, send) -> None:
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # the body is read; the next message is the disconnect (or the end)
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        events = self.playground.run(self.prepared)
         try:
-            # Newline-delimited JSON, one event per line, flushed as each token is decided.
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-ndjson; charset=utf-8")
-            self.send_header("Cache-Control", "no-store")
-            for name, value in SECURITY_HEADERS.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.close_connection = True
-            try:
-                for event in playground.run(request):
-                    self.wfile.write(json.dumps(event).encode() + b"\n")
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                return  # the page went away; stop generating
-            except Exception as error:  # noqa: BLE001 (reported on the stream the page reads, then it ends)
-                self.wfile.write(json.dumps({"type": "error", "error": f"{type(error).__name__}: {error}"}).encode()
-                                 + b"\n")
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/x-ndjson; charset=utf-8"),
+                                    (b"connection", b"close")]})
+            while not gone.is_set():
+                try:
+                    event = await run_in_threadpool(next, events, self._END)
+                except Exception as error:  # noqa: BLE001 (reported on the stream the page reads, then it ends)
+                    event = {"type": "error", "error": f"{type(error).__name__}: {error}"}
+                    await send({"type": "http.response.body", "body": json.dumps(event).encode() + b"\n",
+                                "more_body": True})
+                    break
+                if event is self._END:
+                    break
+                await send({"type": "http.response.body", "body": json.dumps(event).encode() + b"\n",
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:  # the server is stopping mid-generation: end quietly
+            return
         finally:
-            playground.release()
+            watcher.cancel()
+            events.close()
+            self.playground.release()
 
 
 def start_server(host: str, port: int, *, deck_html: str, notes_dir: str | Path, playground: Playground,
-                 allow_remote: bool = False, allowed_hosts: tuple[str, ...] = ()) -> tuple[SlideServer, threading.Thread]:
-    """Bind and serve on a background thread (tests and `glm53 serve` use this)."""
+                 allow_remote: bool = False, allowed_hosts: tuple[str, ...] = (),
+                 **limits) -> tuple[SlideServer, threading.Thread]:
+    """Bind, then serve on a background thread (tests and `glm53 serve` use this). `limits`:
+    max_connections, header_timeout, body_timeout, keep_alive_timeout."""
     server = SlideServer(host, port, deck_html=deck_html, notes_dir=notes_dir, playground=playground,
-                         allow_remote=allow_remote, allowed_hosts=allowed_hosts)
+                         allow_remote=allow_remote, allowed_hosts=allowed_hosts, **limits)
     thread = threading.Thread(target=server.serve_forever, name="glm53-serve", daemon=True)
+    server._serving = True  # from here shutdown() waits for serve_forever to return
     thread.start()
     return server, thread

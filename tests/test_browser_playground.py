@@ -1,0 +1,105 @@
+"""The playground's page in headless Chromium: a real completion and verdict, the launch token
+kept in a cookie, and a layout that holds at 1280x800 (the completion wraps and scrolls inside
+its box). Screenshots go to tests/artifacts/."""
+
+from __future__ import annotations
+
+import pytest
+from test_browser import ARTIFACTS, browser, errors, wait  # noqa: F401 (browser is a fixture)
+
+from selenium.webdriver.common.by import By
+
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@pytest.fixture
+def viewport(browser):  # noqa: F811
+    """The page's viewport set to exactly 1280x800 CSS pixels (window chrome does not count)."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {**VIEWPORT, "deviceScaleFactor": 1, "mobile": False})
+    yield browser
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def body_attribute(driver, name: str):
+    return driver.find_element(By.TAG_NAME, "body").get_attribute(name)
+
+
+def run_completion(driver) -> None:
+    driver.find_element(By.ID, "run").click()
+    wait(driver, lambda d: body_attribute(d, "data-finished") == "true", 60)
+
+
+def overflow(driver) -> dict:
+    """How far the completion box and the page reach past their bounds (0 = nothing sticks out)."""
+    return driver.execute_script("""
+        const box = document.getElementById('output'), rect = box.getBoundingClientRect();
+        const root = document.documentElement;
+        return {box_horizontal: box.scrollWidth - box.clientWidth,
+                box_right_edge: Math.max(0, rect.right - root.clientWidth),
+                page_horizontal: root.scrollWidth - root.clientWidth,
+                box_height: box.getBoundingClientRect().height,
+                box_scrolls: box.scrollHeight > box.clientHeight};""")
+
+
+def test_playground_completes_a_prompt_and_shows_the_verdict(browser, server):  # noqa: F811
+    browser.get(server.url + "playground?token=" + server.token)
+    wait(browser, lambda d: body_attribute(d, "data-ready") == "true")
+    assert "token=" not in browser.current_url  # the page moved the token out of the address bar
+    assert "checkpoint-0000" in browser.find_element(By.ID, "model").text
+    options = browser.find_elements(By.CSS_SELECTOR, "#task option")
+    assert options[0].get_attribute("value") == ""  # free text first, then every dev task
+    assert len(options) == 1 + 32 and all(o.get_attribute("value").startswith("dev-") for o in options[1:])
+    assert {g.get_attribute("label") for g in browser.find_elements(By.CSS_SELECTOR, "#task optgroup")} >= {
+        "double", "increment"}
+    run_completion(browser)
+    verdict = browser.find_element(By.ID, "verdict")
+    assert "hidden tests passed" in verdict.text, verdict.text
+    assert verdict.get_attribute("class") in ("passed", "failed", "invalid", "limit")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#cases tbody tr")
+    assert len(rows) == 3 and all(r.get_attribute("class") in ("pass", "fail") for r in rows)
+    assert all(r.find_element(By.CSS_SELECTOR, ".pill").text.split()[-1] in ("pass", "failed", "invalid", "limit")
+               for r in rows)
+    output = browser.find_element(By.ID, "output").text
+    assert output.startswith("# Complete this Python function.")
+    assert "tokens in" in browser.find_element(By.ID, "stats").text
+    browser.save_screenshot(str(ARTIFACTS / "playground.png"))
+    # reloading without the token works: the cookie carries it
+    browser.refresh()
+    wait(browser, lambda d: body_attribute(d, "data-ready") == "true")
+    assert errors(browser) == []
+
+
+def test_the_completion_box_never_overflows_at_1280x800(viewport, server):
+    browser = viewport
+    browser.get(server.launch_url.replace("/?", "/playground?"))
+    wait(browser, lambda d: body_attribute(d, "data-ready") == "true")
+    assert browser.execute_script("return [innerWidth, innerHeight]") == [1280, 800]
+    empty = overflow(browser)
+    # a free-text prompt with no spaces, run to the cap: the real model's output is one long line
+    browser.execute_script("document.getElementById('task').value = '';"
+                           "document.getElementById('prompt').value = 'x'.repeat(60) + 'def f(x):';")
+    browser.find_element(By.ID, "max-new").clear()
+    browser.find_element(By.ID, "max-new").send_keys("96")
+    run_completion(browser)
+    assert browser.find_element(By.ID, "error").text == ""
+    assert len(browser.find_element(By.ID, "output").text) > 60
+    real = overflow(browser)
+    assert (real["box_horizontal"], real["box_right_edge"], real["page_horizontal"]) == (0, 0, 0), real
+    assert real["box_height"] == empty["box_height"]  # the box keeps its size
+    browser.save_screenshot(str(ARTIFACTS / "playground-long-line-1280x800.png"))
+    # far more text than the box holds, unbroken and in long lines: it wraps and scrolls inside the box
+    browser.execute_script("document.getElementById('output').textContent ="
+                           " ('#'.repeat(3000) + '\\n' + 'y = f(x)  '.repeat(200) + '\\n').repeat(5);")
+    stuffed = overflow(browser)
+    assert (stuffed["box_horizontal"], stuffed["box_right_edge"], stuffed["page_horizontal"]) == (0, 0, 0), stuffed
+    assert stuffed["box_scrolls"] and stuffed["box_height"] == empty["box_height"], stuffed
+    browser.save_screenshot(str(ARTIFACTS / "playground-stuffed-1280x800.png"))
+    assert errors(browser) == []
+
+
+def test_the_page_without_the_token_is_refused(browser, server):  # noqa: F811
+    browser.delete_all_cookies()
+    browser.get(server.url + "playground")
+    assert "launch token" in browser.find_element(By.TAG_NAME, "body").text
+    assert body_attribute(browser, "data-ready") is None
