@@ -190,7 +190,8 @@ class SelectConfig:
     """Every knob of `glm53 select`, declared once (options.py)."""
 
     run: str = option(help="run directory with checkpoint-NNNN folders")
-    split: str = option("dev", help="held-out split to select on (never rl)", choices=("dev", "final", "confirm"))
+    split: str = option("dev", help="held-out split to select on: dev (sealed splits are never used to choose)",
+                        choices=("dev",))
     samples: int = option(8, help="samples per task (1 = greedy)")
     per_family: int = option(4, help="tasks per family")
     families: str | None = option(None, help="comma list of families", default_text="the run's families")

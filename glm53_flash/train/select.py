@@ -46,12 +46,12 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
                       families: str | None = None, temperature: float = 0.35, max_new_tokens: int = 48,
                       seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
                       force: bool = False, progress: bool = True) -> dict:
-    from ..evaluate import EVAL_SPLITS, evaluate_greedy, evaluate_sampled
+    from ..evaluate import evaluate_greedy, evaluate_sampled
     from ..verifier import Verifier
 
     run_dir = Path(run_dir)
-    if split not in EVAL_SPLITS:
-        raise ValueError(f"--split {split!r} cannot be used for selection; allowed: {', '.join(EVAL_SPLITS)}")
+    if split != "dev":  # choosing by a sealed split would spend it; rl is what the model trained on
+        raise ValueError(f"--split {split!r} cannot be used for selection; allowed: dev")
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
         raise FileNotFoundError(f"no checkpoints in {run_dir}")
