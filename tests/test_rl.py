@@ -216,8 +216,8 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
         select_checkpoint(run, split="rl", force=True)
 
 
-def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkpoint, tmp_path, capsys,
-                                                                          monkeypatch):
+def test_rl_refuses_too_few_groups_per_rank_a_second_writer_and_marks_an_interrupted_run(
+        checkpoint, tmp_path, capsys, monkeypatch):
     import shlex
 
     from glm53_flash.cli import main
@@ -227,7 +227,7 @@ def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkp
     with monkeypatch.context() as env:
         env.setenv("WORLD_SIZE", "2")
         env.setenv("RANK", "1")
-        with pytest.raises(ValueError, match="run it without torchrun"):
+        with pytest.raises(ValueError, match=r"--prompts-per-update \(1\) must be at least the number of ranks \(2\)"):
             train_rl(rl_cfg(checkpoint, tmp_path / "ddp"))
     assert not (tmp_path / "ddp").exists()
 
