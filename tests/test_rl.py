@@ -289,11 +289,11 @@ if os.environ.get("RANK", "0") != "0":
 
 
 def taught_checkpoint(path, steps=40):
-    """A tiny model taught by teacher forcing to answer each prompt with one of two bodies (one right,
-    one wrong for each family), so its RL groups have reward spread and take gradient steps."""
+    """A tiny model taught by teacher forcing to answer its increment task with one of two bodies (one
+    right, one wrong), so its RL groups have reward spread and take gradient steps."""
     torch.manual_seed(0)
     model = GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=128))
-    tasks = frozen_tasks("rl", 1, families=("increment", "double"))
+    tasks = frozen_tasks("rl", 1, families=("increment",))
     prompts, rows = [], []
     for task in tasks:
         for body in ("\n    return x + 1\n", "\n    return x * 2\n"):
@@ -331,7 +331,7 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
 
     start = taught_checkpoint(tmp_path / "taught")
     settings = dict(groups=4, checkpoints=(2,), prompts_per_update=2, group_size=4, max_new_tokens=20,
-                    temperature=0.7, kl_coef=0.1, tasks_per_family=1)
+                    temperature=0.7, kl_coef=0.1, tasks_per_family=1, families="increment")
     one = tmp_path / "one"
     train_rl(rl_cfg(start, one, **settings))
 
@@ -342,7 +342,7 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     args = ["--initial-checkpoint", str(start), "--output", str(two), "--groups", "4", "--checkpoints", "2",
             "--prompts-per-update", "2", "--group-size", "4", "--max-new-tokens", "20", "--temperature", "0.7",
             "--kl-coef", "0.1", "--tasks-per-family", "1", "--learning-rate", "1e-3", "--device", "cpu",
-            "--verifier-workers", "1", "--families", "increment,double", "--quiet"]
+            "--verifier-workers", "1", "--families", "increment", "--quiet"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(hooks))
     torchrun = Path(sys.executable).parent / "torchrun"
     done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "glm53_flash.cli", "rl",
@@ -380,8 +380,11 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     final_two, _ = load_checkpoint(two / "checkpoint-0004")
     initial, _ = load_checkpoint(start)
     assert any(not torch.equal(p, q) for p, q in zip(initial.parameters(), final_two.parameters()))
+    # Every trained weight moved by about 2e-3 (two AdamW steps at lr 1e-3); the two runs agree to
+    # 1e-5. (Not tighter: where the true gradient is zero, AdamW normalises summation noise of 1e-10
+    # into steps of a few 1e-6.) The gradient's scale is checked by grad_norm above.
     for (name, p), q in zip(final_one.named_parameters(), final_two.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
 
     # A torchrun run resumes in one process: drop its last checkpoint and finish it again.
     part = tmp_path / "part"
@@ -391,4 +394,4 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     assert [r["group"] for r in rows_of(part, "rollouts.jsonl")] == [1, 2, 3, 4]
     resumed, _ = load_checkpoint(part / "checkpoint-0004")
     for (name, p), q in zip(final_one.named_parameters(), resumed.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
