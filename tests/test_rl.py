@@ -216,8 +216,8 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
         select_checkpoint(run, split="rl", force=True)
 
 
-def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkpoint, tmp_path, capsys,
-                                                                          monkeypatch):
+def test_rl_refuses_too_few_groups_per_rank_a_second_writer_and_marks_an_interrupted_run(
+        checkpoint, tmp_path, capsys, monkeypatch):
     import shlex
 
     from glm53_flash.cli import main
@@ -227,7 +227,7 @@ def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkp
     with monkeypatch.context() as env:
         env.setenv("WORLD_SIZE", "2")
         env.setenv("RANK", "1")
-        with pytest.raises(ValueError, match="run it without torchrun"):
+        with pytest.raises(ValueError, match=r"--prompts-per-update \(1\) must be at least the number of ranks \(2\)"):
             train_rl(rl_cfg(checkpoint, tmp_path / "ddp"))
     assert not (tmp_path / "ddp").exists()
 
@@ -258,3 +258,140 @@ def test_rl_refuses_torchrun_a_second_writer_and_marks_an_interrupted_run(checkp
     assert main(words[1:]) == 0
     assert json.loads((out / "training-receipt.json").read_text())["status"] == "complete"
     assert not (out / ".lock").exists()
+
+
+# ----------------------------------------------------------------------------------- torchrun
+
+# Installed in the ranks other than 0 (through PYTHONPATH): every file a rank opens for writing and
+# every directory change it makes is reported on stderr (only the rank's own process, not the
+# sandbox workers it forks).
+RANK_WRITE_AUDIT = '''
+import os, sys
+if os.environ.get("RANK", "0") != "0":
+    _PID = os.getpid()
+    _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    _CHANGES = ("os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.truncate", "shutil.rmtree",
+                "shutil.move", "shutil.copyfile", "os.symlink", "os.link", "os.chmod")
+
+    def _audit(event, args):
+        if os.getpid() != _PID:
+            return
+        if event == "open":
+            path, mode, flags = args
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE)
+            if writes:
+                sys.stderr.write(f"rank-write open {path}\\n")
+        elif event in _CHANGES:
+            sys.stderr.write(f"rank-write {event} {args[0]}\\n")
+
+    sys.addaudithook(_audit)
+'''
+
+
+def taught_checkpoint(path, steps=40):
+    """A tiny model taught by teacher forcing to answer its increment task with one of two bodies (one
+    right, one wrong), so its RL groups have reward spread and take gradient steps."""
+    torch.manual_seed(0)
+    model = GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=128))
+    tasks = frozen_tasks("rl", 1, families=("increment",))
+    prompts, rows = [], []
+    for task in tasks:
+        for body in ("\n    return x + 1\n", "\n    return x * 2\n"):
+            prompts.append(len(TOK.encode(task.prompt, bos=True)))
+            rows.append(TOK.encode(task.prompt + body, bos=True) + [TOK.eos_id])
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [TOK.pad_id] * (width - len(r)) for r in rows])
+    labels = ids.clone()
+    labels[ids == TOK.pad_id] = -100
+    for i, length in enumerate(prompts):
+        labels[i, :length] = -100
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        logits = model(ids[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_checkpoint(path, model, {"stage": "test"})
+    return path
+
+
+def rows_of(run, name):
+    return [json.loads(line) for line in (run / name).read_text().splitlines()]
+
+
+def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from glm53_flash.train.checkpoint import load_checkpoint
+
+    start = taught_checkpoint(tmp_path / "taught")
+    settings = dict(groups=4, checkpoints=(2,), prompts_per_update=2, group_size=4, max_new_tokens=20,
+                    temperature=0.7, kl_coef=0.1, tasks_per_family=1, families="increment")
+    one = tmp_path / "one"
+    train_rl(rl_cfg(start, one, **settings))
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(RANK_WRITE_AUDIT)
+    two = tmp_path / "two"
+    args = ["--initial-checkpoint", str(start), "--output", str(two), "--groups", "4", "--checkpoints", "2",
+            "--prompts-per-update", "2", "--group-size", "4", "--max-new-tokens", "20", "--temperature", "0.7",
+            "--kl-coef", "0.1", "--tasks-per-family", "1", "--learning-rate", "1e-3", "--device", "cpu",
+            "--verifier-workers", "1", "--families", "increment", "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(hooks))
+    torchrun = Path(sys.executable).parent / "torchrun"
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "glm53_flash.cli", "rl",
+                           *args], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("complete: 4 groups") == 1  # rank 0 reports, rank 1 is silent
+
+    # Only rank 0 wrote: rank 1 opened nothing for writing and changed nothing under the test's files.
+    writes = [line for line in done.stderr.splitlines() if line.startswith("rank-write")]
+    assert not [w for w in writes if str(tmp_path) in w or not w.split(" ", 2)[-1].startswith("/")], writes
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+
+    # The same global work: the same samples and rewards, the same per-group losses and update metrics.
+    rows_one, rows_two = rows_of(one, "rollouts.jsonl"), rows_of(two, "rollouts.jsonl")
+    assert [r["group"] for r in rows_two] == [1, 2, 3, 4]
+    assert any(r["updated"] for r in rows_one), "the test needs groups with reward spread"
+    for a, b in zip(rows_one, rows_two, strict=True):
+        assert (a["task_id"], a["rewards"], a["advantages"], a["updated"]) == \
+               (b["task_id"], b["rewards"], b["advantages"], b["updated"])
+        assert [s["token_ids"] for s in a["samples"]] == [s["token_ids"] for s in b["samples"]]
+        if a["updated"]:
+            assert b["policy_loss"] == pytest.approx(a["policy_loss"], rel=1e-5, abs=1e-8)
+            assert b["gradient_norm"] == pytest.approx(a["gradient_norm"], rel=1e-5)
+    metrics_one, metrics_two = rows_of(one, "metrics.jsonl"), rows_of(two, "metrics.jsonl")
+    assert len(metrics_one) == len(metrics_two) == 2
+    for a, b in zip(metrics_one, metrics_two):
+        assert b["mean_reward"] == a["mean_reward"]
+        for key in ("loss", "grad_norm", "entropy", "kl"):
+            assert (a[key] is None) == (b[key] is None)
+            if a[key] is not None:
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-8), key
+    receipt = json.loads((two / "training-receipt.json").read_text())
+    assert receipt["status"] == "complete" and receipt["world_size"] == 2
+    final_one, _ = load_checkpoint(one / "checkpoint-0004")
+    final_two, _ = load_checkpoint(two / "checkpoint-0004")
+    initial, _ = load_checkpoint(start)
+    assert any(not torch.equal(p, q) for p, q in zip(initial.parameters(), final_two.parameters()))
+    # Every trained weight moved by about 2e-3 (two AdamW steps at lr 1e-3); the two runs agree to
+    # 1e-5. (Not tighter: where the true gradient is zero, AdamW normalises summation noise of 1e-10
+    # into steps of a few 1e-6.) The gradient's scale is checked by grad_norm above.
+    for (name, p), q in zip(final_one.named_parameters(), final_two.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
+
+    # A torchrun run resumes in one process: drop its last checkpoint and finish it again.
+    part = tmp_path / "part"
+    shutil.copytree(two, part)
+    shutil.rmtree(part / "checkpoint-0004")
+    train_rl(rl_cfg(start, part, resume=True, **settings))
+    assert [r["group"] for r in rows_of(part, "rollouts.jsonl")] == [1, 2, 3, 4]
+    resumed, _ = load_checkpoint(part / "checkpoint-0004")
+    for (name, p), q in zip(final_one.named_parameters(), resumed.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)

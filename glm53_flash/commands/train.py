@@ -37,7 +37,8 @@ def register(sub) -> None:
                                    f"{getattr(defaults, name)} for flash)")
     _add_command(sub, "rl", RLConfig, run_rl, "RLOO post-training with executable (unit-test) reward",
                  "RLOO from a pretraining checkpoint; rewards come only from running the hidden tests in the "
-                 "sandboxed verifier.")
+                 "sandboxed verifier. Multi-process: torchrun --nproc_per_node=N -m glm53_flash.cli rl ... "
+                 "(each rank trains whole groups of every update: --prompts-per-update at least N).")
     _add_command(sub, "select", SelectConfig, run_select,
                  "evaluate every checkpoint of a run on dev and name the best",
                  "Evaluates each checkpoint of a pretraining or RL run on a held-out split and names the best "
@@ -62,6 +63,8 @@ def run_rl(args: argparse.Namespace) -> int:
     from ..train.rl import RLConfig, train_rl
 
     receipt = train_rl(from_arguments(RLConfig, args))
+    if not receipt:  # a rank other than 0 under torchrun: rank 0 reports
+        return 0
     print(f"complete: {receipt['groups']} groups, {receipt['updated_groups']} reward-bearing updates, "
           f"{receipt['exact_training_rollouts']} exact rollouts, {receipt['elapsed_seconds']:.1f} s; "
           f"receipt {args.output}/training-receipt.json")

@@ -12,6 +12,22 @@ restore the original for ablation:
   stop (`eos_handling="omit"`: no EOS, as the original); one that ends exactly at the context's end
   gets none (there is no position left for it).
 Extras: several groups per optimizer step, a KL penalty to the frozen initial policy, LR warmup.
+
+Under torchrun (`torchrun --nproc_per_node=N -m glm53_flash.cli rl ...`) the ranks split each update's
+work by whole groups: of the update's `prompts_per_update` groups, rank r takes a contiguous share
+(`DistributedContext.share`), samples them, judges them with its own verifier and computes their
+leave-one-out advantages and objectives. A group never spans ranks, so the RLOO baseline needs no
+communication and every sample is drawn exactly as in one process (its random stream is keyed by
+seed, group, task and sample index, not by rank or batch). The objective stays the single-process
+one: each group's term is divided by the number of reward-bearing groups of the whole update and the
+KL and entropy by its whole token count (both summed across ranks first); the ranks' gradients are
+then summed (`all_sum_gradients`), so every rank clips the same global gradient and takes the same
+AdamW step. Results equal one process's up to floating-point summation order. Splitting a group's
+samples across ranks would need per-sample offsets in the sampler and a reward exchange inside the
+group for no gain in identity, so the command instead refuses `--prompts-per-update` below the
+number of ranks (a rank without a group would only wait). The ranks' group records are gathered to
+rank 0, which alone writes (lock, checkpoints, rollouts, metrics, receipts); resume loads the last
+checkpoint on every rank and works with any number of ranks.
 """
 
 from __future__ import annotations
@@ -48,8 +64,9 @@ from .checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
     read_metadata, save_checkpoint,
 )
+from .distributed import DistributedContext, lock_on_main, setup_distributed, teardown_distributed
 from .loop import MetricsSink, check_live_logging, progress_bar
-from .rundir import RunLock, check_resume_config, config_defaults, interruptible, resume_command
+from .rundir import check_resume_config, config_defaults, interruptible, resume_command
 
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -171,22 +188,27 @@ def policy_objective(logprobs: list[torch.Tensor], advantages: list[float], norm
 NOT_RECORDED = ("resume", "quiet", "tensorboard", "wandb", "verifier_workers", "device", "output")
 
 
-def refuse_torchrun() -> None:
-    """RL runs in one process; under torchrun every rank would train and write the same directory."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        raise ValueError(f"glm53 rl runs in a single process and does not split its work across ranks; "
-                         f"run it without torchrun (this is rank {os.environ.get('RANK', '?')} of {world})")
+def check_world_size(cfg: RLConfig, world_size: int) -> None:
+    """Under torchrun every rank trains whole groups (see the module's note): each update needs at
+    least one group per rank."""
+    if world_size > 1 and cfg.prompts_per_update < world_size:
+        raise ValueError(f"under torchrun each rank trains whole groups: --prompts-per-update "
+                         f"({cfg.prompts_per_update}) must be at least the number of ranks ({world_size})")
 
 
 class RLTrainer:
     def __init__(self, cfg: RLConfig) -> None:
-        refuse_torchrun()
         cfg.validate()
-        check_live_logging(cfg.tensorboard, cfg.wandb)
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.device = resolve_device(cfg.device)
+        check_world_size(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        self.ctx: DistributedContext = setup_distributed(self.device.type)
+        if self.ctx.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.ctx.local_rank)
+            torch.cuda.set_device(self.device)
+        if self.ctx.is_main:
+            check_live_logging(cfg.tensorboard, cfg.wandb)
         families = parse_families(cfg.families)
         self.tasks = frozen_tasks("rl", cfg.tasks_per_family, families=families)
         self.family_label = "all" if not cfg.families else sorted(families)
@@ -209,6 +231,12 @@ class RLTrainer:
     def resume_hint(self) -> str:
         return resume_command("rl", self.cfg, extra=["--resume"])
 
+    def verifier_workers(self) -> int | None:
+        """--verifier-workers, or by default the CPUs shared out among the ranks of one machine."""
+        if self.cfg.verifier_workers is not None or not self.ctx.enabled:
+            return self.cfg.verifier_workers
+        return max(1, (os.cpu_count() or 1) // self.ctx.world_size)
+
     def prepare(self) -> None:
         cfg = self.cfg
         exists = prepare_run_directory(self.out, cfg.resume)
@@ -223,15 +251,17 @@ class RLTrainer:
         if cfg.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         saved = list_checkpoints(self.out) if exists else []
+        self.ctx.barrier()  # every rank has looked at the directory before rank 0 writes into it
         if saved:
             self._resume(saved)
-        else:
+        elif self.ctx.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_json(self.out / RUN_FILE, self.run_record())
             write_json(self.out / SCHEDULE_FILE, [t.task_id for t in self.schedule])
             for name in (ROLLOUTS_FILE, METRICS_FILE):
                 (self.out / name).write_text("")
             self._save(0, 0.0)
+        self.ctx.barrier()
         self.prepared = True
 
     def _resume(self, saved) -> None:
@@ -249,6 +279,8 @@ class RLTrainer:
         for entry in self.checkpoints:
             if entry["weights_sha256"] is None:
                 entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["group"]))["weights_sha256"]
+        if not self.ctx.is_main:
+            return
         for name, key in ((ROLLOUTS_FILE, "group"), (METRICS_FILE, "last_group")):
             rows = [json.loads(line) for line in (self.out / name).read_text().splitlines() if line]
             kept = [r for r in rows if r[key] <= self.done_groups]
@@ -279,7 +311,7 @@ class RLTrainer:
             "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
             "train_scope": cfg.train_scope, "trainable_parameters": self.trainable,
             "reward_mode": cfg.reward_mode, "invalid_penalty": cfg.invalid_penalty, "exact_bonus": cfg.exact_bonus,
-            "device": str(self.device), "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
+            "device": str(self.device), "world_size": self.ctx.world_size, "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
             "schedule_sha256": self.schedule_sha256, "elapsed_seconds": round(elapsed, 3),
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
             "checkpoints": self.checkpoints,
@@ -330,7 +362,10 @@ class RLTrainer:
         return sequences
 
     def update(self, groups: list[dict], lr: float) -> dict:
-        cfg = self.cfg
+        """One AdamW step on this rank's `groups` (all of the update's in one process; under torchrun
+        this rank's share, the objective scaled to the whole update's: see the module's note)."""
+        cfg, ctx = self.cfg, self.ctx
+        distributed = ctx.enabled
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         learning = [g for g in groups if has_signal(g["rewards"])]
@@ -338,40 +373,57 @@ class RLTrainer:
         for g in groups:
             g["advantages"] = leave_one_out_advantages(g["rewards"])
             g["policy_loss"] = None
-        if not learning:
-            return stats
-        self.model.train()
         sequences, owners = [], []
         for g in learning:
             for s in self.training_sequences(g["task"], g["completions"]):
                 sequences.append(s)
                 owners.append(g)
-        logprobs, entropies = sequence_logprobs(self.model, sequences, cfg.temperature, cfg.logprob_source,
-                                                self.device)
+        learning_groups, tokens = len(learning), sum(len(c) for _, c in sequences)
+        if distributed:  # the whole update's counts: every rank scales its terms by them
+            counts = ctx.all_sum(torch.tensor([float(learning_groups), float(tokens)], device=self.device))
+            learning_groups, tokens = int(counts[0]), int(counts[1])
+        if not learning_groups:
+            return stats
+        self.model.train()
         total = torch.zeros((), device=self.device)
-        for g in learning:
-            idx = [i for i, o in enumerate(owners) if o is g]
-            objective = policy_objective([logprobs[i] for i in idx], g["advantages"], cfg.loss_normalization,
-                                         cfg.max_new_tokens)
-            g["policy_loss"] = float(objective.detach())
-            total = total + objective / len(learning)
+        kl = entropy_sum = torch.zeros((), device=self.device)
+        if learning:
+            logprobs, entropies = sequence_logprobs(self.model, sequences, cfg.temperature, cfg.logprob_source,
+                                                    self.device)
+            for g in learning:
+                idx = [i for i, o in enumerate(owners) if o is g]
+                objective = policy_objective([logprobs[i] for i in idx], g["advantages"], cfg.loss_normalization,
+                                             cfg.max_new_tokens)
+                g["policy_loss"] = float(objective.detach())
+                total = total + objective / learning_groups
+            entropy_sum = torch.cat(entropies).sum()
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logprobs, _ = sequence_logprobs(self.reference, sequences, cfg.temperature,
+                                                        cfg.logprob_source, self.device)
+                # k3 estimator of KL(policy || reference) on the sampled tokens.
+                log_ratio = torch.cat(ref_logprobs) - torch.cat(logprobs)
+                terms = log_ratio.exp() - log_ratio - 1
+                kl = terms.sum() / tokens if distributed else terms.mean()
+                total = total + cfg.kl_coef * kl
+        if distributed:
+            summed = ctx.all_sum(torch.stack([total.detach(), kl.detach(), entropy_sum.detach()]))
+            loss, kl_value, entropy = float(summed[0]), float(summed[1]), float(summed[2]) / tokens
+        else:
+            loss, kl_value = float(total.detach()), float(kl.detach())
+            entropy = float(torch.cat(entropies).mean())
         if self.reference is not None:
-            with torch.no_grad():
-                ref_logprobs, _ = sequence_logprobs(self.reference, sequences, cfg.temperature,
-                                                    cfg.logprob_source, self.device)
-            # k3 estimator of KL(policy || reference) on the sampled tokens.
-            log_ratio = torch.cat(ref_logprobs) - torch.cat(logprobs)
-            kl = (log_ratio.exp() - log_ratio - 1).mean()
-            total = total + cfg.kl_coef * kl
-            stats["kl"] = float(kl)
-        if not torch.isfinite(total):
-            raise FloatingPointError(f"non-finite RL objective at group {groups[-1]['group']}")
+            stats["kl"] = kl_value
+        if not torch.isfinite(torch.tensor(loss)):
+            raise FloatingPointError(f"non-finite RL objective at group {groups[-1]['group'] if groups else '?'}")
         self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
+        if learning:
+            total.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
+        ctx.all_sum_gradients(params)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
         self.optimizer.step()
-        stats.update(loss=float(total.detach()), grad_norm=grad_norm, entropy=float(torch.cat(entropies).mean()))
+        stats.update(loss=loss, grad_norm=grad_norm, entropy=entropy)
         for g in learning:
             g["gradient_norm"] = grad_norm
         return stats
@@ -380,7 +432,7 @@ class RLTrainer:
         return self.elapsed_before + time.perf_counter() - self.session_start
 
     def _mark_interrupted(self) -> None:
-        if self.prepared:
+        if self.prepared and self.ctx.is_main:
             saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
             self.write_receipt("interrupted", self._elapsed(), {
                 "resume_command": self.resume_hint(), "resumes_from_group": saved[-1]["group"] if saved else None})
@@ -388,45 +440,68 @@ class RLTrainer:
     def run(self) -> dict:
         from ..verifier import Verifier
 
-        cfg = self.cfg
+        cfg, ctx = self.cfg, self.ctx
         self.session_start = time.perf_counter()
         save_at = set(cfg.checkpoints) | {cfg.groups}
-        with RunLock(self.out), interruptible(self._mark_interrupted, self.resume_hint()):
-            self.prepare()
-            self.session_start = time.perf_counter()
-            bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl", unit="group")
-            self.sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
-                                    run_name=self.out.name, config=config_record(cfg),
-                                    resumed_at=self.done_groups or None)
-            try:
-                with Verifier(workers=cfg.verifier_workers) as verifier:
-                    while self.done_groups < cfg.groups:
-                        first = self.done_groups + 1
-                        last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
-                        update_index = (first - 1) // cfg.prompts_per_update
-                        lr = (cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup
-                              else cfg.learning_rate)
-                        start = time.perf_counter()
-                        groups = self.rollouts(first, self.schedule[first - 1 : last], verifier)
-                        rollout_seconds = time.perf_counter() - start
-                        stats = self.update(groups, lr)
-                        seconds = time.perf_counter() - start
-                        self._log(groups, stats, lr, rollout_seconds, seconds)
-                        self.done_groups = last
-                        if bar is not None:
-                            bar.update(len(groups))
-                            bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
-                                            exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
-                        if any(g["group"] in save_at for g in groups):
-                            elapsed = self._elapsed()
-                            self._save(last, elapsed)
-                            self.write_receipt("running", elapsed)
-            finally:
-                if bar is not None:
-                    bar.close()
-                self.sink.close()
-            self.write_receipt("complete", self._elapsed())
-            return json.loads((self.out / RECEIPT_FILE).read_text())
+        lock = lock_on_main(ctx, self.out, self.device)
+        result: dict = {}
+        try:
+            with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main):
+                self.prepare()
+                self.session_start = time.perf_counter()
+                bar = None
+                if ctx.is_main:
+                    bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl",
+                                       unit="group")
+                    self.sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
+                                            run_name=self.out.name, config=config_record(cfg),
+                                            resumed_at=self.done_groups or None)
+                try:
+                    with Verifier(workers=self.verifier_workers()) as verifier:
+                        while self.done_groups < cfg.groups:
+                            self._one_update(verifier, bar, save_at)
+                finally:
+                    if bar is not None:
+                        bar.close()
+                    if self.sink is not None:
+                        self.sink.close()
+                if ctx.is_main:
+                    self.write_receipt("complete", self._elapsed())
+                    result = json.loads((self.out / RECEIPT_FILE).read_text())
+        finally:
+            if lock is not None:
+                lock.release()
+        teardown_distributed(ctx)
+        return result
+
+    def _one_update(self, verifier, bar, save_at) -> None:
+        cfg, ctx = self.cfg, self.ctx
+        first = self.done_groups + 1
+        last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
+        update_index = (first - 1) // cfg.prompts_per_update
+        lr = cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup else cfg.learning_rate
+        start = time.perf_counter()
+        lo, hi = ctx.share(last - first + 1)  # this rank's groups: first + lo .. first + hi - 1
+        mine = self.rollouts(first + lo, self.schedule[first - 1 + lo : first - 1 + hi], verifier) if hi > lo else []
+        rollout_seconds = time.perf_counter() - start
+        stats = self.update(mine, lr)
+        groups = [g for part in ctx.all_gather_objects(mine) for g in part]
+        seconds = time.perf_counter() - start
+        self.done_groups = last
+        if not ctx.is_main:
+            if any(g["group"] in save_at for g in groups):
+                ctx.barrier()  # rank 0 writes the checkpoint
+            return
+        self._log(groups, stats, lr, rollout_seconds, seconds)
+        if bar is not None:
+            bar.update(len(groups))
+            bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
+                            exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
+        if any(g["group"] in save_at for g in groups):
+            elapsed = self._elapsed()
+            self._save(last, elapsed)
+            self.write_receipt("running", elapsed)
+            ctx.barrier()
 
     def _log(self, groups, stats, lr, rollout_seconds, seconds) -> None:
         lengths, caps = [], 0
@@ -478,6 +553,7 @@ def _evaluate_safely(verifier, pairs):
 
 
 def train_rl(cfg: RLConfig) -> dict:
+    """Run (or resume) an RL run; returns the final receipt (under torchrun on rank 0, {} elsewhere)."""
     return RLTrainer(cfg).run()
 
 
