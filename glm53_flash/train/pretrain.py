@@ -134,6 +134,9 @@ class Pretrainer:
         cfg = self.cfg
         exists = prepare_run_directory(self.out, cfg.resume)
         saved = list_checkpoints(self.out) if exists else []
+        # Every rank has looked at the directory before rank 0 writes into it (_fresh, _save): a rank
+        # that looked later would take a fresh run for an existing one.
+        self.ctx.barrier()
         if exists and saved:
             self._resume(saved)
         else:
