@@ -296,7 +296,7 @@ def test_training_mode_is_restored(model):
     ({"stop": "newline"}, "stop must be one of"),
     ({"stop": "parse"}, "stop must be one of"),  # the task rule lives with the tasks (ParseStop)
     ({"keys": ["only-one"], "prompts": ["a", "b"]}, "keys"),
-    ({"prompts": ["x" * 60]}, "max_sequence_length 64"),
+    ({"prompts": ["x" * 188]}, "max_sequence_length 192"),
     ({"batch_rows": 0}, "batch_rows"),
 ])
 def test_bad_arguments_raise_clear_errors(model, kwargs, message):
@@ -343,7 +343,7 @@ def test_stream_generate_rejects_bad_arguments(model):
     with pytest.raises(ValueError, match="is not the prompt of task"):
         next(stream_generate(model, "def f(x):", stop=ParseStop(frozen_tasks("dev", 1)[:1])))
     with pytest.raises(ValueError, match="exceeds max_sequence_length"):
-        next(stream_generate(model, "x" * 60, max_new_tokens=10))
+        next(stream_generate(model, "x" * 188, max_new_tokens=10))
 
 
 def test_the_sampler_imports_neither_tasks_nor_the_verifier():
