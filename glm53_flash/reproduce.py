@@ -238,7 +238,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     save_stage_times()
 
     def run_selection(template: SelectConfig, run_dir: Path) -> None:
-        options = config_record(replace(template, run=str(run_dir), device=device, progress=progress))
+        options = config_record(replace(template, run=str(run_dir), device=device, quiet=not progress))
         select_checkpoint(options.pop("run"), **options)
 
     # 1. pretraining
@@ -311,6 +311,26 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     return summary
 
 
+def strong_test_summary(out: Path, plan: ReproducePlan) -> dict | None:
+    """Per arm (before RL, each RL seed), the confirm results under the three original cases and under
+    the strong set (50+ cases per task), and the false passes: programs that pass the three but not
+    the strong set. None when the receipts predate the strong set."""
+    k = plan.confirm_sampled.samples
+    arms = {}
+    for arm in ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]:
+        greedy = json.loads((out / "confirm" / f"{arm}-greedy.json").read_text())["summary"]
+        sampled = json.loads((out / "confirm" / f"{arm}-pass{k}.json").read_text())["summary"]
+        if "tasks_solved_strong" not in greedy or "exact_rollouts_strong" not in sampled:
+            return None
+        arms[arm] = {
+            "greedy": {key: greedy[key] for key in ("tasks", "tasks_solved", "tasks_solved_strong", "false_passes",
+                                                    "strong_tests_total")},
+            "sampled": {key: sampled[key] for key in ("rollouts_total", "exact_rollouts", "exact_rollouts_strong",
+                                                      "false_pass_rollouts", "strong_tests_total")},
+        }
+    return arms
+
+
 def ledger_lines_for(plan: ReproducePlan) -> list[dict]:
     from .ledger import ledger_lines
 
@@ -366,6 +386,7 @@ def build_summary(out: Path) -> dict:
                                "checkpoints": [{"step": e["step"], "score": e["score"]}
                                                for e in pre_selection["checkpoints"]]},
         "seeds": seeds, "provenance": provenance(),
+        "strong_tests": strong_test_summary(out, plan),
         # Checked from the receipts' own timestamps, not asserted.
         "confirm_opened_after_selection": first_confirm >= last_selection,
         "last_selection_utc": last_selection, "first_confirm_utc": first_confirm,

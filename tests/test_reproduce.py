@@ -16,6 +16,14 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
         "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
     report = (out / "REPORT.md").read_text()
     assert "records one opening of the confirm split" in report
+    # the strong set beside the three cases, per arm, from the receipts
+    strong = summary["strong_tests"]["before"]
+    receipt = json.loads((out / "confirm" / "before-greedy.json").read_text())
+    assert strong["greedy"]["tasks_solved_strong"] == receipt["summary"]["tasks_solved_strong"]
+    assert strong["greedy"]["tasks_solved"] == receipt["summary"]["tasks_solved"]
+    assert strong["greedy"]["false_passes"] == strong["greedy"]["tasks_solved"] - strong["greedy"]["tasks_solved_strong"]
+    assert strong["greedy"]["strong_tests_total"] >= 50 * strong["greedy"]["tasks"]
+    assert "versus the strong set" in report
     assert "side by side with the original" in report and "16/24" in report
     for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):
         assert (out / "charts" / f"{chart}.png").stat().st_size > 1000

@@ -203,7 +203,7 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
 
     run = tmp_path / "run"
     train_rl(rl_cfg(checkpoint, run, groups=2, checkpoints=(1,)))
-    result = select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, progress=False)
+    result = select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, quiet=True)
     assert result["split"] == "dev" and result["inference"]["families"] == "double,increment"
     assert [e["step"] for e in result["checkpoints"]] == [0, 1, 2]
     from glm53_flash.train.config import SelectConfig
@@ -211,7 +211,7 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
     assert set(result["run_config"]) == {f.name for f in dataclasses.fields(SelectConfig)}
     assert (run / "selection-dev.json").is_file() and (run / "selection" / "dev-checkpoint-0001.json").is_file()
     with pytest.raises(FileExistsError):
-        select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, progress=False)
+        select_checkpoint(run, samples=2, per_family=1, max_new_tokens=8, quiet=True)
     with pytest.raises(ValueError, match="cannot be used for selection"):
         select_checkpoint(run, split="rl", force=True)
 

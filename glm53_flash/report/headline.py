@@ -297,6 +297,26 @@ def confirm_history(summary: dict) -> str:
             f"{reasons or 'no reason recorded'}): its numbers are no longer from an untouched split.")
 
 
+def strong_test_lines(summary: dict) -> list[str]:
+    """The confirm results under the three original cases and under the strong set, per arm, with the
+    false passes (pass the three, fail the strong set); nothing for summaries written before it."""
+    strong = summary.get("strong_tests")
+    if not strong:
+        return []
+    rows = []
+    for arm, r in strong.items():
+        g, s = r["greedy"], r["sampled"]
+        rows.append([arm, f"{g['tasks_solved']}/{g['tasks']}", f"{g['tasks_solved_strong']}/{g['tasks']}",
+                     g["false_passes"], f"{s['exact_rollouts']}/{s['rollouts_total']}",
+                     f"{s['exact_rollouts_strong']}/{s['rollouts_total']}", s["false_pass_rollouts"]])
+    columns = ["arm", "greedy, 3 cases", "greedy, strong set", "false passes", "sampled exact, 3 cases",
+               "sampled exact, strong set", "false-pass rollouts"]
+    return ["## The original three cases versus the strong set", "",
+            "Each task's three hidden cases are the original's; the strong set adds 50 or more cases generated "
+            "from the reference (zero, negatives, large numbers, empty and long inputs). Rewards and selection "
+            "never see it.", "", *markdown_table(columns, rows), ""]
+
+
 def ledger_table(summary: dict) -> list[str]:
     """The ledger lines of this plan's confirm openings as a markdown table (none before the ledger)."""
     from ..ledger import report_rows
@@ -365,6 +385,7 @@ def build_report(out: str | Path) -> Path:
         "",
         *goal_lines(summary),
         "",
+        *strong_test_lines(summary),
         f"![per-seed greedy]({charts['per_seed']})",
         "",
         "## Per seed",

@@ -202,7 +202,7 @@ class SelectConfig:
     device: str = option("cpu", help="where to evaluate", choices=DEVICE_CHOICES)
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")
-    progress: bool = option(True, help="a line per checkpoint")
+    quiet: bool = option(False, help="no line per checkpoint; --no-progress is the same")
 
 
 @dataclass

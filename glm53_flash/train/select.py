@@ -45,7 +45,7 @@ def run_families(run_dir: Path) -> str:
 def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int = 4,
                       families: str | None = None, temperature: float = 0.35, max_new_tokens: int = 48,
                       seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
-                      force: bool = False, progress: bool = True) -> dict:
+                      force: bool = False, quiet: bool = False) -> dict:
     from ..evaluate import evaluate_greedy, evaluate_sampled
     from ..verifier import Verifier
 
@@ -76,7 +76,7 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
             entries.append({"checkpoint": str(path), "step": step, "weights_sha256": meta["weights_sha256"],
                             "score": list(selection_score(receipt, sampled)), "summary": receipt["summary"],
                             "pass_at_k": receipt.get("pass_at_k"), "receipt": str(eval_path)})
-            if progress:
+            if not quiet:
                 print(f"  {path.name}: score {entries[-1]['score']}", flush=True)
     best = best_entry(entries)
     result = {
@@ -89,7 +89,7 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
         "run_config": config_record(SelectConfig(
             run=str(run_dir), split=split, samples=samples, per_family=per_family, families=families,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, stop=stop, device=device,
-            output=output, force=force, progress=progress)),
+            output=output, force=force, quiet=quiet)),
     }
     write_json(out, result)
     return result
