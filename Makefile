@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo $(if $(REOPEN),--reopen "$(REOPEN)")
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
