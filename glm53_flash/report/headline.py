@@ -412,8 +412,9 @@ def build_report(out: str | Path) -> Path:
                          f"(CI {format_interval(v['ci'], scale=100)})")
         lines.append("- untrained families (exact sampled completions, CI of the rate change in points): "
                      + "; ".join(parts) + ".")
-        lines.append("- interference: " + (f"RL made {', '.join(drops)} significantly worse (the CI of the "
-                                            "change lies below zero)." if drops else
+        lines.append("- interference: " + (f"RL lowered {', '.join(drops)}: the 95% bootstrap CI of the rate "
+                                            "change lies below zero (a description over the family's tasks, not "
+                                            "a test; no multiplicity control)." if drops else
                                             "no untrained family dropped by more than its confidence interval "
                                             "allows."))
         lines.append("")

@@ -421,7 +421,7 @@ def slide_failures(x: Inputs) -> Slide:
         row = [family]
         for s in x.seeds:
             v = x.summary["seeds"][s]["untrained_interference"][family]
-            mark = " (significant drop)" if v["significant_drop"] else ""
+            mark = " (CI below 0)" if v["significant_drop"] else ""
             row.append(f"{v['before_exact']} -> {v['after_exact']}/{v['rollouts']} "
                        f"{format_interval(v['ci'], scale=100)}{mark}")
         rows.append(row)
