@@ -202,11 +202,9 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
 
 
 def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
+    from .progress import progress_bar
 
-    return tqdm(total=total, desc="evaluate", unit="rollout", dynamic_ncols=True)
+    return progress_bar(total, quiet=not enabled, desc="evaluate", unit="rollout")
 
 
 def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening) -> dict:

@@ -71,31 +71,31 @@ def test_playground_completes_a_prompt_and_shows_the_verdict(browser, server):  
 
 
 def test_the_completion_box_never_overflows_at_1280x800(viewport, server):
-    browser = viewport
-    browser.get(server.launch_url.replace("/?", "/playground?"))
-    wait(browser, lambda d: body_attribute(d, "data-ready") == "true")
-    assert browser.execute_script("return [innerWidth, innerHeight]") == [1280, 800]
-    empty = overflow(browser)
+    page = viewport
+    page.get(server.launch_url.replace("/?", "/playground?"))
+    wait(page, lambda d: body_attribute(d, "data-ready") == "true")
+    assert page.execute_script("return [innerWidth, innerHeight]") == [1280, 800]
+    empty = overflow(page)
     # a free-text prompt with no spaces, run to the cap: the real model's output is one long line
-    browser.execute_script("document.getElementById('task').value = '';"
+    page.execute_script("document.getElementById('task').value = '';"
                            "document.getElementById('prompt').value = 'x'.repeat(60) + 'def f(x):';")
-    browser.find_element(By.ID, "max-new").clear()
-    browser.find_element(By.ID, "max-new").send_keys("96")
-    run_completion(browser)
-    assert browser.find_element(By.ID, "error").text == ""
-    assert len(browser.find_element(By.ID, "output").text) > 60
-    real = overflow(browser)
+    page.find_element(By.ID, "max-new").clear()
+    page.find_element(By.ID, "max-new").send_keys("96")
+    run_completion(page)
+    assert page.find_element(By.ID, "error").text == ""
+    assert len(page.find_element(By.ID, "output").text) > 60
+    real = overflow(page)
     assert (real["box_horizontal"], real["box_right_edge"], real["page_horizontal"]) == (0, 0, 0), real
     assert real["box_height"] == empty["box_height"]  # the box keeps its size
-    browser.save_screenshot(str(ARTIFACTS / "playground-long-line-1280x800.png"))
+    page.save_screenshot(str(ARTIFACTS / "playground-long-line-1280x800.png"))
     # far more text than the box holds, unbroken and in long lines: it wraps and scrolls inside the box
-    browser.execute_script("document.getElementById('output').textContent ="
+    page.execute_script("document.getElementById('output').textContent ="
                            " ('#'.repeat(3000) + '\\n' + 'y = f(x)  '.repeat(200) + '\\n').repeat(5);")
-    stuffed = overflow(browser)
+    stuffed = overflow(page)
     assert (stuffed["box_horizontal"], stuffed["box_right_edge"], stuffed["page_horizontal"]) == (0, 0, 0), stuffed
     assert stuffed["box_scrolls"] and stuffed["box_height"] == empty["box_height"], stuffed
-    browser.save_screenshot(str(ARTIFACTS / "playground-stuffed-1280x800.png"))
-    assert errors(browser) == []
+    page.save_screenshot(str(ARTIFACTS / "playground-stuffed-1280x800.png"))
+    assert errors(page) == []
 
 
 def test_the_page_without_the_token_is_refused(browser, server):  # noqa: F811

@@ -335,3 +335,25 @@ def test_missing_live_logger_packages_are_one_line_errors(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=r"--wandb needs the wandb package"):
         pretrain(tiny_cfg(tmp_path / "b", wandb="project"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_progress_in_a_log_is_a_line_per_tenth_with_the_steps_metrics():
+    import io
+
+    from glm53_flash.train.loop import ProgressLines
+
+    stream = io.StringIO()
+    lines = ProgressLines(20, desc="pretrain", stream=stream)
+    for step in range(20):
+        lines.update(1)
+        lines.set_postfix(loss=float(step))
+    lines.close()
+    out = stream.getvalue().splitlines()
+    assert len(out) == 10 and "\r" not in stream.getvalue()
+    assert out[0].startswith("pretrain: 2/20 step (10%)") and out[0].endswith("loss 1")  # this step's loss
+    assert out[-1].startswith("pretrain: 20/20 step (100%)") and "left" not in out[-1]
+    resumed = io.StringIO()
+    later = ProgressLines(20, initial=15, stream=resumed)  # a resumed run counts from where it is
+    later.update(5)
+    later.close()
+    assert resumed.getvalue().startswith("progress: 20/20 step (100%)")

@@ -20,7 +20,6 @@ Both compute the same objective: token-mean cross-entropy over the labels that a
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import IGNORE_INDEX
+from ..progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
 from ..runtime import autocast, fused_optimizer_supported
 
 OPTIMIZER_KERNELS = ("fused", "torch-default")
@@ -141,23 +141,6 @@ class _no_autocast:
 
 
 # ----------------------------------------------------------------------------------- progress
-
-
-def progress_bar(total: int, *, quiet: bool = False, initial: int = 0, desc: str = "", unit: str = "step"):
-    """A tqdm bar on stderr, or None when `quiet` or when stderr is not a terminal (a log file or a
-    pipe would only collect carriage returns)."""
-    if quiet or not _stderr_is_terminal():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr)
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 # ----------------------------------------------------------------------------------- the loop
