@@ -323,7 +323,7 @@ def strong_test_summary(out: Path, plan: ReproducePlan) -> dict | None:
         if "tasks_solved_strong" not in greedy or "exact_rollouts_strong" not in sampled:
             return None
         arms[arm] = {
-            "greedy": {key: greedy[key] for key in ("tasks", "tasks_solved", "tasks_solved_strong", "false_passes",
+            "greedy": {key: greedy[key] for key in ("tasks_total", "tasks_solved", "tasks_solved_strong", "false_passes",
                                                     "strong_tests_total")},
             "sampled": {key: sampled[key] for key in ("rollouts_total", "exact_rollouts", "exact_rollouts_strong",
                                                       "false_pass_rollouts", "strong_tests_total")},

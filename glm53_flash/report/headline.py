@@ -306,7 +306,7 @@ def strong_test_lines(summary: dict) -> list[str]:
     rows = []
     for arm, r in strong.items():
         g, s = r["greedy"], r["sampled"]
-        rows.append([arm, f"{g['tasks_solved']}/{g['tasks']}", f"{g['tasks_solved_strong']}/{g['tasks']}",
+        rows.append([arm, f"{g['tasks_solved']}/{g['tasks_total']}", f"{g['tasks_solved_strong']}/{g['tasks_total']}",
                      g["false_passes"], f"{s['exact_rollouts']}/{s['rollouts_total']}",
                      f"{s['exact_rollouts_strong']}/{s['rollouts_total']}", s["false_pass_rollouts"]])
     columns = ["arm", "greedy, 3 cases", "greedy, strong set", "false passes", "sampled exact, 3 cases",
