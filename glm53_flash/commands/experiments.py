@@ -118,17 +118,24 @@ def run_pretraining_data(args) -> int:
     options = (cfg.conditions, cfg.seeds, cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.sequence_length,
                cfg.eval_at, cfg.workers)
     draft = build_plan(*options, None)  # also validates the flags before timing anything
+    return _run_study(args, cfg, out, draft, lambda: build_plan(*options, round(measure_seconds_per_step(), 4)),
+                      lambda plan: _run(cfg, out, plan, plan["units"], run_unit))
+
+
+def _run_study(args, cfg, out: Path, draft: dict, timed_plan, run) -> int:
+    """The session every study runs in: the directory locked, the existing plan resumed (or a new one
+    timed by `timed_plan()`), then `run(plan)` -> number of runs finished, with the plan's status kept."""
     with _study_session(args, cfg, out) as (state, mark):
         plan = _existing_plan(out, draft)
         if plan is None:
-            plan = build_plan(*options, round(measure_seconds_per_step(), 4))
+            plan = timed_plan()
         plan["run_config"] = config_record(cfg)  # this session's flags, outside the hashed design
         _start_study(cfg, out, plan)
         if cfg.plan_only:
             return 0
         state["plan"] = plan
         mark("running")
-        ran = _run(cfg, out, plan, plan["units"], run_unit)
+        ran = run(plan)
         mark(_finished_status(out, plan))
     print(f"{plan['study']}: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
     return 0
@@ -158,49 +165,35 @@ def run_rl_choices(args) -> int:
     sha = read_metadata(checkpoint)["weights_sha256"]
     options = (str(checkpoint), sha, cfg.arms, cfg.seeds, cfg.confirm_seeds, cfg.tasks, cfg.confirm_arm, cfg.workers)
     draft = build_plan(*options, None, None)
-    if not cfg.plan_only and not cfg.open_sealed:
-        from ..experiments.study import pending_units, plan_hash
-        from ..ledger import is_sealed
-
-        sealed = [u["split"] for u in pending_units(out, draft["units"], plan_hash(draft)) if is_sealed(u["split"])]
-        if sealed:  # refused before the study directory is touched
-            raise ValueError(f"this study evaluates the sealed split {sealed[0]}: pass --open-sealed \"<purpose>\" "
-                             "(recorded in the ledger; see `glm53 ledger`)")
-    with _study_session(args, cfg, out) as (state, mark):
-        plan = _existing_plan(out, draft)
-        if plan is None:
-            plan = build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint))))
-        plan["run_config"] = config_record(cfg)  # this session's flags, outside the hashed design
-        _start_study(cfg, out, plan)
-        if cfg.plan_only:
-            return 0
-        state["plan"] = plan
-        mark("running")
-        ran = _run_rl_phases(cfg, out, plan)
-        mark(_finished_status(out, plan))
-    print(f"rl-choices: {ran} run(s) finished; next: glm53 analyze {out}", file=sys.stderr)
-    return 0
+    # Every unit on a sealed split (the confirmation and its reference) runs under one opening, granted
+    # here, before the study directory is touched: a missing --open-sealed costs no training.
+    opening = None if cfg.plan_only else _sealed_opening(cfg, out, draft)
+    return _run_study(args, cfg, out, draft,
+                      lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint)))),
+                      lambda plan: _run_rl_phases(cfg, out, plan, opening))
 
 
-def _run_rl_phases(cfg, out: Path, plan: dict) -> int:
-    """The screen (and references), then the planned selection, then the confirmation."""
+def _sealed_opening(cfg, out: Path, plan: dict):
+    """The ledger opening for the plan's pending units on a sealed split, or None when there are none."""
+    from ..experiments.study import pending_units, plan_hash
+    from ..ledger import is_sealed, require_open
+
+    sealed = [u["split"] for u in pending_units(out, plan["units"], plan_hash(plan)) if is_sealed(u["split"])]
+    if not sealed:
+        return None
+    if not cfg.open_sealed:
+        raise ValueError(f"this study evaluates the sealed split {sealed[0]}: pass --open-sealed \"<purpose>\" "
+                         "(recorded in the ledger; see `glm53 ledger`)")
+    return require_open(sealed[0], cfg.open_sealed, plan_sha256=plan_hash(plan), reopen=cfg.reopen)
+
+
+def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
+    """The screen (and references), then the planned selection, then the confirmation; units on a
+    sealed split run under `opening`."""
     from ..experiments.rl_choices import run_unit, select_candidate
     from ..experiments.study import load_receipts
     from ..receipts import provenance, write_json
 
-    from ..experiments.study import pending_units
-    from ..ledger import is_sealed, require_open
-
-    # Every unit on a sealed split (the confirmation and its reference) runs under one opening, asked
-    # for before anything runs, so a missing --open-sealed costs no training.
-    sealed = [u for u in pending_units(out, plan["units"], plan["plan_sha256"]) if is_sealed(u["split"])]
-    opening = None
-    if sealed:
-        if not cfg.open_sealed:
-            raise ValueError(f"this study evaluates the sealed split {sealed[0]['split']}: pass --open-sealed "
-                             "\"<purpose>\" (recorded in the ledger)")
-        opening = require_open(sealed[0]["split"], cfg.open_sealed, plan_sha256=plan["plan_sha256"],
-                               reopen=cfg.reopen)
     work = out / "work"
     first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
     ran = _run(cfg, out, plan, first, run_unit, opening)
