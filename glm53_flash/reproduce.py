@@ -96,28 +96,25 @@ def _nested_from_flat(flat: dict) -> dict:
             raise ValueError(f"plan is missing {key!r}")
         return flat[key]
 
-    families = get("families")
-    evaluation = dict(temperature=get("eval_temperature"), max_new_tokens=get("max_new_tokens"))
-    selection = dict(split="dev", samples=get("dev_samples"), per_family=get("dev_per_family"), **evaluation)
-    return {
-        "pretrain": dict(preset=get("model_preset"), model_overrides=get("model_overrides"),
-                         steps=get("pretrain_steps"), checkpoints=get("pretrain_checkpoints"),
-                         batch_size=get("batch_size"), sequence_length=get("sequence_length"),
-                         learning_rate=get("pretrain_lr")),
-        "select_pretrain": dict(selection, families=""),
-        "rl": dict(groups=get("rl_groups"), checkpoints=get("rl_checkpoints"), group_size=get("rl_group_size"),
-                   max_new_tokens=get("max_new_tokens"), temperature=get("rl_temperature"),
-                   learning_rate=get("rl_lr"), train_scope=get("rl_scope"), reward_mode=get("rl_reward"),
-                   families=families, tasks_per_family=get("rl_tasks_per_family"),
-                   prompts_per_update=get("rl_prompts_per_update"), logprob_source=get("rl_logprob_source"),
-                   loss_normalization=get("rl_loss_normalization"), eos_handling=get("rl_eos_handling")),
-        "rl_seeds": get("rl_seeds"),
-        "select_rl": dict(selection, families=families),
-        "confirm_greedy": dict(split="confirm", per_family=get("confirm_greedy_per_family"), families=families,
-                               samples=1, seed=GREEDY_SEED, max_new_tokens=get("max_new_tokens")),
-        "confirm_sampled": dict(split="confirm", per_family=get("confirm_sampled_per_family"), families="",
-                                samples=get("confirm_samples"), seed=SAMPLED_SEED, **evaluation),
-    }
+    rl = dict(groups=get("rl_groups"), checkpoints=get("rl_checkpoints"), group_size=get("rl_group_size"),
+              temperature=get("rl_temperature"), learning_rate=get("rl_lr"), train_scope=get("rl_scope"),
+              reward_mode=get("rl_reward"), tasks_per_family=get("rl_tasks_per_family"),
+              prompts_per_update=get("rl_prompts_per_update"), logprob_source=get("rl_logprob_source"),
+              loss_normalization=get("rl_loss_normalization"), eos_handling=get("rl_eos_handling"))
+    try:
+        plan = make_plan(
+            preset=get("model_preset"),
+            pretrain=dict(model_overrides=get("model_overrides"), steps=get("pretrain_steps"),
+                          checkpoints=get("pretrain_checkpoints"), batch_size=get("batch_size"),
+                          sequence_length=get("sequence_length"), learning_rate=get("pretrain_lr")),
+            rl=rename_legacy_values(rl), rl_seeds=get("rl_seeds"), families=get("families"),
+            max_new_tokens=get("max_new_tokens"), eval_temperature=get("eval_temperature"),
+            dev_per_family=get("dev_per_family"), dev_samples=get("dev_samples"),
+            confirm_greedy_per_family=get("confirm_greedy_per_family"),
+            confirm_sampled_per_family=get("confirm_sampled_per_family"), confirm_samples=get("confirm_samples"))
+    except TypeError as error:
+        raise ValueError(f"plan has a value of the wrong type ({error})") from None
+    return plan.to_dict()
 
 
 GREEDY_SEED, SAMPLED_SEED = 2026, 8675309  # evaluate.GREEDY_DEFAULTS / SAMPLED_DEFAULTS (torch-free here)
