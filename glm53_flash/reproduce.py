@@ -195,7 +195,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     from .model.pretrained import load_pretrained
     from .train.pretrain import pretrain
     from .train.rl import train_rl
-    from .train.select import select_checkpoint
+    from .train.select import select_from_config
     from .verifier import Verifier
 
     if preset not in PLANS:
@@ -235,8 +235,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     save_stage_times()
 
     def run_selection(template: SelectConfig, run_dir: Path) -> None:
-        options = config_record(replace(template, run=str(run_dir), device=device, quiet=not progress))
-        select_checkpoint(options.pop("run"), **options)
+        select_from_config(replace(template, run=str(run_dir), device=device, quiet=not progress))
 
     # 1. pretraining
     _log(f"pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps")

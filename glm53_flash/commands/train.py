@@ -72,13 +72,10 @@ def run_rl(args: argparse.Namespace) -> int:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    from ..options import config_record
     from ..train.config import SelectConfig
-    from ..train.select import select_checkpoint
+    from ..train.select import select_from_config
 
-    cfg = from_arguments(SelectConfig, args)
-    options = config_record(cfg)
-    result = select_checkpoint(options.pop("run"), **options)
+    result = select_from_config(from_arguments(SelectConfig, args))
     best = result["selected"]
     print(f"selected {best['checkpoint']} (score {best['score']}; rule: {result['rule']})")
     return 0

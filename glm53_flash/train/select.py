@@ -42,6 +42,12 @@ def run_families(run_dir: Path) -> str:
     return ""
 
 
+def select_from_config(cfg: SelectConfig) -> dict:
+    """`select_checkpoint` with every knob from a SelectConfig (`glm53 select`, the reproduce plan)."""
+    options = config_record(cfg)
+    return select_checkpoint(options.pop("run"), **options)
+
+
 def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int = 4,
                       families: str | None = None, temperature: float = 0.35, max_new_tokens: int = 48,
                       seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
