@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test clean-venv
+.PHONY: demo seeds test clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo $(if $(REOPEN),--reopen "$(REOPEN)")
+
+# Two more pretraining seeds per arm (one RL seed each) beside the demo's runs, for the spread over seeds.
+seeds: $(STAMP)
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --extra-pretrain-seeds 1,2 $(if $(REOPEN),--reopen "$(REOPEN)")
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

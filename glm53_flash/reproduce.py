@@ -43,8 +43,13 @@ class ReproducePlan:
     select_rl: SelectConfig
     confirm_greedy: EvalConfig
     confirm_sampled: EvalConfig
+    # The never-opened split, evaluated after confirm (None in plans written before it existed).
+    holdout_greedy: EvalConfig | None = None
+    holdout_sampled: EvalConfig | None = None
 
-    STAGES = ("pretrain", "select_pretrain", "rl", "select_rl", "confirm_greedy", "confirm_sampled")
+    STAGES = ("pretrain", "select_pretrain", "rl", "select_rl", "confirm_greedy", "confirm_sampled",
+              "holdout_greedy", "holdout_sampled")
+    OPTIONAL_STAGES = ("holdout_greedy", "holdout_sampled")
 
     @property
     def families(self) -> str:
@@ -53,7 +58,7 @@ class ReproducePlan:
 
     def to_dict(self) -> dict:
         record = {name: {k: v for k, v in config_record(getattr(self, name)).items() if k not in RUN_FIELDS}
-                  for name in self.STAGES}
+                  for name in self.STAGES if getattr(self, name) is not None}
         del record["rl"]["seed"]
         return {**record, "rl_seeds": list(self.rl_seeds)}
 
@@ -64,15 +69,19 @@ class ReproducePlan:
             raise ValueError(f"a plan must be a JSON object, got {type(values).__name__}")
         if "pretrain" not in values:
             values = _nested_from_flat(values)
+        evaluation = {"checkpoint": "", "output": ""}
         types = {"pretrain": PretrainConfig, "select_pretrain": SelectConfig, "rl": RLConfig,
-                 "select_rl": SelectConfig, "confirm_greedy": EvalConfig, "confirm_sampled": EvalConfig}
+                 "select_rl": SelectConfig, "confirm_greedy": EvalConfig, "confirm_sampled": EvalConfig,
+                 "holdout_greedy": EvalConfig, "holdout_sampled": EvalConfig}
         placeholders = {"pretrain": {"output": ""}, "select_pretrain": {"run": ""},
                         "rl": {"initial_checkpoint": "", "output": ""}, "select_rl": {"run": ""},
-                        "confirm_greedy": {"checkpoint": "", "output": ""},
-                        "confirm_sampled": {"checkpoint": "", "output": ""}}
+                        "confirm_greedy": evaluation, "confirm_sampled": evaluation,
+                        "holdout_greedy": evaluation, "holdout_sampled": evaluation}
         configs = {}
         for name, kind in types.items():
             section = values.get(name)
+            if section is None and name in cls.OPTIONAL_STAGES:
+                continue
             if not isinstance(section, dict):
                 raise ValueError(f"plan section {name!r} must be a JSON object")
             known = {f.name for f in dataclasses.fields(kind)}
@@ -122,11 +131,22 @@ GREEDY_SEED, SAMPLED_SEED = 2026, 8675309  # evaluate.GREEDY_DEFAULTS / SAMPLED_
 
 def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...], families: str,
               max_new_tokens: int, eval_temperature: float, dev_per_family: int, dev_samples: int,
-              confirm_greedy_per_family: int, confirm_sampled_per_family: int, confirm_samples: int) -> ReproducePlan:
+              confirm_greedy_per_family: int, confirm_sampled_per_family: int, confirm_samples: int,
+              holdout_greedy_per_family: int | None = None,
+              holdout_sampled_per_family: int | None = None) -> ReproducePlan:
     """A plan from the values that differ from each stage's defaults; values shared by several stages
-    (the trained families, the completion cap, the evaluation temperature) are given once here."""
+    (the trained families, the completion cap, the evaluation temperature) are given once here. The
+    holdout stages evaluate like the confirm ones, on their own number of tasks."""
     evaluation = dict(temperature=eval_temperature, max_new_tokens=max_new_tokens)
     selection = dict(split="dev", samples=dev_samples, per_family=dev_per_family, **evaluation)
+    holdout = {}
+    if holdout_greedy_per_family is not None:
+        holdout = dict(
+            holdout_greedy=EvalConfig(checkpoint="", split="holdout", output="", per_family=holdout_greedy_per_family,
+                                      families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
+            holdout_sampled=EvalConfig(checkpoint="", split="holdout", output="",
+                                       per_family=holdout_sampled_per_family, families="", samples=confirm_samples,
+                                       seed=SAMPLED_SEED, **evaluation))
     return ReproducePlan(
         pretrain=PretrainConfig(output="", preset=preset, **pretrain),
         select_pretrain=SelectConfig(run="", families="", **selection),
@@ -136,24 +156,56 @@ def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...
         confirm_greedy=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_greedy_per_family,
                                   families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
         confirm_sampled=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_sampled_per_family,
-                                   families="", samples=confirm_samples, seed=SAMPLED_SEED, **evaluation))
+                                   families="", samples=confirm_samples, seed=SAMPLED_SEED, **evaluation),
+        **holdout)
 
 
-# The headline RL recipe is the original's: on the step-100 checkpoint it beat our fixed defaults on one
-# seed (confirm greedy 15/24 vs 12/24; docs/BENCHMARKS.md "RL outcome preview").
+# The headline's RL budget and hyperparameters are the original's (seed-README "Result"), shared by
+# both arms; the arms differ only in the switches below.
 _HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, tasks_per_family=32, temperature=0.35,
-                    learning_rate=5e-5, train_scope="last-block-head", reward_mode="binary", prompts_per_update=1,
-                    logprob_source="untempered", loss_normalization="sequence-mean", eos_handling="omit")
+                    learning_rate=5e-5, train_scope="last-block-head", reward_mode="binary", prompts_per_update=1)
+
+# The headline's two arms. "ours" is every stage config at its default (our fixes); "faithful" turns
+# every switch back to the original miniature's: the stream residual, RoPE before the feature map in
+# the linear layers, the hard-count balance loss (no gradient), weight decay on every parameter, and
+# RL's untempered log-probs, per-sequence mean and no EOS token in the loss.
+ARMS: dict[str, dict] = {
+    "faithful": {
+        "model_overrides": {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
+                            "balance_loss": "hard-count"},
+        "pretrain": {"decay_all_parameters": True},
+        "rl": {"logprob_source": "untempered", "loss_normalization": "sequence-mean", "eos_handling": "omit"},
+    },
+    "ours": {"model_overrides": {}, "pretrain": {}, "rl": {}},
+}
+
+
+def arm_plan(plan: "ReproducePlan", arm: str, pretrain_seed: int | None = None,
+             rl_seeds: tuple[int, ...] | None = None) -> "ReproducePlan":
+    """`plan` with the switches of `arm` (ARMS), optionally another pretraining (initialisation) seed
+    and other RL seeds."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; allowed: {', '.join(ARMS)}")
+    switches = ARMS[arm]
+    pretrain = replace(plan.pretrain, model_overrides={**plan.pretrain.model_overrides, **switches["model_overrides"]},
+                       **switches["pretrain"])
+    if pretrain_seed is not None:
+        pretrain = replace(pretrain, seed=pretrain_seed)
+    return replace(plan, pretrain=pretrain, rl=replace(plan.rl, **switches["rl"]),
+                   rl_seeds=plan.rl_seeds if rl_seeds is None else tuple(rl_seeds))
+
 
 PLANS: dict[str, ReproducePlan] = {
-    # The original's headline run (seed-README "Result"), on the CPU.
+    # The original's headline run (seed-README "Result"), on the CPU, with our defaults; ARMS make the
+    # faithful and our arm of it.
     "headline": make_plan(
         preset="flash", pretrain=dict(steps=100, checkpoints=(25, 50, 75, 100), batch_size=32, sequence_length=128,
                                       learning_rate=3e-4),
         rl=_HEADLINE_RL, rl_seeds=(31415, 27182, 16180), families="increment,double,even", max_new_tokens=48,
         eval_temperature=0.35, dev_per_family=4, dev_samples=8, confirm_greedy_per_family=8,
-        confirm_sampled_per_family=8, confirm_samples=8),
-    # A small model and few steps: the test suite's end-to-end run and a first look in about 35 s.
+        confirm_sampled_per_family=8, confirm_samples=8, holdout_greedy_per_family=32,
+        holdout_sampled_per_family=8),
+    # A small model and few steps: the test suite's end-to-end run and a first look in about a minute.
     "quick": make_plan(
         preset="tiny", pretrain=dict(steps=300, checkpoints=(150, 300), batch_size=16, sequence_length=128,
                                      learning_rate=3e-3),
@@ -161,7 +213,7 @@ PLANS: dict[str, ReproducePlan] = {
             "learning_rate": 1e-3},
         rl_seeds=(31415,), families="increment,double,even", max_new_tokens=24, eval_temperature=0.35,
         dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4, confirm_sampled_per_family=2,
-        confirm_samples=4),
+        confirm_samples=4, holdout_greedy_per_family=4, holdout_sampled_per_family=2),
 }
 
 
@@ -183,35 +235,114 @@ def plan_sha256(plan: ReproducePlan) -> str:
 
 
 CONFIRM_PURPOSE = "the headline's confirmation, after all dev selection (glm53 reproduce)"
+HOLDOUT_PURPOSE = "the headline's held-out result, after all dev selection (glm53 reproduce)"
+PURPOSES = {"confirm": CONFIRM_PURPOSE, "holdout": HOLDOUT_PURPOSE}
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One run of the pipeline: an arm's plan at one pretraining seed, in its own directory."""
+
+    arm: str
+    plan: ReproducePlan
+    directory: Path
+
+    @property
+    def pretrain_seed(self) -> int:
+        return self.plan.pretrain.seed
+
+
+def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
+             extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS)) -> list[ArmRun]:
+    """The runs of a headline directory: each arm at the plan's own pretraining seed (with every RL
+    seed) in OUT/ARM, and at each extra pretraining seed (with the first RL seed only) in
+    OUT/ARM-pretrain-SEED."""
+    if preset not in PLANS:
+        raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PLANS)}")
+    base = PLANS[preset] if rl_seeds is None else replace(PLANS[preset], rl_seeds=tuple(rl_seeds))
+    if not base.rl_seeds:
+        raise ValueError("--rl-seeds needs at least one seed")
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown or not arms:
+        raise ValueError(f"unknown arm(s) {', '.join(unknown) or '(none given)'}; allowed: {', '.join(ARMS)}")
+    if base.pretrain.seed in extra_pretrain_seeds or len(set(extra_pretrain_seeds)) != len(extra_pretrain_seeds):
+        raise ValueError(f"--extra-pretrain-seeds must be distinct and differ from the plan's own seed "
+                         f"{base.pretrain.seed}")
+    out = Path(output)
+    runs = [ArmRun(arm, arm_plan(base, arm), out / arm) for arm in arms]
+    runs += [ArmRun(arm, arm_plan(base, arm, pretrain_seed=seed, rl_seeds=base.rl_seeds[:1]),
+                    out / f"{arm}-pretrain-{seed}")
+             for seed in extra_pretrain_seeds for arm in arms]
+    return runs
 
 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
-              device: str = "cpu", progress: bool = True, reopen: str | None = None) -> dict:
-    """Run (or resume) the pipeline of `preset` in `output`. The confirm split is sealed: the plan opens
-    it once, for CONFIRM_PURPOSE, and every receipt is recorded in the ledger; a plan that already
-    opened it (in this or another directory) is refused unless `reopen` gives the reason."""
+              device: str = "cpu", progress: bool = True, reopen: str | None = None,
+              extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS)) -> dict:
+    """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
+    and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
+    recorded in the ledger; a plan that already opened one (in this or another directory) is refused
+    unless `reopen` gives the reason. Every opening is asked for before any stage runs."""
+    out = Path(output)
+    if (out / "plan.json").exists():
+        raise ValueError(f"{out} holds a one-arm run of an older version (plan.json at its top); "
+                         "use a new --output")
+    runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms))
+    openings = {run.directory: _require_openings(run, reopen) for run in runs}
+    for run in runs:
+        _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
+        reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory])
+    from .report.arms import build_headline_report
+
+    summary = build_headline_summary(out)
+    write_json(out / SUMMARY_FILE, summary)
+    report_path = build_headline_report(out)
+    _log(f"report: {report_path}")
+    return summary
+
+
+def sealed_stages(plan: ReproducePlan) -> dict[str, tuple[EvalConfig, EvalConfig]]:
+    """The plan's evaluations of sealed splits, in the order they run: split -> (greedy, sampled)."""
+    stages = {"confirm": (plan.confirm_greedy, plan.confirm_sampled)}
+    if plan.holdout_greedy is not None:
+        stages["holdout"] = (plan.holdout_greedy, plan.holdout_sampled)
+    return stages
+
+
+def checkpoint_names(plan: ReproducePlan) -> list[str]:
+    """The evaluated checkpoints of a run: before RL, then each RL seed's selected one."""
+    return ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]
+
+
+def _receipt_paths(directory: Path, plan: ReproducePlan, split: str) -> list[Path]:
+    k = sealed_stages(plan)[split][1].samples
+    return [directory / split / f"{name}-{kind}.json" for name in checkpoint_names(plan)
+            for kind in ("greedy", f"pass{k}")]
+
+
+def _require_openings(run: ArmRun, reopen: str | None) -> dict:
+    """An opening of each sealed split whose receipts are not all written yet (refused before any
+    stage runs, so a refusal costs nothing and writes nothing)."""
     from . import ledger
-    from .evaluate import evaluate_greedy, evaluate_sampled
-    from .model.pretrained import load_pretrained
+
+    openings = {}
+    for split in sealed_stages(run.plan):
+        if not all(path.exists() for path in _receipt_paths(run.directory, run.plan, split)):
+            openings[split] = ledger.require_open(split, PURPOSES[split], plan_sha256=plan_sha256(run.plan),
+                                                  reopen=reopen)
+    return openings
+
+
+def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool = True,
+                  openings: dict | None = None) -> dict:
+    """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
+    sealed splits (confirm, then holdout) -> its summary.json and REPORT.md."""
     from .train.pretrain import pretrain
     from .train.rl import train_rl
     from .train.select import select_from_config
-    from .verifier import Verifier
 
-    if preset not in PLANS:
-        raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PLANS)}")
-    plan = PLANS[preset] if rl_seeds is None else replace(PLANS[preset], rl_seeds=tuple(rl_seeds))
-    if not plan.rl_seeds:
-        raise ValueError("--rl-seeds needs at least one seed")
-    out = Path(output)
-    confirm = out / "confirm"
-    greedy_cfg, sampled_cfg = plan.confirm_greedy, plan.confirm_sampled
-    arm_names = ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]
-    receipts = [confirm / f"{arm}-{kind}.json" for arm in arm_names for kind in ("greedy", f"pass{sampled_cfg.samples}")]
-    opening = None
-    if not all(path.exists() for path in receipts):
-        # Asked for before any stage runs, so a refusal costs nothing; nothing is written until a receipt is.
-        opening = ledger.require_open(greedy_cfg.split, CONFIRM_PURPOSE, plan_sha256=plan_sha256(plan), reopen=reopen)
+    plan, out = run.plan, run.directory
+    openings = _require_openings(run, None) if openings is None else openings
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     if plan_path.exists():
@@ -223,14 +354,14 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
         except (ValueError, TypeError):
             same = False
         if not same:
-            raise ValueError(f"{out} was started with a different plan (preset or --rl-seeds); "
-                             "use the same flags or a new --output")
+            raise ValueError(f"{out} was started with a different plan (preset, --rl-seeds or a changed "
+                             "default); use the same flags or a new --output")
         stages = recorded.get("stage_seconds", {})
     else:
         stages = {}
 
     def save_stage_times():
-        write_json(plan_path, {"preset": preset, "plan": plan.to_dict(), "stage_seconds": stages})
+        write_json(plan_path, {"preset": preset, "arm": run.arm, "plan": plan.to_dict(), "stage_seconds": stages})
 
     save_stage_times()
 
@@ -238,7 +369,8 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
         select_from_config(replace(template, run=str(run_dir), device=device, quiet=not progress))
 
     # 1. pretraining
-    _log(f"pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps")
+    _log(f"[{run.arm}] pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps "
+         f"(seed {plan.pretrain.seed})")
     with _timed(stages, "pretrain"):
         pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, quiet=not progress))
     save_stage_times()
@@ -246,18 +378,18 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     # 2. pretraining checkpoint selection on dev (all families)
     selection_path = out / "pretrain" / "selection-dev.json"
     if not selection_path.exists():
-        _log("selecting the pretraining checkpoint on dev")
+        _log(f"[{run.arm}] selecting the pretraining checkpoint on dev")
         with _timed(stages, "select_pretrain"):
             run_selection(plan.select_pretrain, out / "pretrain")
         save_stage_times()
     start_checkpoint = json.loads(selection_path.read_text())["selected"]["checkpoint"]
-    _log(f"selected {start_checkpoint}")
+    _log(f"[{run.arm}] selected {start_checkpoint}")
 
     # 3-4. RL for each seed, then selection of its checkpoint on dev (trained families)
     rl_selected = {}
     for seed in plan.rl_seeds:
         run_dir = out / f"rl-{seed}"
-        _log(f"RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
+        _log(f"[{run.arm}] RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
         with _timed(stages, f"rl_{seed}"):
             train_rl(replace(plan.rl, initial_checkpoint=start_checkpoint, output=str(run_dir), seed=seed,
                              device=device, resume=True, quiet=not progress))
@@ -267,20 +399,44 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                 run_selection(plan.select_rl, run_dir)
         save_stage_times()
         rl_selected[seed] = json.loads(selection.read_text())["selected"]["checkpoint"]
-        _log(f"RL seed {seed}: selected {rl_selected[seed]}")
+        _log(f"[{run.arm}] RL seed {seed}: selected {rl_selected[seed]}")
 
-    # 5. all selection is done: open the confirm split (every receipt is recorded in the ledger)
+    # 5. all selection is done: open the sealed splits (every receipt is recorded in the ledger)
+    checkpoints = dict(zip(checkpoint_names(plan), [start_checkpoint, *rl_selected.values()]))
+    for split, configs in sealed_stages(plan).items():
+        with _timed(stages, split):
+            _evaluate_sealed(out / split, configs, checkpoints, openings.get(split), device, run.arm)
+        save_stage_times()
+    for opening in openings.values():
+        opening.close()
+
+    # 6-7. statistics and the report, from the receipts alone
+    from .report.headline import build_report
+
+    summary = build_summary(out)
+    write_json(out / SUMMARY_FILE, summary)
+    build_report(out)
+    return summary
+
+
+def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],
+                     opening, device: str, arm: str) -> None:
+    """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`."""
+    from .evaluate import evaluate_greedy, evaluate_sampled
+    from .model.pretrained import load_pretrained
+    from .verifier import Verifier
+
+    greedy_cfg, sampled_cfg = configs
     greedy_tasks = frozen_tasks(greedy_cfg.split, greedy_cfg.per_family, families=parse_families(greedy_cfg.families))
     sampled_tasks = frozen_tasks(sampled_cfg.split, sampled_cfg.per_family,
                                  families=parse_families(sampled_cfg.families))
-    arms = {"before": start_checkpoint, **{f"rl-{seed}": ckpt for seed, ckpt in rl_selected.items()}}
-    with Verifier() as verifier, _timed(stages, "confirm"):
-        for arm, checkpoint in arms.items():
-            greedy_path = confirm / f"{arm}-greedy.json"
-            sampled_path = confirm / f"{arm}-pass{sampled_cfg.samples}.json"
+    with Verifier() as verifier:
+        for name, checkpoint in checkpoints.items():
+            greedy_path = directory / f"{name}-greedy.json"
+            sampled_path = directory / f"{name}-pass{sampled_cfg.samples}.json"
             if greedy_path.exists() and sampled_path.exists():
                 continue
-            _log(f"confirm split: evaluating {arm} ({checkpoint})")
+            _log(f"[{arm}] {greedy_cfg.split} split: evaluating {name} ({checkpoint})")
             model, meta = load_pretrained(checkpoint, device)
             common = dict(verifier=verifier, checkpoint=str(checkpoint), checkpoint_sha256=meta["weights_sha256"],
                           opening=opening)
@@ -293,29 +449,17 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                     model, sampled_tasks, samples=sampled_cfg.samples, temperature=sampled_cfg.temperature,
                     max_new_tokens=sampled_cfg.max_new_tokens, stop=sampled_cfg.stop, seed=sampled_cfg.seed,
                     **common))
-    if opening is not None:
-        opening.close()
-    save_stage_times()
-
-    # 6-7. statistics and the report, from the receipts alone
-    from .report.headline import build_report
-
-    summary = build_summary(out)
-    write_json(out / SUMMARY_FILE, summary)
-    report_path = build_report(out)
-    _log(f"report: {report_path}")
-    return summary
 
 
-def strong_test_summary(out: Path, plan: ReproducePlan) -> dict | None:
-    """Per arm (before RL, each RL seed), the confirm results under the three original cases and under
-    the strong set (50+ cases per task), and the false passes: programs that pass the three but not
-    the strong set. None when the receipts predate the strong set."""
-    k = plan.confirm_sampled.samples
+def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") -> dict | None:
+    """Per checkpoint (before RL, each RL seed), the results on `split` under the three original cases
+    and under the strong set (50+ cases per task), and the false passes: programs that pass the three
+    but not the strong set. None when the receipts predate the strong set."""
+    k = sealed_stages(plan)[split][1].samples
     arms = {}
-    for arm in ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]:
-        greedy = json.loads((out / "confirm" / f"{arm}-greedy.json").read_text())["summary"]
-        sampled = json.loads((out / "confirm" / f"{arm}-pass{k}.json").read_text())["summary"]
+    for arm in checkpoint_names(plan):
+        greedy = json.loads((out / split / f"{arm}-greedy.json").read_text())["summary"]
+        sampled = json.loads((out / split / f"{arm}-pass{k}.json").read_text())["summary"]
         if "tasks_solved_strong" not in greedy or "exact_rollouts_strong" not in sampled:
             return None
         arms[arm] = {
@@ -327,33 +471,32 @@ def strong_test_summary(out: Path, plan: ReproducePlan) -> dict | None:
     return arms
 
 
-def ledger_lines_for(plan: ReproducePlan) -> list[dict]:
+def ledger_lines_for(plan: ReproducePlan, split: str = "confirm") -> list[dict]:
     from .ledger import ledger_lines
 
     identity = plan_sha256(plan)
-    return [line for line in ledger_lines(plan.confirm_greedy.split) if line["plan_sha256"] == identity]
+    return [line for line in ledger_lines(split) if line["plan_sha256"] == identity]
 
 
-def build_summary(out: Path) -> dict:
-    """Paired statistics for every RL seed, computed only from the receipts in `out`."""
+def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
+    """Paired statistics (before RL vs each RL seed's selected checkpoint) on one sealed split, from its
+    receipts in OUT/SPLIT."""
     from .compare import compare_receipts, load_receipt
 
-    meta = json.loads((out / "plan.json").read_text())
-    plan = ReproducePlan.from_dict(meta["plan"])
     trained = list(parse_families(plan.families))
     untrained = [f for f in FAMILY_NAMES if f not in trained]
-    k = plan.confirm_sampled.samples
-    before_greedy = load_receipt(out / "confirm" / "before-greedy.json")
-    before_sampled = load_receipt(out / "confirm" / f"before-pass{k}.json")
+    k = sealed_stages(plan)[split][1].samples
+    directory = out / split
+    before_greedy = load_receipt(directory / "before-greedy.json")
+    before_sampled = load_receipt(directory / f"before-pass{k}.json")
     seeds = {}
     for seed in plan.rl_seeds:
         arm = f"rl-{seed}"
-        greedy = compare_receipts(before_greedy, load_receipt(out / "confirm" / f"{arm}-greedy.json"),
+        after_sampled = load_receipt(directory / f"{arm}-pass{k}.json")
+        greedy = compare_receipts(before_greedy, load_receipt(directory / f"{arm}-greedy.json"),
                                   labels=("before RL", arm))
-        sampled = compare_receipts(before_sampled, load_receipt(out / "confirm" / f"{arm}-pass{k}.json"),
-                                   labels=("before RL", arm))
-        trained_sampled = compare_receipts(before_sampled, load_receipt(out / "confirm" / f"{arm}-pass{k}.json"),
-                                           families=trained, labels=("before RL", arm))
+        sampled = compare_receipts(before_sampled, after_sampled, labels=("before RL", arm))
+        trained_sampled = compare_receipts(before_sampled, after_sampled, families=trained, labels=("before RL", arm))
         interference = {}
         for family in untrained:
             row = sampled["by_family"][family]
@@ -369,24 +512,82 @@ def build_summary(out: Path) -> dict:
             "sampled_by_family": sampled["by_family"], "untrained_interference": interference,
             "losses_on_trained_greedy": greedy["overall"]["losses"],
         }
+    return seeds
+
+
+def build_summary(out: Path) -> dict:
+    """One run's paired statistics for every RL seed on each sealed split, computed only from the
+    receipts in `out`. The confirm split's are at the top (as before the holdout split existed); the
+    holdout split's, when the plan has it, under "holdout"."""
+    meta = json.loads((out / "plan.json").read_text())
+    plan = ReproducePlan.from_dict(meta["plan"])
+    trained = list(parse_families(plan.families))
+    untrained = [f for f in FAMILY_NAMES if f not in trained]
     pre_selection = json.loads((out / "pretrain" / "selection-dev.json").read_text())
     selections = [pre_selection] + [json.loads((out / f"rl-{s}" / "selection-dev.json").read_text())
                                     for s in plan.rl_seeds]
-    confirm_receipts = [json.loads(p.read_text()) for p in sorted((out / "confirm").glob("*.json"))]
     last_selection = max(s["provenance"]["created_utc"] for s in selections)
-    first_confirm = min(r["provenance"]["created_utc"] for r in confirm_receipts)
-    return {
-        "schema_version": "1.0", "preset": meta["preset"], "plan": plan.to_dict(), "stage_seconds": meta["stage_seconds"],
-        "trained_families": trained, "untrained_families": untrained,
+    first_opened = {}
+    for split in sealed_stages(plan):
+        receipts = [json.loads(p.read_text()) for p in _receipt_paths(out, plan, split)]
+        first_opened[split] = min(r["provenance"]["created_utc"] for r in receipts)
+    summary = {
+        "schema_version": "1.1", "preset": meta["preset"], "arm": meta.get("arm"), "plan": plan.to_dict(),
+        "stage_seconds": meta["stage_seconds"], "trained_families": trained, "untrained_families": untrained,
+        "pretrain_seed": plan.pretrain.seed,
         "pretrain_selection": {"rule": pre_selection["rule"], "selected": pre_selection["selected"]["checkpoint"],
                                "checkpoints": [{"step": e["step"], "score": e["score"]}
                                                for e in pre_selection["checkpoints"]]},
-        "seeds": seeds, "provenance": provenance(),
+        "seeds": split_results(out, plan, "confirm"), "provenance": provenance(),
         "strong_tests": strong_test_summary(out, plan),
         # Checked from the receipts' own timestamps, not asserted.
-        "confirm_opened_after_selection": first_confirm >= last_selection,
-        "last_selection_utc": last_selection, "first_confirm_utc": first_confirm,
+        "confirm_opened_after_selection": first_opened["confirm"] >= last_selection,
+        "last_selection_utc": last_selection, "first_confirm_utc": first_opened["confirm"],
         # Every opening of the confirm split for this plan, from the ledger (any directory, any machine
         # whose ledger this is): more than one opening means the split was not held out for this plan.
         "ledger": ledger_lines_for(plan),
+    }
+    if "holdout" in first_opened:
+        summary["holdout"] = {
+            "seeds": split_results(out, plan, "holdout"), "strong_tests": strong_test_summary(out, plan, "holdout"),
+            "opened_after_selection": first_opened["holdout"] >= last_selection,
+            "first_opened_utc": first_opened["holdout"], "ledger": ledger_lines_for(plan, "holdout"),
+        }
+    return summary
+
+
+# --------------------------------------------------------------------------- both arms
+
+
+def _run_directories(out: Path) -> list[Path]:
+    """The run directories of a headline directory (each holds a plan.json with its arm)."""
+    found = []
+    for path in sorted(out.iterdir()):
+        plan = path / "plan.json"
+        if path.is_dir() and plan.is_file() and (path / SUMMARY_FILE).is_file():
+            found.append(path)
+    return found
+
+
+def build_headline_summary(out: str | Path) -> dict:
+    """The two-arm summary of a headline directory, from its runs' summaries (and so from their
+    receipts): each arm's main run, every pretraining seed's before/after scores, and the paired
+    comparisons between the arms."""
+    from .headline_stats import compare_arms, seed_table
+
+    out = Path(out)
+    runs = [(path, json.loads((path / SUMMARY_FILE).read_text())) for path in _run_directories(out)]
+    if not runs:
+        raise ValueError(f"{out} holds no finished run (ARM/summary.json)")
+    arms = {}
+    for path, summary in runs:
+        if path.name == summary.get("arm"):
+            arms[summary["arm"]] = summary
+    seeds = seed_table(out, runs)
+    return {
+        "schema_version": "2.0", "preset": runs[0][1]["preset"], "arms": arms,
+        "arm_switches": {arm: ARMS[arm] for arm in arms},
+        "pretraining_seeds": seeds,
+        "comparison": compare_arms(out, arms, seeds),
+        "provenance": provenance(),
     }

@@ -4,36 +4,52 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..reproduce import PLANS, reproduce
+from ..reproduce import ARMS, PLANS, reproduce
 from ..runtime import DEVICE_CHOICES
 
 
 def register(sub) -> None:
     """`glm53 reproduce`."""
 
-    p = sub.add_parser("reproduce", help="the headline experiment end to end: pretrain, RL, confirm, report",
-                       description="Pretrain -> dev selection -> RL per seed -> dev selection -> confirm split -> "
-                                   "paired statistics -> REPORT.md. Rerun the same command to resume. The "
-                                   "sealed confirm split is opened once per plan and recorded in the ledger.")
+    p = sub.add_parser("reproduce", help="the headline experiment end to end, two arms: pretrain, RL, sealed "
+                                         "splits, report",
+                       description="For each arm (faithful: the original's switches; ours: our defaults): "
+                                   "pretrain -> dev selection -> RL per seed -> dev selection -> the confirm and "
+                                   "holdout splits -> paired statistics -> REPORT.md, then the two-arm report. "
+                                   "Rerun the same command to resume. Each sealed split is opened once per plan "
+                                   "and recorded in the ledger.")
     p.add_argument("--output", required=True)
     p.add_argument("--preset", choices=sorted(PLANS), default="headline")
     p.add_argument("--rl-seeds", default=None, help="comma-separated RL seeds (default: the preset's)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms (default: {','.join(ARMS)})")
+    p.add_argument("--extra-pretrain-seeds", default="", metavar="SEEDS",
+                   help="comma-separated pretraining seeds to run besides the plan's own, each arm with the first "
+                        "RL seed only (`make seeds`: 1,2)")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
     p.add_argument("--reopen", metavar="REASON", default=None,
-                   help="open the sealed confirm split again for a plan that already opened it (in this or another "
+                   help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
     p.add_argument("--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress bars (also off when stderr is not a terminal)")
     p.set_defaults(func=_run_reproduce)
 
 
-def _run_reproduce(args) -> int:
-    from ..report.headline import result_table
+def _integers(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
 
-    seeds = None if args.rl_seeds is None else tuple(int(s) for s in args.rl_seeds.split(",") if s.strip())
+
+def _run_reproduce(args) -> int:
+    from ..report.arms import arm_table
+
+    seeds = None if args.rl_seeds is None else _integers(args.rl_seeds, "--rl-seeds")
     summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
-                        progress=not args.quiet, reopen=args.reopen)
+                        progress=not args.quiet, reopen=args.reopen,
+                        extra_pretrain_seeds=_integers(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
+                        arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     print()
-    print("\n".join(result_table(summary)))
+    print("\n".join(arm_table(summary)))
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")
     return 0

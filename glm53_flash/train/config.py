@@ -60,6 +60,8 @@ class PretrainConfig:
     schedule: str = option("constant", help="learning-rate schedule after warmup", choices=SCHEDULES)
     min_lr_ratio: float = option(0.1, help="cosine schedule's floor, as a fraction of --learning-rate")
     weight_decay: float = option(0.1, help="AdamW weight decay, applied to weight matrices only")
+    decay_all_parameters: bool = option(False, help="apply --weight-decay to every parameter, norm gains and "
+                                                    "embeddings included (the original's optimiser)")
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
     resume: bool = option(False, help="continue the run in --output from its last checkpoint; with a "
                                         "different --steps, extend (or shorten) it when its LR schedule allows")

@@ -44,7 +44,7 @@ RECEIPT_FILE = "training-receipt.json"
 # Fields that must match for --resume to continue a run (steps and checkpoints may change when the
 # schedule allows it: see `Pretrainer._check_length_change`).
 RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_rate", "seed", "data_seed",
-                 "warmup", "schedule", "weight_decay", "model_overrides", "checkpoints")
+                 "warmup", "schedule", "weight_decay", "decay_all_parameters", "model_overrides", "checkpoints")
 LENGTH_FIELDS = ("steps", "checkpoints")
 
 
@@ -66,7 +66,7 @@ def schedule_depends_on_length(cfg: PretrainConfig) -> bool:
 
 def update_recipe(cfg: PretrainConfig) -> UpdateRecipe:
     return replace(PRETRAINING, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                   grad_clip=cfg.grad_clip)
+                   grad_clip=cfg.grad_clip, decay_all_parameters=cfg.decay_all_parameters)
 
 
 def make_optimizer(model: GLM53Flash, cfg: PretrainConfig) -> torch.optim.AdamW:
@@ -245,6 +245,7 @@ class Pretrainer:
             "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size,
             "sequence_length": cfg.sequence_length, "learning_rate": cfg.learning_rate,
             "warmup": cfg.warmup, "schedule": cfg.schedule, "weight_decay": cfg.weight_decay,
+            "decay_all_parameters": cfg.decay_all_parameters,
             "balance_weight": self.raw_model.config.balance_loss_weight, "world_size": self.ctx.world_size,
             "run_config": config_record(cfg),
             "tokens_seen": sum(r["tokens"] for r in self.metrics_rows),
