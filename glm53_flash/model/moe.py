@@ -74,9 +74,11 @@ def grouped_mm_usable(x: torch.Tensor, weight: torch.Tensor, aligned: bool) -> b
     row strides (`aligned`: every dim a multiple of 4, fixed when the layer is built). On CUDA it
     wants bf16 on recent GPUs; the chunk loop is the portable path there. Under CPU autocast the
     loop's F.linear would run in bf16 while the grouped kernel stays fp32, so the loop is taken there
-    too, to keep the two paths equal."""
+    too, to keep the two paths equal. Under torch.compile the loop is taken as well: the grouped
+    kernel's fake-tensor rule (what compile traces with) accepts only bf16, so tracing it fails."""
     return (GROUPED_MM_ENABLED and aligned and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
+            and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling())
 
 
 # A switch for tests and benchmarks: False forces the portable chunk loop everywhere.
