@@ -172,6 +172,8 @@ def test_analyze_help_writes_nothing(tmp_path, capsys):
 def test_plan_rejects_bad_designs():
     args = (["diverse-88"], [1], 10, 4, 1e-3, 128, [0, 10], 1, None)
     assert pd.build_plan(*args)["analysis"]["comparisons"] == []
+    # the plan names the model it trains, positions included: runs of another model are another plan
+    assert pd.build_plan(*args)["design"]["model"]["linear_rope"] == "rope-before-feature-map"
     with pytest.raises(ValueError, match="unknown condition"):
         pd.build_plan(["diverse-99"], *args[1:])
     with pytest.raises(ValueError, match="eval-at"):

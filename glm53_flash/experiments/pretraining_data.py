@@ -385,6 +385,7 @@ def measure_seconds_per_step(probe_steps: int = 10) -> float:
 
 def build_plan(conditions, seeds, steps: int, batch_size: int, learning_rate: float, sequence_length: int,
                eval_at, workers: int, seconds_per_step: float | None) -> dict:
+    from ..config import ModelConfig
     from ..stats import minimum_detectable_effect
 
     conditions, seeds, eval_at = list(conditions), list(seeds), sorted(set(eval_at) | {steps})
@@ -405,6 +406,8 @@ def build_plan(conditions, seeds, steps: int, batch_size: int, learning_rate: fl
             "conditions": conditions, "seeds": seeds, "steps": steps, "batch_size": batch_size,
             "learning_rate": learning_rate, "sequence_length": sequence_length, "eval_at": eval_at,
             "preset": "research-mini", "optimizer": "AdamW betas (0.9, 0.95), weight decay 0.1, constant LR, clip 1.0",
+            # the model itself, so a change of the preset (RoPE in its linear layers) is a new plan
+            "model": ModelConfig.preset("research-mini", max_sequence_length=sequence_length).to_dict(),
             "structure_shuffle_seed": STRUCTURE_SHUFFLE_SEED, "train_pool": TRAIN_POOL_SIZE,
             "held_out_structures": ["-".join(s) for s in split_structures()[1]],
             "execution_points": list(EXECUTION_POINTS), "pairing": "same initial weights per seed in every condition",
