@@ -326,10 +326,13 @@ def _require_openings(run: ArmRun, reopen: str | None) -> dict:
     from . import ledger
 
     openings = {}
+    identity = plan_sha256(run.plan)
     for split in sealed_stages(run.plan):
         if not all(path.exists() for path in _receipt_paths(run.directory, run.plan, split)):
-            openings[split] = ledger.require_open(split, PURPOSES[split], plan_sha256=plan_sha256(run.plan),
-                                                  reopen=reopen)
+            # a reason to reopen is recorded only where there is something to reopen
+            earlier = reopen is not None and ledger.plan_openings(split, identity)
+            openings[split] = ledger.require_open(split, PURPOSES[split], plan_sha256=identity,
+                                                  reopen=reopen if earlier else None)
     return openings
 
 
@@ -583,11 +586,19 @@ def build_headline_summary(out: str | Path) -> dict:
     for path, summary in runs:
         if path.name == summary.get("arm"):
             arms[summary["arm"]] = summary
+    from .report.arms import arm_rows
+
     seeds = seed_table(out, runs)
-    return {
+    summary = {
         "schema_version": "2.0", "preset": runs[0][1]["preset"], "arms": arms,
         "arm_switches": {arm: ARMS[arm] for arm in arms},
         "pretraining_seeds": seeds,
         "comparison": compare_arms(out, arms, seeds),
+        # seconds of stages per run directory, and of the main arms together (what `make demo` runs)
+        "run_seconds": {path.name: sum(s["stage_seconds"].values()) for path, s in runs},
+        "demo_seconds": sum(sum(s["stage_seconds"].values()) for s in arms.values()),
         "provenance": provenance(),
     }
+    columns, rows = arm_rows(summary)
+    summary["headline_table"] = {"columns": columns, "rows": rows}  # the README's table, rendered here
+    return summary

@@ -107,7 +107,7 @@ def test_a_note_saved_in_the_page_survives_a_server_restart(browser, deck_html, 
     finally:
         stop(first)
     stored = json.loads((tmp_path / "notes" / "feedback.json").read_text())
-    assert stored["feedback"] == {"result-chart": note}
+    assert stored["feedback"] == {"arms": note}  # the second slide
     browser.execute_script("localStorage.clear()")  # the note must come back from the server, not the browser
     second = serve(deck_html, tmp_path / "notes", checkpoint)
     try:

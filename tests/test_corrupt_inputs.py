@@ -93,7 +93,7 @@ def test_corrupt_receipts_for_compare(content, tmp_path, capsys):
 
 @pytest.mark.parametrize("content", ["[]", "{}", "nonsense", '{"preset": "x", "plan": [], "seeds": {}, '
                                      '"trained_families": [], "untrained_families": [], "pretrain_selection": {}, '
-                                     '"stage_seconds": {}}'])
+                                     '"stage_seconds": {}}', '{"arms": []}', '{"arms": {}, "comparison": {}}'])
 def test_a_corrupt_headline_summary_for_the_deck(content, tmp_path, capsys):
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -108,9 +108,9 @@ def test_a_corrupt_headline_summary_for_the_deck(content, tmp_path, capsys):
                                      '{"preset": "quick", "plan": {"pretrain": {"steps": "x"}}}'])
 def test_a_corrupt_plan_is_refused_before_anything_runs(content, tmp_path, capsys):
     out = tmp_path / "demo"
-    out.mkdir()
-    (out / "plan.json").write_text(content)
-    code = main(["reproduce", "--preset", "quick", "--output", str(out), "--quiet"])
+    (out / "ours").mkdir(parents=True)
+    (out / "ours" / "plan.json").write_text(content)
+    code = main(["reproduce", "--preset", "quick", "--output", str(out), "--arms", "ours", "--quiet"])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and "glm53 reproduce: error:" in err, err
-    assert sorted(p.name for p in out.iterdir()) == ["plan.json"]  # nothing written
+    assert sorted(p.name for p in (out / "ours").iterdir()) == ["plan.json"]  # nothing written

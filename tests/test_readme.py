@@ -26,7 +26,7 @@ def readme_block(name: str) -> str:
 def test_the_readme_loads_a_trained_checkpoint_tokenizes_and_generates(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = GLM53Flash(ModelConfig.preset("tiny"))
-    save_checkpoint(tmp_path / "runs/demo/pretrain/checkpoint-0100", model, {"step": 100}, {"optimizer": {}})
+    save_checkpoint(tmp_path / "runs/demo/ours/pretrain/checkpoint-0100", model, {"step": 100}, {"optimizer": {}})
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(readme_block("load-and-generate"), "README.md", "exec"), namespace)  # noqa: S102 - our README

@@ -4,48 +4,98 @@ from pathlib import Path
 from glm53_flash.reproduce import reproduce
 
 
-def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
+def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
     out = tmp_path / "demo"
     summary = reproduce(out, preset="quick", progress=False)
-    assert summary["confirm_opened_after_selection"] is True
-    seed = summary["seeds"]["31415"]
-    assert seed["greedy_trained"]["tasks"] == 12 and "untrained_interference" in seed
-    # confirm is sealed: one opening for this plan, every receipt recorded in the (test's own) ledger
-    assert len(summary["ledger"]) == 4 and len({line["opening_id"] for line in summary["ledger"]}) == 1
-    assert {Path(line["receipt"]).name for line in summary["ledger"]} == {
-        "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
+    assert set(summary["arms"]) == {"faithful", "ours"}
+    # the arms differ in exactly the original's switches
+    faithful_plan = summary["arms"]["faithful"]["plan"]
+    ours_plan = summary["arms"]["ours"]["plan"]
+    assert faithful_plan["pretrain"]["model_overrides"] == {
+        "stream_mode": "double-residual", "linear_rope": "rope-before-feature-map", "balance_loss": "hard-count"}
+    assert faithful_plan["pretrain"]["decay_all_parameters"] is True and ours_plan["pretrain"]["decay_all_parameters"] is False
+    assert faithful_plan["rl"]["logprob_source"] == "untempered" and ours_plan["rl"]["logprob_source"] == "sampler"
+    differing = {(stage, key) for stage in ours_plan if isinstance(ours_plan[stage], dict)
+                 for key in ours_plan[stage] if ours_plan[stage][key] != faithful_plan[stage][key]}
+    assert differing == {("pretrain", "model_overrides"), ("pretrain", "decay_all_parameters"),
+                         ("rl", "logprob_source"), ("rl", "loss_normalization"), ("rl", "eos_handling")}
+    for arm in ("faithful", "ours"):
+        s = summary["arms"][arm]
+        assert s["confirm_opened_after_selection"] is True and s["holdout"]["opened_after_selection"] is True
+        seed = s["seeds"]["31415"]
+        assert seed["greedy_trained"]["tasks"] == 12 and "untrained_interference" in seed
+        # each sealed split: one opening for this arm's plan, every receipt recorded in the (test's own) ledger
+        for lines, split in ((s["ledger"], "confirm"), (s["holdout"]["ledger"], "holdout")):
+            assert len(lines) == 4 and len({line["opening_id"] for line in lines}) == 1
+            assert {line["split"] for line in lines} == {split}
+            assert {Path(line["receipt"]).name for line in lines} == {
+                "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
+        report = (out / arm / "REPORT.md").read_text()
+        assert "records one opening of the confirm split" in report
+        # the strong set beside the three cases, per checkpoint, from the receipts
+        strong = s["holdout"]["strong_tests"]["before"]
+        receipt = json.loads((out / arm / "holdout" / "before-greedy.json").read_text())
+        assert receipt["split"] == "holdout"
+        assert strong["greedy"]["tasks_solved_strong"] == receipt["summary"]["tasks_solved_strong"]
+        assert strong["greedy"]["false_passes"] == strong["greedy"]["tasks_solved"] - strong["greedy"]["tasks_solved_strong"]
+        assert strong["greedy"]["strong_tests_total"] >= 50 * strong["greedy"]["tasks_total"]
+        assert "versus the strong set" in report and "side by side with the original" in report
+        for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):
+            assert (out / arm / "charts" / f"{chart}.png").stat().st_size > 1000
+        # every number in the summary comes from the receipts: recompute from them and compare
+        before = json.loads((out / arm / "confirm" / "before-greedy.json").read_text())
+        assert seed["greedy_trained"]["before_solved"] == before["summary"]["tasks_solved"]
+        row = summary["pretraining_seeds"][arm][0]
+        assert row["pretrain_seed"] == 42 and row["holdout"]["before"] == receipt["summary"]["tasks_solved"]
+    # the two-arm comparisons, each naming its method
+    comparison = summary["comparison"]
+    on_holdout = comparison["ours_vs_faithful_holdout"]["rows"]
+    assert set(on_holdout) == {"before", "rl-31415"} and "McNemar" in comparison["ours_vs_faithful_holdout"]["method"]
+    for row in on_holdout.values():
+        assert row["ours_solved"] - row["faithful_solved"] == row["only_ours"] - row["only_faithful"]
+        assert row["mcnemar_p_holm"] >= row["mcnemar_p"]
+    original = comparison["faithful_reproduces_original"]
+    assert original["rows"]["before"]["original"] == 0 and original["rows"]["rl-31415"]["original"] == 16
+    assert comparison["over_pretraining_seeds"]["pretrain_seeds"] == [42]
     report = (out / "REPORT.md").read_text()
-    assert "records one opening of the confirm split" in report
-    # the strong set beside the three cases, per arm, from the receipts
-    strong = summary["strong_tests"]["before"]
-    receipt = json.loads((out / "confirm" / "before-greedy.json").read_text())
-    assert strong["greedy"]["tasks_solved_strong"] == receipt["summary"]["tasks_solved_strong"]
-    assert strong["greedy"]["tasks_solved"] == receipt["summary"]["tasks_solved"]
-    assert strong["greedy"]["false_passes"] == strong["greedy"]["tasks_solved"] - strong["greedy"]["tasks_solved_strong"]
-    assert strong["greedy"]["strong_tests_total"] >= 50 * strong["greedy"]["tasks_total"]
-    assert "versus the strong set" in report
-    assert "side by side with the original" in report and "16/24" in report
-    for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):
-        assert (out / "charts" / f"{chart}.png").stat().st_size > 1000
-    for path in ("pretrain/selection-dev.json", "rl-31415/selection-dev.json", "confirm/before-greedy.json",
-                 "confirm/rl-31415-pass4.json"):
-        assert (out / path).is_file(), path
-    # every number in the summary comes from the receipts: recompute from them and compare
-    before = json.loads((out / "confirm" / "before-greedy.json").read_text())
-    assert seed["greedy_trained"]["before_solved"] == before["summary"]["tasks_solved"]
-    # a rerun resumes: no stage runs again, the confirm receipts are untouched
-    stamp = (out / "confirm" / "before-greedy.json").stat().st_mtime_ns
+    assert "reproduce the original's 0/24 -> 16/24" in report and "Holm" in report and "make seeds" in report
+    # a rerun resumes: no stage runs again, the sealed receipts are untouched
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.json") if p.parent.name in ("confirm", "holdout")}
+    assert len(stamps) == 16
     again = reproduce(out, preset="quick", progress=False)
-    assert (out / "confirm" / "before-greedy.json").stat().st_mtime_ns == stamp
-    assert again["seeds"] == summary["seeds"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert again["arms"]["ours"]["seeds"] == summary["arms"]["ours"]["seeds"]
+    assert again["comparison"] == summary["comparison"]
+
+
+def test_extra_pretraining_seeds_and_arms_are_checked_before_anything_runs(tmp_path):
+    import pytest
+
+    from glm53_flash.reproduce import arm_runs
+
+    runs = arm_runs(tmp_path, "headline", extra_pretrain_seeds=(1, 2))
+    assert [(r.arm, r.pretrain_seed, r.plan.rl_seeds, r.directory.name) for r in runs] == [
+        ("faithful", 42, (31415, 27182, 16180), "faithful"), ("ours", 42, (31415, 27182, 16180), "ours"),
+        ("faithful", 1, (31415,), "faithful-pretrain-1"), ("ours", 1, (31415,), "ours-pretrain-1"),
+        ("faithful", 2, (31415,), "faithful-pretrain-2"), ("ours", 2, (31415,), "ours-pretrain-2")]
+    for bad in (dict(extra_pretrain_seeds=(42,)), dict(extra_pretrain_seeds=(3, 3)), dict(arms=("mine",)),
+                dict(arms=()), dict(rl_seeds=())):
+        with pytest.raises(ValueError):
+            reproduce(tmp_path / "x", preset="quick", progress=False, **bad)
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "plan.json").write_text("{}")
+    with pytest.raises(ValueError, match="older version"):
+        reproduce(tmp_path / "old", preset="quick", progress=False)
 
 
 def test_a_different_plan_in_the_same_directory_is_refused(tmp_path):
     import pytest
 
-    (tmp_path / "plan.json").write_text(json.dumps({"preset": "quick", "plan": {"model_preset": "other"}}))
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "ours" / "plan.json").write_text(json.dumps({"preset": "quick", "plan": {"model_preset": "other"}}))
     with pytest.raises(ValueError, match="different plan"):
-        reproduce(tmp_path, preset="quick", progress=False)
+        reproduce(tmp_path, preset="quick", progress=False, arms=("ours",))
 
 
 def test_a_plan_is_made_of_the_stage_configs_and_round_trips():
@@ -67,9 +117,43 @@ def test_the_flat_plan_of_older_runs_still_reads():
 
     from glm53_flash.reproduce import PLANS, ReproducePlan
 
-    committed = json.loads((Path(__file__).parents[1] / "results" / "headline" / "plan.json").read_text())["plan"]
-    assert "rl_groups" in committed  # written before plans were composed of stage configs
-    assert ReproducePlan.from_dict(committed).to_dict() == PLANS["headline"].to_dict()
+    # the plan.json of the one-arm headline committed before the arms, the holdout split and nested plans
+    committed = {"batch_size": 32,
+                 "confirm_greedy_per_family": 8,
+                 "confirm_sampled_per_family": 8,
+                 "confirm_samples": 8,
+                 "dev_per_family": 4,
+                 "dev_samples": 8,
+                 "eval_temperature": 0.35,
+                 "families": "increment,double,even",
+                 "max_new_tokens": 48,
+                 "model_overrides": {},
+                 "model_preset": "flash",
+                 "pretrain_checkpoints": [25, 50, 75, 100],
+                 "pretrain_lr": 0.0003,
+                 "pretrain_steps": 100,
+                 "rl_checkpoints": [24, 48, 72, 96],
+                 "rl_eos_handling": "original",
+                 "rl_group_size": 16,
+                 "rl_groups": 96,
+                 "rl_logprob_source": "original",
+                 "rl_loss_normalization": "sequence-mean",
+                 "rl_lr": 5e-05,
+                 "rl_prompts_per_update": 1,
+                 "rl_reward": "binary",
+                 "rl_scope": "last-block-head",
+                 "rl_seeds": [31415, 27182, 16180],
+                 "rl_tasks_per_family": 32,
+                 "rl_temperature": 0.35,
+                 "sequence_length": 128}
+    from dataclasses import replace
+
+    plan = ReproducePlan.from_dict(committed)
+    assert plan.holdout_greedy is None and plan.holdout_sampled is None and "holdout_greedy" not in plan.to_dict()
+    ours = PLANS["headline"]
+    # it was our model with the original's RL switches, without the holdout split
+    assert plan == replace(ours, rl=replace(ours.rl, logprob_source="untempered", loss_normalization="sequence-mean",
+                                            eos_handling="omit"), holdout_greedy=None, holdout_sampled=None)
 
 
 def test_corrupt_plans_are_one_line_errors(tmp_path):
@@ -80,9 +164,10 @@ def test_corrupt_plans_are_one_line_errors(tmp_path):
     for bad in ([], {"pretrain": []}, {"rl_groups": 1}):
         with pytest.raises(ValueError):
             ReproducePlan.from_dict(bad)
-    (tmp_path / "plan.json").write_text("[]")
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "ours" / "plan.json").write_text("[]")
     with pytest.raises(ValueError, match="not a plan"):
-        reproduce(tmp_path, preset="quick", progress=False)
+        reproduce(tmp_path, preset="quick", progress=False, arms=("ours",))
 
 
 def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confirm(tmp_path, monkeypatch):
@@ -102,3 +187,11 @@ def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confir
     with pytest.raises(ledger.SealedSplitError, match="--reopen"):
         reproduce(tmp_path / "second", preset="quick", progress=False)
     assert not (tmp_path / "second").exists()  # refused before anything was written
+    # with a reason, it goes ahead: the reason is recorded where the plan opened the split before, and
+    # nowhere else (the holdout split was never opened for it)
+    run = next(r for r in module.arm_runs(tmp_path / "second", "quick") if r.arm == "ours")
+    openings = module._require_openings(run, "rerunning the committed plan")
+    assert openings["confirm"].reopen == "rerunning the committed plan" and openings["holdout"].reopen is None
+    for opening in openings.values():
+        opening.close()
+    assert not (tmp_path / "second").exists()

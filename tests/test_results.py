@@ -32,3 +32,26 @@ def test_study_results_are_committed_with_their_plan_and_receipts(name):
     assert receipts and all(r["plan_sha256"] == plan["plan_sha256"] for r in receipts)
     assert summary["runs"] == len(receipts) == len(plan["units"])
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
+
+
+def test_the_committed_ledger_records_every_committed_sealed_receipt_once():
+    """Each sealed-split receipt of the committed headline has exactly one ledger line, whose sha256 is
+    the committed file's (the run wrote runs/demo/...; its receipts are committed under results/headline/),
+    and each run's plan opened each sealed split once."""
+    from glm53_flash.receipts import sha256_file
+
+    headline = ROOT / "results" / "headline"
+    lines = [json.loads(line) for line in (ROOT / "results" / "ledger.jsonl").read_text().splitlines() if line]
+    receipts = sorted(p for split in ("confirm", "holdout") for p in headline.glob(f"*/{split}/*.json"))
+    assert receipts and len(lines) == len(receipts)
+    by_path = {}
+    for line in lines:
+        relative = line["receipt"].removeprefix("runs/demo/")
+        assert relative not in by_path, f"{relative} recorded twice"
+        by_path[relative] = line
+    for path in receipts:
+        line = by_path[str(path.relative_to(headline))]
+        assert line["receipt_sha256"] == sha256_file(path) and line["split"] == path.parent.name
+        assert line["reopen"] is None
+    openings = {(line["split"], line["plan_sha256"]) for line in lines}
+    assert len({line["opening_id"] for line in lines}) == len(openings)  # one opening per split and plan

@@ -14,7 +14,7 @@ from web_helpers import RESULTS
 from glm53_flash.cli import main
 from glm53_flash.report.slides import RELEASED, STUDIES, build_deck
 
-SLIDE_ORDER = ["result", "result-chart", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
+SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
                "verifier", "rloo", "confirmation", "failures", "vision", "research-pretraining-data",
                "research-rl-choices", "research-rl-choices-table", "sources"]
 REPO = RESULTS.parent
@@ -35,7 +35,7 @@ def test_course_order_and_no_network_fetches(deck):
 
 
 def test_numbers_come_from_the_code_and_the_receipts(deck):
-    summary = json.loads((RESULTS / "headline" / "summary.json").read_text())
+    summary = json.loads((RESULTS / "headline" / "ours" / "summary.json").read_text())
     first = summary["seeds"][str(summary["plan"]["rl_seeds"][0])]["greedy_trained"]
     assert f"{first['before_solved']}/24" in deck and f"{first['after_solved']}/24" in deck
     assert "25,730,592" in deck and "9,805,344" in deck  # GLM53Flash.parameter_counts() of the flash preset
@@ -47,7 +47,7 @@ def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
     assert build_deck(runs) == deck
-    summary_path = runs / "headline" / "summary.json"
+    summary_path = runs / "headline" / "ours" / "summary.json"
     summary = json.loads(summary_path.read_text())
     seed = str(summary["plan"]["rl_seeds"][0])
     summary["seeds"][seed]["greedy_trained"]["after_solved"] = 23
@@ -89,7 +89,7 @@ def test_cli_build_and_run_directory_layout(tmp_path, capsys):
     out = tmp_path / "deck.html"
     assert main(["slides", "build", "--output", str(out)]) == 0
     assert out.read_text().startswith("<!doctype html>") and "wrote" in capsys.readouterr().out
-    run = tmp_path / "demo"  # a reproduce run directory: summary.json at its top
+    run = tmp_path / "demo"  # a reproduce directory: the two-arm summary.json at its top, the arms in it
     shutil.copytree(RESULTS / "headline", run)
     assert main(["slides", "build", "--runs", str(run), "--output", str(tmp_path / "d2.html")]) == 0
     assert main(["slides", "build", "--runs", str(tmp_path / "nothing"), "--output", str(tmp_path / "x.html")]) == 2
@@ -102,9 +102,9 @@ def test_the_deck_describes_the_model_the_run_trained(tmp_path):
 
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
-    summary_path = runs / "headline" / "summary.json"
+    summary_path = runs / "headline" / "ours" / "summary.json"
     summary = json.loads(summary_path.read_text())
-    summary["plan"]["model_preset"], summary["plan"]["model_overrides"] = "tiny", {}
+    summary["plan"]["pretrain"]["preset"], summary["plan"]["pretrain"]["model_overrides"] = "tiny", {}
     summary_path.write_text(json.dumps(summary))
     deck = build_deck(runs)
     tiny = ModelConfig.preset("tiny")
@@ -136,7 +136,7 @@ def test_no_slide_shows_placeholder_content(deck):
 
 def test_charts_are_inline_svg_with_text_and_stated_sample_sizes(deck):
     charts = re.findall(r'<svg class="chart".*?</svg>', deck, flags=re.S)
-    assert len(charts) == 3  # per-seed, pretraining selection, families (committed results hold no curves)
+    assert len(charts) == 4  # per-seed, learning curves (from the committed metrics), pretraining selection, families
     for svg in charts:
         assert "<text" in svg and "n=" in svg
         assert not re.search(r'<svg[^>]*\swidth="', svg)  # sized by the page, not fixed
@@ -148,7 +148,7 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
     from glm53_flash.report.headline import (draw_family_changes, draw_greedy, family_chart_data,
                                              greedy_chart_data)
 
-    summary = json.loads((RESULTS / "headline" / "summary.json").read_text())
+    summary = json.loads((RESULTS / "headline" / "ours" / "summary.json").read_text())
     for v in summary["seeds"].values():  # a quick run: 12 tasks, fewer solved than the original's 16
         v["greedy_trained"].update(tasks=12, before_solved=2, after_solved=5)
     data = greedy_chart_data(summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -516,6 +517,13 @@ def test_default_checkpoint_is_the_best_dev_selection_of_the_demo(tmp_path, chec
         (demo / f"rl-{seed}" / "selection-dev.json").write_text(
             json.dumps({"selected": {"checkpoint": str(ckpt), "score": [score]}}))
     assert default_checkpoint(demo) == demo / "rl-6" / "checkpoint-0001"
+    # a two-arm directory: the playground serves its `ours` arm
+    two_arms = tmp_path / "two-arms"
+    (two_arms / "faithful").mkdir(parents=True)
+    shutil.copytree(demo, two_arms / "ours")
+    (two_arms / "ours" / "rl-6" / "selection-dev.json").write_text(json.dumps(
+        {"selected": {"checkpoint": str(two_arms / "ours" / "rl-6" / "checkpoint-0001"), "score": [12]}}))
+    assert default_checkpoint(two_arms) == two_arms / "ours" / "rl-6" / "checkpoint-0001"
 
 
 def test_notes_history_skips_unchanged_saves_and_rolls_over(tmp_path, monkeypatch):

@@ -419,8 +419,36 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
               ("- The 8-structure condition uses one fixed subset (the first 8 of the pool); 'blocked' is the most "
               "extreme ordering; the curriculum has one switch point. One learning rate, one width."),
               "- The miniature has 3 layers, so it contains no sparse-attention layer.",
+              *miniature_differences(design),
               ("- The pooled item test treats held-out items as exchangeable within a seed; items share structures "
               "across seeds, so it supports, but does not replace, the seed-level test."), ""]
+    return lines
+
+
+# The original miniature's model switches (seed-research 2.2: the original ModelConfig's behaviour).
+ORIGINAL_MINIATURE = {"linear_rope": "rope-before-feature-map", "stream_mode": "double-residual",
+                      "balance_loss": "hard-count"}
+
+
+def miniature_differences(design: dict) -> list[str]:
+    """What the plan's model shares with the original miniature and where it still differs."""
+    model = design.get("model")
+    if model is None:
+        return ["- Positions: this plan predates the model config in plans, and its runs trained `research-mini` "
+                "without RoPE in its linear layers: the model had no positional information at all, unlike the "
+                "original miniature (RoPE before the feature map). A rerun with positions is a new plan."]
+    lines = []
+    if model.get("linear_rope") == ORIGINAL_MINIATURE["linear_rope"]:
+        lines.append("- Positions: RoPE before the feature map in the three linear layers, as in the original "
+                     "miniature; with no sparse layer it is the model's only positional signal.")
+    differing = [f"{key} `{model.get(key)}` (the original: `{value}`)" for key, value in ORIGINAL_MINIATURE.items()
+                 if model.get(key) != value]
+    if differing:
+        lines.append("- Differences from the original miniature's model: " + "; ".join(differing) + ". The "
+                     "original's hard-count balance term has no gradient, so it balances nothing.")
+    lines.append("- Differences in the protocol: every condition is evaluated at several updates of one run "
+                 "(the original evaluated before and after training only), 20 paired seeds instead of 10, and "
+                 "execution accuracy and free-run exact match beside the original's teacher-forced metrics.")
     return lines
 
 

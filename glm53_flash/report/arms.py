@@ -13,6 +13,11 @@ from .tables import markdown_table
 ARM_TITLES = {"faithful": "faithful (every original switch)", "ours": "ours (our defaults)"}
 
 
+def checkpoint_label(name: str) -> str:
+    """'before' -> 'before RL', 'rl-16180' -> 'after RL seed 16180'."""
+    return "before RL" if name == "before" else f"after RL seed {name.removeprefix('rl-')}"
+
+
 def _percent(low: float, high: float) -> str:
     return f"[{100 * low:.0f}%, {100 * high:.0f}%]"
 
@@ -27,26 +32,30 @@ def switch_lines(summary: dict) -> list[str]:
 
 def arm_table(summary: dict) -> list[str]:
     """Greedy pass@1 on the trained families, confirm and holdout, each arm's main run."""
+    return markdown_table(*arm_rows(summary))
+
+
+def arm_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for arm, s in summary["arms"].items():
         seeds = [str(x) for x in s["plan"]["rl_seeds"]]
         confirm = s["seeds"]
         first = confirm[seeds[0]]["greedy_trained"]
         row = [ARM_TITLES.get(arm, arm), f"{first['before_solved']}/{first['tasks']}",
-               ", ".join(f"{confirm[x]['greedy_trained']['after_solved']}" for x in seeds) + f" /{first['tasks']}"]
+               ", ".join(f"{confirm[x]['greedy_trained']['after_solved']}" for x in seeds) + f" of {first['tasks']}"]
         if "holdout" in s:
             holdout = s["holdout"]["seeds"]
             h = holdout[seeds[0]]["greedy_trained"]
             row += [f"{h['before_solved']}/{h['tasks']}",
-                    ", ".join(f"{holdout[x]['greedy_trained']['after_solved']}" for x in seeds) + f" /{h['tasks']}"]
+                    ", ".join(f"{holdout[x]['greedy_trained']['after_solved']}" for x in seeds) + f" of {h['tasks']}"]
         else:
             row += ["not run", "not run"]
         rows.append(row)
     rows.append(["the original (published)", f"{ORIGINAL_CONFIRM['before']}/{ORIGINAL_CONFIRM['tasks']}",
-                 f"{ORIGINAL_CONFIRM['after']} /{ORIGINAL_CONFIRM['tasks']}", "never evaluated", "never evaluated"])
+                 f"{ORIGINAL_CONFIRM['after']} of {ORIGINAL_CONFIRM['tasks']}", "never evaluated", "never evaluated"])
     columns = ["arm", "confirm before RL", "confirm after RL (per RL seed)", "holdout before RL",
                "holdout after RL (per RL seed)"]
-    return markdown_table(columns, rows)
+    return columns, rows
 
 
 def reproduction_lines(summary: dict) -> list[str]:
@@ -55,8 +64,12 @@ def reproduction_lines(summary: dict) -> list[str]:
         return ["The faithful arm did not run."]
     rows = [[name, f"{r['solved']}/{r['tasks']}", _percent(*r["interval"]), f"{r['original']}/{r['original_tasks']}",
              "yes" if r["original_inside"] else "no"] for name, r in result["rows"].items()]
+    after = [r for name, r in result["rows"].items() if name != "before"]
+    inside = sum(r["original_inside"] for r in after)
+    before = "inside" if result["rows"]["before"]["original_inside"] else "outside"
     verdict = ("**yes**: the original's count lies inside every interval" if result["reproduces"] else
-               "**no**: the original's count lies outside at least one interval")
+               f"**not on every count**: the original's count lies {before} the interval before RL and "
+               f"inside it on {inside} of {len(after)} RL seeds")
     return [f"Does the faithful arm reproduce the original's {ORIGINAL_CONFIRM['before']}/24 -> "
             f"{ORIGINAL_CONFIRM['after']}/24 within its uncertainty? {verdict}. Method: {result['method']}.", "",
             *markdown_table(["checkpoint", "faithful", "95% Wilson interval", "original", "original inside"], rows)]
@@ -72,9 +85,13 @@ def holdout_lines(summary: dict) -> list[str]:
             for name, r in result["rows"].items()]
     better = [name for name, r in result["rows"].items() if r["ours_better"]]
     worse = [name for name, r in result["rows"].items() if r["faithful_better"]]
-    verdict = (f"ours is better at {', '.join(better)}" if better else "ours is not shown better at any checkpoint")
+    verdict = (f"ours is better {', '.join(map(checkpoint_label, better))}" if better else
+               "ours is not shown better at any checkpoint")
+    if len(better) < len(result["rows"]):
+        verdict += (f"; no difference is shown {', '.join(checkpoint_label(n) for n in result['rows'] if n not in better + worse)}"
+                    if len(better) + len(worse) < len(result["rows"]) else "")
     if worse:
-        verdict += f"; the faithful arm is better at {', '.join(worse)}"
+        verdict += f"; the faithful arm is better {', '.join(map(checkpoint_label, worse))}"
     return [f"Does ours beat the faithful arm on the never-opened holdout split? {verdict} "
             f"(method: {result['method']}).", "",
             *markdown_table(["checkpoint", "tasks", "faithful solved", "ours solved", "only faithful", "only ours",
@@ -89,9 +106,9 @@ def seed_lines(summary: dict) -> list[str]:
         for row in entries:
             h, c = row["holdout"], row["confirm"]
             rows.append([arm, row["pretrain_seed"], f"{h['before']}/{h['tasks']}",
-                         ", ".join(str(h["after"][s]) for s in row["rl_seeds"]) + f" /{h['tasks']}",
+                         ", ".join(str(h["after"][s]) for s in row["rl_seeds"]) + f" of {h['tasks']}",
                          f"{h['first_rl_gain']:+d}", f"{c['before']}/{c['tasks']}",
-                         ", ".join(str(c["after"][s]) for s in row["rl_seeds"]) + f" /{c['tasks']}"])
+                         ", ".join(str(c["after"][s]) for s in row["rl_seeds"]) + f" of {c['tasks']}"])
     if rows:
         lines += markdown_table(["arm", "pretraining seed", "holdout before", "holdout after (per RL seed)",
                                  "RL gain (first RL seed)", "confirm before", "confirm after"], rows)

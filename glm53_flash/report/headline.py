@@ -258,6 +258,39 @@ def result_table(summary: dict) -> list[str]:
     return lines
 
 
+def holdout_lines(summary: dict) -> list[str]:
+    """The holdout split's results (never opened before this plan): the same paired statistics as
+    confirm's, per RL seed, and the strong set; nothing for runs without it."""
+    holdout = summary.get("holdout")
+    if not holdout:
+        return []
+    seeds = seed_order(summary)
+    k = ReproducePlan.from_dict(summary["plan"]).holdout_sampled.samples
+    rows = []
+    for name, key, solved in (("greedy pass@1, trained families", "greedy_trained", "solved"),
+                              (f"sampled pass@{k}, trained families", "sampled_trained", "solved"),
+                              ("exact sampled completions, trained families", "sampled_trained", "exact"),
+                              (f"sampled pass@{k}, all eight families", "sampled_all", "solved")):
+        results = [holdout["seeds"][s][key] for s in seeds]
+        total = "tasks" if solved == "solved" else "rollouts"
+        rows.append([name, f"{results[0]['before_' + solved]}/{results[0][total]}",
+                     *[f"{r['after_' + solved]}/{r[total]}" for r in results]])
+    greedy = [holdout["seeds"][s]["greedy_trained"] for s in seeds]
+    rows.append(["greedy gains / losses (McNemar p)", "",
+                 *[f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})" for g in greedy]])
+    columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
+    openings = list(dict.fromkeys(line["opening_id"] for line in holdout.get("ledger") or []))
+    opened = (f"The ledger records {len(openings)} opening(s) of the holdout split for this plan."
+              if holdout.get("ledger") is not None else "")
+    strong = holdout.get("strong_tests") or {}
+    false_passes = ", ".join(f"{name} {r['greedy']['false_passes']}" for name, r in strong.items())
+    return ["## Holdout split (never opened before this pipeline)", "",
+            ("Opened after all selection" if holdout["opened_after_selection"] else
+             "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout['first_opened_utc']}). "
+            + opened, "", *markdown_table(columns, rows), "",
+            *([f"Greedy false passes (pass the three cases, fail the strong set): {false_passes}.", ""] if strong else [])]
+
+
 def goal_lines(summary: dict) -> list[str]:
     """The issue's goals, checked per seed: greedy trained-family pass@1 at least the original's with
     no losses, and no untrained family dropping beyond its confidence interval."""
@@ -386,6 +419,7 @@ def build_report(out: str | Path) -> Path:
         *goal_lines(summary),
         "",
         *strong_test_lines(summary),
+        *holdout_lines(summary),
         f"![per-seed greedy]({charts['per_seed']})",
         "",
         "## Per seed",

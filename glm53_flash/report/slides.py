@@ -122,6 +122,7 @@ class Inputs:
     run: Path
     summary: dict
     facts: dict = field(default_factory=dict)
+    arms: dict | None = None  # the two-arm summary, when the headline directory has one
 
     @property
     def plan(self) -> ReproducePlan:
@@ -138,11 +139,22 @@ class Inputs:
 
     @classmethod
     def load(cls, runs: str | Path) -> "Inputs":
+        """The headline's slides describe one run: a one-arm directory's, or a two-arm directory's
+        `ours` arm (the two-arm summary is kept for the slide that compares the arms)."""
+        from ..receipts import read_json
+
         runs = Path(runs)
         run = headline_dir(runs)
+        top = read_json(run / "summary.json")
+        arms = None
+        if isinstance(top, dict) and "arms" in top:
+            if not isinstance(top["arms"], dict) or "ours" not in top["arms"] or "comparison" not in top:
+                raise ValueError(f"{run / 'summary.json'} is a two-arm summary without the 'ours' arm or the "
+                                 "comparison")
+            arms, run = top, run / "ours"
         summary = load_summary(run / "summary.json")
         plan = ReproducePlan.from_dict(summary["plan"])
-        return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides))
+        return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides), arms)
 
 
 # --------------------------------------------------------------------------- facts from the code
@@ -211,6 +223,43 @@ def slide_result(x: Inputs) -> Slide:
         + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/{ORIGINAL['greedy_trained'][2]} to "
           f"{ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]} with one seed. Say plainly where we fall "
           "short: read the goal lines aloud, then move to the per-seed chart.")
+
+
+def slide_arms(x: Inputs) -> list[Slide]:
+    """The two arms side by side and the two questions they answer (none for a one-arm run)."""
+    if x.arms is None:
+        return []
+    from .arms import arm_table, checkpoint_label
+
+    comparison = x.arms["comparison"]
+    original = comparison.get("faithful_reproduces_original")
+    holdout = comparison.get("ours_vs_faithful_holdout")
+    over = comparison.get("over_pretraining_seeds")
+    lines = []
+    if original:
+        after = [r for name, r in original["rows"].items() if name != "before"]
+        lines.append("The original's counts inside the faithful arm's 95% Wilson intervals: before RL "
+                     f"<strong>{'yes' if original['rows']['before']['original_inside'] else 'no'}</strong>, "
+                     f"after RL on <strong>{sum(r['original_inside'] for r in after)} of {len(after)}</strong> "
+                     "RL seeds.")
+    if holdout:
+        better = [n for n, r in holdout["rows"].items() if r["ours_better"]]
+        worse = [n for n, r in holdout["rows"].items() if r["faithful_better"]]
+        lines.append("Ours vs faithful on the never-opened holdout split (exact McNemar, Holm over checkpoints): "
+                     + (f"ours better {esc(', '.join(map(checkpoint_label, better)))}" if better else
+                        "ours not shown better")
+                     + (f"; faithful better {esc(', '.join(map(checkpoint_label, worse)))}" if worse else "") + ".")
+    if over:
+        gain = over["ours_minus_faithful_after"]
+        lines.append(f"Over {len(over['pretrain_seeds'])} pretraining seeds, ours minus faithful after RL on holdout: "
+                     f"{', '.join(f'{v:+.0f}' for v in gain['values'])} tasks (sign-flip p {format_p(gain['sign_flip_p'])}).")
+    return [Slide(
+        "arms", "Two arms: the original's switches against ours",
+        "<p>Same data, budget and hyperparameters; the faithful arm turns every switch back to the original's.</p>"
+        + html_from_markdown(arm_table(x.arms)) + "".join(f"<p>{line}</p>" for line in lines),
+        "The faithful arm is the like-for-like comparison with the original's published numbers; the holdout "
+        "split was opened once, after all selection, for each arm. Read the two answers, then the seed spread "
+        "in the report.")]
 
 
 def slide_per_seed(x: Inputs) -> Slide:
@@ -482,7 +531,7 @@ def slide_sources(x: Inputs) -> Slide:
         "Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand.")
 
 
-SLIDES = (slide_result, slide_per_seed, slide_example, slide_architecture, slide_block, slide_bytes,
+SLIDES = (slide_result, slide_arms, slide_per_seed, slide_example, slide_architecture, slide_block, slide_bytes,
           slide_pretraining, slide_verifier, slide_rloo, slide_confirmation, slide_failures, study_slides,
           slide_sources)
 

@@ -58,8 +58,11 @@ def check_prompt(prompt) -> str:
 def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
     """The demo run's selected checkpoint: among the RL seeds, the one whose dev-selected checkpoint
     scored highest on dev (ties to the plan's seed order); the dev-selected pretraining checkpoint
-    when no RL run has finished; None when neither exists. Chosen from dev receipts only."""
+    when no RL run has finished; None when neither exists. Chosen from dev receipts only. In a
+    two-arm directory (`glm53 reproduce` today) the run is its `ours` arm, DIR/ours."""
     demo = Path(demo_dir)
+    if (demo / "ours" / "plan.json").exists():
+        demo = demo / "ours"
     best, best_score = None, None
     plan_path = demo / "plan.json"
     seeds = json.loads(plan_path.read_text())["plan"]["rl_seeds"] if plan_path.exists() else []
