@@ -22,7 +22,7 @@ def test_readme_shows_each_study_table_as_generated(path):
     assert rendered in (ROOT / "README.md").read_text(), f"README's table for {path.parent.name} is stale"
 
 
-@pytest.mark.parametrize("name", ["pretraining-data", "rl-choices"])
+@pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())

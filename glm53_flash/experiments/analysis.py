@@ -440,7 +440,9 @@ def miniature_differences(design: dict) -> list[str]:
     lines = []
     if model.get("linear_rope") == ORIGINAL_MINIATURE["linear_rope"]:
         lines.append("- Positions: RoPE before the feature map in the three linear layers, as in the original "
-                     "miniature; with no sparse layer it is the model's only positional signal.")
+                     "miniature; with no sparse layer it is the model's only positional signal. What changed: "
+                     "earlier runs of this study (plans without the model config) trained the preset without "
+                     "it, so their model saw no positions at all.")
     differing = [f"{key} `{model.get(key)}` (the original: `{value}`)" for key, value in ORIGINAL_MINIATURE.items()
                  if model.get(key) != value]
     if differing:
