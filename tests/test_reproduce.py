@@ -40,6 +40,7 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
         assert strong["greedy"]["false_passes"] == strong["greedy"]["tasks_solved"] - strong["greedy"]["tasks_solved_strong"]
         assert strong["greedy"]["strong_tests_total"] >= 50 * strong["greedy"]["tasks_total"]
         assert "versus the strong set" in report and "side by side with the original" in report
+        assert "Ledger lines (holdout split, this plan)" in report and "## Holdout split" in report
         for chart in ("learning-curves", "dev-selection", "family-before-after", "per-seed-greedy"):
             assert (out / arm / "charts" / f"{chart}.png").stat().st_size > 1000
         # every number in the summary comes from the receipts: recompute from them and compare

@@ -288,7 +288,8 @@ def holdout_lines(summary: dict) -> list[str]:
             ("Opened after all selection" if holdout["opened_after_selection"] else
              "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout['first_opened_utc']}). "
             + opened, "", *markdown_table(columns, rows), "",
-            *([f"Greedy false passes (pass the three cases, fail the strong set): {false_passes}.", ""] if strong else [])]
+            *([f"Greedy false passes (pass the three cases, fail the strong set): {false_passes}.", ""] if strong else []),
+            *ledger_table({"ledger": holdout.get("ledger")}, "holdout")]
 
 
 def goal_lines(summary: dict) -> list[str]:
@@ -350,14 +351,14 @@ def strong_test_lines(summary: dict) -> list[str]:
             "never see it.", "", *markdown_table(columns, rows), ""]
 
 
-def ledger_table(summary: dict) -> list[str]:
-    """The ledger lines of this plan's confirm openings as a markdown table (none before the ledger)."""
+def ledger_table(summary: dict, split: str = "confirm") -> list[str]:
+    """The ledger lines of this plan's openings of `split` as a markdown table (none before the ledger)."""
     from ..ledger import report_rows
 
     if not summary.get("ledger"):
         return []
     columns, rows = report_rows(summary["ledger"])
-    return ["### Ledger lines (confirm split, this plan)", "", *markdown_table(columns, rows), ""]
+    return [f"### Ledger lines ({split} split, this plan)", "", *markdown_table(columns, rows), ""]
 
 
 SUMMARY_KEYS = ("preset", "plan", "seeds", "trained_families", "untrained_families", "pretrain_selection",
