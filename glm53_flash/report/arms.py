@@ -87,9 +87,9 @@ def holdout_lines(summary: dict) -> list[str]:
     worse = [name for name, r in result["rows"].items() if r["faithful_better"]]
     verdict = (f"ours is better {', '.join(map(checkpoint_label, better))}" if better else
                "ours is not shown better at any checkpoint")
-    if len(better) < len(result["rows"]):
-        verdict += (f"; no difference is shown {', '.join(checkpoint_label(n) for n in result['rows'] if n not in better + worse)}"
-                    if len(better) + len(worse) < len(result["rows"]) else "")
+    undecided = [name for name in result["rows"] if name not in better + worse]
+    if undecided and better:
+        verdict += f"; no difference is shown {', '.join(map(checkpoint_label, undecided))}"
     if worse:
         verdict += f"; the faithful arm is better {', '.join(map(checkpoint_label, worse))}"
     return [f"Does ours beat the faithful arm on the never-opened holdout split? {verdict} "
