@@ -303,6 +303,26 @@ def test_wire_format_round_trips_with_exact_types(value):
     assert same_value(decoded, value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(wire_values)
+def test_worker_json_codec_agrees_with_the_standard_library(value):
+    """The worker reads requests and writes results with its own codec over the C scanner and
+    encoder (it never imports the json package); both directions must match json exactly."""
+    import json
+
+    encoded = wire.encode_value(value)
+    text = wire.dumps(encoded)
+    assert text == json.dumps(encoded, separators=(",", ":"))
+    assert wire.loads(text.encode()) == json.loads(text)
+    assert wire.loads(" " + text + "\n") == json.loads(text)
+
+
+@pytest.mark.parametrize("bad", ["", "[1,]", '{"a" 1}', '"open', "NaN", "[1] [2]", "Infinity"])
+def test_worker_json_codec_rejects_malformed_documents(bad):
+    with pytest.raises(ValueError):
+        wire.loads(bad.encode())
+
+
 def test_wire_format_marks_what_it_cannot_carry():
     def generator():
         yield 1

@@ -248,10 +248,10 @@ SECOND_LAYER = [
     ("write-workdir", "B['open']('answers.txt', 'w').write('[-8, 0, 12]')\nreturn 'left'", "Permission denied"),
     ("utime-host", "os.utime('ROOT/victim.txt', (0, 0))\nreturn 'touched'", "Operation not permitted"),
     # sockets and the network
-    ("socket", "return str(B['__import__']('socket').socket())", "Operation not permitted"),
-    ("connect-listener", "s = B['__import__']('socket')\ns.socket().connect(('127.0.0.1', PORT))\nreturn 'connected'", "Operation not permitted"),
-    ("socketpair", "return str(B['__import__']('socket').socketpair())", "Operation not permitted"),
-    ("udp", "s = B['__import__']('socket')\nreturn str(s.socket(s.AF_INET, s.SOCK_DGRAM))", "Operation not permitted"),
+    ("socket", "return str(B['__import__']('_socket').socket())", "Operation not permitted"),
+    ("connect-listener", "s = B['__import__']('_socket')\ns.socket().connect(('127.0.0.1', PORT))\nreturn 'connected'", "Operation not permitted"),
+    ("socketpair", "return str(B['__import__']('_socket').socketpair())", "Operation not permitted"),
+    ("udp", "s = B['__import__']('_socket')\nreturn str(s.socket(s.AF_INET, s.SOCK_DGRAM))", "Operation not permitted"),
     # signals and other processes
     ("kill-caller", "os.kill(CALLER, 10)\nreturn 'sent'", "Operation not permitted"),
     ("kill-caller-hup", "os.kill(CALLER, 1)\nreturn 'sent'", "Operation not permitted"),
@@ -286,9 +286,9 @@ SECOND_LAYER = [
     ("sysv-shm", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).shmget(0, 2 ** 28, 0o1666)", "-1"),
     ("posix-mq", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).syscall(240, b'/q', 64, 0o600, 0)", "-1"),
     ("newer-syscall", "c = B['__import__']('ctypes')\nreturn c.CDLL(None, use_errno=True).syscall(467, -100, b'/etc', 0, 0, 0)", "-1"),
-    ("cancel-cpu-timer", "s = B['__import__']('signal')\ns.setitimer(s.ITIMER_PROF, 0)\nreturn 'free'", "Operation not permitted"),
-    ("ignore-sigxcpu", "s = B['__import__']('signal')\ns.signal(s.SIGXCPU, s.SIG_IGN)\nreturn 'free'", "Operation not permitted"),
-    ("block-sigprof", "s = B['__import__']('signal')\ns.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF})\nreturn 'free'", "Operation not permitted"),
+    ("cancel-cpu-timer", "s = B['__import__']('_signal')\ns.setitimer(s.ITIMER_PROF, 0)\nreturn 'free'", "Operation not permitted"),
+    ("ignore-sigxcpu", "s = B['__import__']('_signal')\ns.signal(s.SIGXCPU, s.SIG_IGN)\nreturn 'free'", "Operation not permitted"),
+    ("block-sigprof", "s = B['__import__']('_signal')\ns.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF})\nreturn 'free'", "Operation not permitted"),
     ("ioctl", "f = B['__import__']('fcntl')\nreturn f.ioctl(3, 0x5452, b'1234')", "Operation not permitted"),
     # the harness's own pipes
     ("forge-reply-frames", "os.write(3, b'{\"s\":\"ran\",\"c\":[[1,-8],[1,0],[1,12]]}' * 50)\nos._exit(0)", "limit"),
@@ -376,7 +376,7 @@ def test_an_output_flood_never_costs_the_next_candidate_its_verdict(host):
 def test_a_candidate_that_blocks_its_cpu_signals_is_still_stopped(verifier, host):
     require_full_isolation(verifier)
     task = task_of("double")
-    body = ("s = B['__import__']('signal')\n"
+    body = ("s = B['__import__']('_signal')\n"
             "for call in (lambda: s.pthread_sigmask(s.SIG_BLOCK, {s.SIGPROF, s.SIGXCPU}),\n"
             "             lambda: s.setitimer(s.ITIMER_PROF, 0)):\n"
             "    try:\n        call()\n    except B['OSError']:\n        pass\n"

@@ -476,6 +476,9 @@ class Verifier:
         if self._closed:  # close() from another thread (e.g. atexit) while a batch was running
             raise RuntimeError("this Verifier was closed during an evaluation")
         env = {key: os.environ[key] for key in ("PATH", "LD_LIBRARY_PATH") if key in os.environ}
+        # Resolve every library symbol when the worker starts: lazily bound, each symbol a child
+        # calls first would be looked up again in every child, writing to shared pages.
+        env["LD_BIND_NOW"] = "1"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = json.loads(self._worker_config)
         config["channel"] = theirs.fileno()

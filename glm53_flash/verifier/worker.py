@@ -14,16 +14,18 @@ gives the caller the encoder, the decoder and the protocol constants.
 
 from __future__ import annotations
 
+# Only C modules past the interpreter's own start-up set: the pure-Python wrappers `json`, `signal`
+# and `socket` pull in `re`, `enum`, `selectors` and `collections` (1.5 MB of objects), and every
+# page of the zygote costs each fork and each exit (measured on a 2-core VM: ~0.15 ms per MB).
+import _json
 import _signal
+import _socket
 import fcntl
 import gc
-import json
 import math
 import os
 import resource
 import select
-import signal
-import socket
 import struct
 import sys
 import time
@@ -63,6 +65,52 @@ MESSAGE_CHARS = 200
 #   ["X", why] a value that cannot be transported (wrong type, oversized, nested too deeply).
 # ----------------------------------------------------------------------------------------------------
 _JSON_SAFE_INT = 2 ** 53
+
+
+class _ScanContext:
+    """What `_json.make_scanner` reads from a decoder: plain JSON, no hooks, no NaN or Infinity."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict = {}
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError(f"{name} is not allowed on the wire")
+
+
+_scan = _json.make_scanner(_ScanContext())
+# Compact separators, ASCII output, no circular check (wire values are fresh trees), no NaN.
+_encode_json = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",", False, False,
+                                  False)
+
+
+def loads(data) -> object:
+    """json.loads for one JSON document (bytes as UTF-8 or str), with the C scanner alone."""
+    text = data.decode("utf-8") if type(data) is not str else data
+    start = _skip_space(text, 0)
+    try:
+        value, end = _scan(text, start)
+    except (StopIteration, SystemError):
+        # The scanner reports a syntax error through json.decoder, which this process never imports.
+        raise ValueError("malformed JSON document") from None
+    if _skip_space(text, end) != len(text):
+        raise ValueError("extra data after the JSON document")
+    return value
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index] in " \t\n\r":
+        index += 1
+    return index
+
+
+def dumps(value) -> str:
+    """Compact ASCII JSON text, as json.dumps(value, separators=(",", ":"))."""
+    return "".join(_encode_json(value, 0))
 
 
 class Unrepresentable(Exception):
@@ -275,15 +323,15 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
     /dev/null (stdin reads fail), the result pipe moves to fd 3 and the request pipe to fd 4, every
     other descriptor is closed, and RLIMIT_NOFILE=4 (a child that closes its own fds gets slots
     back, but the filter refuses every open, socket and pipe-making call that would use them).
-    rlimits cap address space, CPU time, file size (0: no file writes), processes and core dumps;
+    Inherited from the zygote (limit_zygote): caps on address space, file size (0: no file writes),
+    core dumps, locked memory and message queues. Set here: no new processes, and the CPU time:
     ITIMER_PROF gives the fractional CPU limit, and RLIMIT_CPU (soft = hard, so SIGKILL) is the
     whole-second backstop that nothing can catch. Last, the kernel layer: the child's seccomp filter
     on top of the zygote's (confinement.py), when the host has them.
     """
-    # _signal, not signal: the wrappers convert to enums, and every object touched after fork
-    # costs a copy-on-write page fault. SIGPROF and SIGXCPU are already at their default (kill).
-    for signum in (_signal.SIGINT, _signal.SIGTERM):
-        _signal.signal(signum, _signal.SIG_DFL)
+    # The zygote already reset SIGINT/SIGTERM to their defaults and holds the limits a child shares
+    # with it (limit_zygote); SIGPROF and SIGXCPU are at their default (kill). Every Python object a
+    # child touches after fork costs a copy-on-write page fault, so this path stays short.
     _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
     os.setpgid(0, 0)
     confinement.die_with_parent()
@@ -294,20 +342,29 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
         os.dup2(_DEVNULL[0], fd)
     os.dup2(high_result, 3)
     os.dup2(high_request, 4)
-    os.closerange(5, _max_fd())
+    os.closerange(5, _OPEN_MAX[0])
     cpu = float(limits["cpu"])
     # Soft and hard equal: at the backstop the kernel sends SIGKILL, which nothing can catch or block.
     cpu_backstop = math.ceil(cpu) + 1
-    for name, value in (
-        ("RLIMIT_AS", int(limits["mem"])),
-        ("RLIMIT_CPU", cpu_backstop),
-        ("RLIMIT_FSIZE", 0),
-        ("RLIMIT_NOFILE", 4),
-        ("RLIMIT_NPROC", 0),
-        ("RLIMIT_CORE", 0),
-        ("RLIMIT_MEMLOCK", 0),
-        ("RLIMIT_MSGQUEUE", 0),
-    ):
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_backstop, cpu_backstop))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (4, 4))
+    try:  # the zygote needs to fork, so this one is the child's alone
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    except (AttributeError, ValueError, OSError):
+        pass
+    _signal.setitimer(_signal.ITIMER_PROF, cpu)
+    if lock.available:
+        lock.apply()
+
+
+def limit_zygote(limits: dict) -> None:
+    """The rlimits every child shares with the zygote, set once in the zygote and inherited: address
+    space, file size (0: no file writes), core dumps, locked memory and message queues. Soft = hard,
+    so no process below can raise them. (CPU time, descriptors and processes are each child's own:
+    see `confine`.)"""
+    _OPEN_MAX[0] = _max_fd()
+    for name, value in (("RLIMIT_AS", int(limits["mem"])), ("RLIMIT_FSIZE", 0), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0)):
         kind = getattr(resource, name, None)
         if kind is None:
             continue
@@ -315,11 +372,11 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
             resource.setrlimit(kind, (value, value))
         except (ValueError, OSError):
             # Lowering always works; this only fails where the platform lacks the limit.
-            if name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE"):
+            if name in ("RLIMIT_AS", "RLIMIT_FSIZE"):
                 raise
-    _signal.setitimer(_signal.ITIMER_PROF, cpu)
-    if lock.available:
-        lock.apply()
+
+
+_OPEN_MAX = [1024]
 
 
 def _max_fd() -> int:
@@ -330,19 +387,17 @@ def _max_fd() -> int:
 
 
 _DEVNULL = []  # one write-only /dev/null descriptor, opened by the worker, shared by every child
-# Built once in the worker: json.dumps with custom separators would build a new encoder in every
-# child, and each object a child touches costs a copy-on-write page fault.
-_dump_json = json.JSONEncoder(separators=(",", ":")).encode
+_dump_json = dumps
 
 
 _SIGNAL_REASONS = {
-    signal.SIGPROF: "CPU time limit",
-    signal.SIGXCPU: "CPU time limit",
-    signal.SIGKILL: "killed (hard CPU limit or the system's out-of-memory killer)",
-    signal.SIGXFSZ: "file size limit",
-    signal.SIGSEGV: "crashed with SIGSEGV (stack or memory exhaustion)",
-    signal.SIGABRT: "aborted (likely out of memory)",
-    signal.SIGSYS: "killed by the seccomp filter (a system call of another ABI)",
+    _signal.SIGPROF: "CPU time limit",
+    _signal.SIGXCPU: "CPU time limit",
+    _signal.SIGKILL: "killed (hard CPU limit or the system's out-of-memory killer)",
+    _signal.SIGXFSZ: "file size limit",
+    _signal.SIGSEGV: "crashed with SIGSEGV (stack or memory exhaustion)",
+    _signal.SIGABRT: "aborted (likely out of memory)",
+    _signal.SIGSYS: "killed by the seccomp filter (a system call of another ABI)",
 }
 
 
@@ -381,7 +436,7 @@ def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
                 break
             chunks.append(chunk)
         os.close(4)
-        request = json.loads(b"".join(chunks))
+        request = loads(b"".join(chunks))
         outcome = run_candidate(request["s"], request["e"], request["c"])
         _write_all(3, _dump_json(outcome).encode())
         status = 0
@@ -399,7 +454,7 @@ STATUS = struct.Struct("=iB")  # the zygote's report per candidate: raw wait sta
 RUN_REQUEST = b"r"             # caller -> zygote, with two descriptors: fork a child on them
 
 
-def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) -> None:
+def _zygote(channel: _socket.socket, limits: dict, report, lock, workdir: str) -> None:
     status = 70
     try:
         confinement.die_with_parent()
@@ -408,11 +463,12 @@ def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) ->
         # Default dispositions: as PID 1 of its namespace the zygote then ignores every signal sent
         # from inside it (a child that got a signal past the filter could not stop the zygote),
         # while the caller's SIGKILL still ends it.
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-                       signal.SIGIO, signal.SIGALRM, signal.SIGPIPE):
-            signal.signal(signum, signal.SIG_DFL)
+        for signum in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2,
+                       _signal.SIGIO, _signal.SIGALRM, _signal.SIGPIPE):
+            _signal.signal(signum, _signal.SIG_DFL)
         lock.probe(report)
-        channel.sendall(json.dumps({"k": "hello", "isolation": report.to_dict()}).encode())
+        limit_zygote(limits)
+        channel.sendall(dumps({"k": "hello", "isolation": report.to_dict()}).encode())
         gc.freeze()
         while _serve_one(channel, limits, lock):
             pass
@@ -421,9 +477,9 @@ def _zygote(channel: socket.socket, limits: dict, report, lock, workdir: str) ->
         os._exit(status)
 
 
-def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
+def _serve_one(channel: _socket.socket, limits: dict, lock) -> bool:
     try:
-        message, fds, _, _ = socket.recv_fds(channel, 16, 2)
+        message, fds = _receive_fds(channel, 16, 2)
     except OSError:
         return False
     if message != RUN_REQUEST or len(fds) != 2:
@@ -450,6 +506,19 @@ def _serve_one(channel: socket.socket, limits: dict, lock) -> bool:
     status, timed_out = _wait_child(pid, float(limits["wall"]), reap_orphans=not lock.available)
     channel.sendall(STATUS.pack(status, timed_out))
     return True
+
+
+_FD = struct.Struct("=i")
+
+
+def _receive_fds(channel: _socket.socket, size: int, most: int) -> tuple[bytes, list[int]]:
+    """socket.recv_fds without the socket module: a message and the descriptors that came with it."""
+    message, ancillary, _, _ = channel.recvmsg(size, _socket.CMSG_LEN(most * _FD.size))
+    fds = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.extend(number for (number,) in _FD.iter_unpack(data[:len(data) - len(data) % _FD.size]))
+    return message, fds
 
 
 def _wait_child(pid: int, wall: float, reap_orphans: bool) -> tuple[int, bool]:
@@ -500,7 +569,7 @@ def _reap_orphans() -> None:
 def _kill_group(pid: int) -> None:
     for kill, target in ((os.killpg, pid), (os.kill, pid)):  # the group, or the child if setpgid had not run
         try:
-            kill(target, signal.SIGKILL)
+            kill(target, _signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -547,12 +616,12 @@ def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
 
 def main(argv: list[str]) -> int:
     """The launcher: set up the namespaces, fork the zygote, wait for it. It never sees a request."""
-    limits = json.loads(argv[1])
+    limits = loads(argv[1])
     confinement.die_with_parent()
     if os.getppid() != int(limits["parent"]):
         return 0  # the parent died before we could ask to die with it
-    signal.signal(signal.SIGTERM, _raise_exit)
-    channel = socket.socket(fileno=int(limits["channel"]))
+    _signal.signal(_signal.SIGTERM, _raise_exit)
+    channel = _socket.socket(fileno=int(limits["channel"]))
     _DEVNULL.append(os.open(os.devnull, os.O_WRONLY))
     _warm_up()
     confine_kernel = bool(limits.get("kernel", True))
