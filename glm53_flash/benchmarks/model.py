@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from ..data import pretraining_batch
 from ..model import GLM53Flash
+from ..model.moe import padded_usable
 from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, fused_optimizer_supported, resolve_device
 from ..train.pretrain import parameter_groups
@@ -139,10 +140,12 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
       machine's memory bandwidth with no other cost; a step of B >= E / top_k rows touches nearly
       every expert, so it must read nearly every weight.
     - matrix products only: the step's GEMMs on the model's own weights with the shapes a decode
-      step has (qkv, output, router, the grouped experts with the slots split evenly, shared
-      expert, head), each layer once. The experts and the shared expert run through their own
-      modules, so their SwiGLU activation (two elementwise ops on [slots, H]) is included; none of
-      the step's other operations are. Under the device's autocast, like the decode it bounds.
+      step has (qkv, output, router, the experts with the slots split evenly, shared expert, head),
+      each layer once. The experts run through the kernel the step uses (the padded batched
+      matmuls for a few slots on the CPU, else the grouped one), the shared expert through its
+      module, so their SwiGLU activation (two elementwise ops on [slots, H]) and the padded path's
+      row copies are included; none of the step's other operations are. Under the device's
+      autocast, like the decode it bounds.
     """
     cfg = model.config
     params = list(model.parameters())
@@ -151,6 +154,8 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
     slots = batch_size * cfg.top_k
     rows = torch.randn(slots, cfg.dim, device=device)
     counts = torch.bincount(torch.arange(slots, device=device) % cfg.experts, minlength=cfg.experts)
+    sorted_expert = torch.repeat_interleave(torch.arange(cfg.experts, device=device), counts)
+    padded = padded_usable(rows, slots)
 
     def read_weights():
         for p in params:
@@ -161,7 +166,10 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
             block.attention.qkv(x)
             block.attention.out(x)
             block.moe.router(x)
-            block.moe.run_sorted(rows, counts)
+            if padded:
+                block.moe.run_padded(rows, counts, sorted_expert)
+            else:
+                block.moe.run_sorted(rows, counts)
             block.moe.shared(x)
         F.linear(x, model.embedding.weight)
 
