@@ -156,24 +156,42 @@ def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatc
 
 @pytest.mark.parametrize("tokens", [1, 3, 40, 256, 300])
 def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch, tokens):
-    """Without gradients and with few slots, the experts run as two batched matmuls over rows padded
-    to the busiest expert; the result equals the grouped kernel (or chunk loop) and the dense oracle,
-    with an idle expert, and on both sides of the slot threshold (300 tokens x 2 = 600 slots take the
-    grouped path either way)."""
+    """Without gradients and with few slots spread over the experts, the experts run as two batched
+    matmuls over rows padded to the busiest expert; the result equals the grouped kernel (or chunk
+    loop) and the dense oracle, with an idle expert, and on both sides of the threshold (300 tokens
+    x 2 = 600 slots take the grouped path either way)."""
     torch.manual_seed(5)
     moe = MixtureOfExperts(16, 24, experts=4, top_k=2)
     with torch.no_grad():
         moe.router.weight[3] = -10.0  # expert 3 idle for positive inputs
     x = torch.rand(tokens, 16) + 0.1
+    taken = []
+    original = moe_module.MixtureOfExperts.run_padded
+
+    def spy(self, *args):
+        taken.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(moe_module.MixtureOfExperts, "run_padded", spy)
     outputs = []
     with torch.inference_mode():
         for padded in (True, False):
             monkeypatch.setattr(moe_module, "PADDED_ENABLED", padded)
-            assert moe_module.padded_usable(x, 2 * tokens) is (padded and 2 * tokens <= moe_module.PADDED_MAX_SLOTS)
             outputs.append(moe(x, with_balance=False)[0])
         reference = dense_moe_reference(moe, x)
+        counts = moe(x, with_balance=False)[1]
+    expected = 2 * tokens <= moe_module.PADDED_MAX_ROWS and moe_module.padding_pays(4, int(counts.max()), 2 * tokens)
+    assert bool(taken) is expected and (expected or tokens >= 40)  # the small cases do take it
     torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outputs[0], reference, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_is_taken_only_while_it_pays():
+    assert moe_module.padding_pays(8, 4, 32)  # decode: 32 slots spread over 8 experts
+    assert moe_module.padding_pays(8, 9, 32)
+    assert not moe_module.padding_pays(8, 16, 32)  # identical rows: two experts take everything
+    assert moe_module.padding_pays(8, 48, 384) and not moe_module.padding_pays(8, 65, 512)
+    assert not moe_module.padding_pays(8, 64, 128)
 
 
 def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
@@ -182,12 +200,13 @@ def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
     with torch.no_grad():
         moe.router.weight.zero_()
         moe.router.weight[2] = 10.0  # every token picks expert 2: capacity = all rows, others empty
-    x = torch.rand(12, 16) + 0.1
+    x = torch.rand(3, 16) + 0.1
     with torch.inference_mode():
+        assert moe_module.padded_usable(x, 3) and moe_module.padding_pays(4, 3, 3)
         out, counts, _ = moe(x, with_balance=False)
-        assert counts.tolist() == [0, 0, 12, 0]
+        assert counts.tolist() == [0, 0, 3, 0]
         torch.testing.assert_close(out, dense_moe_reference(moe, x), atol=1e-5, rtol=1e-5)
-    assert not moe_module.padded_usable(x, 24)  # gradients on: the grouped kernel (it has a backward)
+    assert not moe_module.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
 
 
 def test_the_model_traces_under_torch_compile_and_equals_eager():

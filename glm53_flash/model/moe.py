@@ -85,18 +85,27 @@ def grouped_mm_usable(x: torch.Tensor, weight: torch.Tensor, aligned: bool) -> b
 GROUPED_MM_ENABLED = hasattr(F, "grouped_mm")
 
 # Few routed slots without gradients (cached decoding, small prefills) on the CPU: each expert's rows
-# are padded to the busiest expert's count and both projections run as one batched matmul each. With
-# a handful of rows per expert, the grouped kernel's per-expert GEMMs run far below the memory
-# bandwidth; the batched form reads each expert's weights at close to it despite the padding
-# (measured on the flash shapes, 2 cores: 1.3-1.7x faster for 16-256 slots, even at 512, slower
-# beyond). A switch for tests and benchmarks, like GROUPED_MM_ENABLED.
-PADDED_MAX_SLOTS = 512
+# are padded to the busiest expert's count C and both projections run as one batched matmul each.
+# With a handful of rows per expert, the grouped kernel's per-expert GEMMs run far below the memory
+# bandwidth; the batched form reads each expert's weights at close to it. The padding costs E * C
+# rows of work for the M routed slots, so the batched form is taken only while E * C stays small and
+# close to M (measured on the flash shapes, 2 cores: 1.3-3x faster with the slots spread over the
+# experts, up to 5x slower when identical rows, e.g. one prompt's samples before they diverge, all
+# pick the same two experts). A switch for tests and benchmarks, like GROUPED_MM_ENABLED.
+PADDED_MAX_ROWS = 512
 PADDED_ENABLED = True
 
 
 def padded_usable(x: torch.Tensor, slots: int) -> bool:
-    return (PADDED_ENABLED and slots <= PADDED_MAX_SLOTS and x.device.type == "cpu"
+    """Whether the batched form may serve `slots` routed slots of x (before their spread is known)."""
+    return (PADDED_ENABLED and slots <= PADDED_MAX_ROWS and x.device.type == "cpu"
             and not torch.is_grad_enabled() and not torch.compiler.is_compiling())
+
+
+def padding_pays(experts: int, capacity: int, slots: int) -> bool:
+    """E * C padded rows against M slots: small in absolute terms and at most ~1.5x the slots."""
+    padded = experts * capacity
+    return padded <= PADDED_MAX_ROWS and 2 * padded <= 3 * slots + 8 * experts
 
 
 def route_tokens(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,12 +163,12 @@ class MixtureOfExperts(nn.Module):
         # zero gradient), which data-parallel training needs.
         return torch.cat([swiglu(chunk, ups[e], downs[e]) for e, chunk in enumerate(torch.split(rows, sizes))])
 
-    def run_padded(self, rows: torch.Tensor, counts: torch.Tensor, sorted_expert: torch.Tensor) -> torch.Tensor:
+    def run_padded(self, rows: torch.Tensor, counts: torch.Tensor, sorted_expert: torch.Tensor,
+                   capacity: int) -> torch.Tensor:
         """rows [M, D] sorted by expert (`sorted_expert` [M] their experts, `counts` [E]) -> each row
-        through its expert, as two batched matmuls over [E, C, D] with C the busiest expert's count.
+        through its expert, as two batched matmuls over [E, C, D], C = `capacity` >= every count.
         Padding rows are zeros and are never read back. No gradients (see padded_usable)."""
         m, dim = rows.shape
-        capacity = int(counts.max())  # one host sync per layer, as the chunk loop's
         starts = counts.cumsum(0) - counts
         slot = torch.arange(m, device=rows.device) - starts.index_select(0, sorted_expert)
         flat = sorted_expert * capacity + slot
@@ -183,8 +192,10 @@ class MixtureOfExperts(nn.Module):
         order = torch.argsort(flat_expert, stable=True)
         counts = torch.bincount(flat_expert, minlength=self.experts)
         rows = x.index_select(0, order // self.top_k)
-        if padded_usable(x, flat_expert.numel()):
-            expert_out = self.run_padded(rows, counts, flat_expert.index_select(0, order))
+        slots = flat_expert.numel()
+        capacity = int(counts.max()) if padded_usable(x, slots) and slots else 0  # CPU: no device sync
+        if capacity and padding_pays(self.experts, capacity, slots):
+            expert_out = self.run_padded(rows, counts, flat_expert.index_select(0, order), capacity)
         else:
             expert_out = self.run_sorted(rows, counts)
         # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
@@ -235,4 +246,4 @@ def original_balance_metric(usage_by_layer: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["MixtureOfExperts", "SwiGLU", "dense_moe_reference", "grouped_mm_usable", "original_balance_metric",
-           "padded_usable", "route_tokens"]
+           "padded_usable", "padding_pays", "route_tokens"]
