@@ -4,7 +4,9 @@ Mirrors GLM-5.3-Flash's MoE layers at small scale (8 routed experts top-2 + 1 sh
 288 top-8 + 1). Tokens are grouped by expert with one stable sort (the original looped over experts
 with a host sync each). On CPU in float32, with a torch that has `torch.nn.functional.grouped_mm`,
 every expert then runs in one grouped matrix multiply per projection with no host sync at all;
-elsewhere the experts run in a loop over split chunks with one host sync per layer. Both equal
+elsewhere the experts run in a loop over split chunks with one host sync per layer. Without gradients
+and with few slots spread over the experts (cached decoding), the CPU pads each expert's rows to
+the busiest one's and runs two batched matmuls instead (`run_padded`). All equal
 `dense_moe_reference`. The balance loss is the Switch-Transformer form E * sum_e f_e * P_e, whose
 router probabilities P_e carry gradients; the original's hard-count metric (no gradient) stays
 reachable for ablation.
