@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from ..data import pretraining_batch
 from ..model import GLM53Flash
-from ..model.moe import padded_usable, padding_pays
 from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, fused_optimizer_supported, resolve_device
 from ..train.pretrain import parameter_groups
@@ -154,9 +153,6 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
     slots = batch_size * cfg.top_k
     rows = torch.randn(slots, cfg.dim, device=device)
     counts = torch.bincount(torch.arange(slots, device=device) % cfg.experts, minlength=cfg.experts)
-    sorted_expert = torch.repeat_interleave(torch.arange(cfg.experts, device=device), counts)
-    capacity = int(counts.max())
-    padded = padded_usable(rows, slots) and padding_pays(cfg.experts, capacity, slots)
 
     def read_weights():
         for p in params:
@@ -167,10 +163,7 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
             block.attention.qkv(x)
             block.attention.out(x)
             block.moe.router(x)
-            if padded:
-                block.moe.run_padded(rows, counts, sorted_expert, capacity)
-            else:
-                block.moe.run_sorted(rows, counts)
+            block.moe.run_experts(rows, counts)
             block.moe.shared(x)
         F.linear(x, model.embedding.weight)
 

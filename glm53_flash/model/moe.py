@@ -165,19 +165,28 @@ class MixtureOfExperts(nn.Module):
         # zero gradient), which data-parallel training needs.
         return torch.cat([swiglu(chunk, ups[e], downs[e]) for e, chunk in enumerate(torch.split(rows, sizes))])
 
-    def run_padded(self, rows: torch.Tensor, counts: torch.Tensor, sorted_expert: torch.Tensor,
-                   capacity: int) -> torch.Tensor:
-        """rows [M, D] sorted by expert (`sorted_expert` [M] their experts, `counts` [E]) -> each row
-        through its expert, as two batched matmuls over [E, C, D], C = `capacity` >= every count.
-        Padding rows are zeros and are never read back. No gradients (see padded_usable)."""
+    def run_padded(self, rows: torch.Tensor, counts: torch.Tensor, capacity: int) -> torch.Tensor:
+        """rows [M, D] sorted by expert, counts [E] rows per expert -> each row through its expert, as
+        two batched matmuls over [E, C, D], C = `capacity` >= every count. Padding rows are zeros and
+        are never read back. No gradients (see padded_usable)."""
         m, dim = rows.shape
+        experts = torch.arange(self.experts, device=rows.device)
         starts = counts.cumsum(0) - counts
-        slot = torch.arange(m, device=rows.device) - starts.index_select(0, sorted_expert)
-        flat = sorted_expert * capacity + slot
+        flat = (experts * capacity - starts).repeat_interleave(counts) + torch.arange(m, device=rows.device)
         padded = rows.new_zeros(self.experts * capacity, dim).index_copy_(0, flat, rows)
         hidden = torch.bmm(padded.view(self.experts, capacity, dim), self.expert_gate_up.transpose(1, 2))
         out = torch.bmm(swiglu_activation(hidden), self.expert_down)
         return out.view(self.experts * capacity, dim).index_select(0, flat)
+
+    def run_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the padded
+        batched matmuls where they pay (few slots spread over the experts, no gradients, CPU), else
+        by the grouped kernel or the chunk loop (run_sorted)."""
+        slots = rows.shape[0]
+        capacity = int(counts.max()) if padded_usable(rows, slots) else 0  # CPU: no device sync
+        if capacity and padding_pays(self.experts, capacity, slots):
+            return self.run_padded(rows, counts, capacity)
+        return self.run_sorted(rows, counts)
 
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None, with_balance: bool = True,
                 balance_reduce=None):
@@ -193,13 +202,7 @@ class MixtureOfExperts(nn.Module):
         flat_expert = top_index.reshape(-1)  # [N * k], slot i belongs to token i // k
         order = torch.argsort(flat_expert, stable=True)
         counts = torch.bincount(flat_expert, minlength=self.experts)
-        rows = x.index_select(0, order // self.top_k)
-        slots = flat_expert.numel()
-        capacity = int(counts.max()) if padded_usable(x, slots) and slots else 0  # CPU: no device sync
-        if capacity and padding_pays(self.experts, capacity, slots):
-            expert_out = self.run_padded(rows, counts, flat_expert.index_select(0, order), capacity)
-        else:
-            expert_out = self.run_sorted(rows, counts)
+        expert_out = self.run_experts(x.index_select(0, order // self.top_k), counts)
         # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
         slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
         routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
