@@ -134,6 +134,10 @@ class ModelConfig:
 STREAM_MODES = ("delta", "double-residual", "sinkhorn")
 LINEAR_ROPE_MODES = ("none", "rope-before-feature-map")
 BALANCE_LOSS_MODES = ("differentiable", "hard-count")
+# Every model switch of the original miniature at once (the faithful arm, the faithful architecture
+# variant, the studies' comparison with the original).
+ORIGINAL_MODEL_SWITCHES = {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
+                           "balance_loss": "hard-count"}
 # Option values as older configs spelled them -> their names by behaviour.
 LEGACY_VALUES = {
     "stream_mode": {"original": "double-residual"},

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .config import ORIGINAL_MODEL_SWITCHES
 from .evaluate_config import EvalConfig
 from .options import config_record
 from .receipts import provenance, read_json, sha256_json, write_json
@@ -171,8 +172,7 @@ _HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, task
 # RL's untempered log-probs, per-sequence mean and no EOS token in the loss.
 ARMS: dict[str, dict] = {
     "faithful": {
-        "model_overrides": {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
-                            "balance_loss": "hard-count"},
+        "model_overrides": dict(ORIGINAL_MODEL_SWITCHES),
         "pretrain": {"decay_all_parameters": True},
         "rl": {"logprob_source": "untempered", "loss_normalization": "sequence-mean", "eos_handling": "omit"},
     },

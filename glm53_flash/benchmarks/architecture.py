@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..config import ORIGINAL_MODEL_SWITCHES
 from ..receipts import provenance, write_json
 from ..train.pretrain import PretrainConfig, pretrain
 from .common import print_table
@@ -18,8 +19,7 @@ from .common import print_table
 VARIANTS: dict[str, dict] = {
     "default": {},
     # every switch of the original miniature at once
-    "faithful": {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
-                 "balance_loss": "hard-count"},
+    "faithful": dict(ORIGINAL_MODEL_SWITCHES),
     "stream-delta": {"stream_mode": "delta"},
     "rope-before-feature": {"linear_rope": "rope-before-feature-map"},
     "balance-hard-count": {"balance_loss": "hard-count"},

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import stats
+from ..config import ORIGINAL_MODEL_SWITCHES
 from ..receipts import provenance, write_json, write_text
 from ..report import figures
 from ..report.format import format_interval, format_p, format_signed
@@ -425,11 +426,6 @@ def _pretraining_report(plan: dict, summary: dict, charts: dict) -> list[str]:
     return lines
 
 
-# The original miniature's model switches (seed-research 2.2: the original ModelConfig's behaviour).
-ORIGINAL_MINIATURE = {"linear_rope": "rope-before-feature-map", "stream_mode": "double-residual",
-                      "balance_loss": "hard-count"}
-
-
 def miniature_differences(design: dict) -> list[str]:
     """What the plan's model shares with the original miniature and where it still differs."""
     model = design.get("model")
@@ -438,12 +434,12 @@ def miniature_differences(design: dict) -> list[str]:
                 "without RoPE in its linear layers: the model had no positional information at all, unlike the "
                 "original miniature (RoPE before the feature map). A rerun with positions is a new plan."]
     lines = []
-    if model.get("linear_rope") == ORIGINAL_MINIATURE["linear_rope"]:
+    if model.get("linear_rope") == ORIGINAL_MODEL_SWITCHES["linear_rope"]:
         lines.append("- Positions: RoPE before the feature map in the three linear layers, as in the original "
                      "miniature; with no sparse layer it is the model's only positional signal. What changed: "
                      "earlier runs of this study (plans without the model config) trained the preset without "
                      "it, so their model saw no positions at all.")
-    differing = [f"{key} `{model.get(key)}` (the original: `{value}`)" for key, value in ORIGINAL_MINIATURE.items()
+    differing = [f"{key} `{model.get(key)}` (the original: `{value}`)" for key, value in ORIGINAL_MODEL_SWITCHES.items()
                  if model.get(key) != value]
     if differing:
         lines.append("- Differences from the original miniature's model: " + "; ".join(differing) + ". The "

@@ -387,7 +387,6 @@ def _max_fd() -> int:
 
 
 _DEVNULL = []  # one write-only /dev/null descriptor, opened by the worker, shared by every child
-_dump_json = dumps
 
 
 _SIGNAL_REASONS = {
@@ -438,7 +437,7 @@ def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
         os.close(4)
         request = loads(b"".join(chunks))
         outcome = run_candidate(request["s"], request["e"], request["c"])
-        _write_all(3, _dump_json(outcome).encode())
+        _write_all(3, dumps(outcome).encode())
         status = 0
     finally:
         os._exit(status)
@@ -607,7 +606,7 @@ def warm_up(x, text="abc"):
 def _warm_up() -> None:
     for argument in (1, 0):  # 0 takes the exception path (ZeroDivisionError)
         outcome = run_candidate(_WARM_UP_SOURCE, "warm_up", [encode_value((argument,))])
-        _dump_json(outcome).encode()
+        dumps(outcome).encode()
 
 
 def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
