@@ -314,10 +314,14 @@ def checkpoint_names(plan: ReproducePlan) -> list[str]:
     return ["before", *(f"rl-{seed}" for seed in plan.rl_seeds)]
 
 
+def receipt_pair(split_directory: Path, name: str, samples: int) -> tuple[Path, Path]:
+    """Checkpoint `name`'s greedy and sampled (pass@`samples`) receipts in a sealed split's directory."""
+    return split_directory / f"{name}-greedy.json", split_directory / f"{name}-pass{samples}.json"
+
+
 def _receipt_paths(directory: Path, plan: ReproducePlan, split: str) -> list[Path]:
     k = sealed_stages(plan)[split][1].samples
-    return [directory / split / f"{name}-{kind}.json" for name in checkpoint_names(plan)
-            for kind in ("greedy", f"pass{k}")]
+    return [path for name in checkpoint_names(plan) for path in receipt_pair(directory / split, name, k)]
 
 
 def _require_openings(run: ArmRun, reopen: str | None) -> dict:
@@ -435,8 +439,7 @@ def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], ch
                                  families=parse_families(sampled_cfg.families))
     with Verifier() as verifier:
         for name, checkpoint in checkpoints.items():
-            greedy_path = directory / f"{name}-greedy.json"
-            sampled_path = directory / f"{name}-pass{sampled_cfg.samples}.json"
+            greedy_path, sampled_path = receipt_pair(directory, name, sampled_cfg.samples)
             if greedy_path.exists() and sampled_path.exists():
                 continue
             _log(f"[{arm}] {greedy_cfg.split} split: evaluating {name} ({checkpoint})")
@@ -461,8 +464,7 @@ def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") 
     k = sealed_stages(plan)[split][1].samples
     arms = {}
     for arm in checkpoint_names(plan):
-        greedy = json.loads((out / split / f"{arm}-greedy.json").read_text())["summary"]
-        sampled = json.loads((out / split / f"{arm}-pass{k}.json").read_text())["summary"]
+        greedy, sampled = (json.loads(path.read_text())["summary"] for path in receipt_pair(out / split, arm, k))
         if "tasks_solved_strong" not in greedy or "exact_rollouts_strong" not in sampled:
             return None
         arms[arm] = {
@@ -489,15 +491,12 @@ def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
     trained = list(parse_families(plan.families))
     untrained = [f for f in FAMILY_NAMES if f not in trained]
     k = sealed_stages(plan)[split][1].samples
-    directory = out / split
-    before_greedy = load_receipt(directory / "before-greedy.json")
-    before_sampled = load_receipt(directory / f"before-pass{k}.json")
+    before_greedy, before_sampled = map(load_receipt, receipt_pair(out / split, "before", k))
     seeds = {}
     for seed in plan.rl_seeds:
         arm = f"rl-{seed}"
-        after_sampled = load_receipt(directory / f"{arm}-pass{k}.json")
-        greedy = compare_receipts(before_greedy, load_receipt(directory / f"{arm}-greedy.json"),
-                                  labels=("before RL", arm))
+        after_greedy, after_sampled = map(load_receipt, receipt_pair(out / split, arm, k))
+        greedy = compare_receipts(before_greedy, after_greedy, labels=("before RL", arm))
         sampled = compare_receipts(before_sampled, after_sampled, labels=("before RL", arm))
         trained_sampled = compare_receipts(before_sampled, after_sampled, families=trained, labels=("before RL", arm))
         interference = {}
@@ -577,6 +576,7 @@ def build_headline_summary(out: str | Path) -> dict:
     receipts): each arm's main run, every pretraining seed's before/after scores, and the paired
     comparisons between the arms."""
     from .headline_stats import compare_arms, seed_table
+    from .report.arms import arm_rows
 
     out = Path(out)
     runs = [(path, json.loads((path / SUMMARY_FILE).read_text())) for path in _run_directories(out)]
@@ -586,8 +586,6 @@ def build_headline_summary(out: str | Path) -> dict:
     for path, summary in runs:
         if path.name == summary.get("arm"):
             arms[summary["arm"]] = summary
-    from .report.arms import arm_rows
-
     seeds = seed_table(out, runs)
     summary = {
         "schema_version": "2.0", "preset": runs[0][1]["preset"], "arms": arms,

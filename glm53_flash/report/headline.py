@@ -231,30 +231,40 @@ def make_charts(out: Path, summary: dict) -> dict[str, str]:
     return paths
 
 
+def metric_rows(results: dict, seeds: list[str], k: int) -> list[tuple[str, str, str, list[str]]]:
+    """A sealed split's paired results as table rows: (metric, its key in ORIGINAL, before RL, after RL
+    per seed). Confirm's table sets them beside the original's counts; holdout's has none."""
+    def counts(key: str, what: str, total: str) -> tuple[str, list[str]]:
+        rows = [results[s][key] for s in seeds]
+        return (f"{rows[0]['before_' + what]}/{rows[0][total]}",
+                [f"{r['after_' + what]}/{r[total]}" for r in rows])
+
+    return [("greedy pass@1, trained families", "greedy_trained", *counts("greedy_trained", "solved", "tasks")),
+            (f"sampled pass@{k}, trained families", "sampled_trained_solved",
+             *counts("sampled_trained", "solved", "tasks")),
+            ("exact sampled completions, trained families", "sampled_trained_exact",
+             *counts("sampled_trained", "exact", "rollouts")),
+            (f"sampled pass@{k}, all eight families", "sampled_all_solved", *counts("sampled_all", "solved", "tasks"))]
+
+
+def gains_cells(results: dict, seeds: list[str]) -> list[str]:
+    """Greedy gains / losses on the trained families and their McNemar p, per seed."""
+    return [f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})"
+            for g in (results[s]["greedy_trained"] for s in seeds)]
+
+
 def result_table(summary: dict) -> list[str]:
     seeds = seed_order(summary)
     k = ReproducePlan.from_dict(summary["plan"]).confirm_sampled.samples
     header = "| confirmation metric | original before | original after | ours before | " + \
              " | ".join(f"ours after (seed {s})" for s in seeds) + " |"
     lines = [header, "|---|---:|---:|---:|" + "---:|" * len(seeds)]
-
-    def row(name, original, before, afters):
+    for name, key, before, afters in metric_rows(summary["seeds"], seeds, k):
+        original = ORIGINAL[key]
         lines.append(f"| {name} | {original[0]}/{original[2]} | {original[1]}/{original[2]} | {before} | "
                      + " | ".join(afters) + " |")
-
-    g = [summary["seeds"][s]["greedy_trained"] for s in seeds]
-    row("greedy pass@1, trained families", ORIGINAL["greedy_trained"], f"{g[0]['before_solved']}/{g[0]['tasks']}",
-        [f"{x['after_solved']}/{x['tasks']}" for x in g])
-    t = [summary["seeds"][s]["sampled_trained"] for s in seeds]
-    row(f"sampled pass@{k}, trained families", ORIGINAL["sampled_trained_solved"],
-        f"{t[0]['before_solved']}/{t[0]['tasks']}", [f"{x['after_solved']}/{x['tasks']}" for x in t])
-    row("exact sampled completions, trained families", ORIGINAL["sampled_trained_exact"],
-        f"{t[0]['before_exact']}/{t[0]['rollouts']}", [f"{x['after_exact']}/{x['rollouts']}" for x in t])
-    a = [summary["seeds"][s]["sampled_all"] for s in seeds]
-    row(f"sampled pass@{k}, all eight families", ORIGINAL["sampled_all_solved"],
-        f"{a[0]['before_solved']}/{a[0]['tasks']}", [f"{x['after_solved']}/{x['tasks']}" for x in a])
     lines.append(f"| greedy gains / losses (McNemar p) | | 16 / 0 ({format_p(ORIGINAL['mcnemar_p'])}) | | "
-                 + " | ".join(f"{x['gains']} / {x['losses']} ({format_p(x['mcnemar_p'])})" for x in g) + " |")
+                 + " | ".join(gains_cells(summary["seeds"], seeds)) + " |")
     return lines
 
 
@@ -266,18 +276,8 @@ def holdout_lines(summary: dict) -> list[str]:
         return []
     seeds = seed_order(summary)
     k = ReproducePlan.from_dict(summary["plan"]).holdout_sampled.samples
-    rows = []
-    for name, key, solved in (("greedy pass@1, trained families", "greedy_trained", "solved"),
-                              (f"sampled pass@{k}, trained families", "sampled_trained", "solved"),
-                              ("exact sampled completions, trained families", "sampled_trained", "exact"),
-                              (f"sampled pass@{k}, all eight families", "sampled_all", "solved")):
-        results = [holdout["seeds"][s][key] for s in seeds]
-        total = "tasks" if solved == "solved" else "rollouts"
-        rows.append([name, f"{results[0]['before_' + solved]}/{results[0][total]}",
-                     *[f"{r['after_' + solved]}/{r[total]}" for r in results]])
-    greedy = [holdout["seeds"][s]["greedy_trained"] for s in seeds]
-    rows.append(["greedy gains / losses (McNemar p)", "",
-                 *[f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})" for g in greedy]])
+    rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout["seeds"], seeds, k)]
+    rows.append(["greedy gains / losses (McNemar p)", "", *gains_cells(holdout["seeds"], seeds)])
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
     openings = list(dict.fromkeys(line["opening_id"] for line in holdout.get("ledger") or []))
     opened = (f"The ledger records {len(openings)} opening(s) of the holdout split for this plan."
