@@ -132,7 +132,15 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         # the verifier sandbox's isolation, as reached by the weakest worker this process started
         # (None when no program was judged here)
         "verifier_isolation": _verifier_isolation(),
+        # whether the skinny decode kernels served this process (None when nothing here needed them)
+        "decode_kernels": _decode_kernels(),
     }
+
+
+def _decode_kernels() -> dict | None:
+    from .model import kernels
+
+    return kernels.observed()
 
 
 def _verifier_isolation() -> dict | None:

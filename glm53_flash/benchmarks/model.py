@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..data import pretraining_batch
-from ..model import GLM53Flash
+from ..model import GLM53Flash, kernels
 from ..receipts import peak_rss_bytes, provenance, write_json
 from ..runtime import autocast, fused_optimizer_supported, resolve_device
 from ..train.pretrain import parameter_groups
@@ -226,6 +226,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
         floors[f"speedup_ceiling_at_{name}"] = decode["reforward_seconds"] / (
             decode["prefill_seconds"] + steps_after_prefill * step_seconds)
     decode["floors"] = floors
+    decode["kernels"] = kernels.status()  # also in provenance; here for the table below
     result = {
         "benchmark": "model", "preset": preset, "config": cfg.to_dict(),
         "parameter_counts": model.parameter_counts(), "device": str(device),
@@ -248,6 +249,8 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
                            f"{decode['repeats']})"),
         ("decode, re-forward", f"{decode['reforward_tokens_per_second']:.1f} tokens/s"),
         ("decode speedup", f"{decode['speedup']:.1f}x"),
+        ("decode kernels", "skinny C kernels" if decode["kernels"]["available"]
+         else f"torch only ({decode['kernels']['reason']})"),
         ("decode step, measured", f"{1e3 * decode['cached_step_seconds_mean']:.1f} ms (mean after a "
                                   f"{1e3 * decode['prefill_seconds']:.0f} ms prefill)"),
         ("step floor: GEMMs only", f"{1e3 * floors['matrix_products_seconds']:.1f} ms -> speedup ceiling "

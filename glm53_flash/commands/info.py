@@ -77,6 +77,11 @@ def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int =
         print(f"  {name:<40} {count:>12,}")
     print(f"  {'total':<40} {counts['total']:>12,}")
     print(f"  {'active per token (estimate)':<40} {counts['active']:>12,}")
+    from ..model import kernels
+
+    state = kernels.status()
+    print(f"decode kernels: {'in use' if state['available'] else 'not in use, the torch path serves'} "
+          f"({state['reason']}{', ' + state['library'] if state['library'] else ''})")
     if generate:
         task = frozen_tasks("dev", 1)[0]
         if len(ByteTokenizer().encode(task.prompt, bos=True)) >= cfg.max_sequence_length:

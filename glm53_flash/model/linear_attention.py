@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kernels import Linear
 from .rope import RotaryEmbedding
 
 DENOMINATOR_FLOOR = 1e-6
@@ -139,8 +140,8 @@ class LinearAttention(nn.Module):
         self.heads = heads
         self.chunk = chunk
         self.rope_before_feature = rope_before_feature
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
+        self.qkv = Linear(dim, 3 * dim)
+        self.out = Linear(dim, dim)
 
     def forward(
         self, x: torch.Tensor, rope: RotaryEmbedding, position: int = 0,

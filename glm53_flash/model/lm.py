@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from . import kernels
 from .linear_attention import LinearAttention, LinearState
 from .moe import MixtureOfExperts, original_balance_metric
 from .norm import RMSNorm
@@ -184,7 +184,7 @@ class GLM53Flash(nn.Module):
         if cache is not None:
             cache.position = position + t
         hidden = self.norm(streams.mean(dim=0))
-        logits = F.linear(hidden, self.embedding.weight)
+        logits = kernels.linear(hidden, self.embedding.weight)
         usage_by_layer = torch.stack(usage).float()
         usage_by_layer = usage_by_layer / usage_by_layer.sum(-1, keepdim=True).clamp_min(1.0)
         if cache is not None:  # decoding: no balance statistics

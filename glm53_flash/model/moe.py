@@ -19,6 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from . import kernels
+from .kernels import Linear
+
 
 class _SwiGLUActivation(torch.autograd.Function):
     """silu(gate) * value for h = [gate | value] [N, 2H]. The forward keeps silu(gate) (one more
@@ -64,8 +67,8 @@ def swiglu(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.
 class SwiGLU(nn.Module):
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
-        self.up = nn.Linear(dim, 2 * hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
+        self.up = Linear(dim, 2 * hidden)
+        self.down = Linear(hidden, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(swiglu_activation(self.up(x)))
@@ -122,7 +125,7 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.experts = experts
         self.top_k = top_k
-        self.router = nn.Linear(dim, experts, bias=False)
+        self.router = Linear(dim, experts)
         # Routed experts stored stacked: expert_gate_up [E, 2H, D] in nn.Linear's (out, in) layout and
         # expert_down [E, H, D] in x @ W layout. Measured with a few rows per expert (decoding), these
         # two layouts run the grouped GEMMs fastest (the up projection ~1.4x faster than in x @ W
@@ -178,11 +181,22 @@ class MixtureOfExperts(nn.Module):
         out = torch.bmm(swiglu_activation(hidden), self.expert_down)
         return out.view(self.experts * capacity, dim).index_select(0, flat)
 
+    def run_skinny(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the skinny C
+        kernels (model/kernels.py): one call per projection, each expert's weights read once, no
+        padding. No gradients (see kernels.grouped_serves)."""
+        offsets = counts.cumsum(0)
+        hidden = kernels.grouped_linear(rows, self.expert_gate_up, offsets)
+        return kernels.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
+
     def run_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the padded
-        batched matmuls where they pay (few slots spread over the experts, no gradients, CPU), else
-        by the grouped kernel or the chunk loop (run_sorted)."""
+        """rows [M, D] sorted by expert, counts [E] -> each row through its expert: by the skinny C
+        kernels where they serve (few slots, no gradients, CPU, float32), else by the padded batched
+        matmuls where they pay (few slots spread over the experts), else by the grouped kernel or the
+        chunk loop (run_sorted)."""
         slots = rows.shape[0]
+        if kernels.grouped_serves(rows, self.expert_gate_up, self.expert_down):
+            return self.run_skinny(rows, counts)
         capacity = int(counts.max()) if padded_usable(rows, slots) else 0  # CPU: no device sync
         if capacity and padding_pays(self.experts, capacity, slots):
             return self.run_padded(rows, counts, capacity)

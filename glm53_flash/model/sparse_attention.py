@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kernels import Linear
 from .rope import RotaryEmbedding
 
 
@@ -45,8 +46,8 @@ class SparseAttention(nn.Module):
         self.heads = heads
         self.window = window
         self.stride = stride
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
+        self.qkv = Linear(dim, 3 * dim)
+        self.out = Linear(dim, dim)
         self._masks: dict[tuple, torch.Tensor] = {}
         self._keep: dict[tuple, tuple[torch.Tensor, tuple[int, ...]]] = {}
 

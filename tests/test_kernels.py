@@ -1,0 +1,149 @@
+"""The skinny C kernels (glm53_flash/model/kernels.py) against torch's products, their dispatch rules,
+and the fallback when they cannot be built. The kernel tests skip on a machine that cannot build
+them (no AVX2/FMA or no C compiler); the dispatch and fallback tests run everywhere."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import glm53_flash as g
+from glm53_flash.model import kernels
+from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+
+needs_kernels = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, kernels.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 48, 192]),
+       lead=st.sampled_from([(), (1,), (2,)]))
+def test_skinny_linear_equals_f_linear(rows, outputs, inner, lead):
+    """Any row count up to the limit, output sizes with and without a tail of 1-3 rows past the
+    blocks of four, leading batch dimensions."""
+    generator = torch.Generator().manual_seed(rows * 1000 + outputs)
+    x = torch.randn(*lead, rows, inner, generator=generator)
+    weight = torch.randn(outputs, inner, generator=generator)
+    with torch.inference_mode():
+        assert kernels._serves(x, weight, x.numel() // inner, kernels.MAX_ROWS)
+        out = kernels.linear(x, weight)
+    assert out.shape == F.linear(x, weight).shape
+    torch.testing.assert_close(out, F.linear(x, weight), atol=1e-5, rtol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("counts", [[4, 4, 4, 4], [0, 7, 0, 1], [0, 0, 13, 0], [1, 0, 0, 0], [100, 30, 0, 126]])
+def test_grouped_kernels_equal_each_expert_alone(counts):
+    """Rows sorted by expert, idle experts, every row on one expert, a single row, hundreds of rows."""
+    torch.manual_seed(7)
+    experts, dim, hidden = 4, 16, 24
+    gate_up, down = torch.randn(experts, 2 * hidden, dim), torch.randn(experts, hidden, dim)
+    counts = torch.tensor(counts)
+    rows = torch.randn(int(counts.sum()), dim)
+    offsets = counts.cumsum(0)
+    with torch.inference_mode():
+        hidden_out = kernels.grouped_linear(rows, gate_up, offsets)
+        down_in = torch.randn(rows.shape[0], hidden)
+        down_out = kernels.grouped_matmul(down_in, down, offsets)
+    start = 0
+    for e, count in enumerate(counts.tolist()):
+        part = slice(start, start + count)
+        torch.testing.assert_close(hidden_out[part], rows[part] @ gate_up[e].T, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(down_out[part], down_in[part] @ down[e], atol=1e-5, rtol=1e-5)
+        start += count
+
+
+@needs_kernels
+def test_moe_takes_the_kernels_when_decoding_and_equals_the_dense_reference(monkeypatch):
+    torch.manual_seed(8)
+    moe = MixtureOfExperts(16, 24, experts=4, top_k=2)
+    x = torch.randn(16, 16)
+    taken = []
+    original = MixtureOfExperts.run_skinny
+    monkeypatch.setattr(MixtureOfExperts, "run_skinny", lambda self, *a: taken.append(1) or original(self, *a))
+    with torch.inference_mode():
+        out = moe(x, with_balance=False)[0]
+        reference = dense_moe_reference(moe, x)
+    assert taken
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    taken.clear()
+    moe(x)  # gradients on: the grouped kernel or the chunk loop, which have a backward
+    assert not taken
+
+
+@needs_kernels
+def test_cached_decode_with_kernels_equals_without_and_the_full_forward(monkeypatch):
+    """The flash shapes (dim 192, 8 experts) at batch 16: the decode steps run through the kernels;
+    logits equal the eager path's and the full forward's to 1e-4."""
+    cfg = g.ModelConfig(layers=4)
+    torch.manual_seed(9)
+    model = g.GLM53Flash(cfg).eval()
+    ids = torch.randint(4, 260, (16, 24))
+
+    def decode():
+        cache = model.new_cache(16)
+        parts = [model(ids[:, :16], cache=cache).logits]
+        parts += [model(ids[:, t:t + 1], cache=cache).logits for t in range(16, 24)]
+        return torch.cat(parts, 1)
+
+    calls = []
+    original = kernels.linear
+    monkeypatch.setattr(kernels, "linear", lambda *a: calls.append(1) or original(*a))
+    with torch.inference_mode():
+        fast = decode()
+        assert calls  # the head goes through kernels.linear
+        monkeypatch.setattr(kernels, "ENABLED", False)
+        eager = decode()
+        full = model(ids).logits
+    assert (fast - eager).abs().max().item() <= 1e-4
+    assert (fast - full).abs().max().item() <= 1e-4
+
+
+def test_kernels_serve_only_what_they_were_written_for():
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.inference_mode():
+        served = kernels._serves(x, weight, 4, kernels.MAX_ROWS)
+        assert served is kernels.available()
+        assert not kernels._serves(x, weight, kernels.MAX_ROWS + 1, kernels.MAX_ROWS)
+        assert not kernels._serves(x.double(), weight.double(), 4, kernels.MAX_ROWS)
+        assert not kernels._serves(torch.randn(4, 12), torch.randn(8, 12), 4, kernels.MAX_ROWS)  # K % 8
+        assert not kernels._serves(x, weight.T.contiguous().T, 4, kernels.MAX_ROWS)  # strided weight
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not kernels._serves(x, weight, 4, kernels.MAX_ROWS)
+    assert not kernels._serves(x, weight, 4, kernels.MAX_ROWS)  # gradients on (training)
+
+
+def test_failed_build_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
+    """No usable compiler: nothing raises, status() names the reason, every product is torch's."""
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "skinny.c")
+    (tmp_path / "skinny.c").write_text("this is not C\n")
+    status = kernels.status()
+    assert status["available"] is False and status["library"] is None and status["reason"]
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(kernels.linear(x, weight), F.linear(x, weight))
+    with pytest.raises(RuntimeError, match="not available"):
+        kernels.grouped_linear(x, weight.view(1, 8, 16), torch.tensor([4]))
+
+
+def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
+    if kernels._cpu_supported() or not (kernels.shutil.which("cc") or kernels.shutil.which("gcc")):
+        pytest.skip("this machine cannot build the kernels at all")
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "skinny.c")
+    (tmp_path / "skinny.c").write_text("this is not C\n")
+    status = kernels.status()
+    assert not status["available"] and "failed" in status["reason"]
+    assert not list((tmp_path / "cache").glob("*.so"))  # nothing half-built left to load later
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    assert kernels.status() == {"available": False, "library": None,
+                                "reason": "disabled by GLM53_KERNELS=0 or kernels.ENABLED"}
+    assert not kernels.available()
