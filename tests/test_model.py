@@ -7,7 +7,7 @@ import glm53_flash as g
 from glm53_flash.model import kernels
 from glm53_flash.model import moe as moe_module
 from glm53_flash.model.linear_attention import (
-    causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
+    LinearState, causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
 )
 from glm53_flash.model.moe import MixtureOfExperts, _SwiGLUActivation, dense_moe_reference
 from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask
@@ -91,6 +91,28 @@ def test_linear_attention_forms_equal_recurrence(t, chunk):
     q2, k2, v2 = (feature_map(torch.randn(2, 3, 5, 8, dtype=torch.float64)) for _ in range(3))
     cont, _ = causal_linear_attention(q2, k2, v2, state=state, chunk=chunk)
     torch.testing.assert_close(cont, recurrent_linear_attention(q2, k2, v2, expected_state)[0])
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_linear_attention_decode_step_equals_recurrence(grad):
+    """One token on a cached state: without gradients the state is updated in place, with them a new
+    one is made (the old state stays as it was); both equal the recurrence."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 3, 6, 8, dtype=torch.float64) for _ in range(3))
+    q, k = feature_map(q), feature_map(k)
+    _, state = causal_linear_attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], return_state=True)
+    before = (state.kv.clone(), state.z.clone())
+    expected, expected_state = recurrent_linear_attention(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:],
+                                                          LinearState(*before))
+    with torch.set_grad_enabled(grad):
+        out, new_state = causal_linear_attention(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], state=state,
+                                                 return_state=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(new_state.kv, expected_state.kv)
+    torch.testing.assert_close(new_state.z, expected_state.z)
+    assert (new_state.kv is state.kv) is not grad
+    if grad:
+        torch.testing.assert_close(state.kv, before[0])
 
 
 def gathered_sparse_reference(q, k, v, window, stride):

@@ -140,11 +140,12 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
       every expert, so it must read nearly every weight.
     - matrix products only: the step's GEMMs on the model's own weights with the shapes a decode
       step has (qkv, output, router, the experts with the slots split evenly, shared expert, head),
-      each layer once. The experts run through the kernel the step uses (the padded batched
-      matmuls for a few slots on the CPU, else the grouped one), the shared expert through its
-      module, so their SwiGLU activation (two elementwise ops on [slots, H]) and the padded path's
-      row copies are included; none of the step's other operations are. Under the device's
-      autocast, like the decode it bounds.
+      each layer once. Every product runs through the kernel the step uses (the skinny C kernels
+      where they serve, else torch's: the padded batched matmuls or the grouped kernel for the
+      experts), the shared expert through its module, so their SwiGLU activation (two elementwise
+      ops on [slots, H]) and the padded path's row copies are included; none of the step's other
+      operations are. Under the device's autocast, like the decode it bounds. Where the C kernels
+      serve, the same products are timed again with torch alone (`matrix_products_torch_only_seconds`).
     """
     cfg = model.config
     params = list(model.parameters())
@@ -173,9 +174,17 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
     with autocast(device):
         read_seconds = best(read_weights)
         products_seconds = best(products)
+        torch_products_seconds = products_seconds
+        if kernels.available() and device.type == "cpu":  # the same products without the C kernels
+            kernels.ENABLED = False
+            try:
+                torch_products_seconds = best(products)
+            finally:
+                kernels.ENABLED = True
     return {"weight_bytes": weight_bytes, "weight_read_seconds": read_seconds,
             "weight_read_bytes_per_second": weight_bytes / read_seconds,
-            "matrix_products_seconds": products_seconds}
+            "matrix_products_seconds": products_seconds,
+            "matrix_products_torch_only_seconds": torch_products_seconds}
 
 
 def stage(what: str) -> None:
@@ -255,6 +264,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
                                   f"{1e3 * decode['prefill_seconds']:.0f} ms prefill)"),
         ("step floor: GEMMs only", f"{1e3 * floors['matrix_products_seconds']:.1f} ms -> speedup ceiling "
                                    f"{floors['speedup_ceiling_at_matrix_products']:.1f}x"),
+        ("the same GEMMs, torch only", f"{1e3 * floors['matrix_products_torch_only_seconds']:.1f} ms"),
         ("step floor: weight read", f"{1e3 * floors['weight_read_seconds']:.1f} ms "
                                     f"({floors['weight_bytes'] / 1e6:.0f} MB at "
                                     f"{floors['weight_read_bytes_per_second'] / 1e9:.1f} GB/s) -> ceiling "

@@ -73,8 +73,16 @@ def causal_linear_attention(
     b, h, t, d = q.shape
     if t == 1 and state is not None:
         # One decode step: fold the new key into the state first, then read it (O(d^2) per head).
-        kv = torch.baddbmm(state.kv.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)).view_as(state.kv)
-        z = state.z + k[:, :, 0]
+        # Without gradients the cache's own state is updated in place (no new [B, H, d, d] tensor
+        # per layer per token); with them, or a state that is not one block of memory, a new one.
+        key_t, value = k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
+        if not torch.is_grad_enabled() and state.kv.is_contiguous() and state.z.is_contiguous():
+            kv, z = state.kv, state.z
+            kv.view(-1, d, d).baddbmm_(key_t, value)
+            z.add_(k[:, :, 0])
+        else:
+            kv = torch.baddbmm(state.kv.flatten(0, 1), key_t, value).view_as(state.kv)
+            z = state.z + k[:, :, 0]
         numerator = torch.matmul(q, kv)
         denominator = torch.matmul(q, z.unsqueeze(-1)).squeeze(-1)
         out = numerator / denominator.clamp_min(DENOMINATOR_FLOOR).unsqueeze(-1)
