@@ -55,21 +55,48 @@ def test_grouped_kernels_equal_each_expert_alone(counts):
 
 
 @needs_kernels
-def test_moe_takes_the_kernels_when_decoding_and_equals_the_dense_reference(monkeypatch):
+@pytest.mark.parametrize("experts,top_k,tokens", [(4, 2, 16), (8, 2, 16), (8, 2, 1), (4, 1, 7), (8, 2, 256)])
+def test_moe_takes_the_kernels_when_decoding_and_equals_torch_and_the_dense_reference(monkeypatch, experts,
+                                                                                       top_k, tokens):
+    """Routing, sort, row copies and the gate-weighted sum in C: the same output and slot counts as
+    the torch path and the dense oracle, with an idle expert (the last one never wins)."""
     torch.manual_seed(8)
-    moe = MixtureOfExperts(16, 24, experts=4, top_k=2)
-    x = torch.randn(16, 16)
+    moe = MixtureOfExperts(16, 24, experts=experts, top_k=top_k)
+    with torch.no_grad():
+        moe.router.weight[-1] = -10.0
+    x = torch.rand(tokens, 16) + 0.1
     taken = []
-    original = MixtureOfExperts.run_skinny
-    monkeypatch.setattr(MixtureOfExperts, "run_skinny", lambda self, *a: taken.append(1) or original(self, *a))
+    original = MixtureOfExperts.forward_skinny
+    monkeypatch.setattr(MixtureOfExperts, "forward_skinny", lambda self, *a: taken.append(1) or original(self, *a))
     with torch.inference_mode():
-        out = moe(x, with_balance=False)[0]
+        out, counts, _ = moe(x, with_balance=False)
         reference = dense_moe_reference(moe, x)
-    assert taken
+        monkeypatch.setattr(kernels, "ENABLED", False)
+        torch_out, torch_counts, _ = moe(x, with_balance=False)
+    assert taken == [1]
+    assert counts.tolist() == torch_counts.tolist() and counts[-1] == 0 and counts.sum() == tokens * top_k
+    torch.testing.assert_close(out, torch_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(kernels, "ENABLED", True)
     taken.clear()
     moe(x)  # gradients on: the grouped kernel or the chunk loop, which have a backward
     assert not taken
+
+
+@needs_kernels
+def test_moe_dispatch_sorts_slots_stably_by_expert():
+    torch.manual_seed(10)
+    x, router = torch.randn(9, 16), torch.randn(4, 16)
+    with torch.inference_mode():
+        rows, counts, offsets, position, gates = kernels.moe_dispatch(x, router, 2)
+        expected_gates, expected_index = torch.topk(x @ router.T, 2)
+    torch.testing.assert_close(gates, torch.softmax(expected_gates, -1))
+    flat = expected_index.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    assert counts.tolist() == torch.bincount(flat, minlength=4).tolist()
+    assert offsets.tolist() == counts.cumsum(0).tolist()
+    assert position[order].tolist() == list(range(18))
+    torch.testing.assert_close(rows, x[order // 2])
 
 
 @needs_kernels

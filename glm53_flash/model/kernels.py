@@ -81,7 +81,7 @@ def _build() -> tuple[ctypes.CDLL | None, str, Path | None]:
             # Build beside the target and rename: a concurrent process sees a whole library or none.
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 built = Path(tmp) / target.name
-                result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)],
+                result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"],
                                         capture_output=True, text=True, timeout=120)
                 if result.returncode != 0:
                     return None, f"{compiler} failed: {result.stderr.strip()[-500:]}", None
@@ -92,11 +92,18 @@ def _build() -> tuple[ctypes.CDLL | None, str, Path | None]:
         library = ctypes.CDLL(str(target))
     except OSError as error:
         return None, f"could not load {target}: {error}", None
-    for name in ("skinny_linear", "skinny_grouped_linear", "skinny_grouped_matmul"):
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    signatures = {
+        "skinny_linear": [pointer] * 3 + [size] * 3,
+        "skinny_grouped_linear": [pointer] * 4 + [size] * 3,
+        "skinny_grouped_matmul": [pointer] * 4 + [size] * 3,
+        "skinny_moe_dispatch": [pointer] * 2 + [size] * 4 + [pointer] * 5,
+        "skinny_moe_combine": [pointer] * 5 + [size] * 3,
+    }
+    for name, arguments in signatures.items():
         function = getattr(library, name)
         function.restype = None
-        count = 6 if name == "skinny_linear" else 7
-        function.argtypes = [ctypes.c_void_p] * (3 if count == 6 else 4) + [ctypes.c_int64] * 3
+        function.argtypes = arguments
     return library, "loaded", target
 
 
@@ -180,6 +187,40 @@ def grouped_matmul(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tens
     return out
 
 
+def moe_serves(x: torch.Tensor, router: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+               top_k: int) -> bool:
+    """Whether `moe_dispatch` / `moe_combine` and the grouped kernels serve a MoE layer on x [N, D]."""
+    return (x.dim() == 2 and x.is_contiguous() and router.is_contiguous() and router.dtype == torch.float32
+            and router.shape[0] <= 64 and top_k <= min(8, router.shape[0])
+            and grouped_serves(x, gate_up, down) and x.shape[0] * top_k <= MAX_GROUPED_ROWS)
+
+
+def moe_dispatch(x: torch.Tensor, router: torch.Tensor, top_k: int):
+    """Route x [N, D] with router [E, D]: rows [N*k, D] sorted by expert, counts [E], offsets [E]
+    (cumulative counts), position [N*k] (where token t's j-th slot landed), gates [N, k]."""
+    tokens, dim = x.shape
+    experts = router.shape[0]
+    rows = torch.empty(tokens * top_k, dim, dtype=x.dtype)
+    counts = torch.empty(experts, dtype=torch.int64)
+    offsets = torch.empty(experts, dtype=torch.int64)
+    position = torch.empty(tokens * top_k, dtype=torch.int64)
+    gates = torch.empty(tokens, top_k, dtype=x.dtype)
+    _required().skinny_moe_dispatch(x.data_ptr(), router.data_ptr(), tokens, dim, experts, top_k, rows.data_ptr(),
+                                    counts.data_ptr(), offsets.data_ptr(), position.data_ptr(), gates.data_ptr())
+    return rows, counts, offsets, position, gates
+
+
+def moe_combine(expert_out: torch.Tensor, position: torch.Tensor, gates: torch.Tensor,
+                shared: torch.Tensor) -> torch.Tensor:
+    """shared [N, D] + each token's gate-weighted expert outputs (rows of expert_out [N*k, D])."""
+    tokens, top_k = gates.shape
+    shared = shared.contiguous()  # held here: the library reads it below
+    out = torch.empty_like(shared)
+    _required().skinny_moe_combine(expert_out.data_ptr(), position.data_ptr(), gates.data_ptr(), shared.data_ptr(),
+                                   out.data_ptr(), tokens, shared.shape[1], top_k)
+    return out
+
+
 class Linear(nn.Linear):
     """nn.Linear without bias (same parameters and state-dict keys) whose forward takes the skinny
     kernel where it serves (decoding a few rows) and F.linear everywhere else."""
@@ -192,4 +233,4 @@ class Linear(nn.Linear):
 
 
 __all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "available", "grouped_linear", "grouped_matmul",
-           "grouped_serves", "linear", "observed", "status"]
+           "grouped_serves", "linear", "moe_combine", "moe_dispatch", "moe_serves", "observed", "status"]

@@ -211,6 +211,9 @@ class MixtureOfExperts(nn.Module):
         `balance_reduce` sums count tensors across data-parallel ranks (see balance_loss).
         """
         n, dim = x.shape
+        if not with_balance and kernels.moe_serves(x, self.router.weight, self.expert_gate_up, self.expert_down,
+                                                   self.top_k):
+            return self.forward_skinny(x)
         logits = self.router(x)
         gates, top_index = route_tokens(logits, self.top_k)
         flat_expert = top_index.reshape(-1)  # [N * k], slot i belongs to token i // k
@@ -230,6 +233,15 @@ class MixtureOfExperts(nn.Module):
                               minlength=self.experts).to(torch.float32)
         balance = self.balance_loss(logits, used, mask, balance_reduce)
         return self.shared(x) + routed, used.detach(), balance
+
+    def forward_skinny(self, x: torch.Tensor):
+        """forward(x, with_balance=False) by the C kernels (cached decoding on the CPU): routing, the
+        sort by expert and the row copies in one call, each projection in one, the gate-weighted sum
+        with the shared expert's output in one; only the SwiGLU activations stay in torch."""
+        rows, counts, offsets, position, gates = kernels.moe_dispatch(x, self.router.weight, self.top_k)
+        hidden = kernels.grouped_linear(rows, self.expert_gate_up, offsets)
+        expert_out = kernels.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
+        return kernels.moe_combine(expert_out, position, gates, self.shared(x)), counts, None
 
     def balance_loss(self, logits: torch.Tensor, used: torch.Tensor, mask: torch.Tensor, reduce=None):
         """E * sum_e f_e * P_e: f_e = share of routed slots (no gradient), P_e = mean router probability.

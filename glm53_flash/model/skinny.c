@@ -12,6 +12,7 @@
  * on the thread count.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 /* Four 8-lane accumulators -> their four horizontal sums. */
@@ -158,5 +159,78 @@ void skinny_grouped_matmul(const float *rows, const float *w, const int64_t *off
         if (count > 0)
             cols_by_16(rows + start * k_len, w + e * k_len * n_cols, out + start * n_cols, count, 16 * b,
                        n_cols, k_len);
+    }
+}
+
+/* Cached decoding's routing, in one pass: router logits x @ router^T [N, E], each token's top-k
+ * experts (the larger logit first, the lower index on a tie) and their gates (softmax over the k
+ * chosen logits), the slots sorted by expert (stable: token-major order within an expert), each
+ * slot's input row copied into `rows` in that order, and per expert the row count and the cumulative
+ * offset. `position[t * k + j]` is where token t's j-th slot landed, `gates` is token-major [N, k].
+ * D % 8 == 0, k <= 8, E <= 64. */
+void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, int64_t dim, int64_t experts,
+                         int64_t top_k, float *rows, int64_t *counts, int64_t *offsets, int64_t *position,
+                         float *gates) {
+    int64_t chosen[tokens * top_k];
+    for (int64_t e = 0; e < experts; e++)
+        counts[e] = 0;
+    for (int64_t t = 0; t < tokens; t++) {
+        float logits[64];
+        const float *xt = x + t * dim;
+        for (int64_t e = 0; e < experts; e++) {
+            const float *we = router + e * dim;
+            __m256 a = _mm256_setzero_ps();
+            for (int64_t i = 0; i < dim; i += 8)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), _mm256_loadu_ps(we + i), a);
+            logits[e] = sum1(a);
+        }
+        float top[8];
+        for (int64_t j = 0; j < top_k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < experts; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j; i++)
+                    taken |= chosen[t * top_k + i] == e;
+                if (!taken && (best < 0 || logits[e] > logits[best]))
+                    best = e;
+            }
+            chosen[t * top_k + j] = best;
+            top[j] = logits[best];
+            counts[best]++;
+        }
+        float largest = top[0], total = 0.0f;
+        for (int64_t j = 0; j < top_k; j++)
+            total += (top[j] = expf(top[j] - largest));
+        for (int64_t j = 0; j < top_k; j++)
+            gates[t * top_k + j] = top[j] / total;
+    }
+    int64_t next[64];
+    for (int64_t e = 0, end = 0; e < experts; e++) {
+        next[e] = end;
+        end += counts[e];
+        offsets[e] = end;
+    }
+    for (int64_t slot = 0; slot < tokens * top_k; slot++) {
+        int64_t at = next[chosen[slot]]++;
+        position[slot] = at;
+        const float *src = x + (slot / top_k) * dim;
+        float *dst = rows + at * dim;
+        for (int64_t i = 0; i < dim; i++)
+            dst[i] = src[i];
+    }
+}
+
+/* out[t] = shared[t] + sum_j gates[t, j] * expert_out[position[t * k + j]], rows of D floats. */
+void skinny_moe_combine(const float *expert_out, const int64_t *position, const float *gates,
+                        const float *shared, float *out, int64_t tokens, int64_t dim, int64_t top_k) {
+    for (int64_t t = 0; t < tokens; t++) {
+        float *o = out + t * dim;
+        const float *s = shared + t * dim;
+        for (int64_t i = 0; i < dim; i++) {
+            float routed = 0.0f;
+            for (int64_t j = 0; j < top_k; j++)
+                routed += gates[t * top_k + j] * expert_out[position[t * top_k + j] * dim + i];
+            o[i] = s[i] + routed;
+        }
     }
 }
