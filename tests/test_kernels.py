@@ -174,3 +174,51 @@ def test_disabled_by_environment(monkeypatch):
     assert kernels.status() == {"available": False, "library": None,
                                 "reason": "disabled by GLM53_KERNELS=0 or kernels.ENABLED"}
     assert not kernels.available()
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(1, 8), (16, 1, 192), (3, 5, 32), (32, 48)])
+def test_rms_norm_kernel_equals_the_formula(shape):
+    from glm53_flash.model.norm import RMSNorm, rms_norm_reference
+
+    torch.manual_seed(11)
+    norm = RMSNorm(shape[-1])
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(*shape) * 3
+    with torch.inference_mode():
+        out = kernels.rms_norm(x, norm.weight, norm.eps)
+        assert out is not None and out.shape == x.shape
+        torch.testing.assert_close(out, rms_norm_reference(x, norm.weight, norm.eps), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(norm(x), out)
+        assert kernels.rms_norm(torch.randn(kernels.MAX_ROWS + 1, 8), torch.ones(8), 1e-6) is None
+    assert kernels.rms_norm(x, norm.weight, norm.eps) is None  # gradients on: the formula
+
+
+@needs_kernels
+@pytest.mark.parametrize("rope_before_feature", [False, True])
+def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_before_feature):
+    """A prefilled layer then three decode steps, with and without the original's rotation before the
+    feature map: the C step's outputs and in-place states equal the torch path's."""
+    from glm53_flash.model.linear_attention import LinearAttention
+    from glm53_flash.model.rope import RotaryEmbedding
+
+    torch.manual_seed(12)
+    layer = LinearAttention(64, 4, chunk=16, rope_before_feature=rope_before_feature)
+    rope = RotaryEmbedding(16, 64)
+    x = torch.randn(5, 12, 64)
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        with torch.inference_mode():
+            _, state = layer(x[:, :9], rope, 0, None, True)
+            outs = []
+            for t in range(9, 12):
+                if enabled:
+                    assert kernels.linear_attention_serves(layer.qkv(x[:, t:t + 1]), state.kv, state.z, 16)
+                out, new_state = layer(x[:, t:t + 1], rope, t, state, True)
+                assert (new_state.kv is state.kv) and (new_state.z is state.z)  # updated in place
+                outs.append(out)
+        results.append((torch.cat(outs, 1), state.kv, state.z))
+    for fast, eager in zip(*results):
+        torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-5)

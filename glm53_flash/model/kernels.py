@@ -99,6 +99,8 @@ def _build() -> tuple[ctypes.CDLL | None, str, Path | None]:
         "skinny_grouped_matmul": [pointer] * 4 + [size] * 3,
         "skinny_moe_dispatch": [pointer] * 2 + [size] * 4 + [pointer] * 5,
         "skinny_moe_combine": [pointer] * 5 + [size] * 3,
+        "skinny_rms_norm": [pointer] * 3 + [size] * 2 + [ctypes.c_float],
+        "skinny_linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [ctypes.c_float],
     }
     for name, arguments in signatures.items():
         function = getattr(library, name)
@@ -142,23 +144,59 @@ def observed() -> dict | None:
 
 
 def _serves(x: torch.Tensor, weight: torch.Tensor, rows: int, limit: int) -> bool:
-    return (ENABLED and 0 < rows <= limit and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight.dtype == torch.float32 and weight.is_contiguous() and x.shape[-1] % 8 == 0
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+    # Cheapest and most often false first: a decode step makes ~150 of these calls.
+    return (ENABLED and not torch.is_grad_enabled() and 0 < rows <= limit and x.is_cpu
+            and x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.is_contiguous()
+            and x.shape[-1] % 8 == 0 and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling() and _library() is not None)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight) without bias; by the kernel where it serves."""
+    if not ENABLED or torch.is_grad_enabled():  # training: straight to torch
+        return F.linear(x, weight)
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     if not _serves(x, weight, rows, MAX_ROWS) or weight.shape[1] != k:
         return F.linear(x, weight)
-    n = weight.shape[0]
-    flat = x.reshape(rows, k).contiguous()
-    out = torch.empty(rows, n, dtype=x.dtype)
-    _required().skinny_linear(flat.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, n, k)
-    return out.view(*x.shape[:-1], n)
+    x = x.contiguous()  # held here: the library reads it below (a no-op for the usual contiguous x)
+    out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype)
+    _state["library"].skinny_linear(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, weight.shape[0], k)
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """RMSNorm over the last dimension by the kernel where it serves (a few rows); None elsewhere, for
+    the caller's own path."""
+    if not ENABLED or torch.is_grad_enabled():
+        return None
+    dim = x.shape[-1]
+    rows = x.numel() // dim if dim else 0
+    if not _serves(x, weight, rows, MAX_ROWS) or weight.shape != (dim,):
+        return None
+    x = x.contiguous()  # held here: the library reads it below
+    out = torch.empty_like(x)
+    _state["library"].skinny_rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, dim, eps)
+    return out
+
+
+def linear_attention_serves(qkv: torch.Tensor, kv: torch.Tensor, z: torch.Tensor, head_dim: int) -> bool:
+    """Whether `linear_attention_step` serves one decode step: qkv [B, 1, 3D], the state [B, H, d, d]."""
+    return (_serves(qkv, kv, qkv.shape[0], MAX_GROUPED_ROWS) and head_dim % 8 == 0 and head_dim <= 256
+            and qkv.is_contiguous() and z.is_contiguous() and z.dtype == torch.float32)
+
+
+def linear_attention_step(qkv: torch.Tensor, kv: torch.Tensor, z: torch.Tensor, cos: torch.Tensor | None,
+                          sin: torch.Tensor | None, floor: float) -> torch.Tensor:
+    """One token of feature-map linear attention on the cached state (kv [B, H, d, d], z [B, H, d],
+    updated in place): qkv [B, 1, 3D] -> out [B, 1, D]; cos/sin [d] rotate q and k first when given."""
+    batch, heads, d = z.shape
+    out = torch.empty(batch, 1, heads * d, dtype=qkv.dtype)
+    rotate = cos is not None
+    _state["library"].skinny_linear_attention_step(
+        qkv.data_ptr(), kv.data_ptr(), z.data_ptr(), out.data_ptr(), batch, heads, d,
+        cos.data_ptr() if rotate else None, sin.data_ptr() if rotate else None, floor)
+    return out
 
 
 def grouped_serves(rows: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> bool:
@@ -233,4 +271,4 @@ class Linear(nn.Linear):
 
 
 __all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "available", "grouped_linear", "grouped_matmul",
-           "grouped_serves", "linear", "moe_combine", "moe_dispatch", "moe_serves", "observed", "status"]
+           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm", "status"]

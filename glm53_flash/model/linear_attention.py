@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import kernels
 from .kernels import Linear
 from .rope import RotaryEmbedding
 
@@ -156,7 +157,15 @@ class LinearAttention(nn.Module):
         state: LinearState | None = None, return_state: bool = False,
     ) -> tuple[torch.Tensor, LinearState | None]:
         b, t, dim = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x)
+        if (t == 1 and state is not None and return_state
+                and kernels.linear_attention_serves(qkv, state.kv, state.z, dim // self.heads)):
+            # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
+            cos = rope.cos[position] if self.rope_before_feature else None
+            sin = rope.sin[position] if self.rope_before_feature else None
+            out = kernels.linear_attention_step(qkv, state.kv, state.z, cos, sin, DENOMINATOR_FLOOR)
+            return self.out(out), state
+        q, k, v = qkv.view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         if self.rope_before_feature:  # the original's order (see docs/ARCHITECTURE.md)
             q, k = rope(q, position), rope(k, position)
         # Prefix sums in float32 even under bf16 autocast: they accumulate over the sequence.

@@ -1,8 +1,9 @@
 """RMSNorm, as in GLM-5.3-Flash's pre-norm blocks (and the original miniature).
 
 Statistics in float32 (stable under bf16 autocast), then a learned gain. Inference on float32
-inputs outside autocast takes torch's fused `rms_norm` (one kernel instead of six); training and
-everything else the explicit formula, which is also the test oracle.
+inputs outside autocast takes the C kernel for a few rows on the CPU (decoding; model/kernels.py),
+else torch's fused `rms_norm`; training and everything else the explicit formula, which is also the
+test oracle.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from . import kernels
 
 
 class RMSNorm(nn.Module):
@@ -25,7 +28,8 @@ class RMSNorm(nn.Module):
         # training keeps the formula, which is also the oracle.
         if (x.dtype == torch.float32 and self.weight.dtype == torch.float32 and not torch.is_grad_enabled()
                 and not torch.is_autocast_enabled(x.device.type)):
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            out = kernels.rms_norm(x, self.weight, self.eps)  # a few rows on the CPU (decoding)
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps) if out is None else out
         return rms_norm_reference(x, self.weight, self.eps)
 
 

@@ -234,3 +234,67 @@ void skinny_moe_combine(const float *expert_out, const int64_t *position, const 
         }
     }
 }
+
+/* RMSNorm of rows [R, D]: out = (x * 1 / sqrt(mean(x^2) + eps)) * w, as torch's rms_norm orders it.
+ * D % 8 == 0. */
+void skinny_rms_norm(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t i = 0; i < dim; i += 8) {
+            __m256 v = _mm256_loadu_ps(xr + i);
+            a = _mm256_fmadd_ps(v, v, a);
+        }
+        __m256 scale = _mm256_set1_ps(1.0f / sqrtf(sum1(a) / (float)dim + eps));
+        for (int64_t i = 0; i < dim; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), scale),
+                                                  _mm256_loadu_ps(w + i)));
+    }
+}
+
+/* One cached decode step of feature-map linear attention (model/linear_attention.py) for B rows and
+ * H heads of size d: qkv [B, 3 * H * d] (q | k | v, heads in order within each), the state kv
+ * [B, H, d, d] and z [B, H, d] updated in place, out [B, H * d] = phi(q) S / max(phi(q) . z, floor)
+ * after S += phi(k) v^T, z += phi(k). phi(u) = ELU(u) + 1. With cos and sin (the rotary tables' rows
+ * at this position, [d]) q and k are first rotated in interleaved pairs, the original's order.
+ * d % 8 == 0, d <= 256. */
+void skinny_linear_attention_step(const float *qkv, float *kv, float *z, float *out, int64_t batch,
+                                  int64_t heads, int64_t d, const float *cos, const float *sin, float floor) {
+    int64_t dim = heads * d;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < batch * heads; bh++) {
+        int64_t b = bh / heads, h = bh % heads;
+        const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
+        float pq[256], pk[256], num[256];
+        for (int64_t i = 0; i < d; i++) {
+            float qi = q[i], ki = k[i];
+            if (cos) {  /* pairs (2j, 2j + 1) rotate: x * cos + (-x_odd, x_even) * sin */
+                float qo = (i & 1) ? q[i - 1] : -q[i + 1], ko = (i & 1) ? k[i - 1] : -k[i + 1];
+                qi = qi * cos[i] + qo * sin[i];
+                ki = ki * cos[i] + ko * sin[i];
+            }
+            pq[i] = qi > 0.0f ? qi + 1.0f : expf(qi);
+            pk[i] = ki > 0.0f ? ki + 1.0f : expf(ki);
+        }
+        float *state = kv + bh * d * d, *zs = z + bh * d;
+        float den = 0.0f;
+        for (int64_t j = 0; j < d; j += 8)
+            _mm256_storeu_ps(num + j, _mm256_setzero_ps());
+        for (int64_t i = 0; i < d; i++) {
+            float *row = state + i * d;
+            __m256 ki = _mm256_set1_ps(pk[i]), qi = _mm256_set1_ps(pq[i]);
+            for (int64_t j = 0; j < d; j += 8) {
+                __m256 s = _mm256_fmadd_ps(ki, _mm256_loadu_ps(v + j), _mm256_loadu_ps(row + j));
+                _mm256_storeu_ps(row + j, s);
+                _mm256_storeu_ps(num + j, _mm256_fmadd_ps(qi, s, _mm256_loadu_ps(num + j)));
+            }
+            zs[i] += pk[i];
+            den += pq[i] * zs[i];
+        }
+        float scale = 1.0f / (den > floor ? den : floor);
+        float *o = out + b * dim + h * d;
+        for (int64_t j = 0; j < d; j++)
+            o[j] = num[j] * scale;
+    }
+}
