@@ -5,6 +5,7 @@ z_t = sum_{s<=t} phi(k_s), phi(u) = ELU(u) + 1. Unlike the original, which mater
 every position ([B, T, H, d, d]), training uses the causal quadratic form inside chunks and carries
 only one [d, d] state per head between chunks; decoding keeps that state and costs O(1) per token.
 No decay or gating (GLM's KDA has both): this is the original miniature's mechanism, made fast.
+A decode step on the CPU runs in one C call where the kernels serve (model/kernels.py).
 """
 
 from __future__ import annotations

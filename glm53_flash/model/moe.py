@@ -6,7 +6,9 @@ with a host sync each). On CPU in float32, with a torch that has `torch.nn.funct
 every expert then runs in one grouped matrix multiply per projection with no host sync at all;
 elsewhere the experts run in a loop over split chunks with one host sync per layer. Without gradients
 and with few slots spread over the experts (cached decoding), the CPU pads each expert's rows to
-the busiest one's and runs two batched matmuls instead (`run_padded`). All equal
+the busiest one's and runs two batched matmuls instead (`run_padded`). Where the skinny C kernels
+serve (model/kernels.py: no gradients, CPU, float32, a few hundred slots at most) they take the
+experts instead, and in cached decoding the whole layer (`forward_skinny`). All equal
 `dense_moe_reference`. The balance loss is the Switch-Transformer form E * sum_e f_e * P_e, whose
 router probabilities P_e carry gradients; the original's hard-count metric (no gradient) stays
 reachable for ablation.
