@@ -92,20 +92,30 @@ void skinny_linear(const float *x, const float *w, float *out, int64_t m_rows, i
         rows_by_1(x, w, out, m_rows, n, n_cols, k_len);
 }
 
-/* Rows sorted by expert: rows [M, K], offsets[e] = end of expert e's rows (cumulative counts),
- * w [E, N, K] (nn.Linear layout per expert) -> out [M, N], row i through its expert. K % 8 == 0,
- * N % 4 == 0. The work is split over (expert, block of 4 outputs) pairs. */
-void skinny_grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out,
-                           int64_t experts, int64_t n_cols, int64_t k_len) {
-    int64_t blocks = n_cols / 4;
+/* A block kernel: out[m, n0 : n0 + width] for m_rows rows of x against one expert's weights. */
+typedef void (*block_kernel)(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
+                             int64_t n_cols, int64_t k_len);
+
+/* Rows sorted by expert (offsets[e] = end of expert e's rows, the cumulative counts), each expert's
+ * weights n_cols * k_len floats apart: the work is split over (expert, block of `width` outputs). */
+static void grouped(block_kernel kernel, int64_t width, const float *rows, const float *w,
+                    const int64_t *offsets, float *out, int64_t experts, int64_t n_cols, int64_t k_len) {
+    int64_t blocks = n_cols / width;
 #pragma omp parallel for schedule(static)
     for (int64_t item = 0; item < experts * blocks; item++) {
         int64_t e = item / blocks, b = item % blocks;
         int64_t start = e ? offsets[e - 1] : 0, count = offsets[e] - start;
         if (count > 0)
-            rows_by_4(rows + start * k_len, w + e * n_cols * k_len, out + start * n_cols, count, 4 * b,
-                      n_cols, k_len);
+            kernel(rows + start * k_len, w + e * n_cols * k_len, out + start * n_cols, count, width * b,
+                   n_cols, k_len);
     }
+}
+
+/* rows [M, K] sorted by expert, w [E, N, K] (nn.Linear layout per expert) -> out [M, N], row i
+ * through its expert. K % 8 == 0, N % 4 == 0. */
+void skinny_grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out,
+                           int64_t experts, int64_t n_cols, int64_t k_len) {
+    grouped(rows_by_4, 4, rows, w, offsets, out, experts, n_cols, k_len);
 }
 
 /* out[m, n0:n0+16] = sum_k x[m, k] * w[k, n0:n0+16] (x @ W layout, w [K, N]). N % 16 == 0. */
@@ -147,19 +157,10 @@ static void cols_by_16(const float *x, const float *w, float *out, int64_t m_row
     }
 }
 
-/* Rows sorted by expert: rows [M, K], offsets as above, w [E, K, N] (x @ W layout per expert)
- * -> out [M, N]. N % 16 == 0. */
+/* rows [M, K] sorted by expert, w [E, K, N] (x @ W layout per expert) -> out [M, N]. N % 16 == 0. */
 void skinny_grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
-    int64_t blocks = n_cols / 16;
-#pragma omp parallel for schedule(static)
-    for (int64_t item = 0; item < experts * blocks; item++) {
-        int64_t e = item / blocks, b = item % blocks;
-        int64_t start = e ? offsets[e - 1] : 0, count = offsets[e] - start;
-        if (count > 0)
-            cols_by_16(rows + start * k_len, w + e * k_len * n_cols, out + start * n_cols, count, 16 * b,
-                       n_cols, k_len);
-    }
+    grouped(cols_by_16, 16, rows, w, offsets, out, experts, n_cols, k_len);
 }
 
 /* Cached decoding's routing, in one pass: router logits x @ router^T [N, E], each token's top-k
