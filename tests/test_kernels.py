@@ -15,9 +15,25 @@ from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
 
 
+@pytest.fixture(scope="module", autouse=True, params=kernels.supported_isas() or ["none"])
+def isa(request):
+    """The whole module runs once against each build this CPU can run (16 and 8 float lanes on an
+    AVX-512 CPU); a process uses the widest unless GLM53_KERNEL_ISA says otherwise."""
+    saved = dict(kernels._state)
+    if request.param != "none":
+        library, reason, path = kernels._build(request.param)
+        assert library is not None, reason
+        kernels._state.clear()
+        kernels._state.update(library=library, reason=reason, path=path)
+        assert request.param in kernels.status()["reason"]
+    yield request.param
+    kernels._state.clear()
+    kernels._state.update(saved)
+
+
 @needs_kernels
 @settings(max_examples=40, deadline=None)
-@given(rows=st.integers(1, kernels.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 48, 192]),
+@given(rows=st.integers(1, kernels.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 24, 48, 192]),
        lead=st.sampled_from([(), (1,), (2,)]))
 def test_skinny_linear_equals_f_linear(rows, outputs, inner, lead):
     """Any row count up to the limit, output sizes with and without a tail of 1-3 rows past the
@@ -33,12 +49,14 @@ def test_skinny_linear_equals_f_linear(rows, outputs, inner, lead):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dim", [16, 24])
 @pytest.mark.parametrize("counts", [[4, 4, 4, 4], [0, 7, 0, 1], [0, 0, 13, 0], [1, 0, 0, 0], [100, 30, 0, 126]])
-def test_grouped_kernels_equal_each_expert_alone(counts):
-    """Rows sorted by expert, idle experts, every row on one expert, a single row, hundreds of rows."""
+def test_grouped_kernels_equal_each_expert_alone(counts, dim):
+    """Rows sorted by expert, idle experts, every row on one expert, a single row, hundreds of rows;
+    inner sizes a multiple of 16 and one that ends in a half (masked) step of a 16-lane build."""
     torch.manual_seed(7)
-    experts, dim, hidden = 4, 16, 24
-    gate_up, down = torch.randn(experts, 2 * hidden, dim), torch.randn(experts, hidden, dim)
+    experts, hidden = 4, 24
+    gate_up, down = torch.randn(experts, 2 * hidden, dim), torch.randn(experts, hidden, 16)
     counts = torch.tensor(counts)
     rows = torch.randn(int(counts.sum()), dim)
     offsets = counts.cumsum(0)
@@ -158,7 +176,7 @@ def test_failed_build_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
 
 
 def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
-    if kernels._cpu_supported() or not (kernels.shutil.which("cc") or kernels.shutil.which("gcc")):
+    if not kernels.supported_isas() or not (kernels.shutil.which("cc") or kernels.shutil.which("gcc")):
         pytest.skip("this machine cannot build the kernels at all")
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
@@ -169,6 +187,24 @@ def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
     assert not list((tmp_path / "cache").glob("*.so"))  # nothing half-built left to load later
 
 
+def test_isa_chosen_by_the_environment(monkeypatch):
+    """GLM53_KERNEL_ISA picks a build the CPU runs; a name it does not know or a build the CPU cannot
+    run is refused with the reason, and the process falls back to torch."""
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["fma", "avx2"])
+    monkeypatch.setenv("GLM53_KERNEL_ISA", "avx2")
+    assert kernels._choose_isa() == ("avx2", "")
+    monkeypatch.setenv("GLM53_KERNEL_ISA", "avx512")
+    assert kernels._choose_isa() == (None, "GLM53_KERNEL_ISA=avx512 asks for what this CPU lacks")
+    monkeypatch.setenv("GLM53_KERNEL_ISA", "neon")
+    assert kernels._choose_isa()[0] is None and "not one of avx512, avx2" in kernels._choose_isa()[1]
+    monkeypatch.delenv("GLM53_KERNEL_ISA")
+    assert kernels._choose_isa() == ("avx2", "")
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["fma", "avx2", "avx512f"])
+    assert kernels._choose_isa() == ("avx512", "")
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["sse4_2", "avx"])
+    assert kernels._choose_isa() == (None, "the CPU lacks avx2, fma")
+
+
 def test_disabled_by_environment(monkeypatch):
     monkeypatch.setattr(kernels, "ENABLED", False)
     assert kernels.status() == {"available": False, "library": None,
@@ -177,7 +213,7 @@ def test_disabled_by_environment(monkeypatch):
 
 
 @needs_kernels
-@pytest.mark.parametrize("shape", [(1, 8), (16, 1, 192), (3, 5, 32), (32, 48)])
+@pytest.mark.parametrize("shape", [(1, 8), (16, 1, 192), (3, 5, 32), (32, 48), (2, 24)])
 def test_rms_norm_kernel_equals_the_formula(shape):
     from glm53_flash.model.norm import RMSNorm, rms_norm_reference
 
@@ -197,16 +233,17 @@ def test_rms_norm_kernel_equals_the_formula(shape):
 
 @needs_kernels
 @pytest.mark.parametrize("rope_before_feature", [False, True])
-def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_before_feature):
+@pytest.mark.parametrize("head_dim", [16, 24])
+def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_before_feature, head_dim):
     """A prefilled layer then three decode steps, with and without the original's rotation before the
     feature map: the C step's outputs and in-place states equal the torch path's."""
     from glm53_flash.model.linear_attention import LinearAttention
     from glm53_flash.model.rope import RotaryEmbedding
 
     torch.manual_seed(12)
-    layer = LinearAttention(64, 4, chunk=16, rope_before_feature=rope_before_feature)
-    rope = RotaryEmbedding(16, 64)
-    x = torch.randn(5, 12, 64)
+    layer = LinearAttention(head_dim * 4, 4, chunk=16, rope_before_feature=rope_before_feature)
+    rope = RotaryEmbedding(head_dim, 64)
+    x = torch.randn(5, 12, head_dim * 4)
     results = []
     for enabled in (True, False):
         monkeypatch.setattr(kernels, "ENABLED", enabled)
@@ -215,7 +252,7 @@ def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_be
             outs = []
             for t in range(9, 12):
                 if enabled:
-                    assert kernels.linear_attention_serves(layer.qkv(x[:, t:t + 1]), state.kv, state.z, 16)
+                    assert kernels.linear_attention_serves(layer.qkv(x[:, t:t + 1]), state.kv, state.z, head_dim)
                 out, new_state = layer(x[:, t:t + 1], rope, t, state, True)
                 assert (new_state.kv is state.kv) and (new_state.z is state.z)  # updated in place
                 outs.append(out)

@@ -6,12 +6,14 @@ of this machine's memory bandwidth, and the step's matrix products took most of 
 loops in skinny.c hold a few weight rows in registers and run every input row past them, so each
 weight byte is loaded once per call.
 
-The library is compiled with the system's C compiler (`cc -O3 -mavx2 -mfma -fopenmp`, about half a
-second) into a per-user cache the first time a process needs it, keyed by a hash of the source and
-flags. It serves only what it was written for: float32 on the CPU, no gradients, no autocast, at
-most `MAX_ROWS` rows (`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. Anything
-else, a CPU without AVX2 and FMA, no compiler, a failed build, or `GLM53_KERNELS=0` in the
-environment, takes the eager torch path, which is also the test oracle; `status()` says which and why.
+The library is compiled with the system's C compiler (about half a second) into a per-user cache the
+first time a process needs it, keyed by a hash of the source, compiler and flags, for the widest
+vectors the CPU has: 16 float lanes on AVX-512 (`cc -O3 -mavx512f -mavx2 -mfma -fopenmp`), else 8
+(`-mavx2 -mfma`); `GLM53_KERNEL_ISA=avx2` asks for the 8-lane build on an AVX-512 CPU. It serves only
+what it was written for: float32 on the CPU, no gradients, no autocast, at most `MAX_ROWS` rows
+(`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. Anything else, a CPU without
+AVX2 and FMA, no compiler, a failed build, or `GLM53_KERNELS=0` in the environment, takes the eager
+torch path, which is also the test oracle; `status()` says which and why.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 SOURCE = Path(__file__).with_name("skinny.c")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
+# The instruction sets a build can target, widest first, with the CPU flags each needs.
+ISAS = {"avx512": (("avx512f", "avx2", "fma"), ("-mavx512f", "-mavx2", "-mfma")),
+        "avx2": (("avx2", "fma"), ("-mavx2", "-mfma"))}
 # Measured on the flash shapes, 2 cores, weights cold in cache as in a decode step: the dense kernel
 # runs 1.8-2.2x faster than MKL's F.linear from 1 to 32 rows and ties it from 48. The grouped expert
 # kernels ran 1.3-2.8x faster than torch's grouped_mm and the padded batched matmuls for 16 to 512
@@ -52,36 +57,64 @@ def cache_directory() -> Path:
     return Path(base) / "glm53_flash" / "kernels"
 
 
-def _cpu_supported() -> str | None:
-    """None when the CPU runs the kernels, else why not."""
+def _cpu_flags() -> list[str] | str:
+    """The CPU's feature flags, or why they cannot be read."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"the kernels need x86-64 with AVX2 and FMA; this CPU is {platform.machine()}"
     try:
-        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
+        return next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")), [])
     except OSError:
         return "cannot read /proc/cpuinfo to check for AVX2 and FMA"
-    missing = [flag for flag in ("avx2", "fma") if flag not in flags]
-    return f"the CPU lacks {', '.join(missing)}" if missing else None
 
 
-def _build() -> tuple[ctypes.CDLL | None, str, Path | None]:
-    reason = _cpu_supported()
-    if reason:
-        return None, reason, None
+def supported_isas() -> list[str]:
+    """The builds this CPU can run, widest first (empty when none)."""
+    flags = _cpu_flags()
+    if isinstance(flags, str):
+        return []
+    return [isa for isa, (needs, _) in ISAS.items() if all(flag in flags for flag in needs)]
+
+
+def _choose_isa() -> tuple[str | None, str]:
+    """(the build to use, "") or (None, why none)."""
+    flags = _cpu_flags()
+    if isinstance(flags, str):
+        return None, flags
+    supported = supported_isas()
+    if not supported:
+        missing = [flag for flag in ISAS["avx2"][0] if flag not in flags]
+        return None, f"the CPU lacks {', '.join(missing)}"
+    wanted = os.environ.get("GLM53_KERNEL_ISA")
+    if wanted:
+        if wanted not in ISAS:
+            return None, f"GLM53_KERNEL_ISA={wanted!r} is not one of {', '.join(ISAS)}"
+        if wanted not in supported:
+            return None, f"GLM53_KERNEL_ISA={wanted} asks for what this CPU lacks"
+        return wanted, ""
+    return supported[0], ""
+
+
+def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None]:
+    """Build (or find in the cache) and load the library for `isa` (default: the CPU's widest)."""
+    if isa is None:
+        isa, reason = _choose_isa()
+        if isa is None:
+            return None, reason, None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         return None, "no C compiler (cc or gcc) on PATH", None
+    flags = FLAGS + ISAS[isa][1]
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join((compiler,) + FLAGS).encode()).hexdigest()[:16]
-    target = cache_directory() / f"skinny-{key}.so"
+    key = hashlib.sha256(source + " ".join((compiler,) + flags).encode()).hexdigest()[:16]
+    target = cache_directory() / f"skinny-{isa}-{key}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Build beside the target and rename: a concurrent process sees a whole library or none.
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 built = Path(tmp) / target.name
-                result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"],
+                result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
                                         capture_output=True, text=True, timeout=120)
                 if result.returncode != 0:
                     return None, f"{compiler} failed: {result.stderr.strip()[-500:]}", None
@@ -106,7 +139,8 @@ def _build() -> tuple[ctypes.CDLL | None, str, Path | None]:
         function = getattr(library, name)
         function.restype = None
         function.argtypes = arguments
-    return library, "loaded", target
+    library.skinny_lanes.restype, library.skinny_lanes.argtypes = ctypes.c_int64, []
+    return library, f"loaded ({isa}, {library.skinny_lanes()} float lanes)", target
 
 
 def _library() -> ctypes.CDLL | None:

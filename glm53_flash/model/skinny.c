@@ -4,24 +4,63 @@
  * keep a block of weight rows in registers/L1 and run every input row past it, so each weight byte is
  * loaded from memory once per call.
  *
- * Built on first use by glm53_flash/model/kernels.py (cc -O3 -mavx2 -mfma -fopenmp) when the CPU has
- * AVX2 and FMA; the eager torch path is the fallback and the test oracle. OpenMP shares the runtime
- * torch already loaded (the same libgomp soname), so the threads are torch's.
+ * Built on first use by glm53_flash/model/kernels.py for the widest vectors the CPU has: 16 lanes
+ * (cc -O3 -mavx512f -mavx2 -mfma -fopenmp) on AVX-512, else 8 lanes (-mavx2 -mfma). The same source
+ * serves both through the vector helpers below; inner sizes need only be multiples of 8 (a 16-lane
+ * loop reads its last 8 floats with a masked load). The eager torch path is the fallback and the
+ * test oracle. OpenMP shares the runtime torch already loaded (the same libgomp soname), so the
+ * threads are torch's.
  *
  * Every output element is computed by exactly one thread in a fixed order, so results do not depend
- * on the thread count.
+ * on the thread count (they do depend on the lane count, in the last bits, like any change of
+ * summation order).
  */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 
-/* Four 8-lane accumulators -> their four horizontal sums. */
-static inline __m128 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+#if defined(__AVX512F__)
+#define LANES 16
+typedef __m512 vec;
+typedef __mmask16 lanes_mask;
+/* All 16 lanes, or the first 8 for the last step of a loop over k_len % 16 == 8 floats. */
+static inline lanes_mask mask_at(int64_t k, int64_t k_len) { return k + 16 <= k_len ? 0xFFFF : 0x00FF; }
+static inline vec vload(const float *p, lanes_mask m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline void vstore(float *p, vec v, lanes_mask m) { _mm512_mask_storeu_ps(p, m, v); }
+static inline vec vzero(void) { return _mm512_setzero_ps(); }
+static inline vec vset1(float x) { return _mm512_set1_ps(x); }
+static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+static inline __m256 half_sum(vec a) {
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+#else
+#define LANES 8
+typedef __m256 vec;
+typedef int lanes_mask;  /* k_len % 8 == 0: every step is whole */
+static inline lanes_mask mask_at(int64_t k, int64_t k_len) { (void)k; (void)k_len; return 0; }
+static inline vec vload(const float *p, lanes_mask m) { (void)m; return _mm256_loadu_ps(p); }
+static inline void vstore(float *p, vec v, lanes_mask m) { (void)m; _mm256_storeu_ps(p, v); }
+static inline vec vzero(void) { return _mm256_setzero_ps(); }
+static inline vec vset1(float x) { return _mm256_set1_ps(x); }
+static inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vec vmul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+static inline __m256 half_sum(vec a) { return a; }
+#endif
+#define FULL ((lanes_mask)-1)
+
+/* The number of float lanes this build uses (kernels.py reports it). */
+int64_t skinny_lanes(void) { return LANES; }
+
+/* Four accumulators -> their four horizontal sums. */
+static inline __m128 sum4(vec a4, vec b4, vec c4, vec d4) {
+    __m256 a = half_sum(a4), b = half_sum(b4), c = half_sum(c4), d = half_sum(d4);
     __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d), abcd = _mm256_hadd_ps(ab, cd);
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-static inline float sum1(__m256 a) {
+static inline float sum1(vec a4) {
+    __m256 a = half_sum(a4);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
     s = _mm_hadd_ps(s, s);
@@ -35,20 +74,21 @@ static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows
     int64_t m = 0;
     for (; m + 3 <= m_rows; m += 3) {
         const float *x0 = x + m * k_len, *x1 = x0 + k_len, *x2 = x1 + k_len;
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
-        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-        for (int64_t k = 0; k < k_len; k += 8) {
-            __m256 v0 = _mm256_loadu_ps(w0 + k), v1 = _mm256_loadu_ps(w1 + k);
-            __m256 v2 = _mm256_loadu_ps(w2 + k), v3 = _mm256_loadu_ps(w3 + k);
-            __m256 y = _mm256_loadu_ps(x0 + k);
-            a00 = _mm256_fmadd_ps(y, v0, a00); a01 = _mm256_fmadd_ps(y, v1, a01);
-            a02 = _mm256_fmadd_ps(y, v2, a02); a03 = _mm256_fmadd_ps(y, v3, a03);
-            y = _mm256_loadu_ps(x1 + k);
-            a10 = _mm256_fmadd_ps(y, v0, a10); a11 = _mm256_fmadd_ps(y, v1, a11);
-            a12 = _mm256_fmadd_ps(y, v2, a12); a13 = _mm256_fmadd_ps(y, v3, a13);
-            y = _mm256_loadu_ps(x2 + k);
-            a20 = _mm256_fmadd_ps(y, v0, a20); a21 = _mm256_fmadd_ps(y, v1, a21);
-            a22 = _mm256_fmadd_ps(y, v2, a22); a23 = _mm256_fmadd_ps(y, v3, a23);
+        vec a00 = vzero(), a01 = a00, a02 = a00, a03 = a00;
+        vec a10 = a00, a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+        for (int64_t k = 0; k < k_len; k += LANES) {
+            lanes_mask mk = mask_at(k, k_len);
+            vec v0 = vload(w0 + k, mk), v1 = vload(w1 + k, mk);
+            vec v2 = vload(w2 + k, mk), v3 = vload(w3 + k, mk);
+            vec y = vload(x0 + k, mk);
+            a00 = vfma(y, v0, a00); a01 = vfma(y, v1, a01);
+            a02 = vfma(y, v2, a02); a03 = vfma(y, v3, a03);
+            y = vload(x1 + k, mk);
+            a10 = vfma(y, v0, a10); a11 = vfma(y, v1, a11);
+            a12 = vfma(y, v2, a12); a13 = vfma(y, v3, a13);
+            y = vload(x2 + k, mk);
+            a20 = vfma(y, v0, a20); a21 = vfma(y, v1, a21);
+            a22 = vfma(y, v2, a22); a23 = vfma(y, v3, a23);
         }
         float *o = out + m * ldo + n0;
         _mm_storeu_ps(o, sum4(a00, a01, a02, a03));
@@ -57,13 +97,14 @@ static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows
     }
     for (; m < m_rows; m++) {
         const float *x0 = x + m * k_len;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t k = 0; k < k_len; k += 8) {
-            __m256 y = _mm256_loadu_ps(x0 + k);
-            a0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(w0 + k), a0);
-            a1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(w1 + k), a1);
-            a2 = _mm256_fmadd_ps(y, _mm256_loadu_ps(w2 + k), a2);
-            a3 = _mm256_fmadd_ps(y, _mm256_loadu_ps(w3 + k), a3);
+        vec a0 = vzero(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < k_len; k += LANES) {
+            lanes_mask mk = mask_at(k, k_len);
+            vec y = vload(x0 + k, mk);
+            a0 = vfma(y, vload(w0 + k, mk), a0);
+            a1 = vfma(y, vload(w1 + k, mk), a1);
+            a2 = vfma(y, vload(w2 + k, mk), a2);
+            a3 = vfma(y, vload(w3 + k, mk), a3);
         }
         _mm_storeu_ps(out + m * ldo + n0, sum4(a0, a1, a2, a3));
     }
@@ -75,9 +116,11 @@ static void rows_by_1(const float *x, const float *w, float *out, int64_t m_rows
     const float *w0 = w + n * k_len;
     for (int64_t m = 0; m < m_rows; m++) {
         const float *x0 = x + m * k_len;
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t k = 0; k < k_len; k += 8)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), _mm256_loadu_ps(w0 + k), a);
+        vec a = vzero();
+        for (int64_t k = 0; k < k_len; k += LANES) {
+            lanes_mask mk = mask_at(k, k_len);
+            a = vfma(vload(x0 + k, mk), vload(w0 + k, mk), a);
+        }
         out[m * ldo + n] = sum1(a);
     }
 }
@@ -100,7 +143,7 @@ typedef void (*block_kernel)(const float *x, const float *w, float *out, int64_t
  * weights n_cols * k_len floats apart: the work is split over (expert, block of `width` outputs). */
 static void grouped(block_kernel kernel, int64_t width, const float *rows, const float *w,
                     const int64_t *offsets, float *out, int64_t experts, int64_t n_cols, int64_t k_len) {
-    int64_t blocks = n_cols / width;
+    int64_t blocks = (n_cols + width - 1) / width;  /* the kernel clips the last block to n_cols */
 #pragma omp parallel for schedule(static)
     for (int64_t item = 0; item < experts * blocks; item++) {
         int64_t e = item / blocks, b = item % blocks;
@@ -118,49 +161,70 @@ void skinny_grouped_linear(const float *rows, const float *w, const int64_t *off
     grouped(rows_by_4, 4, rows, w, offsets, out, experts, n_cols, k_len);
 }
 
-/* out[m, n0:n0+16] = sum_k x[m, k] * w[k, n0:n0+16] (x @ W layout, w [K, N]). N % 16 == 0. */
-static void cols_by_16(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
-                       int64_t n_cols, int64_t k_len) {
+/* out[m, n0:n0+16] = sum_k x[m, k] * w[k, n0:n0+16] (x @ W layout, w [K, N]) for `rows` rows at
+ * once, a compile-time constant after inlining (accumulators stay in registers). Each row keeps one
+ * accumulator per vector summed over k in order, whatever pass it falls in, so a row's result does
+ * not depend on how many rows its expert has. */
+#define COLVECS (16 / LANES)
+#define BLOCK_VECS 4
+#define BLOCK_COLS (BLOCK_VECS * LANES)
+/* Rows per pass over a whole block: 16 accumulators of 32 registers with AVX-512, 8 of 16 with AVX2. */
+#define BLOCK_ROWS (LANES == 16 ? 4 : 2)
+static inline __attribute__((always_inline)) void cols_pass(const float *x, const float *w, float *out,
+                                                            int64_t n0, int64_t n_cols, int64_t k_len,
+                                                            const int rows, const int vecs) {
+    vec acc[8][BLOCK_VECS];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < vecs; c++)
+            acc[r][c] = vzero();
+    for (int64_t k = 0; k < k_len; k++) {
+        const float *wk = w + k * n_cols + n0;
+        vec wv[BLOCK_VECS];
+        for (int c = 0; c < vecs; c++)
+            wv[c] = vload(wk + c * LANES, FULL);
+        for (int r = 0; r < rows; r++) {
+            vec y = vset1(x[r * k_len + k]);
+            for (int c = 0; c < vecs; c++)
+                acc[r][c] = vfma(y, wv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < vecs; c++)
+            vstore(out + r * n_cols + n0 + c * LANES, acc[r][c], FULL);
+}
+
+/* Rows in passes of at most `most` (a power of two), then halves: an expert's few decode rows share
+ * one pass, whose independent accumulators hide the FMA latency. */
+static inline __attribute__((always_inline)) void cols_rows(const float *x, const float *w, float *out,
+                                                            int64_t m_rows, int64_t n0, int64_t n_cols,
+                                                            int64_t k_len, const int vecs, const int most) {
     int64_t m = 0;
-    for (; m + 4 <= m_rows; m += 4) {
-        const float *x0 = x + m * k_len, *x1 = x0 + k_len, *x2 = x1 + k_len, *x3 = x2 + k_len;
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
-        for (int64_t k = 0; k < k_len; k++) {
-            const float *wk = w + k * n_cols + n0;
-            __m256 lo = _mm256_loadu_ps(wk), hi = _mm256_loadu_ps(wk + 8);
-            __m256 y = _mm256_broadcast_ss(x0 + k);
-            a0 = _mm256_fmadd_ps(y, lo, a0); b0 = _mm256_fmadd_ps(y, hi, b0);
-            y = _mm256_broadcast_ss(x1 + k);
-            a1 = _mm256_fmadd_ps(y, lo, a1); b1 = _mm256_fmadd_ps(y, hi, b1);
-            y = _mm256_broadcast_ss(x2 + k);
-            a2 = _mm256_fmadd_ps(y, lo, a2); b2 = _mm256_fmadd_ps(y, hi, b2);
-            y = _mm256_broadcast_ss(x3 + k);
-            a3 = _mm256_fmadd_ps(y, lo, a3); b3 = _mm256_fmadd_ps(y, hi, b3);
+    for (; m + most <= m_rows; m += most)
+        cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, most, vecs);
+    for (int rows = most / 2; rows >= 1; rows /= 2)
+        if (m + rows <= m_rows) {
+            cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, rows, vecs);
+            m += rows;
         }
-        float *o = out + m * n_cols + n0;
-        _mm256_storeu_ps(o, a0); _mm256_storeu_ps(o + 8, b0); o += n_cols;
-        _mm256_storeu_ps(o, a1); _mm256_storeu_ps(o + 8, b1); o += n_cols;
-        _mm256_storeu_ps(o, a2); _mm256_storeu_ps(o + 8, b2); o += n_cols;
-        _mm256_storeu_ps(o, a3); _mm256_storeu_ps(o + 8, b3);
+}
+
+/* Columns n0 .. n0 + 4 vectors (64 with 16 lanes, 32 with 8), clipped to n_cols: whole blocks read
+ * 256 (128) contiguous bytes of each weight row, which the prefetchers follow better than one line
+ * per row; the clipped tail goes 16 columns at a time. N % 16 == 0. */
+static void cols_block(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
+                       int64_t n_cols, int64_t k_len) {
+    if (n0 + BLOCK_COLS <= n_cols) {
+        cols_rows(x, w, out, m_rows, n0, n_cols, k_len, BLOCK_VECS, BLOCK_ROWS);
+        return;
     }
-    for (; m < m_rows; m++) {
-        const float *x0 = x + m * k_len;
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0;
-        for (int64_t k = 0; k < k_len; k++) {
-            const float *wk = w + k * n_cols + n0;
-            __m256 y = _mm256_broadcast_ss(x0 + k);
-            a0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(wk), a0);
-            b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(wk + 8), b0);
-        }
-        _mm256_storeu_ps(out + m * n_cols + n0, a0);
-        _mm256_storeu_ps(out + m * n_cols + n0 + 8, b0);
-    }
+    for (int64_t n = n0; n < n_cols; n += 16)
+        cols_rows(x, w, out, m_rows, n, n_cols, k_len, COLVECS, 8 / COLVECS);
 }
 
 /* rows [M, K] sorted by expert, w [E, K, N] (x @ W layout per expert) -> out [M, N]. N % 16 == 0. */
 void skinny_grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
-    grouped(cols_by_16, 16, rows, w, offsets, out, experts, n_cols, k_len);
+    grouped(cols_block, BLOCK_COLS, rows, w, offsets, out, experts, n_cols, k_len);
 }
 
 /* Cached decoding's routing, in one pass: router logits x @ router^T [N, E], each token's top-k
@@ -180,9 +244,11 @@ void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, in
         const float *xt = x + t * dim;
         for (int64_t e = 0; e < experts; e++) {
             const float *we = router + e * dim;
-            __m256 a = _mm256_setzero_ps();
-            for (int64_t i = 0; i < dim; i += 8)
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), _mm256_loadu_ps(we + i), a);
+            vec a = vzero();
+            for (int64_t i = 0; i < dim; i += LANES) {
+                lanes_mask mi = mask_at(i, dim);
+                a = vfma(vload(xt + i, mi), vload(we + i, mi), a);
+            }
             logits[e] = sum1(a);
         }
         float top[8];
@@ -242,15 +308,16 @@ void skinny_rms_norm(const float *x, const float *w, float *out, int64_t rows, i
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *o = out + r * dim;
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t i = 0; i < dim; i += 8) {
-            __m256 v = _mm256_loadu_ps(xr + i);
-            a = _mm256_fmadd_ps(v, v, a);
+        vec a = vzero();
+        for (int64_t i = 0; i < dim; i += LANES) {
+            vec v = vload(xr + i, mask_at(i, dim));
+            a = vfma(v, v, a);
         }
-        __m256 scale = _mm256_set1_ps(1.0f / sqrtf(sum1(a) / (float)dim + eps));
-        for (int64_t i = 0; i < dim; i += 8)
-            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), scale),
-                                                  _mm256_loadu_ps(w + i)));
+        vec scale = vset1(1.0f / sqrtf(sum1(a) / (float)dim + eps));
+        for (int64_t i = 0; i < dim; i += LANES) {
+            lanes_mask mi = mask_at(i, dim);
+            vstore(o + i, vmul(vmul(vload(xr + i, mi), scale), vload(w + i, mi)), mi);
+        }
     }
 }
 
@@ -280,15 +347,16 @@ void skinny_linear_attention_step(const float *qkv, float *kv, float *z, float *
         }
         float *state = kv + bh * d * d, *zs = z + bh * d;
         float den = 0.0f;
-        for (int64_t j = 0; j < d; j += 8)
-            _mm256_storeu_ps(num + j, _mm256_setzero_ps());
+        for (int64_t j = 0; j < d; j++)
+            num[j] = 0.0f;
         for (int64_t i = 0; i < d; i++) {
             float *row = state + i * d;
-            __m256 ki = _mm256_set1_ps(pk[i]), qi = _mm256_set1_ps(pq[i]);
-            for (int64_t j = 0; j < d; j += 8) {
-                __m256 s = _mm256_fmadd_ps(ki, _mm256_loadu_ps(v + j), _mm256_loadu_ps(row + j));
-                _mm256_storeu_ps(row + j, s);
-                _mm256_storeu_ps(num + j, _mm256_fmadd_ps(qi, s, _mm256_loadu_ps(num + j)));
+            vec ki = vset1(pk[i]), qi = vset1(pq[i]);
+            for (int64_t j = 0; j < d; j += LANES) {
+                lanes_mask mj = mask_at(j, d);
+                vec s = vfma(ki, vload(v + j, mj), vload(row + j, mj));
+                vstore(row + j, s, mj);
+                vstore(num + j, vfma(qi, s, vload(num + j, mj)), mj);
             }
             zs[i] += pk[i];
             den += pq[i] * zs[i];
