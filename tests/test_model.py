@@ -146,6 +146,36 @@ def test_sparse_mask_is_cached_per_length():
     assert len(layer._masks) == 1 and next(iter(layer._masks.values())) is mask
 
 
+@pytest.mark.parametrize("window,stride,prompt", [(4, 3, 5), (4, 4, 1), (1, 2, 3), (6, 2, 2)])
+def test_sparse_decode_step_in_place_equals_the_full_forward_and_the_copying_step(window, stride, prompt):
+    """Without gradients a one-token step reuses the cached buffers (keys move into the slot of the key
+    that left the window); with gradients each step copies the kept keys. Both equal the full forward,
+    step by step, and keep exactly the keys a later query can reach."""
+    from glm53_flash.model.sparse_attention import reachable_positions
+
+    torch.manual_seed(21)
+    layer = SparseAttention(16, 2, window, stride).double()
+    rope = g.GLM53Flash(TINY).rope
+    x = torch.randn(2, 24, 16, dtype=torch.float64)
+    full, _ = layer(x, rope)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            _, state = layer(x[:, :prompt], rope, 0, None, True)
+            for t in range(prompt, x.shape[1]):
+                before = state
+                out, state = layer(x[:, t:t + 1], rope, t, state, True)
+                torch.testing.assert_close(out[:, 0], full[:, t])
+                assert (state.room is not None) == (not grad)
+                if not grad and before.room is not None and before.room[0].shape[2] > len(before.positions):
+                    assert state.room[0] is before.room[0]  # room was left: no copy of the kept keys
+                everything = tuple(range(t + 1))
+                assert sorted(state.positions) == [everything[i] for i in
+                                                   reachable_positions(everything, t + 1, window, stride)]
+                order = torch.tensor(state.positions)
+                _, reference = layer(x[:, :t + 1], rope, 0, None, True)
+                torch.testing.assert_close(state.k, reference.k[:, :, order.argsort().argsort()])
+
+
 def test_sorted_moe_dispatch_equals_dense_reference():
     torch.manual_seed(2)
     moe = MixtureOfExperts(16, 24, experts=4, top_k=2).double()

@@ -4,7 +4,11 @@ Query t attends to key j iff j <= t and (t - j < window or j % stride == 0): a c
 plus global anchors every `stride` positions. The original gathered a [B, H, T, W, d] copy of K and V
 with index tables rebuilt by Python loops each call; here the boolean mask is built once per shape
 and cached, and scaled dot-product attention does the rest. For decoding the layer keeps only the
-keys a future query can still reach: the anchors and the last window - 1 positions.
+keys a future query can still reach: the anchors and the last window - 1 positions. Without
+gradients a one-token step writes its key into spare room at the end of the cached buffer, attends
+without a mask (every kept key is visible to the newest query), then moves it into the slot of the
+key that just left the window: no copy of the kept keys per step. The kept keys are then no longer
+in position order, which attention does not care about.
 """
 
 from __future__ import annotations
@@ -21,11 +25,29 @@ from .rope import RotaryEmbedding
 
 @dataclass
 class SparseKV:
-    """Cached keys/values [B, H, N, d] of one sparse layer and their absolute positions."""
+    """Cached keys/values [B, H, N, d] of one sparse layer and their absolute positions (in the order
+    of the keys). `room`: the buffers [B, H, capacity, d] that k and v are the first N slots of, when
+    the in-place decode step made them (None: k and v own their storage)."""
 
     k: torch.Tensor
     v: torch.Tensor
     positions: tuple[int, ...]
+    room: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def _with_room(state: SparseKV) -> tuple[torch.Tensor, torch.Tensor]:
+    """Buffers holding state's keys/values with at least one free slot after them (grown by half)."""
+    n = len(state.positions)
+    if state.room is not None and state.room[0].shape[2] > n:
+        return state.room
+    b, h, _, d = state.k.shape
+    capacity = n + max(8, n // 2)
+    buffers = []
+    for cached in (state.k, state.v):
+        buffer = cached.new_empty(b, h, capacity, d)
+        buffer[:, :, :n] = cached
+        buffers.append(buffer)
+    return buffers[0], buffers[1]
 
 
 def sparse_mask(query_positions, key_positions, window: int, stride: int, device=None) -> torch.Tensor:
@@ -65,6 +87,8 @@ class SparseAttention(nn.Module):
         b, t, dim = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         q, k = rope(q, position), rope(k, position)
+        if state is not None and t == 1 and return_state and not torch.is_grad_enabled():
+            return self._decode_step(q, k, v, position, state)
         new_positions = tuple(range(position, position + t))
         if state is None:
             keys, values, key_positions = k, v, new_positions
@@ -89,3 +113,27 @@ class SparseAttention(nn.Module):
             keep, kept = cached
             new_state = SparseKV(keys.index_select(2, keep), values.index_select(2, keep), kept)
         return out, new_state
+
+    def _decode_step(self, q, k, v, position: int, state: SparseKV) -> tuple[torch.Tensor, SparseKV]:
+        """One token on the cached keys, in place (see the module docstring)."""
+        b, heads, _, d = q.shape
+        n = len(state.positions)
+        keys, values = _with_room(state)
+        keys[:, :, n] = k[:, :, 0]
+        values[:, :, n] = v[:, :, 0]
+        # Every kept key is visible to the query at `position` (that is what kept means), so no mask.
+        out = F.scaled_dot_product_attention(q, keys[:, :, :n + 1].to(q.dtype), values[:, :, :n + 1].to(q.dtype))
+        out = self.out(out.transpose(1, 2).reshape(b, 1, heads * d))
+        leaving = position + 1 - self.window  # no query after this one reaches it, unless an anchor
+        positions = state.positions
+        if leaving == position and position % self.stride != 0:  # a window of one: the new key leaves
+            pass
+        elif leaving >= 0 and leaving % self.stride != 0:
+            slot = positions.index(leaving)
+            keys[:, :, slot] = keys[:, :, n]
+            values[:, :, slot] = values[:, :, n]
+            positions = positions[:slot] + (position,) + positions[slot + 1:]
+        else:
+            positions = positions + (position,)
+        kept = len(positions)
+        return out, SparseKV(keys[:, :, :kept], values[:, :, :kept], positions, (keys, values))
