@@ -37,10 +37,11 @@ FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
 # The instruction sets a build can target, widest first, with the CPU flags each needs.
 ISAS = {"avx512": (("avx512f", "avx2", "fma"), ("-mavx512f", "-mavx2", "-mfma")),
         "avx2": (("avx2", "fma"), ("-mavx2", "-mfma"))}
-# Measured on the flash shapes, 2 cores, weights cold in cache as in a decode step: the dense kernel
-# runs 1.8-2.2x faster than MKL's F.linear from 1 to 32 rows and ties it from 48. The grouped expert
-# kernels ran 1.3-2.8x faster than torch's grouped_mm and the padded batched matmuls for 16 to 512
-# routed slots, spread over the experts or concentrated on two.
+# Measured on the flash shapes, 2 cores of an AVX2 host (AMD EPYC), weights cold in cache as in a
+# decode step: the dense kernel ran 1.8-2.2x faster than MKL's F.linear from 1 to 32 rows and tied
+# it from 48; the grouped expert kernels 1.3-2.8x faster than torch's grouped_mm and the padded
+# batched matmuls for 16 to 512 routed slots. On an AVX-512 host with every weight in its L3, the
+# 16-lane build ties torch on the step's products (docs/BENCHMARKS.md) and wins on the rest of it.
 MAX_ROWS = 32
 MAX_GROUPED_ROWS = 512
 # A switch for tests and benchmarks, like moe.GROUPED_MM_ENABLED: False forces the eager path.
@@ -68,9 +69,9 @@ def _cpu_flags() -> list[str] | str:
         return "cannot read /proc/cpuinfo to check for AVX2 and FMA"
 
 
-def supported_isas() -> list[str]:
-    """The builds this CPU can run, widest first (empty when none)."""
-    flags = _cpu_flags()
+def supported_isas(flags: list[str] | str | None = None) -> list[str]:
+    """The builds this CPU (or these flags) can run, widest first (empty when none)."""
+    flags = _cpu_flags() if flags is None else flags
     if isinstance(flags, str):
         return []
     return [isa for isa, (needs, _) in ISAS.items() if all(flag in flags for flag in needs)]
@@ -81,7 +82,7 @@ def _choose_isa() -> tuple[str | None, str]:
     flags = _cpu_flags()
     if isinstance(flags, str):
         return None, flags
-    supported = supported_isas()
+    supported = supported_isas(flags)
     if not supported:
         missing = [flag for flag in ISAS["avx2"][0] if flag not in flags]
         return None, f"the CPU lacks {', '.join(missing)}"

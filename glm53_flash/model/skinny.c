@@ -161,8 +161,9 @@ void skinny_grouped_linear(const float *rows, const float *w, const int64_t *off
     grouped(rows_by_4, 4, rows, w, offsets, out, experts, n_cols, k_len);
 }
 
-/* out[m, n0:n0+16] = sum_k x[m, k] * w[k, n0:n0+16] (x @ W layout, w [K, N]) for `rows` rows at
- * once, a compile-time constant after inlining (accumulators stay in registers). Each row keeps one
+/* out[m, n0:n0 + vecs * LANES] = sum_k x[m, k] * w[k, n0:n0 + vecs * LANES] (x @ W layout, w [K, N])
+ * for `rows` rows at once; rows and vecs are compile-time constants after inlining (accumulators
+ * stay in registers). Each row keeps one
  * accumulator per vector summed over k in order, whatever pass it falls in, so a row's result does
  * not depend on how many rows its expert has. */
 #define COLVECS (16 / LANES)
