@@ -262,3 +262,87 @@ def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_be
         results.append((torch.cat(outs, 1), state.kv, state.z))
     for fast, eager in zip(*results):
         torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-5)
+
+
+def _activation_and_gradient(h: torch.Tensor, grad_out: torch.Tensor):
+    from glm53_flash.model.moe import _SwiGLUActivation
+
+    leaf = h.detach().clone().requires_grad_()
+    out = _SwiGLUActivation.apply(leaf)
+    out.backward(grad_out)
+    return out.detach(), leaf.grad
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 300), hidden=st.sampled_from([8, 16, 24, 40, 192, 384]),
+       lead=st.sampled_from([(), (3,)]), scale=st.sampled_from([1.0, 12.0]), seed=st.integers(0, 2**16))
+def test_fused_swiglu_equals_the_eager_activation_and_its_gradient(rows, hidden, lead, scale, seed):
+    """Forward and backward of the fused activation against the eager autograd.Function (kernels off)
+    and against float64 formulas, for hidden sizes with and without a half-vector tail."""
+    generator = torch.Generator().manual_seed(seed)
+    h = torch.randn(*lead, rows, 2 * hidden, generator=generator) * scale
+    grad_out = torch.randn(*lead, rows, hidden, generator=generator)
+    calls = []
+    original = kernels.swiglu_backward
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "swiglu_backward", lambda *a: calls.append(1) or original(*a))
+        fast, fast_grad = _activation_and_gradient(h, grad_out)
+        assert calls  # the fused backward ran
+        patch.setattr(kernels, "ENABLED", False)
+        eager, eager_grad = _activation_and_gradient(h, grad_out)
+        exact, exact_grad = _activation_and_gradient(h.double(), grad_out.double())
+    for value in (eager, exact.float()):
+        torch.testing.assert_close(fast, value, atol=1e-6, rtol=1e-5)
+    for value in (eager_grad, exact_grad.float()):
+        torch.testing.assert_close(fast_grad, value, atol=1e-6, rtol=1e-5)
+
+
+@needs_kernels
+def test_fused_swiglu_at_the_edges_of_the_exponential():
+    """Gates past exp's float range, tiny and huge, NaN and infinities: what torch's silu and
+    silu_backward give (exp is clamped and rebuilt from its exponent field in the kernel)."""
+    edges = torch.tensor([-1e30, -100.0, -88.5, -88.0, -87.5, -50.0, -1e-3, 0.0, 1e-3, 20.0, 88.5, 89.0, 100.0,
+                          1e30, float("nan"), float("inf"), float("-inf")])
+    gate = torch.cat([edges, torch.linspace(-30, 30, 15)])  # 32 gates: two whole 16-float vectors
+    h = torch.cat([gate, torch.full_like(gate, 1.5)])[None]
+    grad_out = torch.full_like(gate, 0.75)[None]
+    fast = kernels.swiglu_forward(h)
+    fast_grad = kernels.swiglu_backward(h, grad_out)
+    torch.testing.assert_close(fast, F.silu(gate)[None] * 1.5, atol=1e-6, rtol=1e-6, equal_nan=True)
+    eager_gate = torch.ops.aten.silu_backward(grad_out * 1.5, gate[None])
+    torch.testing.assert_close(fast_grad[:, :32], eager_gate, atol=1e-6, rtol=1e-6, equal_nan=True)
+    torch.testing.assert_close(fast_grad[:, 32:], grad_out * F.silu(gate)[None], atol=1e-6, rtol=1e-6,
+                               equal_nan=True)
+
+
+def test_fused_swiglu_serves_only_what_it_was_written_for():
+    h = torch.randn(4, 32)
+    assert kernels.swiglu_serves(h) is kernels.available()  # gradients on or off: it has a backward
+    assert not kernels.swiglu_serves(h.double())
+    assert not kernels.swiglu_serves(torch.randn(4, 24))  # H = 12 is not a multiple of 8
+    assert not kernels.swiglu_serves(torch.randn(0, 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not kernels.swiglu_serves(h)
+
+
+@needs_kernels
+def test_training_step_with_the_fused_swiglu_equals_eager(monkeypatch):
+    """Loss and every gradient of a small model's training step (experts and shared expert through
+    the fused activation) equal the eager path's."""
+    cfg = g.ModelConfig(layers=4, dim=64, heads=4, expert_hidden=32)
+    ids = torch.randint(4, 260, (4, 33), generator=torch.Generator().manual_seed(3))
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        torch.manual_seed(10)
+        model = g.GLM53Flash(cfg).train()
+        out = model(ids[:, :-1])
+        loss = F.cross_entropy(out.logits.flatten(0, 1), ids[:, 1:].flatten()) + 0.01 * out.aux_loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (fast_loss, fast_grads), (eager_loss, eager_grads) = results
+    torch.testing.assert_close(fast_loss, eager_loss, atol=1e-6, rtol=1e-6)
+    assert fast_grads.keys() == eager_grads.keys()
+    for name, grad in fast_grads.items():
+        torch.testing.assert_close(grad, eager_grads[name], atol=1e-5, rtol=1e-4, msg=name)

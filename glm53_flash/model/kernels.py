@@ -11,7 +11,9 @@ first time a process needs it, keyed by a hash of the source, compiler and flags
 vectors the CPU has: 16 float lanes on AVX-512 (`cc -O3 -mavx512f -mavx2 -mfma -fopenmp`), else 8
 (`-mavx2 -mfma`); `GLM53_KERNEL_ISA=avx2` asks for the 8-lane build on an AVX-512 CPU. It serves only
 what it was written for: float32 on the CPU, no gradients, no autocast, at most `MAX_ROWS` rows
-(`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. Anything else, a CPU without
+(`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. One kernel serves training
+too: the SwiGLU activation's forward and backward (`swiglu_forward`/`swiglu_backward`, one pass over
+memory each way, any row count; moe.py's autograd.Function calls them). Anything else, a CPU without
 AVX2 and FMA, no compiler, a failed build, or `GLM53_KERNELS=0` in the environment, takes the eager
 torch path, which is also the test oracle; `status()` says which and why.
 """
@@ -135,6 +137,8 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
         "skinny_moe_combine": [pointer] * 5 + [size] * 3,
         "skinny_rms_norm": [pointer] * 3 + [size] * 2 + [ctypes.c_float],
         "skinny_linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [ctypes.c_float],
+        "skinny_swiglu_forward": [pointer] * 2 + [size] * 2,
+        "skinny_swiglu_backward": [pointer] * 3 + [size] * 2,
     }
     for name, arguments in signatures.items():
         function = getattr(library, name)
@@ -294,6 +298,32 @@ def moe_combine(expert_out: torch.Tensor, position: torch.Tensor, gates: torch.T
     return out
 
 
+def swiglu_serves(h: torch.Tensor) -> bool:
+    """Whether the fused SwiGLU activation serves h [..., 2H] (float32 on the CPU, H % 8 == 0, outside
+    autocast and compile). Unlike the products above it serves training too: it has a backward."""
+    return (ENABLED and h.is_cpu and h.dtype == torch.float32 and h.dim() > 0 and h.shape[-1] % 16 == 0
+            and h.numel() > 0 and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
+            and _library() is not None)
+
+
+def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * value for h = [gate | value] [..., 2H] -> [..., H] in one pass (see swiglu_serves)."""
+    h = h.contiguous()  # held here: the library reads it below
+    hidden = h.shape[-1] // 2
+    out = torch.empty((*h.shape[:-1], hidden), dtype=h.dtype)
+    _required().skinny_swiglu_forward(h.data_ptr(), out.data_ptr(), h.numel() // h.shape[-1], hidden)
+    return out
+
+
+def swiglu_backward(h: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """The gradient with respect to h of swiglu_forward(h), given grad_out [..., H], in one pass."""
+    h, grad_out = h.contiguous(), grad_out.contiguous()  # held here: the library reads them below
+    grad = torch.empty_like(h)
+    _required().skinny_swiglu_backward(h.data_ptr(), grad_out.data_ptr(), grad.data_ptr(),
+                                       h.numel() // h.shape[-1], h.shape[-1] // 2)
+    return grad
+
+
 class Linear(nn.Linear):
     """nn.Linear without bias (same parameters and state-dict keys) whose forward takes the skinny
     kernel where it serves (decoding a few rows) and F.linear everywhere else."""
@@ -306,4 +336,5 @@ class Linear(nn.Linear):
 
 
 __all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "available", "grouped_linear", "grouped_matmul",
-           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm", "status"]
+           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm", "status", "swiglu_backward",
+           "swiglu_forward", "swiglu_serves"]

@@ -26,13 +26,22 @@ from .kernels import Linear
 
 
 class _SwiGLUActivation(torch.autograd.Function):
-    """silu(gate) * value for h = [gate | value] [N, 2H]. The forward keeps silu(gate) (one more
-    [N, H] tensor) so the backward need not recompute its exponentials; the backward writes both
-    halves of the gradient in place (no concatenation) with aten's fused silu_backward for the gate
-    half: three elementwise passes where the plain autograd graph takes about nine."""
+    """silu(gate) * value for h = [gate | value] [N, 2H].
+
+    Where the fused kernel serves (float32 on the CPU, kernels.swiglu_serves) the forward and the
+    backward each make one pass over memory and only h is saved: the backward recomputes the
+    exponentials, which cost less than reading a saved [N, H] tensor back. Elsewhere, and as the
+    kernel's test oracle, the eager formulation: the forward keeps silu(gate) so the backward need not
+    recompute its exponentials, and the backward writes both halves of the gradient in place (no
+    concatenation) with aten's fused silu_backward for the gate half: three elementwise passes where
+    the plain autograd graph takes about nine."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor) -> torch.Tensor:
+        ctx.fused = kernels.swiglu_serves(h)
+        if ctx.fused:
+            ctx.save_for_backward(h)
+            return kernels.swiglu_forward(h)
         gate, value = h.chunk(2, dim=-1)
         activated = F.silu(gate)
         ctx.save_for_backward(h, activated)
@@ -41,6 +50,9 @@ class _SwiGLUActivation(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # the out= writes below are not differentiable again: say so clearly
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
+        if ctx.fused:
+            (h,) = ctx.saved_tensors
+            return kernels.swiglu_backward(h, grad_out)
         h, activated = ctx.saved_tensors
         gate, value = h.chunk(2, dim=-1)
         grad = torch.empty_like(h)
@@ -56,6 +68,8 @@ class _SwiGLUActivation(torch.autograd.Function):
 
 def swiglu_activation(h: torch.Tensor) -> torch.Tensor:
     if not torch.is_grad_enabled():  # inference: skip the autograd.Function's per-call overhead
+        if kernels.swiglu_serves(h):
+            return kernels.swiglu_forward(h)
         gate, value = h.chunk(2, dim=-1)
         return F.silu(gate) * value
     return _SwiGLUActivation.apply(h)
