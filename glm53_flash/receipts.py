@@ -134,7 +134,15 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         "verifier_isolation": _verifier_isolation(),
         # whether the skinny decode kernels served this process (None when nothing here needed them)
         "decode_kernels": _decode_kernels(),
+        # whether glibc keeps freed memory for reuse (runtime.retain_freed_memory; None: not asked)
+        "malloc_tuning": _malloc_tuning(),
     }
+
+
+def _malloc_tuning() -> str | None:
+    from .runtime import malloc_tuning
+
+    return malloc_tuning()
 
 
 def _decode_kernels() -> dict | None:
