@@ -346,3 +346,73 @@ def test_training_step_with_the_fused_swiglu_equals_eager(monkeypatch):
     assert fast_grads.keys() == eager_grads.keys()
     for name, grad in fast_grads.items():
         torch.testing.assert_close(grad, eager_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+@needs_kernels
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 700), dim=st.sampled_from([8, 16, 24, 192]), lead=st.sampled_from([(), (2,)]),
+       seed=st.integers(0, 2**16))
+def test_rms_norm_training_pair_equals_the_formula_and_its_gradients(rows, dim, lead, seed):
+    """The C forward/backward pair that training takes against the explicit formula's autograd graph
+    (the oracle) in float32 and float64, row counts across several of the weight gradient's blocks."""
+    from glm53_flash.model.norm import RMSNorm, rms_norm_reference
+
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(*lead, rows, dim, generator=generator) * 3
+    grad_out = torch.randn(*lead, rows, dim, generator=generator)
+    norm = RMSNorm(dim)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(dim, generator=generator) + 0.5)
+    calls = []
+    original = kernels.rms_norm_backward
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "rms_norm_backward", lambda *a: calls.append(1) or original(*a))
+        for fn, dtype in ((norm, torch.float32), (rms_norm_reference, torch.float32), (rms_norm_reference, torch.float64)):
+            leaf = x.to(dtype).clone().requires_grad_()
+            weight = norm.weight.detach().to(dtype).clone().requires_grad_()
+            if fn is norm:
+                norm.weight.grad = None
+                out = norm(leaf)
+                out.backward(grad_out)
+                results.append((out.detach(), leaf.grad, norm.weight.grad))
+            else:
+                out = fn(leaf, weight, norm.eps)
+                out.backward(grad_out.to(dtype))
+                results.append((out.detach().float(), leaf.grad.float(), weight.grad.float()))
+    assert calls  # the C backward ran
+    fast = results[0]
+    summed = x.numel() // dim  # the weight's gradient sums this many rows: float32 rounding grows with it
+    for oracle in results[1:]:
+        for got, want, atol in zip(fast, oracle, (1e-5, 1e-5, 1e-6 * summed + 1e-5)):
+            torch.testing.assert_close(got, want, atol=atol, rtol=1e-5)
+
+
+@needs_kernels
+def test_rms_norm_weight_gradient_does_not_depend_on_the_thread_count():
+    """The weight's gradient is summed in fixed blocks of rows, so one thread and two give the same
+    bits (exact resume across machines with different core counts needs this)."""
+    x = torch.randn(5000, 192, generator=torch.Generator().manual_seed(1))
+    grad_out = torch.randn(5000, 192, generator=torch.Generator().manual_seed(2))
+    weight = torch.rand(192) + 0.5
+    out, rstd = kernels.rms_norm_forward(x, weight, 1e-6)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            results.append(kernels.rms_norm_backward(x, weight, rstd, grad_out))
+    finally:
+        torch.set_num_threads(threads)
+    for grad_x, grad_w in results[1:]:
+        assert torch.equal(grad_x, results[0][0]) and torch.equal(grad_w, results[0][1])
+
+
+def test_rms_norm_training_pair_serves_only_what_it_was_written_for():
+    x, weight = torch.randn(4, 16), torch.ones(16)
+    assert kernels.rms_norm_training_serves(x, weight) is kernels.available()
+    assert not kernels.rms_norm_training_serves(x.double(), weight.double())
+    assert not kernels.rms_norm_training_serves(torch.randn(4, 12), torch.ones(12))  # D % 8
+    assert not kernels.rms_norm_training_serves(x, torch.ones(8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not kernels.rms_norm_training_serves(x, weight)

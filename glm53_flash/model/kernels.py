@@ -11,9 +11,10 @@ first time a process needs it, keyed by a hash of the source, compiler and flags
 vectors the CPU has: 16 float lanes on AVX-512 (`cc -O3 -mavx512f -mavx2 -mfma -fopenmp`), else 8
 (`-mavx2 -mfma`); `GLM53_KERNEL_ISA=avx2` asks for the 8-lane build on an AVX-512 CPU. It serves only
 what it was written for: float32 on the CPU, no gradients, no autocast, at most `MAX_ROWS` rows
-(`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. One kernel serves training
-too: the SwiGLU activation's forward and backward (`swiglu_forward`/`swiglu_backward`, one pass over
-memory each way, any row count; moe.py's autograd.Function calls them). Anything else, a CPU without
+(`MAX_GROUPED_ROWS` routed slots), inner sizes that are multiples of 8. Two pairs serve training
+too, any row count, one pass over memory each way: the SwiGLU activation (`swiglu_forward`/
+`swiglu_backward`, called by moe.py's autograd.Function) and RMSNorm (`rms_norm_forward`/
+`rms_norm_backward`, called by norm.py's). Anything else, a CPU without
 AVX2 and FMA, no compiler, a failed build, or `GLM53_KERNELS=0` in the environment, takes the eager
 torch path, which is also the test oracle; `status()` says which and why.
 """
@@ -138,6 +139,8 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
         "skinny_rms_norm": [pointer] * 3 + [size] * 2 + [ctypes.c_float],
         "skinny_linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [ctypes.c_float],
         "skinny_swiglu_forward": [pointer] * 2 + [size] * 2,
+        "skinny_rms_norm_forward": [pointer] * 4 + [size] * 2 + [ctypes.c_float],
+        "skinny_rms_norm_backward": [pointer] * 7 + [size] * 2,
         "skinny_swiglu_backward": [pointer] * 3 + [size] * 2,
     }
     for name, arguments in signatures.items():
@@ -324,6 +327,42 @@ def swiglu_backward(h: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     return grad
 
 
+RMS_BLOCK = 256  # rows per partial sum of the RMSNorm weight's gradient (skinny.c's RMS_BLOCK)
+
+
+def rms_norm_training_serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the RMSNorm forward/backward pair serves x [..., D] (float32 on the CPU, D % 8 == 0,
+    outside autocast and compile); gradients on or off."""
+    return (ENABLED and x.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and x.dim() > 0 and x.numel() > 0 and x.shape[-1] % 8 == 0 and weight.shape == x.shape[-1:]
+            and weight.is_contiguous() and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling() and _library() is not None)
+
+
+def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm of x [..., D] -> (out, rstd [rows]) for the backward."""
+    x = x.contiguous()  # held here: the library reads it below
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    rstd = torch.empty(x.numel() // dim, dtype=x.dtype)
+    _required().skinny_rms_norm_forward(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd.data_ptr(),
+                                        rstd.numel(), dim, eps)
+    return out, rstd
+
+
+def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                      grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_x, grad_weight) of rms_norm_forward, in one pass over x and grad_out."""
+    x, grad_out = x.contiguous(), grad_out.contiguous()  # held here: the library reads them below
+    rows, dim = rstd.numel(), x.shape[-1]
+    grad_x = torch.empty_like(x)
+    grad_w = torch.empty_like(weight)
+    partial = torch.empty((rows + RMS_BLOCK - 1) // RMS_BLOCK, dim, dtype=x.dtype)
+    _required().skinny_rms_norm_backward(x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), grad_out.data_ptr(),
+                                         grad_x.data_ptr(), grad_w.data_ptr(), partial.data_ptr(), rows, dim)
+    return grad_x, grad_w
+
+
 class Linear(nn.Linear):
     """nn.Linear without bias (same parameters and state-dict keys) whose forward takes the skinny
     kernel where it serves (decoding a few rows) and F.linear everywhere else."""
@@ -335,6 +374,7 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
-__all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "available", "grouped_linear", "grouped_matmul",
-           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm", "status", "swiglu_backward",
-           "swiglu_forward", "swiglu_serves"]
+__all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "RMS_BLOCK", "available", "grouped_linear", "grouped_matmul",
+           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine",
+           "moe_dispatch", "moe_serves", "observed", "rms_norm", "rms_norm_backward", "rms_norm_forward",
+           "rms_norm_training_serves", "status", "swiglu_backward", "swiglu_forward", "swiglu_serves"]

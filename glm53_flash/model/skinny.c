@@ -2,8 +2,9 @@
  * batch) against a weight matrix that is read once per step from memory. BLAS libraries tune for
  * large M; at 4-32 rows they stream the weights at a fraction of the memory bandwidth. These loops
  * keep a block of weight rows in registers/L1 and run every input row past it, so each weight byte is
- * loaded from memory once per call. At the end, the SwiGLU activation's forward and backward for
- * training (any row count), each one pass over memory with a vectorised exp.
+ * loaded from memory once per call. At the end, two pieces of training (any row count): the SwiGLU
+ * activation's forward and backward, each one pass over memory with a vectorised exp, and RMSNorm's
+ * forward and backward.
  *
  * Built on first use by glm53_flash/model/kernels.py for the widest vectors the CPU has: 16 lanes
  * (cc -O3 -mavx512f -mavx2 -mfma -fopenmp) on AVX-512, else 8 lanes (-mavx2 -mfma). The same source
@@ -452,5 +453,69 @@ void skinny_swiglu_backward(const float *h, const float *grad_out, float *grad, 
             vstore(gg + i, vmul(vmul(up, vload(v + i, m)), slope), m);
             vstore(gv + i, vmul(up, vdiv(x, denominator)), m);
         }
+    }
+}
+
+/* RMSNorm for training: the forward also returns each row's 1 / sqrt(mean(x^2) + eps) (rstd [R]) for
+ * the backward, which makes one pass over x and grad_out:
+ *   grad_x = rstd (g w - x rstd^2 mean(g w x)),   grad_w = sum over rows of g x rstd.
+ * grad_w is summed in fixed blocks of RMS_BLOCK rows, each by one thread in row order, then the
+ * blocks in order (partial [ceil(R / RMS_BLOCK), D] is the caller's scratch), so the result does not
+ * depend on the thread count. D % 8 == 0. */
+#define RMS_BLOCK 256
+void skinny_rms_norm_forward(const float *x, const float *w, float *out, float *rstd, int64_t rows, int64_t dim,
+                             float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        vec a = vzero();
+        for (int64_t i = 0; i < dim; i += LANES) {
+            vec v = vload(xr + i, mask_at(i, dim));
+            a = vfma(v, v, a);
+        }
+        float s = 1.0f / sqrtf(sum1(a) / (float)dim + eps);
+        rstd[r] = s;
+        vec scale = vset1(s);
+        for (int64_t i = 0; i < dim; i += LANES) {
+            lanes_mask mi = mask_at(i, dim);
+            vstore(o + i, vmul(vmul(vload(xr + i, mi), scale), vload(w + i, mi)), mi);
+        }
+    }
+}
+
+void skinny_rms_norm_backward(const float *x, const float *w, const float *rstd, const float *grad_out,
+                              float *grad_x, float *grad_w, float *partial, int64_t rows, int64_t dim) {
+    int64_t blocks = (rows + RMS_BLOCK - 1) / RMS_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        float *acc = partial + b * dim;
+        for (int64_t i = 0; i < dim; i += LANES)
+            vstore(acc + i, vzero(), mask_at(i, dim));
+        int64_t end = (b + 1) * RMS_BLOCK < rows ? (b + 1) * RMS_BLOCK : rows;
+        for (int64_t r = b * RMS_BLOCK; r < end; r++) {
+            const float *xr = x + r * dim, *g = grad_out + r * dim;
+            float s = rstd[r];
+            vec dot = vzero();
+            for (int64_t i = 0; i < dim; i += LANES) {
+                lanes_mask mi = mask_at(i, dim);
+                dot = vfma(vmul(vload(g + i, mi), vload(w + i, mi)), vload(xr + i, mi), dot);
+            }
+            vec vs = vset1(s), coefficient = vset1(s * s * s * sum1(dot) / (float)dim);
+            float *gx = grad_x + r * dim;
+            for (int64_t i = 0; i < dim; i += LANES) {
+                lanes_mask mi = mask_at(i, dim);
+                vec gi = vload(g + i, mi), xi = vload(xr + i, mi);
+                /* rstd g w - rstd^3 mean(g w x) x */
+                vstore(gx + i, vsub(vmul(vmul(gi, vload(w + i, mi)), vs), vmul(coefficient, xi)), mi);
+                vstore(acc + i, vfma(vmul(gi, xi), vs, vload(acc + i, mi)), mi);
+            }
+        }
+    }
+    for (int64_t i = 0; i < dim; i++) {
+        float total = 0.0f;
+        for (int64_t b = 0; b < blocks; b++)
+            total += partial[b * dim + i];
+        grad_w[i] = total;
     }
 }
