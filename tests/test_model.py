@@ -433,3 +433,25 @@ def test_option_values_are_named_by_behaviour_and_old_spellings_still_load():
     rl = RLConfig(initial_checkpoint="c", output="o", logprob_source="original", eos_handling="original")
     rl.validate()
     assert (rl.logprob_source, rl.eos_handling) == ("untempered", "omit")
+
+
+def test_stream_write_gradients_equal_addcmul():
+    """The streams' write (an autograd.Function with matrix-vector backward) against addcmul's graph,
+    also for the broadcast first streams (stride 0 over S), and gradcheck in float64."""
+    from glm53_flash.model.streams import _AddOuter
+
+    torch.manual_seed(5)
+    for expanded in (False, True):
+        base = torch.randn(1 if expanded else 3, 2, 5, 8, dtype=torch.float64, requires_grad=True)
+        weights = torch.rand(3, dtype=torch.float64, requires_grad=True)
+        update = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+        grad = torch.randn(3, 2, 5, 8, dtype=torch.float64)
+        grads = []
+        for fn in (_AddOuter.apply, lambda s, w, u: torch.addcmul(s, w.view(-1, 1, 1, 1), u.unsqueeze(0))):
+            streams = base.expand(3, 2, 5, 8) if expanded else base
+            out = fn(streams, weights, update)
+            grads.append((out.detach(), *torch.autograd.grad(out, (base, weights, update), grad)))
+        for fast, plain in zip(*grads):
+            torch.testing.assert_close(fast, plain)
+    assert torch.autograd.gradcheck(_AddOuter.apply, (torch.randn(3, 2, 1, 4, dtype=torch.float64, requires_grad=True),
+                                                      weights, torch.randn(2, 1, 4, dtype=torch.float64, requires_grad=True)))

@@ -26,6 +26,32 @@ def sinkhorn(logits: torch.Tensor, iterations: int = SINKHORN_ITERATIONS) -> tor
     return log_matrix.exp()
 
 
+class _AddOuter(torch.autograd.Function):
+    """streams + weights (x) update: streams [S, B, T, D], weights [S], update [B, T, D].
+
+    The same value as torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0)), whose
+    autograd graph (the test oracle) forms two [S, B, T, D] products in the backward and reduces
+    them; here the weights' and the update's gradients are one matrix-vector product each over the
+    incoming [S, N] gradient, which passes on to the streams as it is."""
+
+    @staticmethod
+    def forward(ctx, streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weights, update)
+        return torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        weights, update = ctx.saved_tensors
+        flat = grad.reshape(grad.shape[0], -1)
+        grad_weights = torch.mv(flat, update.reshape(-1)) if ctx.needs_input_grad[1] else None
+        grad_update = torch.mv(flat.t(), weights).view(update.shape) if ctx.needs_input_grad[2] else None
+        return grad, grad_weights, grad_update
+
+
+def add_outer(streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+    return _AddOuter.apply(streams, weights, update)
+
+
 class StreamConnection(nn.Module):
     def __init__(self, streams: int, mode: str) -> None:
         super().__init__()
@@ -48,10 +74,10 @@ class StreamConnection(nn.Module):
 
     def write(self, streams: torch.Tensor, mixed: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         """Add the block's update (without its input) back into the streams."""
-        weights = torch.softmax(self.output_logits, dim=0).to(update.dtype).view(-1, 1, 1, 1)
+        weights = torch.softmax(self.output_logits, dim=0).to(update.dtype)
         if self.mode == "double-residual":
-            return torch.addcmul(streams, weights, (mixed + update).unsqueeze(0))
+            return add_outer(streams, weights, mixed + update)
         if self.mode == "sinkhorn":
             mixing = sinkhorn(self.mixing_logits).to(streams.dtype)
             streams = torch.matmul(mixing, streams.flatten(1)).view(streams.shape)
-        return torch.addcmul(streams, self.streams * weights, update.unsqueeze(0))
+        return add_outer(streams, self.streams * weights, update)
