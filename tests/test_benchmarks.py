@@ -3,6 +3,7 @@
 import json
 
 from glm53_flash.benchmarks.model import run
+from glm53_flash.model import kernels
 
 
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
@@ -26,8 +27,16 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     steps = decode["new_tokens_per_row"] - 1
     expected = decode["reforward_seconds"] / (decode["prefill_seconds"] + steps * floors["matrix_products_seconds"])
     assert abs(floors["speedup_ceiling_at_matrix_products"] - expected) < 1e-9
+    eager = training["eager_comparison"]
+    if kernels.available():  # the training step with and without the C kernels, alternating
+        assert eager["rounds"] == 1 and eager["speedup_of_min"] == eager["eager_step_seconds_min"] / eager[
+            "kernels_step_seconds_min"]
+        assert kernels.ENABLED  # switched back on after the comparison
+    else:
+        assert eager is None
     printed = capsys.readouterr()
     assert "decode speedup" in printed.out and "step floor: GEMMs only" in printed.out
+    assert ("training, kernels vs eager" in printed.out) is kernels.available()
     assert "[bench model" in printed.err and "decode step floors" in printed.err
 
 

@@ -52,15 +52,38 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     times = timed_runs(step, device, warmup, steps)
     tokens = batch_size * seq_len
     best = min(times)
+    peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak_rss_bytes()
+    eager = eager_comparison(step, device, steps) if device.type == "cpu" and kernels.available() else None
     return {
+        "eager_comparison": eager,
         "batch_size": batch_size, "sequence_length": seq_len, "steps_timed": steps, "data": data,
         "step_seconds_min": best, "step_seconds_median": sorted(times)[len(times) // 2],
         "tokens_per_second": tokens / best,
-        "peak_memory_bytes": (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
-                              else peak_rss_bytes()),
+        "peak_memory_bytes": peak_memory,  # of the timed steps above, before the eager comparison
         "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_peak_rss",
         "rss_before_training_bytes": rss_before if device.type != "cuda" else None,
     }
+
+
+def eager_comparison(step, device, rounds: int) -> dict:
+    """The training step with the C kernels (SwiGLU and RMSNorm forward/backward) and without them
+    (the eager formulas), alternating step by step in this process so that both see the same load:
+    on a shared host the step time drifts by more than the kernels save, and separate runs cannot
+    tell the two apart."""
+    times = {True: [], False: []}
+    saved = kernels.ENABLED
+    try:
+        for _ in range(rounds):
+            for enabled in (False, True):
+                kernels.ENABLED = enabled
+                times[enabled] += timed_runs(step, device, 0, 1)
+    finally:
+        kernels.ENABLED = saved
+    fused, eager = min(times[True]), min(times[False])
+    return {"rounds": rounds, "order": "eager then kernels, one step each per round",
+            "kernels_step_seconds_min": fused, "kernels_step_seconds_median": sorted(times[True])[rounds // 2],
+            "eager_step_seconds_min": eager, "eager_step_seconds_median": sorted(times[False])[rounds // 2],
+            "speedup_of_min": eager / fused}
 
 
 @torch.inference_mode()
@@ -214,7 +237,9 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     # denominator: on a shared machine one low measurement would otherwise flatter the fraction.
     stage("fp32 matmul peak")
     peak_before = measure_matmul_peak(device)
-    stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}")
+    stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}"
+          + (f", then {steps} rounds of one eager and one kernel step" if device.type == "cpu" and kernels.available()
+             else ""))
     training = bench_training(model, device, batch_size, seq_len, steps, warmup)
     stage("fp32 matmul peak again")
     peak_after = measure_matmul_peak(device)
@@ -252,6 +277,9 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
                               f"min of {steps} steps)"),
         ("training FLOP/s", f"{training['flops_per_second'] / 1e9:.1f} GFLOP/s "
                             f"= {100 * training['fraction_of_matmul_peak']:.1f}% of peak"),
+        *([("training, kernels vs eager", f"{e['kernels_step_seconds_min']:.3f} s vs {e['eager_step_seconds_min']:.3f} s "
+                                            f"per step ({e['speedup_of_min']:.2f}x, min of {e['rounds']} alternating)")]
+          if (e := training.get("eager_comparison")) else []),
         ("training peak memory", f"{training['peak_memory_bytes'] / gib:.2f} GiB ({training['peak_memory_kind']})"),
         ("decode, cached", f"{decode['cached_tokens_per_second']:.0f} tokens/s "
                            f"(batch {decode_batch}, {prompt_len} -> {decode['total_length']}, best of "
