@@ -87,8 +87,10 @@ def retain_freed_memory(environ=None) -> str:
     else:
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            # Freed memory goes back to the kernel only when 2 GiB (the largest int) lie free at the top.
             ok = libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_RETAIN_BYTES) == 1 and \
-                libc.mallopt(_M_TRIM_THRESHOLD, 2 * MALLOC_RETAIN_BYTES) == 1
+                libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
             _malloc_tuning = "on (glibc keeps freed blocks up to 1 GiB)" if ok else "left alone (glibc refused mallopt)"
         except (OSError, AttributeError) as error:
             _malloc_tuning = f"left alone ({error})"

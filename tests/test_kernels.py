@@ -416,3 +416,33 @@ def test_rms_norm_training_pair_serves_only_what_it_was_written_for():
     assert not kernels.rms_norm_training_serves(x, torch.ones(8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not kernels.rms_norm_training_serves(x, weight)
+
+
+@needs_kernels
+def test_training_kernels_take_strided_inputs_and_frozen_weights():
+    """Non-contiguous inputs and gradients (views) and a norm weight without gradient, as in RL's
+    frozen layers: the same values and input gradients as the formulas."""
+    from glm53_flash.model.moe import _SwiGLUActivation
+    from glm53_flash.model.norm import RMSNorm, rms_norm_reference
+
+    base = torch.randn(32, 6, generator=torch.Generator().manual_seed(7)).T  # [6, 32], stride (1, 6)
+    norm = RMSNorm(32).requires_grad_(False)
+    results = []
+    for fn in (norm, lambda x: rms_norm_reference(x, norm.weight, norm.eps)):
+        x = base.detach().clone().requires_grad_()
+        x_view = x.T.contiguous().T  # strided like base
+        assert not x_view.is_contiguous()
+        out = fn(x_view)
+        out.backward(torch.ones(32, 6).T)  # a strided gradient too
+        results.append((out.detach(), x.grad))
+    for fast, plain in zip(*results):
+        torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+    h = torch.randn(64, 5).T.requires_grad_()  # [5, 64], strided
+    fast = _SwiGLUActivation.apply(h)
+    grad = torch.randn(32, 5).T
+    fast_grad, = torch.autograd.grad(fast, h, grad)
+    gate, value = h.chunk(2, dim=-1)
+    plain = F.silu(gate) * value
+    plain_grad, = torch.autograd.grad(plain, h, grad)
+    torch.testing.assert_close(fast, plain, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast_grad, plain_grad, atol=1e-6, rtol=1e-5)

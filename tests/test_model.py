@@ -453,5 +453,18 @@ def test_stream_write_gradients_equal_addcmul():
             grads.append((out.detach(), *torch.autograd.grad(out, (base, weights, update), grad)))
         for fast, plain in zip(*grads):
             torch.testing.assert_close(fast, plain)
+    # float32 streams with bf16 weights and update (CUDA autocast's mix): addcmul promotes, the
+    # backward must too, and each gradient comes back in its input's dtype
+    streams = torch.randn(3, 2, 5, 8, requires_grad=True)
+    weights16 = torch.rand(3).bfloat16().requires_grad_()
+    update16 = torch.randn(2, 5, 8).bfloat16().requires_grad_()
+    grads = []
+    for fn in (_AddOuter.apply, lambda s, w, u: torch.addcmul(s, w.view(-1, 1, 1, 1), u.unsqueeze(0))):
+        out = fn(streams, weights16, update16)
+        assert out.dtype == torch.float32
+        grads.append(torch.autograd.grad(out, (streams, weights16, update16), torch.ones_like(out)))
+    for fast, plain in zip(*grads):
+        assert fast.dtype == plain.dtype
+        torch.testing.assert_close(fast, plain, atol=0.05, rtol=0.02)
     assert torch.autograd.gradcheck(_AddOuter.apply, (torch.randn(3, 2, 1, 4, dtype=torch.float64, requires_grad=True),
                                                       weights, torch.randn(2, 1, 4, dtype=torch.float64, requires_grad=True)))

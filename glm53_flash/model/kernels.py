@@ -313,7 +313,7 @@ def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
     """silu(gate) * value for h = [gate | value] [..., 2H] -> [..., H] in one pass (see swiglu_serves)."""
     h = h.contiguous()  # held here: the library reads it below
     hidden = h.shape[-1] // 2
-    out = torch.empty((*h.shape[:-1], hidden), dtype=h.dtype)
+    out = torch.empty((*h.shape[:-1], hidden), dtype=h.dtype, device=h.device)
     _required().skinny_swiglu_forward(h.data_ptr(), out.data_ptr(), h.numel() // h.shape[-1], hidden)
     return out
 
@@ -333,7 +333,7 @@ RMS_BLOCK = 256  # rows per partial sum of the RMSNorm weight's gradient (skinny
 def rms_norm_training_serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the RMSNorm forward/backward pair serves x [..., D] (float32 on the CPU, D % 8 == 0,
     outside autocast and compile); gradients on or off."""
-    return (ENABLED and x.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32
+    return (ENABLED and x.is_cpu and weight.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.dim() > 0 and x.numel() > 0 and x.shape[-1] % 8 == 0 and weight.shape == x.shape[-1:]
             and weight.is_contiguous() and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling() and _library() is not None)
@@ -344,7 +344,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple
     x = x.contiguous()  # held here: the library reads it below
     dim = x.shape[-1]
     out = torch.empty_like(x)
-    rstd = torch.empty(x.numel() // dim, dtype=x.dtype)
+    rstd = torch.empty(x.numel() // dim, dtype=x.dtype, device=x.device)
     _required().skinny_rms_norm_forward(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd.data_ptr(),
                                         rstd.numel(), dim, eps)
     return out, rstd
@@ -357,7 +357,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
     rows, dim = rstd.numel(), x.shape[-1]
     grad_x = torch.empty_like(x)
     grad_w = torch.empty_like(weight)
-    partial = torch.empty((rows + RMS_BLOCK - 1) // RMS_BLOCK, dim, dtype=x.dtype)
+    partial = torch.empty((rows + RMS_BLOCK - 1) // RMS_BLOCK, dim, dtype=x.dtype, device=x.device)
     _required().skinny_rms_norm_backward(x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), grad_out.data_ptr(),
                                          grad_x.data_ptr(), grad_w.data_ptr(), partial.data_ptr(), rows, dim)
     return grad_x, grad_w

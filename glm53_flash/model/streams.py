@@ -43,8 +43,10 @@ class _AddOuter(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         weights, update = ctx.saved_tensors
         flat = grad.reshape(grad.shape[0], -1)
-        grad_weights = torch.mv(flat, update.reshape(-1)) if ctx.needs_input_grad[1] else None
-        grad_update = torch.mv(flat.t(), weights).view(update.shape) if ctx.needs_input_grad[2] else None
+        # addcmul promoted: float32 streams with bf16 weights and update (CUDA autocast) give a float32
+        # gradient; the products run in its dtype and autograd casts each result back to its input's.
+        grad_weights = torch.mv(flat, update.reshape(-1).to(flat.dtype)) if ctx.needs_input_grad[1] else None
+        grad_update = torch.mv(flat.t(), weights.to(flat.dtype)).view(update.shape) if ctx.needs_input_grad[2] else None
         return grad, grad_weights, grad_update
 
 
