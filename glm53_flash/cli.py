@@ -16,8 +16,9 @@ import re
 import sys
 
 from . import __version__
-from .runtime import retain_freed_memory
 from .commands import BENCH_GROUP, GROUPS
+from .receipts import pin_launch_commit
+from .runtime import retain_freed_memory
 
 
 class CommandError(Exception):
@@ -110,6 +111,7 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     retain_freed_memory()  # steadier, faster training and sampling steps: see its note
+    pin_launch_commit()  # receipts name the code this process loaded, not later commits
     if getattr(args, "require_isolation_everywhere", False) or getattr(args, "require_isolation", False):
         from .verifier.sandbox import require_full_isolation
 

@@ -19,8 +19,23 @@ from pathlib import Path
 from . import __version__
 
 
+# The code a `glm53` command runs is the checkout as it was when the command started: Python loaded
+# it then. The CLI pins that commit here, so that receipts written hours later by a long run do not
+# name commits made in the meantime.
+_launch_commit: dict = {}
+
+
+def pin_launch_commit() -> None:
+    """Record the package checkout's commit now; git_commit() returns it for the rest of the process."""
+    _launch_commit.clear()
+    _launch_commit["commit"] = git_commit()
+
+
 def git_commit(cwd: str | Path | None = None) -> str | None:
-    """The checkout's HEAD commit (with '+dirty' when the tree has changes), or None outside git."""
+    """The checkout's HEAD commit (with '+dirty' when the tree has changes), or None outside git; for
+    the package's own checkout, the commit pinned when the command started, if one was."""
+    if cwd is None and "commit" in _launch_commit:
+        return _launch_commit["commit"]
     where = Path(cwd) if cwd else Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,

@@ -84,3 +84,30 @@ def test_freed_blocks_are_reused_without_new_page_faults(tuning):
         assert status.startswith("on") and int(faults) < 1000
     else:
         assert status.startswith("off") and int(faults) > 20 * 5000
+
+
+def test_receipts_name_the_commit_the_command_started_with(monkeypatch):
+    """A long run writes receipts hours after it loaded its code: every glm53 command pins the
+    checkout's commit when it starts (cli -> receipts.pin_launch_commit), and receipts name that one
+    even if the checkout moves on."""
+    from glm53_flash import receipts
+
+    monkeypatch.setattr(receipts, "_launch_commit", {})
+    at_start = receipts.git_commit()
+    receipts.pin_launch_commit()
+
+    def no_git(*args, **kwargs):
+        raise OSError("git is gone")
+
+    monkeypatch.setattr(receipts.subprocess, "run", no_git)
+    assert receipts.git_commit() == at_start  # pinned: git is not asked again
+    assert receipts.git_commit(cwd=Path(receipts.__file__).parent) is None  # an explicit checkout is
+
+
+def test_every_command_pins_its_commit(monkeypatch, capsys):
+    from glm53_flash import receipts
+
+    monkeypatch.setattr(receipts, "_launch_commit", {})
+    assert main(["ledger"]) == 0
+    capsys.readouterr()
+    assert receipts._launch_commit == {"commit": receipts.git_commit()}

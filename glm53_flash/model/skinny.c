@@ -27,8 +27,18 @@ typedef __m512 vec;
 typedef __mmask16 lanes_mask;
 /* All 16 lanes, or the first 8 for the last step of a loop over k_len % 16 == 8 floats. */
 static inline lanes_mask mask_at(int64_t k, int64_t k_len) { return k + 16 <= k_len ? 0xFFFF : 0x00FF; }
-static inline vec vload(const float *p, lanes_mask m) { return _mm512_maskz_loadu_ps(m, p); }
-static inline void vstore(float *p, vec v, lanes_mask m) { _mm512_mask_storeu_ps(p, m, v); }
+/* Whole 16-float steps take plain loads and stores: on a 2-core AMD EPYC (CPU family 26) the masked
+ * forms, even with every lane on, ran the decode step's products ~1.4x slower (8.8/7.2 ms against
+ * 6.1/5.3 ms, measured while building). */
+static inline vec vload(const float *p, lanes_mask m) {
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+static inline void vstore(float *p, vec v, lanes_mask m) {
+    if (m == 0xFFFF)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, m, v);
+}
 static inline vec vzero(void) { return _mm512_setzero_ps(); }
 static inline vec vset1(float x) { return _mm512_set1_ps(x); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
