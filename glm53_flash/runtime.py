@@ -66,10 +66,10 @@ def retain_freed_memory(environ=None) -> str:
     """Ask glibc's malloc to keep freed memory for reuse instead of handing it back to the kernel.
 
     By default glibc serves each large block (a training step's [8192, 768] activations, 25 MB) with
-    a fresh mmap and unmaps it when freed, so the next step touches new pages: ~17,000-32,000 page
-    faults per flash training step on a 2-core CPU, 0.15-0.3 s of kernel time, step times that swing
-    by 15%. With blocks up to 1 GiB served from the heap and freed memory kept, later steps reuse
-    the same pages (2 faults a step, measured). The cost: the process keeps its peak heap, which a
+    a fresh mmap and unmaps it when freed, so the next step touches new pages: on a 2-core CPU many
+    flash training steps took tens of thousands of page faults and tenths of a second of kernel time
+    (counted while building). With blocks up to 1 GiB served from the heap and freed memory kept,
+    later steps reuse the same pages (about 2 faults a step). The cost: the process keeps its peak heap, which a
     training step reaches anyway. The same advice, by other means, is PyTorch's for CPU training
     (jemalloc or tcmalloc). Returns what was done; GLM53_MALLOC_TUNING=0 turns it off; a C library
     other than glibc is left alone."""

@@ -25,6 +25,11 @@ def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
     return 6 * model.parameter_counts()["active"] + 12 * cfg.layers * cfg.dim * seq_len
 
 
+def compares_eager(device) -> bool:
+    """Whether the training bench also times the step without the C kernels (where they serve)."""
+    return device.type == "cpu" and kernels.available()
+
+
 def bench_training(model, device, batch_size, seq_len, steps, warmup):
     # The optimizer pretraining uses: decay on matrices only, fused kernel where torch has one.
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95),
@@ -53,7 +58,7 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     tokens = batch_size * seq_len
     best = min(times)
     peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak_rss_bytes()
-    eager = eager_comparison(step, device, steps) if device.type == "cpu" and kernels.available() else None
+    eager = eager_comparison(step, device, steps) if compares_eager(device) else None
     return {
         "eager_comparison": eager,
         "batch_size": batch_size, "sequence_length": seq_len, "steps_timed": steps, "data": data,
@@ -238,8 +243,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     stage("fp32 matmul peak")
     peak_before = measure_matmul_peak(device)
     stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}"
-          + (f", then {steps} rounds of one eager and one kernel step" if device.type == "cpu" and kernels.available()
-             else ""))
+          + (f", then {steps} rounds of one eager and one kernel step" if compares_eager(device) else ""))
     training = bench_training(model, device, batch_size, seq_len, steps, warmup)
     stage("fp32 matmul peak again")
     peak_after = measure_matmul_peak(device)

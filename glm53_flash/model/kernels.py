@@ -136,7 +136,6 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
         "skinny_grouped_matmul": [pointer] * 4 + [size] * 3,
         "skinny_moe_dispatch": [pointer] * 2 + [size] * 4 + [pointer] * 5,
         "skinny_moe_combine": [pointer] * 5 + [size] * 3,
-        "skinny_rms_norm": [pointer] * 3 + [size] * 2 + [ctypes.c_float],
         "skinny_linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [ctypes.c_float],
         "skinny_swiglu_forward": [pointer] * 2 + [size] * 2,
         "skinny_rms_norm_forward": [pointer] * 4 + [size] * 2 + [ctypes.c_float],
@@ -185,12 +184,20 @@ def observed() -> dict | None:
     return status() if "library" in _state or not ENABLED else None
 
 
+def _cpu_float32(*tensors: torch.Tensor) -> bool:
+    return all(t.is_cpu and t.dtype == torch.float32 for t in tensors)
+
+
+def _path_open() -> bool:
+    """What every kernel needs besides its tensors: no CPU autocast (its products run in bf16), no
+    compile tracing, and a library that built."""
+    return not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling() and _library() is not None
+
+
 def _serves(x: torch.Tensor, weight: torch.Tensor, rows: int, limit: int) -> bool:
     # Cheapest and most often false first: a decode step makes ~150 of these calls.
-    return (ENABLED and not torch.is_grad_enabled() and 0 < rows <= limit and x.is_cpu
-            and x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.is_contiguous()
-            and x.shape[-1] % 8 == 0 and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling() and _library() is not None)
+    return (ENABLED and not torch.is_grad_enabled() and 0 < rows <= limit and _cpu_float32(x, weight)
+            and weight.is_contiguous() and x.shape[-1] % 8 == 0 and _path_open())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -218,7 +225,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
         return None
     x = x.contiguous()  # held here: the library reads it below
     out = torch.empty_like(x)
-    _state["library"].skinny_rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, dim, eps)
+    _state["library"].skinny_rms_norm_forward(x.data_ptr(), weight.data_ptr(), out.data_ptr(), None, rows, dim, eps)
     return out
 
 
@@ -304,9 +311,7 @@ def moe_combine(expert_out: torch.Tensor, position: torch.Tensor, gates: torch.T
 def swiglu_serves(h: torch.Tensor) -> bool:
     """Whether the fused SwiGLU activation serves h [..., 2H] (float32 on the CPU, H % 8 == 0, outside
     autocast and compile). Unlike the products above it serves training too: it has a backward."""
-    return (ENABLED and h.is_cpu and h.dtype == torch.float32 and h.dim() > 0 and h.shape[-1] % 16 == 0
-            and h.numel() > 0 and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
-            and _library() is not None)
+    return ENABLED and _cpu_float32(h) and h.dim() > 0 and h.shape[-1] % 16 == 0 and h.numel() > 0 and _path_open()
 
 
 def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
@@ -333,10 +338,8 @@ RMS_BLOCK = 256  # rows per partial sum of the RMSNorm weight's gradient (skinny
 def rms_norm_training_serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the RMSNorm forward/backward pair serves x [..., D] (float32 on the CPU, D % 8 == 0,
     outside autocast and compile); gradients on or off."""
-    return (ENABLED and x.is_cpu and weight.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.dim() > 0 and x.numel() > 0 and x.shape[-1] % 8 == 0 and weight.shape == x.shape[-1:]
-            and weight.is_contiguous() and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling() and _library() is not None)
+    return (ENABLED and _cpu_float32(x, weight) and x.dim() > 0 and x.numel() > 0 and x.shape[-1] % 8 == 0
+            and weight.shape == x.shape[-1:] and weight.is_contiguous() and _path_open())
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -332,25 +332,6 @@ void skinny_moe_combine(const float *expert_out, const int64_t *position, const 
     }
 }
 
-/* RMSNorm of rows [R, D]: out = (x * 1 / sqrt(mean(x^2) + eps)) * w, as torch's rms_norm orders it.
- * D % 8 == 0. */
-void skinny_rms_norm(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dim;
-        float *o = out + r * dim;
-        vec a = vzero();
-        for (int64_t i = 0; i < dim; i += LANES) {
-            vec v = vload(xr + i, mask_at(i, dim));
-            a = vfma(v, v, a);
-        }
-        vec scale = vset1(1.0f / sqrtf(sum1(a) / (float)dim + eps));
-        for (int64_t i = 0; i < dim; i += LANES) {
-            lanes_mask mi = mask_at(i, dim);
-            vstore(o + i, vmul(vmul(vload(xr + i, mi), scale), vload(w + i, mi)), mi);
-        }
-    }
-}
-
 /* One cached decode step of feature-map linear attention (model/linear_attention.py) for B rows and
  * H heads of size d: qkv [B, 3 * H * d] (q | k | v, heads in order within each), the state kv
  * [B, H, d, d] and z [B, H, d] updated in place, out [B, H * d] = phi(q) S / max(phi(q) . z, floor)
@@ -466,8 +447,9 @@ void skinny_swiglu_backward(const float *h, const float *grad_out, float *grad, 
     }
 }
 
-/* RMSNorm for training: the forward also returns each row's 1 / sqrt(mean(x^2) + eps) (rstd [R]) for
- * the backward, which makes one pass over x and grad_out:
+/* RMSNorm of rows [R, D]: out = (x * 1 / sqrt(mean(x^2) + eps)) * w, as torch's rms_norm orders it,
+ * for decoding (a few rows: one thread) and training (many rows). With rstd it also stores each row's
+ * 1 / sqrt(mean(x^2) + eps) (rstd [R]) for the backward, which makes one pass over x and grad_out:
  *   grad_x = rstd (g w - x rstd^2 mean(g w x)),   grad_w = sum over rows of g x rstd.
  * grad_w is summed in fixed blocks of RMS_BLOCK rows, each by one thread in row order, then the
  * blocks in order (partial [ceil(R / RMS_BLOCK), D] is the caller's scratch), so the result does not
@@ -475,7 +457,7 @@ void skinny_swiglu_backward(const float *h, const float *grad_out, float *grad, 
 #define RMS_BLOCK 256
 void skinny_rms_norm_forward(const float *x, const float *w, float *out, float *rstd, int64_t rows, int64_t dim,
                              float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows >= 64)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *o = out + r * dim;
@@ -485,7 +467,8 @@ void skinny_rms_norm_forward(const float *x, const float *w, float *out, float *
             a = vfma(v, v, a);
         }
         float s = 1.0f / sqrtf(sum1(a) / (float)dim + eps);
-        rstd[r] = s;
+        if (rstd)
+            rstd[r] = s;
         vec scale = vset1(s);
         for (int64_t i = 0; i < dim; i += LANES) {
             lanes_mask mi = mask_at(i, dim);

@@ -26,6 +26,10 @@ def sinkhorn(logits: torch.Tensor, iterations: int = SINKHORN_ITERATIONS) -> tor
     return log_matrix.exp()
 
 
+def _add_outer_value(streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+    return torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0))
+
+
 class _AddOuter(torch.autograd.Function):
     """streams + weights (x) update: streams [S, B, T, D], weights [S], update [B, T, D].
 
@@ -37,7 +41,7 @@ class _AddOuter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(weights, update)
-        return torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0))
+        return _add_outer_value(streams, weights, update)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -52,7 +56,7 @@ class _AddOuter(torch.autograd.Function):
 
 def add_outer(streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
     if not torch.is_grad_enabled():  # decoding: an autograd.Function's call costs more than the sum
-        return torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0))
+        return _add_outer_value(streams, weights, update)
     return _AddOuter.apply(streams, weights, update)
 
 
