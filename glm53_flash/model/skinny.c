@@ -96,10 +96,20 @@ static inline float sum1(vec a4) {
     return _mm_cvtss_f32(s);
 }
 
+/* How far ahead the product kernels prefetch their weights, in weight rows (measured on the experts'
+ * shapes, 2-core AMD EPYC: 16 rows ran the up projection ~2x faster than none, 32 no better). */
+#define AHEAD_ROWS 16
+
 /* out[m, n] = sum_k x[m, k] * w[n, k] for weight rows n0 <= n < n0 + 4 (nn.Linear's layout). K % 8 == 0. */
 static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
                       int64_t ldo, int64_t k_len) {
     const float *w0 = w + n0 * k_len, *w1 = w0 + k_len, *w2 = w1 + k_len, *w3 = w2 + k_len;
+    /* Ask for the weight rows AHEAD_ROWS on (four blocks later in this thread's stream) now: with a few
+     * input rows there is too little work per loaded line for the hardware prefetchers to keep enough
+     * loads in flight (the experts' up projection ran at less than half the memory bandwidth). A
+     * prefetch past the end of the weights is harmless: it cannot fault. */
+    for (int64_t i = 0; i < 4 * k_len; i += 64 / (int64_t)sizeof(float))
+        _mm_prefetch((const char *)(w0 + AHEAD_ROWS * k_len + i), _MM_HINT_T0);
     int64_t m = 0;
     for (; m + 3 <= m_rows; m += 3) {
         const float *x0 = x + m * k_len, *x1 = x0 + k_len, *x2 = x1 + k_len;
@@ -209,6 +219,8 @@ static inline __attribute__((always_inline)) void cols_pass(const float *x, cons
             acc[r][c] = vzero();
     for (int64_t k = 0; k < k_len; k++) {
         const float *wk = w + k * n_cols + n0;
+        for (int c = 0; c < vecs; c++)  /* the same AHEAD_ROWS rows on, for the same reason as rows_by_4 */
+            _mm_prefetch((const char *)(wk + AHEAD_ROWS * n_cols + c * LANES), _MM_HINT_T0);
         vec wv[BLOCK_VECS];
         for (int c = 0; c < vecs; c++)
             wv[c] = vload(wk + c * LANES, FULL);
