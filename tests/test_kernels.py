@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import glm53_flash as g
 from glm53_flash.model import kernels
 from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+from glm53_flash.model.sparse_attention import SparseKV
 
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
 
@@ -446,3 +447,108 @@ def test_training_kernels_take_strided_inputs_and_frozen_weights():
     plain_grad, = torch.autograd.grad(plain, h, grad)
     torch.testing.assert_close(fast, plain, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(fast_grad, plain_grad, atol=1e-6, rtol=1e-5)
+
+
+def _decode_logits(model, ids, prompt, batch_rows):
+    cache = model.new_cache(batch_rows)
+    parts = [model(ids[:, :prompt], cache=cache).logits]
+    parts += [model(ids[:, t:t + 1], cache=cache).logits for t in range(prompt, ids.shape[1])]
+    return torch.cat(parts, 1), cache
+
+
+@needs_kernels
+@pytest.mark.parametrize("stream_mode,linear_rope,window,stride", [
+    ("double-residual", "none", 4, 3),
+    ("delta", "rope-before-feature-map", 5, 4),
+    ("double-residual", "rope-before-feature-map", 1, 3),  # a window of one: the new key is never kept
+    ("sinkhorn", "none", 4, 3),  # not fused: the block runs operation by operation
+])
+def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forward(
+        monkeypatch, stream_mode, linear_rope, window, stride):
+    """Every decode step of every layer in three C calls (mix/norm/qkv, the attention step, out/MoE/
+    streams' write) equals the kernels one operation at a time, the eager path, and the full forward;
+    the sparse layers' kept keys (slots reused as keys leave the window) and positions match too."""
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
+                        sparse_window=window, sparse_stride=stride, max_sequence_length=40,
+                        stream_mode=stream_mode, linear_rope=linear_rope)
+    torch.manual_seed(21)
+    model = g.GLM53Flash(cfg).eval()
+    with torch.no_grad():  # make the stream weights unequal so a swapped pair would show
+        for block in model.blocks:
+            block.connection.input_logits.normal_()
+            block.connection.output_logits.normal_()
+    ids = torch.randint(4, 260, (6, 30))
+    calls = []
+    original = kernels.decode_moe_out
+    monkeypatch.setattr(kernels, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    results = {}
+    with torch.inference_mode():
+        for name, fused, enabled in (("fused", True, True), ("one by one", False, True), ("eager", True, False)):
+            monkeypatch.setattr(kernels, "FUSED_DECODE", fused)
+            monkeypatch.setattr(kernels, "ENABLED", enabled)
+            calls.clear()
+            results[name] = _decode_logits(model, ids, 9, 6)
+            if name == "fused":
+                assert len(calls) == (0 if stream_mode == "sinkhorn" else cfg.layers * (30 - 9))
+            else:
+                assert not calls
+        full = model(ids).logits
+    fused, cache = results["fused"]
+    for name in ("one by one", "eager"):
+        other, other_cache = results[name]
+        assert (fused - other).abs().max().item() <= 1e-4, name
+        for mine, theirs in zip(cache.layers, other_cache.layers):
+            if isinstance(mine, SparseKV):
+                assert mine.positions == theirs.positions
+                torch.testing.assert_close(mine.k, theirs.k, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(mine.v, theirs.v, atol=1e-5, rtol=1e-5)
+            else:
+                torch.testing.assert_close(mine.kv, theirs.kv, atol=1e-4, rtol=1e-5)
+    assert (fused - full).abs().max().item() <= 1e-4
+
+
+@needs_kernels
+@pytest.mark.parametrize("kept,slot", [(0, 0), (5, 5), (7, 2), (6, -1), (40, 13)])
+def test_sparse_attention_step_kernel_equals_rotation_and_sdpa(kept, slot):
+    """The sparse layer's C step: q and k rotated as rope.py does, softmax attention over the kept keys
+    and its own, then its key and value stored at `slot` (or nowhere), nothing else touched."""
+    from glm53_flash.model.rope import RotaryEmbedding
+
+    torch.manual_seed(kept + 3)
+    batch, heads, d, capacity, position = 3, 2, 24, 48, 17
+    rope = RotaryEmbedding(d, 64)
+    qkv = torch.randn(batch, 1, 3 * heads * d)
+    keys, values = torch.randn(batch, heads, capacity, d), torch.randn(batch, heads, capacity, d)
+    before_k, before_v = keys.clone(), values.clone()
+    out = kernels.sparse_attention_step(qkv, keys, values, kept, slot, rope.cos[position], rope.sin[position])
+    q, k, v = qkv.view(batch, 1, 3, heads, d).permute(2, 0, 3, 1, 4)
+    q, k = rope(q, position), rope(k, position)
+    all_k = torch.cat((before_k[:, :, :kept], k), 2)
+    all_v = torch.cat((before_v[:, :, :kept], v), 2)
+    expected = F.scaled_dot_product_attention(q, all_k, all_v).transpose(1, 2).reshape(batch, 1, heads * d)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    want_k, want_v = before_k.clone(), before_v.clone()
+    if slot >= 0:
+        want_k[:, :, slot], want_v[:, :, slot] = k[:, :, 0], v[:, :, 0]
+    torch.testing.assert_close(keys, want_k, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(values, want_v, atol=0, rtol=0)
+
+
+def test_fused_block_decode_serves_only_what_it_was_written_for(monkeypatch):
+    streams = torch.randn(4, 16, 1, 32)
+    weight = torch.randn(8, 32)
+    broadcast = torch.randn(16, 1, 32).unsqueeze(0).expand(4, 16, 1, 32)
+    serves = kernels.decode_block_serves
+    with torch.inference_mode():
+        assert serves(streams, weight) == kernels.available()
+        assert serves(broadcast, weight) == kernels.available()
+        assert not serves(torch.randn(4, 16, 2, 32), weight)  # two tokens per row
+        assert not serves(torch.randn(4, kernels.MAX_ROWS + 1, 1, 32), weight)
+        assert not serves(torch.randn(4, 16, 1, 24), weight)  # D % 16 != 0
+        assert not serves(streams.to(torch.bfloat16), weight)
+        assert not serves(streams, weight.t())  # not one block of memory
+        assert not serves(streams, weight.double())
+        assert not serves(torch.randn(16, 4, 1, 32).transpose(0, 1), weight)  # streams interleaved
+        monkeypatch.setattr(kernels, "FUSED_DECODE", False)
+        assert not serves(streams, weight)
+    assert not serves(streams, weight)  # gradients on

@@ -4,7 +4,9 @@ A decode step multiplies a handful of rows (one per sequence) by every weight ma
 tunes for large M: at 16 rows MKL's fp32 GEMM streams the flash model's weights at ~4 GB/s, a fifth
 of this machine's memory bandwidth, and the step's matrix products took most of its time. The C
 loops in skinny.c hold a few weight rows in registers and run every input row past them, so each
-weight byte is loaded once per call.
+weight byte is loaded once per call. On top of them, a hybrid block's whole decode step runs in three
+calls (`decode_attention_in`, the attention step, `decode_moe_out`), since ~25 Python-level operations
+per layer cost a decode step of the flash model more than its arithmetic did.
 
 The library is compiled with the system's C compiler (about half a second) into a per-user cache the
 first time a process needs it, keyed by a hash of the source, compiler and flags, for the widest
@@ -141,11 +143,20 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
         "skinny_rms_norm_forward": [pointer] * 4 + [size] * 2 + [ctypes.c_float],
         "skinny_rms_norm_backward": [pointer] * 7 + [size] * 2,
         "skinny_swiglu_backward": [pointer] * 3 + [size] * 2,
+        "skinny_sparse_attention_step": [pointer] * 3 + [size] * 6 + [pointer] * 3,
     }
     for name, arguments in signatures.items():
         function = getattr(library, name)
         function.restype = None
         function.argtypes = arguments
+    # The two that allocate their scratch memory return 0, or 1 when malloc failed.
+    library.skinny_decode_attention_in.restype = ctypes.c_int
+    library.skinny_decode_attention_in.argtypes = [pointer] + [size] * 4 + [pointer] * 2 + [ctypes.c_float] \
+        + [pointer] * 3
+    library.skinny_decode_moe_out.restype = ctypes.c_int
+    library.skinny_decode_moe_out.argtypes = ([pointer] + [size] * 4 + [pointer, size] + [pointer] * 4
+                                              + [ctypes.c_float, pointer, size, size] + [pointer] * 2 + [size]
+                                              + [pointer] * 4)
     library.skinny_lanes.restype, library.skinny_lanes.argtypes = ctypes.c_int64, []
     return library, f"loaded ({isa}, {library.skinny_lanes()} float lanes)", target
 
@@ -330,6 +341,77 @@ def swiglu_backward(h: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     _required().skinny_swiglu_backward(h.data_ptr(), grad_out.data_ptr(), grad.data_ptr(),
                                        h.numel() // h.shape[-1], h.shape[-1] // 2)
     return grad
+
+
+# Cached decoding of a whole hybrid block in three calls (lm.HybridBlock's decode step): the streams'
+# read, norm and qkv product; the attention step (linear_attention_step or sparse_attention_step); the
+# output product, the MoE and the streams' write. A switch for tests and benchmarks, like ENABLED:
+# False keeps the per-operation kernels above.
+FUSED_DECODE = True
+MAX_SPARSE_KEYS = 4095  # kept keys a sparse decode step attends over (skinny.c's score buffer)
+
+
+def decode_block_serves(streams: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    """Whether the fused block step serves streams [S, B, 1, D] (one token per row; the first stream a
+    block of memory, the others B * D floats on or all the same) with these weights and states."""
+    if not (FUSED_DECODE and ENABLED) or torch.is_grad_enabled() or streams.dim() != 4 or streams.shape[2] != 1:
+        return False
+    n_streams, batch, _, dim = streams.shape
+    if not (n_streams <= 64 and 0 < batch <= MAX_ROWS and dim % 16 == 0 and streams[0].is_contiguous()
+            and streams.stride(0) in (0, batch * dim) and _cpu_float32(streams)):
+        return False
+    for t in tensors:
+        if not (t.is_cpu and t.dtype == torch.float32 and t.is_contiguous()):
+            return False
+    return _path_open()
+
+
+def _checked(code: int, what: str) -> None:
+    if code:
+        raise MemoryError(f"the {what} kernel could not allocate its scratch memory")
+
+
+def decode_attention_in(streams: torch.Tensor, input_logits: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                        qkv_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """streams [S, B, 1, D] -> (mixed [B, 1, D], the softmax(input_logits)-weighted mix of the streams;
+    qkv [B, 1, 3D] = rms_norm(mixed) @ qkv_weight^T)."""
+    n_streams, batch, _, dim = streams.shape
+    mixed = torch.empty(batch, 1, dim)
+    qkv = torch.empty(batch, 1, qkv_weight.shape[0])
+    _checked(_required().skinny_decode_attention_in(
+        streams.data_ptr(), streams.stride(0), n_streams, batch, dim, input_logits.data_ptr(), norm_weight.data_ptr(),
+        eps, qkv_weight.data_ptr(), mixed.data_ptr(), qkv.data_ptr()), "decode_attention_in")
+    return mixed, qkv
+
+
+def sparse_attention_step(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, kept: int, slot: int,
+                          cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """One token of the sparse layer: q and k of qkv [B, 1, 3D] rotated by cos/sin [d], attention over
+    the first `kept` keys/values of the buffers [B, H, capacity, d] and its own key, then its key and
+    value stored at `slot` (-1: not stored). -> out [B, 1, D] (before the output product)."""
+    batch, heads, capacity, d = keys.shape
+    out = torch.empty(batch, 1, heads * d)
+    _required().skinny_sparse_attention_step(qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), capacity, kept,
+                                             slot, batch, heads, d, cos.data_ptr(), sin.data_ptr(), out.data_ptr())
+    return out
+
+
+def decode_moe_out(streams: torch.Tensor, output_logits: torch.Tensor, double_residual: bool, attn: torch.Tensor,
+                   out_weight: torch.Tensor, mixed: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                   router: torch.Tensor, top_k: int, gate_up: torch.Tensor, down: torch.Tensor,
+                   shared_up: torch.Tensor, shared_down: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rest of a block's decode step after attention (attn [B, 1, D] before its output product):
+    -> (the new streams [S, B, 1, D], routed slots per expert [E])."""
+    n_streams, batch, _, dim = streams.shape
+    experts, hidden = down.shape[0], down.shape[1]
+    new_streams = torch.empty(n_streams, batch, 1, dim)
+    counts = torch.empty(experts, dtype=torch.int64)
+    _checked(_required().skinny_decode_moe_out(
+        streams.data_ptr(), streams.stride(0), n_streams, batch, dim, output_logits.data_ptr(), int(double_residual),
+        attn.data_ptr(), out_weight.data_ptr(), mixed.data_ptr(), norm_weight.data_ptr(), eps, router.data_ptr(),
+        experts, top_k, gate_up.data_ptr(), down.data_ptr(), hidden, shared_up.data_ptr(), shared_down.data_ptr(),
+        counts.data_ptr(), new_streams.data_ptr()), "decode_moe_out")
+    return new_streams, counts
 
 
 RMS_BLOCK = 256  # rows per partial sum of the RMSNorm weight's gradient (skinny.c's RMS_BLOCK)

@@ -162,9 +162,7 @@ class LinearAttention(nn.Module):
         if (t == 1 and state is not None and return_state
                 and kernels.linear_attention_serves(qkv, state.kv, state.z, dim // self.heads)):
             # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
-            cos = rope.cos[position] if self.rope_before_feature else None
-            sin = rope.sin[position] if self.rope_before_feature else None
-            out = kernels.linear_attention_step(qkv, state.kv, state.z, cos, sin, DENOMINATOR_FLOOR)
+            out, state = self.decode_step_from_qkv(qkv, rope, position, state)
             return self.out(out), state
         q, k, v = qkv.view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         if self.rope_before_feature:  # the original's order (see docs/ARCHITECTURE.md)
@@ -175,3 +173,18 @@ class LinearAttention(nn.Module):
             out, new_state = causal_linear_attention(q, k, v, state, self.chunk, return_state)
         out = out.to(x.dtype).transpose(1, 2).reshape(b, t, dim)
         return self.out(out), new_state
+
+    def fused_decode_state(self, state, dim: int):
+        """The state tensors a C decode step of this layer updates (for the caller's checks), or None
+        where that step cannot serve."""
+        head_dim = dim // self.heads
+        if not isinstance(state, LinearState) or head_dim % 8 or head_dim > 256:
+            return None
+        return state.kv, state.z
+
+    def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: LinearState):
+        """One cached token by kernels.linear_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before
+        the output product, the state, updated in place)."""
+        cos = rope.cos[position] if self.rope_before_feature else None
+        sin = rope.sin[position] if self.rope_before_feature else None
+        return kernels.linear_attention_step(qkv, state.kv, state.z, cos, sin, DENOMINATOR_FLOOR), state

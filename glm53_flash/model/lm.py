@@ -70,6 +70,10 @@ class HybridBlock(nn.Module):
         self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
 
     def forward(self, streams, rope, position, state, return_state, token_mask, balance_reduce=None):
+        if return_state and state is not None and streams.shape[2] == 1:
+            fused = self._decode_step_fused(streams, rope, position, state)
+            if fused is not None:
+                return fused
         mixed = self.connection.read(streams)
         b, t, d = mixed.shape
         attn_out, new_state = self.attention(self.attn_norm(mixed), rope, position, state, return_state)
@@ -78,6 +82,33 @@ class HybridBlock(nn.Module):
                                           with_balance=not return_state, balance_reduce=balance_reduce)
         update = attn_out + moe_out.view(b, t, d)
         return self.connection.write(streams, mixed, update), new_state, used, balance
+
+    def _decode_step_fused(self, streams, rope, position, state):
+        """One cached token per row in three C calls (kernels.decode_attention_in, the attention's step,
+        kernels.decode_moe_out) where they serve: the CPU in float32 without gradients, a few rows, the
+        "double-residual" or "delta" streams. None elsewhere: the operations above then run one by one
+        (and remain the test oracle)."""
+        connection, attention, moe = self.connection, self.attention, self.moe
+        if connection.mode == "sinkhorn" or not kernels.FUSED_DECODE:
+            return None
+        state_tensors = attention.fused_decode_state(state, streams.shape[-1])
+        if state_tensors is None or moe.experts > 64 or moe.top_k > min(8, moe.experts):
+            return None
+        # Each weight looked up once (nn.Module attribute access costs about a microsecond).
+        input_logits, output_logits = connection.input_logits, connection.output_logits
+        attn_norm, moe_norm, qkv, out = self.attn_norm.weight, self.moe_norm.weight, attention.qkv.weight, attention.out.weight
+        router, gate_up, down = moe.router.weight, moe.expert_gate_up, moe.expert_down
+        shared_up, shared_down = moe.shared.up.weight, moe.shared.down.weight
+        if down.shape[1] % 8 or not kernels.decode_block_serves(
+                streams, input_logits, output_logits, attn_norm, qkv, out, moe_norm, router, gate_up, down,
+                shared_up, shared_down, rope.cos, rope.sin, *state_tensors):
+            return None
+        mixed, qkv_out = kernels.decode_attention_in(streams, input_logits, attn_norm, self.attn_norm.eps, qkv)
+        attn, new_state = attention.decode_step_from_qkv(qkv_out, rope, position, state)
+        new_streams, counts = kernels.decode_moe_out(
+            streams, output_logits, connection.mode == "double-residual", attn, out, mixed, moe_norm,
+            self.moe_norm.eps, router, moe.top_k, gate_up, down, shared_up, shared_down)
+        return new_streams, new_state, counts, None
 
 
 class GLM53Flash(nn.Module):

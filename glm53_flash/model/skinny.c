@@ -2,7 +2,8 @@
  * batch) against a weight matrix that is read once per step from memory. BLAS libraries tune for
  * large M; at 4-32 rows they stream the weights at a fraction of the memory bandwidth. These loops
  * keep a block of weight rows in registers/L1 and run every input row past it, so each weight byte is
- * loaded from memory once per call. At the end, two pieces of training (any row count): the SwiGLU
+ * loaded from memory once per call. Then the sparse layer's decode step and a block's whole decode step
+ * in three calls (the end of the file). In between, two pieces of training (any row count): the SwiGLU
  * activation's forward and backward, each one pass over memory with a vectorised exp, and RMSNorm's
  * forward and backward.
  *
@@ -20,6 +21,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #if defined(__AVX512F__)
 #define LANES 16
@@ -100,10 +102,37 @@ static inline float sum1(vec a4) {
  * shapes, 2-core AMD EPYC: 16 rows ran the up projection ~2x faster than none, 32 no better). */
 #define AHEAD_ROWS 16
 
+/* out[r, n0 + j] = sum_k x[r, k] * w[n0 + j, k] for `rows` input rows and the four weight rows
+ * j < 4, one accumulator per pair; rows is a compile-time constant after inlining. */
+static inline __attribute__((always_inline)) void rows_pass(const float *x, const float *w0, float *out, int64_t ldo,
+                                                            int64_t k_len, const int rows) {
+    vec acc[4][4];
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < 4; j++)
+            acc[r][j] = vzero();
+    for (int64_t k = 0; k < k_len; k += LANES) {
+        lanes_mask mk = mask_at(k, k_len);
+        vec v[4];
+        for (int j = 0; j < 4; j++)
+            v[j] = vload(w0 + j * k_len + k, mk);
+        for (int r = 0; r < rows; r++) {
+            vec y = vload(x + r * k_len + k, mk);
+            for (int j = 0; j < 4; j++)
+                acc[r][j] = vfma(y, v[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        _mm_storeu_ps(out + r * ldo, sum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+}
+
+/* Input rows per pass: 4 x 4 accumulators fit AVX-512's 32 registers; AVX2's 16 take 3 x 4 at most
+ * beside the weights. */
+#define ROWS_PASS (LANES == 16 ? 4 : 3)
+
 /* out[m, n] = sum_k x[m, k] * w[n, k] for weight rows n0 <= n < n0 + 4 (nn.Linear's layout). K % 8 == 0. */
 static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
                       int64_t ldo, int64_t k_len) {
-    const float *w0 = w + n0 * k_len, *w1 = w0 + k_len, *w2 = w1 + k_len, *w3 = w2 + k_len;
+    const float *w0 = w + n0 * k_len;
     /* Ask for the weight rows AHEAD_ROWS on (four blocks later in this thread's stream) now: with a few
      * input rows there is too little work per loaded line for the hardware prefetchers to keep enough
      * loads in flight (the experts' up projection ran at less than half the memory bandwidth). A
@@ -111,41 +140,13 @@ static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows
     for (int64_t i = 0; i < 4 * k_len; i += 64 / (int64_t)sizeof(float))
         _mm_prefetch((const char *)(w0 + AHEAD_ROWS * k_len + i), _MM_HINT_T0);
     int64_t m = 0;
-    for (; m + 3 <= m_rows; m += 3) {
-        const float *x0 = x + m * k_len, *x1 = x0 + k_len, *x2 = x1 + k_len;
-        vec a00 = vzero(), a01 = a00, a02 = a00, a03 = a00;
-        vec a10 = a00, a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-        for (int64_t k = 0; k < k_len; k += LANES) {
-            lanes_mask mk = mask_at(k, k_len);
-            vec v0 = vload(w0 + k, mk), v1 = vload(w1 + k, mk);
-            vec v2 = vload(w2 + k, mk), v3 = vload(w3 + k, mk);
-            vec y = vload(x0 + k, mk);
-            a00 = vfma(y, v0, a00); a01 = vfma(y, v1, a01);
-            a02 = vfma(y, v2, a02); a03 = vfma(y, v3, a03);
-            y = vload(x1 + k, mk);
-            a10 = vfma(y, v0, a10); a11 = vfma(y, v1, a11);
-            a12 = vfma(y, v2, a12); a13 = vfma(y, v3, a13);
-            y = vload(x2 + k, mk);
-            a20 = vfma(y, v0, a20); a21 = vfma(y, v1, a21);
-            a22 = vfma(y, v2, a22); a23 = vfma(y, v3, a23);
-        }
-        float *o = out + m * ldo + n0;
-        _mm_storeu_ps(o, sum4(a00, a01, a02, a03));
-        _mm_storeu_ps(o + ldo, sum4(a10, a11, a12, a13));
-        _mm_storeu_ps(o + 2 * ldo, sum4(a20, a21, a22, a23));
-    }
-    for (; m < m_rows; m++) {
-        const float *x0 = x + m * k_len;
-        vec a0 = vzero(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t k = 0; k < k_len; k += LANES) {
-            lanes_mask mk = mask_at(k, k_len);
-            vec y = vload(x0 + k, mk);
-            a0 = vfma(y, vload(w0 + k, mk), a0);
-            a1 = vfma(y, vload(w1 + k, mk), a1);
-            a2 = vfma(y, vload(w2 + k, mk), a2);
-            a3 = vfma(y, vload(w3 + k, mk), a3);
-        }
-        _mm_storeu_ps(out + m * ldo + n0, sum4(a0, a1, a2, a3));
+    for (; m + ROWS_PASS <= m_rows; m += ROWS_PASS)
+        rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, ROWS_PASS);
+    switch (m_rows - m) {  /* fewer than ROWS_PASS left: one pass over all of them */
+    case 3: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 3); break;
+    case 2: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 2); break;
+    case 1: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 1); break;
+    default: break;
     }
 }
 
@@ -523,4 +524,153 @@ void skinny_rms_norm_backward(const float *x, const float *w, const float *rstd,
             total += partial[b * dim + i];
         grad_w[i] = total;
     }
+}
+
+/* ---- One cached decode step of a hybrid block in three calls (model/lm.py, HybridBlock) ----------
+ * B rows, one token each, S residual streams [S, B, D] (stream_stride floats apart: B * D, or 0 while
+ * they are still the broadcast embedding). The eager block is the test oracle; these calls only save
+ * the ~25 Python-level operations per layer between the products above, which cost a decode step of
+ * the flash model more than its arithmetic. */
+
+/* softmax of n <= 64 logits. */
+static void small_softmax(const float *logits, int64_t n, float *out) {
+    float largest = logits[0], total = 0.0f;
+    for (int64_t i = 1; i < n; i++)
+        largest = logits[i] > largest ? logits[i] : largest;
+    for (int64_t i = 0; i < n; i++)
+        total += (out[i] = expf(logits[i] - largest));
+    for (int64_t i = 0; i < n; i++)
+        out[i] /= total;
+}
+
+/* Before attention: the streams' softmax(input_logits)-weighted mix into mixed [B, D], its RMSNorm,
+ * and the q | k | v product qkv [B, 3D] = norm(mixed) @ qkv_w^T. Returns 0, or 1 when out of memory. */
+int skinny_decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+                               int64_t dim, const float *input_logits, const float *norm_w, float eps,
+                               const float *qkv_w, float *mixed, float *qkv) {
+    float w[64];
+    small_softmax(input_logits, n_streams, w);
+    int64_t count = batch * dim;
+    for (int64_t i = 0; i < count; i++) {
+        float total = 0.0f;
+        for (int64_t s = 0; s < n_streams; s++)
+            total += w[s] * streams[s * stream_stride + i];
+        mixed[i] = total;
+    }
+    float *normed = malloc(count * sizeof(float));
+    if (!normed)
+        return 1;
+    skinny_rms_norm_forward(mixed, norm_w, normed, NULL, batch, dim, eps);
+    skinny_linear(normed, qkv_w, qkv, batch, 3 * dim, dim);
+    free(normed);
+    return 0;
+}
+
+/* One token of the local + strided sparse layer (model/sparse_attention.py) on its cached keys and
+ * values [B, H, capacity, d], of which the first n are kept: q and k of qkv [B, 3 * H * d] are rotated
+ * (cos, sin [d], interleaved pairs), the query attends to the n kept keys and its own (softmax of
+ * q.k / sqrt(d), every kept key is visible), out [B, H * d]; then the new key and value are stored
+ * at `slot` (n to append, the slot of the key that left the window, or -1 for none). n < 4096,
+ * d % 8 == 0, d <= 256. */
+void skinny_sparse_attention_step(const float *qkv, float *keys, float *values, int64_t capacity, int64_t n,
+                                  int64_t slot, int64_t batch, int64_t heads, int64_t d, const float *cos,
+                                  const float *sin, float *out) {
+    int64_t dim = heads * d;
+    float scale = 1.0f / sqrtf((float)d);
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < batch * heads; bh++) {
+        int64_t b = bh / heads, h = bh % heads;
+        const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
+        float rq[256], rk[256], scores[4096];
+        for (int64_t i = 0; i < d; i++) {  /* x * cos + (-x_odd, x_even) * sin, as model/rope.py */
+            float qo = (i & 1) ? q[i - 1] : -q[i + 1], ko = (i & 1) ? k[i - 1] : -k[i + 1];
+            rq[i] = q[i] * cos[i] + qo * sin[i];
+            rk[i] = k[i] * cos[i] + ko * sin[i];
+        }
+        float *kb = keys + bh * capacity * d, *vb = values + bh * capacity * d;
+        float largest = -INFINITY;
+        for (int64_t j = 0; j <= n; j++) {
+            const float *key = j < n ? kb + j * d : rk;
+            vec a = vzero();
+            for (int64_t i = 0; i < d; i += LANES) {
+                lanes_mask mi = mask_at(i, d);
+                a = vfma(vload(rq + i, mi), vload(key + i, mi), a);
+            }
+            scores[j] = sum1(a) * scale;
+            largest = scores[j] > largest ? scores[j] : largest;
+        }
+        float total = 0.0f;
+        for (int64_t j = 0; j <= n; j++)
+            total += (scores[j] = expf(scores[j] - largest));
+        float *o = out + b * dim + h * d;
+        for (int64_t i = 0; i < d; i += LANES) {
+            lanes_mask mi = mask_at(i, d);
+            vec a = vmul(vset1(scores[n]), vload(v + i, mi));
+            for (int64_t j = 0; j < n; j++)
+                a = vfma(vset1(scores[j]), vload(vb + j * d + i, mi), a);
+            vstore(o + i, vmul(a, vset1(1.0f / total)), mi);
+        }
+        if (slot >= 0)
+            for (int64_t i = 0; i < d; i++) {
+                kb[slot * d + i] = rk[i];
+                vb[slot * d + i] = v[i];
+            }
+    }
+}
+
+/* After attention: attn_out = attn @ out_w^T, the residual hidden = mixed + attn_out, its RMSNorm, the
+ * mixture of experts on it (routing, the routed experts, the shared expert, the gate-weighted sum, as
+ * skinny_moe_dispatch .. skinny_moe_combine), update = attn_out + moe, and the streams' write into
+ * new_streams [S, B, D]: streams + softmax(output_logits)_s * (mixed + update) ("double-residual") or
+ * streams + S softmax(output_logits)_s * update ("delta"). counts [E] receives the routed slots per
+ * expert. gate_up [E, 2H, D], down [E, H, D] (x @ W), shared_up [2H, D], shared_down [D, H]. Returns
+ * 0, or 1 when out of memory. D % 16 == 0, H % 8 == 0, E <= 64, top_k <= 8. */
+int skinny_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+                          int64_t dim, const float *output_logits, int64_t double_residual, const float *attn,
+                          const float *out_w, const float *mixed, const float *norm_w, float eps,
+                          const float *router, int64_t experts, int64_t top_k, const float *gate_up,
+                          const float *down, int64_t hidden, const float *shared_up, const float *shared_down,
+                          int64_t *counts, float *new_streams) {
+    int64_t count = batch * dim, slots = batch * top_k;
+    size_t floats = 4 * (size_t)count + (size_t)slots * (dim + 1 + 3 * hidden + dim) + 3 * (size_t)batch * hidden;
+    float *work = malloc(floats * sizeof(float));
+    int64_t *ints = malloc((experts + slots) * sizeof(int64_t));
+    if (!work || !ints) {
+        free(work);
+        free(ints);
+        return 1;
+    }
+    float *attn_out = work, *normed = attn_out + count, *value = normed + count, *moe = value + count;
+    float *rows = moe + count, *gates = rows + slots * dim, *h = gates + slots, *act = h + slots * 2 * hidden;
+    float *expert_out = act + slots * hidden, *shared_h = expert_out + slots * dim;
+    float *shared_act = shared_h + batch * 2 * hidden;
+    int64_t *offsets = ints, *position = ints + experts;
+    skinny_linear(attn, out_w, attn_out, batch, dim, dim);
+    for (int64_t i = 0; i < count; i++)
+        value[i] = mixed[i] + attn_out[i];
+    skinny_rms_norm_forward(value, norm_w, normed, NULL, batch, dim, eps);
+    skinny_moe_dispatch(normed, router, batch, dim, experts, top_k, rows, counts, offsets, position, gates);
+    skinny_grouped_linear(rows, gate_up, offsets, h, experts, 2 * hidden, dim);
+    skinny_swiglu_forward(h, act, slots, hidden);
+    skinny_grouped_matmul(act, down, offsets, expert_out, experts, dim, hidden);
+    skinny_linear(normed, shared_up, shared_h, batch, 2 * hidden, dim);
+    skinny_swiglu_forward(shared_h, shared_act, batch, hidden);
+    skinny_linear(shared_act, shared_down, value, batch, dim, hidden);  /* the shared expert's output */
+    skinny_moe_combine(expert_out, position, gates, value, moe, batch, dim, top_k);
+    float w[64];
+    small_softmax(output_logits, n_streams, w);
+    for (int64_t i = 0; i < count; i++) {
+        float update = attn_out[i] + moe[i];
+        value[i] = double_residual ? mixed[i] + update : update;
+    }
+    for (int64_t s = 0; s < n_streams; s++) {
+        float ws = double_residual ? w[s] : (float)n_streams * w[s];
+        const float *src = streams + s * stream_stride;
+        float *dst = new_streams + s * count;
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = src[i] + ws * value[i];
+    }
+    free(work);
+    free(ints);
+    return 0;
 }

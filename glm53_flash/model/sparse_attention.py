@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import kernels
 from .kernels import Linear
 from .rope import RotaryEmbedding
 
@@ -124,16 +125,37 @@ class SparseAttention(nn.Module):
         # Every kept key is visible to the query at `position` (that is what kept means), so no mask.
         out = F.scaled_dot_product_attention(q, keys[:, :, :n + 1].to(q.dtype), values[:, :, :n + 1].to(q.dtype))
         out = self.out(out.transpose(1, 2).reshape(b, 1, heads * d))
-        leaving = position + 1 - self.window  # no query after this one reaches it, unless an anchor
-        positions = state.positions
-        if leaving == position and position % self.stride != 0:  # a window of one: the new key leaves
-            pass
-        elif leaving >= 0 and leaving % self.stride != 0:
-            slot = positions.index(leaving)
+        slot, positions = self._slot_for(position, state.positions)
+        if 0 <= slot < n:
             keys[:, :, slot] = keys[:, :, n]
             values[:, :, slot] = values[:, :, n]
-            positions = positions[:slot] + (position,) + positions[slot + 1:]
-        else:
-            positions = positions + (position,)
-        kept = len(positions)
-        return out, SparseKV(keys[:, :, :kept], values[:, :, :kept], positions, (keys, values))
+        return out, SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
+
+    def _slot_for(self, position: int, positions: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        """Where the key at `position` is kept after its step (-1: nowhere, len(positions): appended, else
+        the slot of the key that just left the window) and the kept positions then."""
+        leaving = position + 1 - self.window  # no query after this one reaches it, unless an anchor
+        if leaving == position and position % self.stride != 0:  # a window of one: the new key leaves
+            return -1, positions
+        if leaving >= 0 and leaving % self.stride != 0:
+            slot = positions.index(leaving)
+            return slot, positions[:slot] + (position,) + positions[slot + 1:]
+        return len(positions), positions + (position,)
+
+    def fused_decode_state(self, state, dim: int):
+        """The buffers a C decode step of this layer reads and writes (for the caller's checks), or None
+        where that step cannot serve."""
+        head_dim = dim // self.heads
+        if (not isinstance(state, SparseKV) or head_dim % 8 or head_dim > 256
+                or len(state.positions) > kernels.MAX_SPARSE_KEYS):
+            return None
+        return state.room if state.room is not None else (state.k, state.v)
+
+    def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: SparseKV):
+        """One cached token by kernels.sparse_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before the
+        output product, the kept keys with this token's, in the same buffers)."""
+        n = len(state.positions)
+        keys, values = _with_room(state)
+        slot, positions = self._slot_for(position, state.positions)
+        out = kernels.sparse_attention_step(qkv, keys, values, n, slot, rope.cos[position], rope.sin[position])
+        return out, SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
