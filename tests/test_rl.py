@@ -79,6 +79,50 @@ def test_loss_logprobs_equal_the_samplers(checkpoint):
     assert not torch.allclose(original[0].detach(), logprobs[0].detach(), atol=1e-3)
 
 
+@pytest.mark.parametrize("stream_mode,linear_rope,scope", [
+    ("double-residual", "none", "last-block-head"),
+    ("delta", "rope-before-feature-map", "all"),
+    ("sinkhorn", "none", "last-block-head"),
+])
+def test_prompts_run_once_give_the_whole_sequences_logprobs_and_gradients(stream_mode, linear_rope, scope):
+    """Each distinct prompt run once into a cache copied to its sequences' rows gives the same
+    log-probs, entropies and parameter gradients as every sequence run whole: two prompts of
+    different lengths, completions of 0, 1 and several tokens, sparse layers whose window the
+    completions pass (kept keys replaced)."""
+    from glm53_flash.train.rl import set_train_scope
+
+    cfg = ModelConfig.preset("tiny").replace(layers=4, sparse_window=4, sparse_stride=3, max_sequence_length=64,
+                                              stream_mode=stream_mode, linear_rope=linear_rope)
+    torch.manual_seed(3)
+    model = GLM53Flash(cfg).train()
+    set_train_scope(model, scope)
+    generator = torch.Generator().manual_seed(4)
+
+    def ids(n):
+        return torch.randint(4, 260, (n,), generator=generator).tolist()
+
+    first, second = [1] + ids(11), [1] + ids(6)
+    sequences = [(first, ids(9)), (second, ids(3)), (first, ids(1)), (first, ids(14)), (second, []),
+                 (first, ids(5))]
+    results = []
+    for share in (True, False):
+        model.zero_grad(set_to_none=True)
+        logprobs, entropies = sequence_logprobs(model, sequences, 0.7, "sampler", "cpu", share_prompts=share)
+        loss = sum((i + 1) * lp.sum() for i, lp in enumerate(logprobs))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logprobs, entropies, grads))
+    (shared_lp, shared_ent, shared_grads), (whole_lp, whole_ent, whole_grads) = results
+    for a, b, (_, completion) in zip(shared_lp, whole_lp, sequences):
+        assert a.shape == (len(completion),)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(shared_ent, whole_ent):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert shared_grads.keys() == whole_grads.keys() and "embedding.weight" in shared_grads
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_loss_normalizations():
     logprobs = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0])]
     advantages = [1.0, -1.0]

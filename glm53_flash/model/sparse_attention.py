@@ -98,13 +98,15 @@ class SparseAttention(nn.Module):
             values = torch.cat((state.v, v.to(state.v.dtype)), dim=2)
             key_positions = state.positions + new_positions
         # The cached key set is a function of `position` alone, so (position, t, device) names the mask.
-        mask = self._mask((position, t, len(key_positions), x.device), new_positions, key_positions, x.device)
+        # Tensors made under inference_mode (the sampler's) cannot enter a graph that autograd records
+        # (a training forward on a cache), so each mode keeps its own.
+        cache_key = (position, t, len(key_positions), x.device, torch.is_inference_mode_enabled())
+        mask = self._mask(cache_key, new_positions, key_positions, x.device)
         out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask)
         out = self.out(out.transpose(1, 2).reshape(b, t, dim))
         new_state = None
         if return_state:
             length = position + t
-            cache_key = (position, t, len(key_positions), x.device)
             cached = self._keep.get(cache_key)
             if cached is None:
                 indices = reachable_positions(key_positions, length, self.window, self.stride)
