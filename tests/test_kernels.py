@@ -457,14 +457,15 @@ def _decode_logits(model, ids, prompt, batch_rows):
 
 
 @needs_kernels
-@pytest.mark.parametrize("stream_mode,linear_rope,window,stride", [
-    ("double-residual", "none", 4, 3),
-    ("delta", "rope-before-feature-map", 5, 4),
-    ("double-residual", "rope-before-feature-map", 1, 3),  # a window of one: the new key is never kept
-    ("sinkhorn", "none", 4, 3),  # not fused: the block runs operation by operation
+@pytest.mark.parametrize("stream_mode,linear_rope,window,stride,rows", [
+    ("double-residual", "none", 4, 3, 6),
+    ("delta", "rope-before-feature-map", 5, 4, 6),
+    ("double-residual", "rope-before-feature-map", 1, 3, 6),  # a window of one: the new key is never kept
+    ("double-residual", "none", 4, 3, kernels.MAX_ROWS + 7),  # one by one, torch's GEMMs take the products
+    ("sinkhorn", "none", 4, 3, 6),  # not fused: the block runs operation by operation
 ])
 def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forward(
-        monkeypatch, stream_mode, linear_rope, window, stride):
+        monkeypatch, stream_mode, linear_rope, window, stride, rows):
     """Every decode step of every layer in three C calls (mix/norm/qkv, the attention step, out/MoE/
     streams' write) equals the kernels one operation at a time, the eager path, and the full forward;
     the sparse layers' kept keys (slots reused as keys leave the window) and positions match too."""
@@ -477,7 +478,7 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
         for block in model.blocks:
             block.connection.input_logits.normal_()
             block.connection.output_logits.normal_()
-    ids = torch.randint(4, 260, (6, 30))
+    ids = torch.randint(4, 260, (rows, 30))
     calls = []
     original = kernels.decode_moe_out
     monkeypatch.setattr(kernels, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
@@ -487,7 +488,7 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
             monkeypatch.setattr(kernels, "FUSED_DECODE", fused)
             monkeypatch.setattr(kernels, "ENABLED", enabled)
             calls.clear()
-            results[name] = _decode_logits(model, ids, 9, 6)
+            results[name] = _decode_logits(model, ids, 9, rows)
             if name == "fused":
                 assert len(calls) == (0 if stream_mode == "sinkhorn" else cfg.layers * (30 - 9))
             else:
@@ -543,7 +544,7 @@ def test_fused_block_decode_serves_only_what_it_was_written_for(monkeypatch):
         assert serves(streams, weight) == kernels.available()
         assert serves(broadcast, weight) == kernels.available()
         assert not serves(torch.randn(4, 16, 2, 32), weight)  # two tokens per row
-        assert not serves(torch.randn(4, kernels.MAX_ROWS + 1, 1, 32), weight)
+        assert not serves(torch.randn(4, kernels.MAX_FUSED_ROWS + 1, 1, 32), weight)
         assert not serves(torch.randn(4, 16, 1, 24), weight)  # D % 16 != 0
         assert not serves(streams.to(torch.bfloat16), weight)
         assert not serves(streams, weight.t())  # not one block of memory

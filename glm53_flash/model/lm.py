@@ -85,7 +85,7 @@ class HybridBlock(nn.Module):
 
     def _decode_step_fused(self, streams, rope, position, state):
         """One cached token per row in three C calls (kernels.decode_attention_in, the attention's step,
-        kernels.decode_moe_out) where they serve: the CPU in float32 without gradients, a few rows, the
+        kernels.decode_moe_out) where they serve: the CPU in float32 without gradients, up to 512 rows, the
         "double-residual" or "delta" streams. None elsewhere: the operations above then run one by one
         (and remain the test oracle)."""
         connection, attention, moe = self.connection, self.attention, self.moe
