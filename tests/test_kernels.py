@@ -457,19 +457,20 @@ def _decode_logits(model, ids, prompt, batch_rows):
 
 
 @needs_kernels
-@pytest.mark.parametrize("stream_mode,linear_rope,window,stride,rows", [
-    ("double-residual", "none", 4, 3, 6),
-    ("delta", "rope-before-feature-map", 5, 4, 6),
-    ("double-residual", "rope-before-feature-map", 1, 3, 6),  # a window of one: the new key is never kept
-    ("double-residual", "none", 4, 3, kernels.MAX_ROWS + 7),  # one by one, torch's GEMMs take the products
-    ("sinkhorn", "none", 4, 3, 6),  # not fused: the block runs operation by operation
+@pytest.mark.parametrize("stream_mode,linear_rope,window,stride,rows,streams", [
+    ("double-residual", "none", 4, 3, 6, 4),
+    ("delta", "none", 4, 3, 5, 1),  # one stream
+    ("delta", "rope-before-feature-map", 5, 4, 6, 4),
+    ("double-residual", "rope-before-feature-map", 1, 3, 6, 4),  # a window of one: the new key is never kept
+    ("double-residual", "none", 4, 3, kernels.MAX_ROWS + 7, 4),  # one by one, torch's GEMMs take the products
+    ("sinkhorn", "none", 4, 3, 6, 4),  # not fused: the block runs operation by operation
 ])
 def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forward(
-        monkeypatch, stream_mode, linear_rope, window, stride, rows):
+        monkeypatch, stream_mode, linear_rope, window, stride, rows, streams):
     """Every decode step of every layer in three C calls (mix/norm/qkv, the attention step, out/MoE/
     streams' write) equals the kernels one operation at a time, the eager path, and the full forward;
     the sparse layers' kept keys (slots reused as keys leave the window) and positions match too."""
-    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=streams,
                         sparse_window=window, sparse_stride=stride, max_sequence_length=40,
                         stream_mode=stream_mode, linear_rope=linear_rope)
     torch.manual_seed(21)
@@ -505,6 +506,7 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
                 torch.testing.assert_close(mine.v, theirs.v, atol=1e-5, rtol=1e-5)
             else:
                 torch.testing.assert_close(mine.kv, theirs.kv, atol=1e-4, rtol=1e-5)
+                torch.testing.assert_close(mine.z, theirs.z, atol=1e-4, rtol=1e-5)
     assert (fused - full).abs().max().item() <= 1e-4
 
 
@@ -550,6 +552,30 @@ def test_fused_block_decode_serves_only_what_it_was_written_for(monkeypatch):
         assert not serves(streams, weight.t())  # not one block of memory
         assert not serves(streams, weight.double())
         assert not serves(torch.randn(16, 4, 1, 32).transpose(0, 1), weight)  # streams interleaved
-        monkeypatch.setattr(kernels, "FUSED_DECODE", False)
-        assert not serves(streams, weight)
     assert not serves(streams, weight)  # gradients on
+    monkeypatch.setattr(kernels, "FUSED_DECODE", False)
+    with torch.inference_mode():
+        assert not serves(streams, weight)
+
+
+@needs_kernels
+@pytest.mark.parametrize("limit", ["rows", "sparse keys"])
+def test_fused_block_decode_steps_aside_past_its_limits(monkeypatch, limit):
+    """More rows than MAX_FUSED_ROWS, or more kept keys than MAX_SPARSE_KEYS: the fused step does not
+    serve (the sparse layer's block, or every block), and the logits still equal the eager path's."""
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
+                        sparse_stride=3, max_sequence_length=32)
+    torch.manual_seed(5)
+    model = g.GLM53Flash(cfg).eval()
+    ids = torch.randint(4, 260, (5, 20))
+    monkeypatch.setattr(kernels, "MAX_FUSED_ROWS" if limit == "rows" else "MAX_SPARSE_KEYS", 4)
+    calls = []
+    original = kernels.decode_moe_out
+    monkeypatch.setattr(kernels, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    with torch.inference_mode():
+        fast, _ = _decode_logits(model, ids, 8, 5)
+        monkeypatch.setattr(kernels, "ENABLED", False)
+        eager, _ = _decode_logits(model, ids, 8, 5)
+    sparse_layers = sum(block.sparse for block in model.blocks)
+    assert len(calls) == (0 if limit == "rows" else (cfg.layers - sparse_layers) * 12)
+    assert (fast - eager).abs().max().item() <= 1e-4

@@ -381,8 +381,8 @@ def decode_attention_in(streams: torch.Tensor, input_logits: torch.Tensor, norm_
     """streams [S, B, 1, D] -> (mixed [B, 1, D], the softmax(input_logits)-weighted mix of the streams;
     qkv [B, 1, 3D] = rms_norm(mixed) @ qkv_weight^T)."""
     n_streams, batch, _, dim = streams.shape
-    mixed = torch.empty(batch, 1, dim)
-    qkv = torch.empty(batch, 1, qkv_weight.shape[0])
+    mixed = torch.empty(batch, 1, dim, dtype=torch.float32)
+    qkv = torch.empty(batch, 1, qkv_weight.shape[0], dtype=torch.float32)
     _checked(_required().skinny_decode_attention_in(
         streams.data_ptr(), streams.stride(0), n_streams, batch, dim, input_logits.data_ptr(), norm_weight.data_ptr(),
         eps, qkv_weight.data_ptr(), mixed.data_ptr(), qkv.data_ptr()), "decode_attention_in")
@@ -395,7 +395,7 @@ def sparse_attention_step(qkv: torch.Tensor, keys: torch.Tensor, values: torch.T
     the first `kept` keys/values of the buffers [B, H, capacity, d] and its own key, then its key and
     value stored at `slot` (-1: not stored). -> out [B, 1, D] (before the output product)."""
     batch, heads, capacity, d = keys.shape
-    out = torch.empty(batch, 1, heads * d)
+    out = torch.empty(batch, 1, heads * d, dtype=torch.float32)
     _required().skinny_sparse_attention_step(qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), capacity, kept,
                                              slot, batch, heads, d, cos.data_ptr(), sin.data_ptr(), out.data_ptr())
     return out
@@ -409,7 +409,7 @@ def decode_moe_out(streams: torch.Tensor, output_logits: torch.Tensor, double_re
     -> (the new streams [S, B, 1, D], routed slots per expert [E])."""
     n_streams, batch, _, dim = streams.shape
     experts, hidden = down.shape[0], down.shape[1]
-    new_streams = torch.empty(n_streams, batch, 1, dim)
+    new_streams = torch.empty(n_streams, batch, 1, dim, dtype=torch.float32)
     counts = torch.empty(experts, dtype=torch.int64)
     _checked(_required().skinny_decode_moe_out(
         streams.data_ptr(), streams.stride(0), n_streams, batch, dim, output_logits.data_ptr(), int(double_residual),

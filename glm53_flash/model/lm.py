@@ -94,6 +94,9 @@ class HybridBlock(nn.Module):
         state_tensors = attention.fused_decode_state(state, streams.shape[-1])
         if state_tensors is None or moe.experts > 64 or moe.top_k > min(8, moe.experts):
             return None
+        first = state_tensors[0]  # [B, H, ., d]: the C step takes B and H from the state, the rest from streams
+        if first.dim() != 4 or first.shape[0] != streams.shape[1] or first.shape[1] * first.shape[3] != streams.shape[-1]:
+            return None
         # Each weight looked up once (nn.Module attribute access costs about a microsecond).
         input_logits, output_logits = connection.input_logits, connection.output_logits
         attn_norm, moe_norm, qkv, out = self.attn_norm.weight, self.moe_norm.weight, attention.qkv.weight, attention.out.weight

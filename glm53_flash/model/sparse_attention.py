@@ -51,6 +51,18 @@ def _with_room(state: SparseKV) -> tuple[torch.Tensor, torch.Tensor]:
     return buffers[0], buffers[1]
 
 
+# Shapes each cache of masks and kept-key indices holds at most: RL's shared-prompt update meets a new
+# (prompt length, completion length) pair often, and nothing else would ever drop one.
+CACHED_SHAPES = 1024
+
+
+def _bounded(cache: dict) -> dict:
+    """The cache, emptied first when it is full (rebuilding an entry costs microseconds)."""
+    if len(cache) >= CACHED_SHAPES:
+        cache.clear()
+    return cache
+
+
 def sparse_mask(query_positions, key_positions, window: int, stride: int, device=None) -> torch.Tensor:
     """Boolean [Tq, Tk] mask: True where the query may attend to the key."""
     q = torch.as_tensor(query_positions, device=device).unsqueeze(1)
@@ -78,7 +90,7 @@ class SparseAttention(nn.Module):
         mask = self._masks.get(key)
         if mask is None:
             mask = sparse_mask(query_positions, key_positions, self.window, self.stride, device)
-            self._masks[key] = mask
+            _bounded(self._masks)[key] = mask
         return mask
 
     def forward(
@@ -112,7 +124,7 @@ class SparseAttention(nn.Module):
                 indices = reachable_positions(key_positions, length, self.window, self.stride)
                 kept = tuple(key_positions[i] for i in indices)
                 cached = (torch.tensor(indices, dtype=torch.long, device=x.device), kept)
-                self._keep[cache_key] = cached
+                _bounded(self._keep)[cache_key] = cached
             keep, kept = cached
             new_state = SparseKV(keys.index_select(2, keep), values.index_select(2, keep), kept)
         return out, new_state
