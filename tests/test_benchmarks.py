@@ -27,6 +27,7 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     steps = decode["new_tokens_per_row"] - 1
     expected = decode["reforward_seconds"] / (decode["prefill_seconds"] + steps * floors["matrix_products_seconds"])
     assert abs(floors["speedup_ceiling_at_matrix_products"] - expected) < 1e-9
+    assert decode["step_over_weight_read"] == decode["cached_step_seconds_mean"] / floors["weight_read_seconds"]
     eager = training["eager_comparison"]
     if kernels.available():  # the training step with and without the C kernels, alternating
         assert eager["rounds"] == 1 and eager["speedup_of_min"] == eager["eager_step_seconds_min"] / eager[
