@@ -146,6 +146,27 @@ def test_sparse_mask_is_cached_per_length():
     assert len(layer._masks) == 1 and next(iter(layer._masks.values())) is mask
 
 
+def test_sparse_caches_are_bounded_and_kept_per_inference_mode(monkeypatch):
+    """A mask made under inference_mode (the sampler's) is not reused in a forward that autograd records
+    (it could not be saved for the backward), and the caches never hold more than CACHED_SHAPES shapes."""
+    from glm53_flash.model import sparse_attention
+
+    layer = SparseAttention(16, 2, 4, 4)
+    rope = g.GLM53Flash(TINY).rope
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    with torch.inference_mode():
+        layer(x.detach(), rope)
+    out, _ = layer(x, rope)
+    out.sum().backward()  # would raise if the inference-mode mask had been reused
+    assert len(layer._masks) == 2 and x.grad is not None
+    monkeypatch.setattr(sparse_attention, "CACHED_SHAPES", 3)
+    with torch.no_grad():
+        for length in range(1, 9):
+            layer(torch.randn(1, length, 16), rope)
+            assert len(layer._masks) <= 3
+    assert (0, 8, 8, torch.device("cpu"), False) in layer._masks  # the newest shape is kept
+
+
 @pytest.mark.parametrize("window,stride,prompt", [(4, 3, 5), (4, 4, 1), (1, 2, 3), (6, 2, 2)])
 def test_sparse_decode_step_in_place_equals_the_full_forward_and_the_copying_step(window, stride, prompt):
     """Without gradients a one-token step reuses the cached buffers (keys move into the slot of the key
