@@ -240,9 +240,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     return out
 
 
+def head_dim_serves(head_dim: int) -> bool:
+    """Whether the attention steps in C take heads of this size (their per-head buffers hold 256 floats)."""
+    return head_dim % 8 == 0 and head_dim <= 256
+
+
 def linear_attention_serves(qkv: torch.Tensor, kv: torch.Tensor, z: torch.Tensor, head_dim: int) -> bool:
     """Whether `linear_attention_step` serves one decode step: qkv [B, 1, 3D], the state [B, H, d, d]."""
-    return (_serves(qkv, kv, qkv.shape[0], MAX_GROUPED_ROWS) and head_dim % 8 == 0 and head_dim <= 256
+    return (_serves(qkv, kv, qkv.shape[0], MAX_GROUPED_ROWS) and head_dim_serves(head_dim)
             and qkv.is_contiguous() and z.is_contiguous() and z.dtype == torch.float32)
 
 
@@ -464,7 +469,9 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
-__all__ = ["Linear", "MAX_GROUPED_ROWS", "MAX_ROWS", "RMS_BLOCK", "available", "grouped_linear", "grouped_matmul",
-           "grouped_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine",
+__all__ = ["FUSED_DECODE", "Linear", "MAX_FUSED_ROWS", "MAX_GROUPED_ROWS", "MAX_ROWS", "MAX_SPARSE_KEYS", "RMS_BLOCK",
+           "available", "decode_attention_in", "decode_block_serves", "decode_moe_out", "grouped_linear",
+           "grouped_matmul", "grouped_serves", "head_dim_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine",
            "moe_dispatch", "moe_serves", "observed", "rms_norm", "rms_norm_backward", "rms_norm_forward",
-           "rms_norm_training_serves", "status", "swiglu_backward", "swiglu_forward", "swiglu_serves"]
+           "rms_norm_training_serves", "sparse_attention_step", "status", "swiglu_backward", "swiglu_forward",
+           "swiglu_serves"]

@@ -177,8 +177,7 @@ class LinearAttention(nn.Module):
     def fused_decode_state(self, state, dim: int):
         """The state tensors a C decode step of this layer updates (for the caller's checks), or None
         where that step cannot serve."""
-        head_dim = dim // self.heads
-        if not isinstance(state, LinearState) or head_dim % 8 or head_dim > 256:
+        if not isinstance(state, LinearState) or not kernels.head_dim_serves(dim // self.heads):
             return None
         return state.kv, state.z
 

@@ -345,6 +345,12 @@ void skinny_moe_combine(const float *expert_out, const int64_t *position, const 
     }
 }
 
+/* x [d] rotated in interleaved pairs as model/rope.py does, x * cos + (-x_odd, x_even) * sin, into out. */
+static inline void rotate_pairs(const float *x, const float *cos, const float *sin, int64_t d, float *out) {
+    for (int64_t i = 0; i < d; i++)
+        out[i] = x[i] * cos[i] + ((i & 1) ? x[i - 1] : -x[i + 1]) * sin[i];
+}
+
 /* One cached decode step of feature-map linear attention (model/linear_attention.py) for B rows and
  * H heads of size d: qkv [B, 3 * H * d] (q | k | v, heads in order within each), the state kv
  * [B, H, d, d] and z [B, H, d] updated in place, out [B, H * d] = phi(q) S / max(phi(q) . z, floor)
@@ -359,13 +365,14 @@ void skinny_linear_attention_step(const float *qkv, float *kv, float *z, float *
         int64_t b = bh / heads, h = bh % heads;
         const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
         float pq[256], pk[256], num[256];
+        if (cos) {  /* rotated in place in pq and pk, then the feature map below */
+            rotate_pairs(q, cos, sin, d, pq);
+            rotate_pairs(k, cos, sin, d, pk);
+            q = pq;
+            k = pk;
+        }
         for (int64_t i = 0; i < d; i++) {
             float qi = q[i], ki = k[i];
-            if (cos) {  /* pairs (2j, 2j + 1) rotate: x * cos + (-x_odd, x_even) * sin */
-                float qo = (i & 1) ? q[i - 1] : -q[i + 1], ko = (i & 1) ? k[i - 1] : -k[i + 1];
-                qi = qi * cos[i] + qo * sin[i];
-                ki = ki * cos[i] + ko * sin[i];
-            }
             pq[i] = qi > 0.0f ? qi + 1.0f : expf(qi);
             pk[i] = ki > 0.0f ? ki + 1.0f : expf(ki);
         }
@@ -582,11 +589,8 @@ void skinny_sparse_attention_step(const float *qkv, float *keys, float *values, 
         int64_t b = bh / heads, h = bh % heads;
         const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
         float rq[256], rk[256], scores[4096];
-        for (int64_t i = 0; i < d; i++) {  /* x * cos + (-x_odd, x_even) * sin, as model/rope.py */
-            float qo = (i & 1) ? q[i - 1] : -q[i + 1], ko = (i & 1) ? k[i - 1] : -k[i + 1];
-            rq[i] = q[i] * cos[i] + qo * sin[i];
-            rk[i] = k[i] * cos[i] + ko * sin[i];
-        }
+        rotate_pairs(q, cos, sin, d, rq);
+        rotate_pairs(k, cos, sin, d, rk);
         float *kb = keys + bh * capacity * d, *vb = values + bh * capacity * d;
         float largest = -INFINITY;
         for (int64_t j = 0; j <= n; j++) {

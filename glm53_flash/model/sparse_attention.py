@@ -51,6 +51,11 @@ def _with_room(state: SparseKV) -> tuple[torch.Tensor, torch.Tensor]:
     return buffers[0], buffers[1]
 
 
+def _kept(keys: torch.Tensor, values: torch.Tensor, positions: tuple[int, ...]) -> SparseKV:
+    """The state after a decode step: the first len(positions) slots of the buffers, which stay its room."""
+    return SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
+
+
 # Shapes each cache of masks and kept-key indices holds at most: RL's shared-prompt update meets a new
 # (prompt length, completion length) pair often, and nothing else would ever drop one.
 CACHED_SHAPES = 1024
@@ -143,7 +148,7 @@ class SparseAttention(nn.Module):
         if 0 <= slot < n:
             keys[:, :, slot] = keys[:, :, n]
             values[:, :, slot] = values[:, :, n]
-        return out, SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
+        return out, _kept(keys, values, positions)
 
     def _slot_for(self, position: int, positions: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """Where the key at `position` is kept after its step (-1: nowhere, len(positions): appended, else
@@ -159,8 +164,7 @@ class SparseAttention(nn.Module):
     def fused_decode_state(self, state, dim: int):
         """The buffers a C decode step of this layer reads and writes (for the caller's checks), or None
         where that step cannot serve."""
-        head_dim = dim // self.heads
-        if (not isinstance(state, SparseKV) or head_dim % 8 or head_dim > 256
+        if (not isinstance(state, SparseKV) or not kernels.head_dim_serves(dim // self.heads)
                 or len(state.positions) > kernels.MAX_SPARSE_KEYS):
             return None
         return state.room if state.room is not None else (state.k, state.v)
@@ -172,4 +176,4 @@ class SparseAttention(nn.Module):
         keys, values = _with_room(state)
         slot, positions = self._slot_for(position, state.positions)
         out = kernels.sparse_attention_step(qkv, keys, values, n, slot, rope.cos[position], rope.sin[position])
-        return out, SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
+        return out, _kept(keys, values, positions)
