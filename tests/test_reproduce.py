@@ -196,3 +196,29 @@ def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confir
     for opening in openings.values():
         opening.close()
     assert not (tmp_path / "second").exists()
+
+
+def test_reports_say_when_the_holdout_split_was_first_opened_and_how_often_since():
+    """A reopened holdout split is not described as never opened: the reports give the plan's first
+    opening (date and commit) and the count of openings, from the ledger lines in the summary."""
+    from glm53_flash.report.arms import holdout_history
+    from glm53_flash.report.headline import holdout_lines
+
+    def line(opening, utc, commit, reopen=None):
+        return {"opening_id": opening, "utc": utc, "commit": commit, "reopen": reopen, "split": "holdout",
+                "receipt": f"runs/x/holdout/{opening}.json", "receipt_sha256": "0" * 64, "plan_sha256": "1" * 64,
+                "purpose": "p", "command": ["glm53"]}
+
+    lines = [line("a", "2026-12-01T02:56:43+00:00", "22b479e5"), line("a", "2026-12-01T02:56:45+00:00", "22b479e5"),
+             line("b", "2026-12-02T01:00:00+00:00", "54a3da41", reopen="regenerating the headline")]
+    summary = {"arms": {"faithful": {"holdout": {"ledger": lines}}, "ours": {"holdout": {"ledger": lines[:2]}}}}
+    history = holdout_history(summary)
+    assert history == ("faithful: first opened 2026-12-01 at commit 22b479e, 2 opening(s) in all, the later ones "
+                       "each with its reason; ours: first opened 2026-12-01 at commit 22b479e, 1 opening(s) in all")
+    assert holdout_history({"arms": {"ours": {}}}) == "no opening recorded in the ledger"
+    committed = json.loads((Path(__file__).resolve().parents[1] / "results/headline/ours/summary.json").read_text())
+    committed["holdout"]["ledger"] = lines
+    text = "\n".join(holdout_lines(committed))
+    assert "never" not in text
+    assert "2 opening(s) of the holdout split for this plan, the first at 2026-12-01T02:56:43+00:00 (commit 22b479e)" in text
+    assert "regenerating the headline" in text  # the reason, in the ledger table

@@ -92,7 +92,7 @@ def holdout_lines(summary: dict) -> list[str]:
         verdict += f"; no difference is shown {', '.join(map(checkpoint_label, undecided))}"
     if worse:
         verdict += f"; the faithful arm is better {', '.join(map(checkpoint_label, worse))}"
-    return [f"Does ours beat the faithful arm on the never-opened holdout split? {verdict} "
+    return [f"Does ours beat the faithful arm on the holdout split? {verdict} "
             f"(method: {result['method']}).", "",
             *markdown_table(["checkpoint", "tasks", "faithful solved", "ours solved", "only faithful", "only ours",
                              "McNemar p", "Holm p", "significant at 0.05"], rows)]
@@ -132,6 +132,22 @@ def seed_lines(summary: dict) -> list[str]:
     return lines
 
 
+def holdout_history(summary: dict) -> str:
+    """Each arm's openings of the holdout split, from the ledger lines in its summary: when its plan
+    first opened the split, and how many openings there have been since (each later one with the
+    reason recorded in the ledger)."""
+    parts = []
+    for arm, s in summary["arms"].items():
+        entries = (s.get("holdout") or {}).get("ledger") or []
+        if not entries:
+            continue
+        first = min(entries, key=lambda line: line["utc"])
+        openings = len(dict.fromkeys(line["opening_id"] for line in entries))
+        parts.append(f"{arm}: first opened {first['utc'][:10]} at commit {first['commit'][:7]}, "
+                     f"{openings} opening(s) in all" + (", the later ones each with its reason" if openings > 1 else ""))
+    return "; ".join(parts) if parts else "no opening recorded in the ledger"
+
+
 def ledger_lines(summary: dict) -> list[str]:
     lines = []
     for arm, s in summary["arms"].items():
@@ -166,7 +182,7 @@ def build_headline_report(out: str | Path) -> Path:
         "",
         "Each run: pretraining -> checkpoint selection on dev -> RLOO for each RL seed -> selection on dev -> "
         "the confirm split (opened before by the original and by earlier versions of this project) -> the holdout "
-        "split (never opened before this pipeline).",
+        "split (sealed until each arm's plan first opened it; " + holdout_history(summary) + ").",
         "",
         "## Greedy pass@1 on the trained families",
         "",

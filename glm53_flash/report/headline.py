@@ -269,7 +269,7 @@ def result_table(summary: dict) -> list[str]:
 
 
 def holdout_lines(summary: dict) -> list[str]:
-    """The holdout split's results (never opened before this plan): the same paired statistics as
+    """The holdout split's results (sealed until this plan first opened it): the same paired statistics as
     confirm's, per RL seed, and the strong set; nothing for runs without it."""
     holdout = summary.get("holdout")
     if not holdout:
@@ -279,12 +279,16 @@ def holdout_lines(summary: dict) -> list[str]:
     rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout["seeds"], seeds, k)]
     rows.append(["greedy gains / losses (McNemar p)", "", *gains_cells(holdout["seeds"], seeds)])
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
-    openings = list(dict.fromkeys(line["opening_id"] for line in holdout.get("ledger") or []))
-    opened = (f"The ledger records {len(openings)} opening(s) of the holdout split for this plan."
-              if holdout.get("ledger") is not None else "")
+    entries = holdout.get("ledger") or []
+    openings = list(dict.fromkeys(line["opening_id"] for line in entries))
+    first = min(entries, key=lambda line: line["utc"]) if entries else None
+    opened = ("" if holdout.get("ledger") is None else
+              f"The ledger records {len(openings)} opening(s) of the holdout split for this plan"
+              + (f", the first at {first['utc']} (commit {first['commit'][:7]})" if first else "")
+              + ("; each later one was a reopening with its reason (table below)." if len(openings) > 1 else "."))
     strong = holdout.get("strong_tests") or {}
     false_passes = ", ".join(f"{name} {r['greedy']['false_passes']}" for name, r in strong.items())
-    return ["## Holdout split (never opened before this pipeline)", "",
+    return ["## Holdout split (sealed until this plan first opened it)", "",
             ("Opened after all selection" if holdout["opened_after_selection"] else
              "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout['first_opened_utc']}). "
             + opened, "", *markdown_table(columns, rows), "",

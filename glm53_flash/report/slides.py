@@ -229,7 +229,7 @@ def slide_arms(x: Inputs) -> list[Slide]:
     """The two arms side by side and the two questions they answer (none for a one-arm run)."""
     if x.arms is None:
         return []
-    from .arms import arm_table, checkpoint_label
+    from .arms import arm_table, checkpoint_label, holdout_history
 
     comparison = x.arms["comparison"]
     original = comparison.get("faithful_reproduces_original")
@@ -245,7 +245,7 @@ def slide_arms(x: Inputs) -> list[Slide]:
     if holdout:
         better = [n for n, r in holdout["rows"].items() if r["ours_better"]]
         worse = [n for n, r in holdout["rows"].items() if r["faithful_better"]]
-        lines.append("Ours vs faithful on the never-opened holdout split (exact McNemar, Holm over checkpoints): "
+        lines.append("Ours vs faithful on the holdout split (exact McNemar, Holm over checkpoints): "
                      + (f"ours better {esc(', '.join(map(checkpoint_label, better)))}" if better else
                         "ours not shown better")
                      + (f"; faithful better {esc(', '.join(map(checkpoint_label, worse)))}" if worse else "") + ".")
@@ -258,8 +258,8 @@ def slide_arms(x: Inputs) -> list[Slide]:
         "<p>Same data, budget and hyperparameters; the faithful arm turns every switch back to the original's.</p>"
         + html_from_markdown(arm_table(x.arms)) + "".join(f"<p>{line}</p>" for line in lines),
         "The faithful arm is the like-for-like comparison with the original's published numbers; the holdout "
-        "split was opened once, after all selection, for each arm. Read the two answers, then the seed spread "
-        "in the report.")]
+        f"split was opened after all selection ({esc(holdout_history(x.arms))}; results/ledger.jsonl has every "
+        "opening and its reason). Read the two answers, then the seed spread in the report.")]
 
 
 def slide_per_seed(x: Inputs) -> Slide:
