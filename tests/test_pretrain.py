@@ -312,6 +312,22 @@ def test_resume_with_more_steps_extends_a_constant_schedule_or_refuses(tmp_path)
     assert json.loads((cosine / "run.json").read_text())["steps"] == 3
 
 
+def test_resuming_a_finished_run_leaves_its_receipt_as_the_training_process_wrote_it(tmp_path):
+    """A resume with nothing left to train (what `glm53 reproduce` does for every finished stage) returns
+    the receipt unchanged: its provenance and peak memory stay those of the process that trained."""
+    out = tmp_path / "run"
+    first = pretrain(tiny_cfg(out, steps=2, checkpoints=()))
+    written = (out / "training-receipt.json").read_bytes()
+    metrics = (out / "metrics.jsonl").read_bytes()
+    assert pretrain(tiny_cfg(out, steps=2, checkpoints=(), resume=True)) == first
+    assert (out / "training-receipt.json").read_bytes() == written and (out / "metrics.jsonl").read_bytes() == metrics
+    # a receipt that is not `complete` (here: marked interrupted after the last step) is written anew
+    receipt = json.loads(written)
+    receipt["status"] = "interrupted"
+    (out / "training-receipt.json").write_text(json.dumps(receipt))
+    assert pretrain(tiny_cfg(out, steps=2, checkpoints=(), resume=True))["status"] == "complete"
+
+
 def test_live_logging_to_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

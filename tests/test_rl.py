@@ -218,6 +218,15 @@ def test_run_and_resume_are_equivalent(checkpoint, tmp_path):
     assert resumed["checkpoints"][-1]["weights_sha256"] == full["checkpoints"][-1]["weights_sha256"]
 
 
+def test_resuming_a_finished_rl_run_leaves_its_receipt_unchanged(checkpoint, tmp_path):
+    out = tmp_path / "done"
+    first = train_rl(rl_cfg(checkpoint, out, groups=2, checkpoints=()))
+    written = (out / "training-receipt.json").read_bytes()
+    rollouts = (out / "rollouts.jsonl").read_bytes()
+    assert train_rl(rl_cfg(checkpoint, out, groups=2, checkpoints=(), resume=True)) == first
+    assert (out / "training-receipt.json").read_bytes() == written and (out / "rollouts.jsonl").read_bytes() == rollouts
+
+
 def test_bad_inputs(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="group-size must be >= 2"):
         train_rl(rl_cfg(checkpoint, tmp_path / "a", group_size=1))

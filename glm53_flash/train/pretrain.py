@@ -36,7 +36,8 @@ from .loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re
     parameter_groups, progress_bar,
 )
 from .loop import make_optimizer as make_recipe_optimizer
-from .rundir import RunInUse, RunLock, check_resume_config, config_defaults, interruptible, resume_command
+from .rundir import (AlreadyFinished, RunInUse, RunLock, check_resume_config, config_defaults, finished_receipt,
+                     interruptible, resume_command)
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -307,6 +308,9 @@ class Pretrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main):
                 self.prepare()
+                done = finished_receipt(self.out / RECEIPT_FILE) if self.start_step >= cfg.steps else None
+                if done is not None:  # resumed after its last step: nothing to train, the receipt stays
+                    raise AlreadyFinished(done if self.ctx.is_main else {})
                 self.raw_model.train()
                 self.session_start = time.perf_counter()
                 if self.ctx.is_main:
@@ -348,6 +352,8 @@ class Pretrainer:
                           "data_fraction": data_seconds / step_seconds if step_seconds else 0.0}
                 self.write_receipt("complete", elapsed, {"timing": timing})
                 result = json.loads((self.out / RECEIPT_FILE).read_text())
+        except AlreadyFinished as finished:
+            result = finished.receipt
         finally:
             if sink is not None:
                 sink.close()

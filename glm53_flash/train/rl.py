@@ -66,7 +66,8 @@ from .checkpoint import (
 )
 from .distributed import DistributedContext, lock_on_main, setup_distributed, teardown_distributed
 from .loop import MetricsSink, check_live_logging, progress_bar
-from .rundir import check_resume_config, config_defaults, interruptible, resume_command
+from .rundir import (AlreadyFinished, check_resume_config, config_defaults, finished_receipt, interruptible,
+                     resume_command)
 
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -491,6 +492,9 @@ class RLTrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main):
                 self.prepare()
+                done = finished_receipt(self.out / RECEIPT_FILE) if self.done_groups >= cfg.groups else None
+                if done is not None:  # resumed after its last group: nothing to train, the receipt stays
+                    raise AlreadyFinished(done if ctx.is_main else {})
                 self.session_start = time.perf_counter()
                 bar = None
                 if ctx.is_main:
@@ -511,6 +515,8 @@ class RLTrainer:
                 if ctx.is_main:
                     self.write_receipt("complete", self._elapsed())
                     result = json.loads((self.out / RECEIPT_FILE).read_text())
+        except AlreadyFinished as finished:
+            result = finished.receipt
         finally:
             if lock is not None:
                 lock.release()

@@ -9,6 +9,9 @@
   longer names its file and tries again, so two writers never both hold "the" lock.
 - **Resume check.** `check_resume_config` compares the config a run was started with (run.json)
   with the one it is resumed with, and names every field that differs.
+- **Finished runs.** Resuming a run with nothing left to do returns its `complete` receipt as it is
+  (`finished_receipt`): the receipt keeps the provenance and peak memory of the process that
+  trained, not of the one that found it done.
 - **Interrupts.** Inside `interruptible`, SIGTERM raises `Terminated` (a KeyboardInterrupt) like
   Ctrl-C does; the run's `on_interrupt` marks its receipt `interrupted` and the command that
   resumes it is printed on stderr before the exception goes on (the CLI exits with 130).
@@ -135,6 +138,27 @@ def check_resume_config(out: str | Path, recorded: dict, current: dict, defaults
                          "use the same flags or a new --output")
 
 
+class AlreadyFinished(Exception):
+    """Raised by a run resumed with nothing left to do, out of its training block, carrying the
+    receipt it returns unchanged."""
+
+    def __init__(self, receipt: dict):
+        super().__init__("the run was already finished")
+        self.receipt = receipt
+
+
+def finished_receipt(path: str | Path) -> dict | None:
+    """The receipt at `path` when it records a finished run (status `complete`), else None (missing,
+    unreadable, or interrupted/running: the caller trains and writes a new one)."""
+    import json
+
+    try:
+        receipt = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return receipt if isinstance(receipt, dict) and receipt.get("status") == "complete" else None
+
+
 def config_defaults(config_type) -> dict:
     """The defaults of a config dataclass's fields (those that have one), JSON-shaped."""
     defaults = {}
@@ -211,5 +235,5 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-__all__ = ["LOCK_FILE", "RunInUse", "RunLock", "Terminated", "check_resume_config", "command_prefix",
-           "config_defaults", "holds_a_run", "interruptible", "resume_command"]
+__all__ = ["LOCK_FILE", "AlreadyFinished", "RunInUse", "RunLock", "Terminated", "check_resume_config",
+           "command_prefix", "config_defaults", "finished_receipt", "holds_a_run", "interruptible", "resume_command"]
