@@ -222,11 +222,13 @@ def _log(message: str) -> None:
 
 
 @contextmanager
-def _timed(stages: dict, name: str):
-    """Add the block's seconds to stages[name] (across resumed runs) when it completes."""
+def _timed(stages: dict, name: str, done: bool = False):
+    """Add the block's seconds to stages[name] (across resumed runs) when it completes; nothing when
+    the stage was `done` before the block (a rerun only finds it finished: not the stage's work)."""
     start = time.perf_counter()
     yield
-    stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
+    if not done:
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
 
 
 def plan_sha256(plan: ReproducePlan) -> str:
@@ -378,7 +380,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     # 1. pretraining
     _log(f"[{run.arm}] pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps "
          f"(seed {plan.pretrain.seed})")
-    with _timed(stages, "pretrain"):
+    with _timed(stages, "pretrain", done=_finished(out / "pretrain")):
         pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, quiet=not progress))
     save_stage_times()
 
@@ -397,7 +399,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     for seed in plan.rl_seeds:
         run_dir = out / f"rl-{seed}"
         _log(f"[{run.arm}] RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
-        with _timed(stages, f"rl_{seed}"):
+        with _timed(stages, f"rl_{seed}", done=_finished(run_dir)):
             train_rl(replace(plan.rl, initial_checkpoint=start_checkpoint, output=str(run_dir), seed=seed,
                              device=device, resume=True, quiet=not progress))
         selection = run_dir / "selection-dev.json"
@@ -411,7 +413,8 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     # 5. all selection is done: open the sealed splits (every receipt is recorded in the ledger)
     checkpoints = dict(zip(checkpoint_names(plan), [start_checkpoint, *rl_selected.values()]))
     for split, configs in sealed_stages(plan).items():
-        with _timed(stages, split):
+        done = all(path.exists() for path in _receipt_paths(out, plan, split))
+        with _timed(stages, split, done=done):
             _evaluate_sealed(out / split, configs, checkpoints, openings.get(split), device, run.arm)
         save_stage_times()
     for opening in openings.values():
@@ -424,6 +427,13 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     write_json(out / SUMMARY_FILE, summary)
     build_report(out)
     return summary
+
+
+def _finished(run_dir: Path) -> bool:
+    """Whether a pretraining or RL run directory holds a finished run (its `complete` receipt)."""
+    from .train.rundir import finished_receipt
+
+    return finished_receipt(run_dir / "training-receipt.json") is not None
 
 
 def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],

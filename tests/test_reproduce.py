@@ -64,11 +64,14 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.json") if p.parent.name in ("confirm", "holdout")}
     assert len(stamps) == 16
     trained = {p: p.read_bytes() for p in out.glob("*/*/training-receipt.json")}
+    timed = {p: json.loads(p.read_text())["stage_seconds"] for p in out.glob("*/plan.json")}
     assert len(trained) == 4  # each arm's pretraining and RL seed
     again = reproduce(out, preset="quick", progress=False)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     # the finished stages' receipts stay as the processes that trained wrote them
     assert {p: p.read_bytes() for p in trained} == trained
+    # and their stage times are the work they took, not the rerun's finding them finished
+    assert {p: json.loads(p.read_text())["stage_seconds"] for p in timed} == timed
     assert again["arms"]["ours"]["seeds"] == summary["arms"]["ours"]["seeds"]
     assert again["comparison"] == summary["comparison"]
 
