@@ -317,15 +317,21 @@ def test_resuming_a_finished_run_leaves_its_receipt_as_the_training_process_wrot
     the receipt unchanged: its provenance and peak memory stay those of the process that trained."""
     out = tmp_path / "run"
     first = pretrain(tiny_cfg(out, steps=2, checkpoints=()))
-    written = (out / "training-receipt.json").read_bytes()
+    path = out / "training-receipt.json"
+    written, stamp = path.read_bytes(), path.stat().st_mtime_ns
     metrics = (out / "metrics.jsonl").read_bytes()
     assert pretrain(tiny_cfg(out, steps=2, checkpoints=(), resume=True)) == first
-    assert (out / "training-receipt.json").read_bytes() == written and (out / "metrics.jsonl").read_bytes() == metrics
-    # a receipt that is not `complete` (here: marked interrupted after the last step) is written anew
-    receipt = json.loads(written)
-    receipt["status"] = "interrupted"
-    (out / "training-receipt.json").write_text(json.dumps(receipt))
-    assert pretrain(tiny_cfg(out, steps=2, checkpoints=(), resume=True))["status"] == "complete"
+    assert path.read_bytes() == written and path.stat().st_mtime_ns == stamp  # not even rewritten
+    assert (out / "metrics.jsonl").read_bytes() == metrics
+    # a receipt that does not record this run finished is written anew: not `complete` (marked
+    # interrupted after the last step), another length (left from before an extension whose process
+    # died after saving the new last checkpoint), or a last checkpoint with other weights
+    for field, value in (("status", "interrupted"), ("steps", 1), ("checkpoints", [{"step": 2, "weights_sha256": "0" * 64}])):
+        stale = {**json.loads(written), field: value}
+        path.write_text(json.dumps(stale))
+        again = pretrain(tiny_cfg(out, steps=2, checkpoints=(), resume=True))
+        assert again["status"] == "complete" and again["steps"] == 2, field
+        assert again["checkpoints"][-1]["weights_sha256"] == first["checkpoints"][-1]["weights_sha256"]
 
 
 def test_live_logging_to_tensorboard(tmp_path):

@@ -221,10 +221,16 @@ def test_run_and_resume_are_equivalent(checkpoint, tmp_path):
 def test_resuming_a_finished_rl_run_leaves_its_receipt_unchanged(checkpoint, tmp_path):
     out = tmp_path / "done"
     first = train_rl(rl_cfg(checkpoint, out, groups=2, checkpoints=()))
-    written = (out / "training-receipt.json").read_bytes()
+    path = out / "training-receipt.json"
+    written, stamp = path.read_bytes(), path.stat().st_mtime_ns
     rollouts = (out / "rollouts.jsonl").read_bytes()
     assert train_rl(rl_cfg(checkpoint, out, groups=2, checkpoints=(), resume=True)) == first
-    assert (out / "training-receipt.json").read_bytes() == written and (out / "rollouts.jsonl").read_bytes() == rollouts
+    assert path.read_bytes() == written and path.stat().st_mtime_ns == stamp  # not even rewritten
+    assert (out / "rollouts.jsonl").read_bytes() == rollouts
+    # a complete receipt whose last checkpoint is not the run's newest is stale: written anew
+    path.write_text(json.dumps({**json.loads(written), "checkpoints": [{"group": 2, "weights_sha256": "0" * 64}]}))
+    again = train_rl(rl_cfg(checkpoint, out, groups=2, checkpoints=(), resume=True))
+    assert again["checkpoints"][-1]["weights_sha256"] == first["checkpoints"][-1]["weights_sha256"]
 
 
 def test_bad_inputs(checkpoint, tmp_path):

@@ -103,6 +103,7 @@ class Pretrainer:
         self.start_step = 0
         self.length_changes: list[dict] = []
         self.raw_model = None
+        self.trained_this_session = False  # a step was taken by this process (see _mark_interrupted)
         self.lock: RunLock | None = None
 
     # -- setup ------------------------------------------------------------------------------------
@@ -293,6 +294,8 @@ class Pretrainer:
         return self.elapsed_before + time.perf_counter() - self.session_start
 
     def _mark_interrupted(self) -> None:
+        if not self.trained_this_session and finished_receipt(self.out / RECEIPT_FILE) is not None:
+            return  # stopped while finding a finished run finished: its receipt stays as it is
         if self.ctx.is_main and self.raw_model is not None and (self.out / RUN_FILE).exists():
             saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
             self.write_receipt("interrupted", self._elapsed(), {
@@ -308,7 +311,9 @@ class Pretrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main):
                 self.prepare()
-                done = finished_receipt(self.out / RECEIPT_FILE) if self.start_step >= cfg.steps else None
+                saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
+                done = (finished_receipt(self.out / RECEIPT_FILE, ("steps", cfg.steps), saved[-1] if saved else {})
+                        if self.start_step >= cfg.steps else None)
                 if done is not None:  # resumed after its last step: nothing to train, the receipt stays
                     raise AlreadyFinished(done if self.ctx.is_main else {})
                 self.raw_model.train()
@@ -320,6 +325,7 @@ class Pretrainer:
                 last_good = [self.checkpoints[-1]["path"] if self.checkpoints else None]
 
                 def step(index: int) -> dict:
+                    self.trained_this_session = True
                     try:
                         row = self.train_step(index)
                     except TrainingDiverged as error:

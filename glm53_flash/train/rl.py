@@ -492,7 +492,9 @@ class RLTrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main):
                 self.prepare()
-                done = finished_receipt(self.out / RECEIPT_FILE) if self.done_groups >= cfg.groups else None
+                saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
+                done = (finished_receipt(self.out / RECEIPT_FILE, ("groups", cfg.groups), saved[-1] if saved else {})
+                        if self.done_groups >= cfg.groups else None)
                 if done is not None:  # resumed after its last group: nothing to train, the receipt stays
                     raise AlreadyFinished(done if ctx.is_main else {})
                 self.session_start = time.perf_counter()

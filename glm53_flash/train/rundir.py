@@ -147,16 +147,28 @@ class AlreadyFinished(Exception):
         self.receipt = receipt
 
 
-def finished_receipt(path: str | Path) -> dict | None:
-    """The receipt at `path` when it records a finished run (status `complete`), else None (missing,
-    unreadable, or interrupted/running: the caller trains and writes a new one)."""
+def finished_receipt(path: str | Path, length: tuple[str, int] | None = None,
+                     newest: dict | None = None) -> dict | None:
+    """The receipt at `path` when it records this run finished, else None (missing, unreadable, not
+    `complete`, or stale: the caller trains and writes a new one). With `length` (field, value), the
+    receipt must record that run length (`steps` or `groups`); with `newest` (the run directory's newest
+    checkpoint entry), its last checkpoint must have the same weights. A receipt left `complete` from
+    before an extension that was killed after its new checkpoint is therefore not taken as finished."""
     import json
 
     try:
         receipt = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    return receipt if isinstance(receipt, dict) and receipt.get("status") == "complete" else None
+    if not isinstance(receipt, dict) or receipt.get("status") != "complete":
+        return None
+    if length is not None and receipt.get(length[0]) != length[1]:
+        return None
+    if newest is not None:
+        checkpoints = receipt.get("checkpoints") or [{}]
+        if not isinstance(checkpoints[-1], dict) or checkpoints[-1].get("weights_sha256") != newest.get("weights_sha256"):
+            return None
+    return receipt
 
 
 def config_defaults(config_type) -> dict:
