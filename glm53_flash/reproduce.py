@@ -44,7 +44,7 @@ class ReproducePlan:
     select_rl: SelectConfig
     confirm_greedy: EvalConfig
     confirm_sampled: EvalConfig
-    # The never-opened split, evaluated after confirm (None in plans written before it existed).
+    # The held-out split, evaluated after confirm (None in plans written before it existed).
     holdout_greedy: EvalConfig | None = None
     holdout_sampled: EvalConfig | None = None
 

@@ -155,7 +155,7 @@ def ledger_lines(summary: dict) -> list[str]:
                                ("holdout", (s.get("holdout") or {}).get("ledger") or [])):
             openings = list(dict.fromkeys(line["opening_id"] for line in entries))
             lines.append(f"- {arm}, {split}: {len(openings)} opening(s) for this plan, {len(entries)} receipt(s)"
-                         + (f"; reopened: {'; '.join(sorted({x['reopen'] for x in entries if x['reopen']}))}"
+                         + (f"; reopened: {'; '.join(dict.fromkeys(x['reopen'] for x in entries if x['reopen']))}"
                             if len(openings) > 1 else ""))
     return lines
 

@@ -330,7 +330,7 @@ def confirm_history(summary: dict) -> str:
     if len(openings) <= 1:
         return (f"The ledger records one opening of the confirm split for this plan ({len(lines)} receipts); "
                 "nothing else has evaluated on it for this plan.")
-    reasons = "; ".join(sorted({line["reopen"] for line in lines if line["reopen"]}))
+    reasons = "; ".join(dict.fromkeys(line["reopen"] for line in lines if line["reopen"]))  # in the ledger's order
     return (f"The ledger records {len(openings)} openings of the confirm split for this plan (reopened: "
             f"{reasons or 'no reason recorded'}): its numbers are no longer from an untouched split.")
 

@@ -257,9 +257,9 @@ def slide_arms(x: Inputs) -> list[Slide]:
         "arms", "Two arms: the original's switches against ours",
         "<p>Same data, budget and hyperparameters; the faithful arm turns every switch back to the original's.</p>"
         + html_from_markdown(arm_table(x.arms)) + "".join(f"<p>{line}</p>" for line in lines),
-        "The faithful arm is the like-for-like comparison with the original's published numbers; the holdout "
-        f"split was opened after all selection ({esc(holdout_history(x.arms))}; results/ledger.jsonl has every "
-        "opening and its reason). Read the two answers, then the seed spread in the report.")]
+        "The faithful arm is the like-for-like comparison with the original's published numbers; each run opened "
+        f"the holdout split after its own selection ({esc(holdout_history(x.arms))}; results/ledger.jsonl has "
+        "every opening and its reason). Read the two answers, then the seed spread in the report.")]
 
 
 def slide_per_seed(x: Inputs) -> Slide:
