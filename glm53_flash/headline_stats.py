@@ -5,9 +5,9 @@ Three questions, each with its named test:
 1. Does the faithful arm reproduce the original's confirm result (0/24 before RL, 16/24 after)? For
    each count a 95% Wilson interval; "within its uncertainty" means the original's count lies inside
    our interval, before RL and for every RL seed. An interval is a description, not a test.
-2. Does our arm beat the faithful one on the holdout split (sealed until the plan first opened it)? Paired by task (the same
-   holdout tasks in both arms): an exact McNemar test per checkpoint (before RL and each RL seed),
-   Holm-adjusted over those checkpoints.
+2. Does our arm beat the faithful one on the holdout split (sealed until the plan first opened it)?
+   Paired by task (the same holdout tasks in both arms): an exact McNemar test per checkpoint (before
+   RL and each RL seed), Holm-adjusted over those checkpoints.
 3. Does the answer survive another pretraining seed (a change of machine flips last bits, which a
    new seed more than covers)? Per pretraining seed, the holdout scores of both arms before RL and
    after the first RL seed, the RL gains, and the sign of every difference across seeds, with the

@@ -131,13 +131,17 @@ def format_lines(lines: list[dict]) -> str:
     return "\n".join(out)
 
 
+def first_lines(lines: list[dict]) -> list[dict]:
+    """The first of `lines` of each opening, in the ledger's order (oldest first): one per opening."""
+    seen: dict[str, dict] = {}
+    for line in lines:
+        seen.setdefault(line["opening_id"], line)
+    return list(seen.values())
+
+
 def plan_openings(split: str, plan_sha256: str, path: str | Path | None = None) -> list[dict]:
     """The first line of every earlier opening of `split` for this plan, oldest first."""
-    seen: dict[str, dict] = {}
-    for line in ledger_lines(split, path):
-        if line["plan_sha256"] == plan_sha256 and line["opening_id"] not in seen:
-            seen[line["opening_id"]] = line
-    return list(seen.values())
+    return first_lines([line for line in ledger_lines(split, path) if line["plan_sha256"] == plan_sha256])
 
 
 # --------------------------------------------------------------------------- opening
@@ -318,6 +322,7 @@ __all__ = [
     "LINE_FIELDS",
     "Opening",
     "SealedSplitError",
+    "first_lines",
     "format_lines",
     "is_sealed",
     "ledger_lines",

@@ -430,10 +430,12 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
 
 
 def _finished(run_dir: Path) -> bool:
-    """Whether a pretraining or RL run directory holds a finished run (its `complete` receipt)."""
+    """Whether a pretraining or RL run directory holds a finished run (its `complete` receipt; pretraining
+    and RL name it alike)."""
+    from .train.pretrain import RECEIPT_FILE
     from .train.rundir import finished_receipt
 
-    return finished_receipt(run_dir / "training-receipt.json") is not None
+    return finished_receipt(run_dir / RECEIPT_FILE) is not None
 
 
 def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],

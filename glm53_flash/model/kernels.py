@@ -370,10 +370,7 @@ def decode_block_serves(streams: torch.Tensor, *tensors: torch.Tensor) -> bool:
     if not (n_streams <= 64 and 0 < batch <= MAX_FUSED_ROWS and dim % 16 == 0 and streams[0].is_contiguous()
             and streams.stride(0) in (0, batch * dim) and _cpu_float32(streams)):
         return False
-    for t in tensors:
-        if not (t.is_cpu and t.dtype == torch.float32 and t.is_contiguous()):
-            return False
-    return _path_open()
+    return _cpu_float32(*tensors) and all(t.is_contiguous() for t in tensors) and _path_open()
 
 
 def _checked(code: int, what: str) -> None:
@@ -471,7 +468,7 @@ class Linear(nn.Linear):
 
 __all__ = ["FUSED_DECODE", "Linear", "MAX_FUSED_ROWS", "MAX_GROUPED_ROWS", "MAX_ROWS", "MAX_SPARSE_KEYS", "RMS_BLOCK",
            "available", "decode_attention_in", "decode_block_serves", "decode_moe_out", "grouped_linear",
-           "grouped_matmul", "grouped_serves", "head_dim_serves", "linear", "linear_attention_serves", "linear_attention_step", "moe_combine",
-           "moe_dispatch", "moe_serves", "observed", "rms_norm", "rms_norm_backward", "rms_norm_forward",
-           "rms_norm_training_serves", "sparse_attention_step", "status", "swiglu_backward", "swiglu_forward",
-           "swiglu_serves"]
+           "grouped_matmul", "grouped_serves", "head_dim_serves", "linear", "linear_attention_serves",
+           "linear_attention_step", "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm",
+           "rms_norm_backward", "rms_norm_forward", "rms_norm_training_serves", "sparse_attention_step", "status",
+           "swiglu_backward", "swiglu_forward", "swiglu_serves"]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..headline_stats import ORIGINAL_CONFIRM
+from ..ledger import first_lines
 from .format import format_p
 from .tables import markdown_table
 
@@ -141,10 +142,10 @@ def holdout_history(summary: dict) -> str:
         entries = (s.get("holdout") or {}).get("ledger") or []
         if not entries:
             continue
-        first = min(entries, key=lambda line: line["utc"])
-        openings = len(dict.fromkeys(line["opening_id"] for line in entries))
-        parts.append(f"{arm}: first opened {first['utc'][:10]} at commit {first['commit'][:7]}, "
-                     f"{openings} opening(s) in all" + (", the later ones each with its reason" if openings > 1 else ""))
+        openings = first_lines(entries)
+        first = openings[0]
+        parts.append(f"{arm}: first opened {first['utc'][:10]} at commit {first['commit'][:7]}, {len(openings)} "
+                     "opening(s) in all" + (", the later ones each with its reason" if len(openings) > 1 else ""))
     return "; ".join(parts) if parts else "no opening recorded in the ledger"
 
 
@@ -153,7 +154,7 @@ def ledger_lines(summary: dict) -> list[str]:
     for arm, s in summary["arms"].items():
         for split, entries in (("confirm", s.get("ledger") or []),
                                ("holdout", (s.get("holdout") or {}).get("ledger") or [])):
-            openings = list(dict.fromkeys(line["opening_id"] for line in entries))
+            openings = first_lines(entries)
             lines.append(f"- {arm}, {split}: {len(openings)} opening(s) for this plan, {len(entries)} receipt(s)"
                          + (f"; reopened: {'; '.join(dict.fromkeys(x['reopen'] for x in entries if x['reopen']))}"
                             if len(openings) > 1 else ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..ledger import first_lines, report_rows
 from ..reproduce import ReproducePlan
 from . import figures
 from .tables import markdown_table
@@ -269,8 +270,8 @@ def result_table(summary: dict) -> list[str]:
 
 
 def holdout_lines(summary: dict) -> list[str]:
-    """The holdout split's results (sealed until this plan first opened it): the same paired statistics as
-    confirm's, per RL seed, and the strong set; nothing for runs without it."""
+    """The holdout split's results (sealed until this plan first opened it): the same paired statistics
+    as confirm's, per RL seed, and the strong set; nothing for runs without it."""
     holdout = summary.get("holdout")
     if not holdout:
         return []
@@ -279,12 +280,10 @@ def holdout_lines(summary: dict) -> list[str]:
     rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout["seeds"], seeds, k)]
     rows.append(["greedy gains / losses (McNemar p)", "", *gains_cells(holdout["seeds"], seeds)])
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
-    entries = holdout.get("ledger") or []
-    openings = list(dict.fromkeys(line["opening_id"] for line in entries))
-    first = min(entries, key=lambda line: line["utc"]) if entries else None
+    openings = first_lines(holdout.get("ledger") or [])
     opened = ("" if holdout.get("ledger") is None else
               f"The ledger records {len(openings)} opening(s) of the holdout split for this plan"
-              + (f", the first at {first['utc']} (commit {first['commit'][:7]})" if first else "")
+              + (f", the first at {openings[0]['utc']} (commit {openings[0]['commit'][:7]})" if openings else "")
               + ("; each later one was a reopening with its reason (table below)." if len(openings) > 1 else "."))
     strong = holdout.get("strong_tests") or {}
     false_passes = ", ".join(f"{name} {r['greedy']['false_passes']}" for name, r in strong.items())
@@ -326,7 +325,7 @@ def confirm_history(summary: dict) -> str:
     if lines is None:
         return ("Written before the ledger existed: this plan's confirm split had already been opened by earlier "
                 "evaluations (an RL recipe comparison and earlier headline runs), so it is not untouched.")
-    openings = list(dict.fromkeys(line["opening_id"] for line in lines))
+    openings = first_lines(lines)
     if len(openings) <= 1:
         return (f"The ledger records one opening of the confirm split for this plan ({len(lines)} receipts); "
                 "nothing else has evaluated on it for this plan.")
@@ -357,8 +356,6 @@ def strong_test_lines(summary: dict) -> list[str]:
 
 def ledger_table(summary: dict, split: str = "confirm") -> list[str]:
     """The ledger lines of this plan's openings of `split` as a markdown table (none before the ledger)."""
-    from ..ledger import report_rows
-
     if not summary.get("ledger"):
         return []
     columns, rows = report_rows(summary["ledger"])

@@ -311,8 +311,7 @@ class Pretrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main):
                 self.prepare()
-                saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
-                done = (finished_receipt(self.out / RECEIPT_FILE, ("steps", cfg.steps), saved[-1] if saved else {})
+                done = (finished_receipt(self.out / RECEIPT_FILE, ("steps", cfg.steps), self.checkpoints)
                         if self.start_step >= cfg.steps else None)
                 if done is not None:  # resumed after its last step: nothing to train, the receipt stays
                     raise AlreadyFinished(done if self.ctx.is_main else {})

@@ -138,7 +138,8 @@ def set_train_scope(model, scope: str) -> int:
 
 
 def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], temperature: float,
-                      source: str, device, share_prompts: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                      source: str, device,
+                      share_prompts: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per sequence: log-probs of its completion tokens (with grad) and the entropy at each position.
 
     `sequences` holds (prompt ids with BOS, completion ids). With source 'sampler' the distribution is
@@ -492,8 +493,7 @@ class RLTrainer:
         try:
             with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main):
                 self.prepare()
-                saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
-                done = (finished_receipt(self.out / RECEIPT_FILE, ("groups", cfg.groups), saved[-1] if saved else {})
+                done = (finished_receipt(self.out / RECEIPT_FILE, ("groups", cfg.groups), self.checkpoints)
                         if self.done_groups >= cfg.groups else None)
                 if done is not None:  # resumed after its last group: nothing to train, the receipt stays
                     raise AlreadyFinished(done if ctx.is_main else {})

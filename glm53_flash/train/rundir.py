@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import json
 import os
 import shlex
 import signal
@@ -148,14 +149,12 @@ class AlreadyFinished(Exception):
 
 
 def finished_receipt(path: str | Path, length: tuple[str, int] | None = None,
-                     newest: dict | None = None) -> dict | None:
+                     checkpoints: list[dict] | None = None) -> dict | None:
     """The receipt at `path` when it records this run finished, else None (missing, unreadable, not
     `complete`, or stale: the caller trains and writes a new one). With `length` (field, value), the
-    receipt must record that run length (`steps` or `groups`); with `newest` (the run directory's newest
-    checkpoint entry), its last checkpoint must have the same weights. A receipt left `complete` from
-    before an extension that was killed after its new checkpoint is therefore not taken as finished."""
-    import json
-
+    receipt must record that run length (`steps` or `groups`); with `checkpoints` (the run's entries,
+    those saved with `weights_sha256`), its last checkpoint must be the newest saved one. A receipt
+    left `complete` from before an extension killed after its new checkpoint is thus not finished."""
     try:
         receipt = json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -164,9 +163,10 @@ def finished_receipt(path: str | Path, length: tuple[str, int] | None = None,
         return None
     if length is not None and receipt.get(length[0]) != length[1]:
         return None
-    if newest is not None:
-        checkpoints = receipt.get("checkpoints") or [{}]
-        if not isinstance(checkpoints[-1], dict) or checkpoints[-1].get("weights_sha256") != newest.get("weights_sha256"):
+    if checkpoints is not None:
+        newest = [c["weights_sha256"] for c in checkpoints if c["weights_sha256"] is not None][-1:] or [None]
+        last = (receipt.get("checkpoints") or [{}])[-1]
+        if not isinstance(last, dict) or last.get("weights_sha256") != newest[0]:
             return None
     return receipt
 
@@ -248,4 +248,5 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
 
 
 __all__ = ["LOCK_FILE", "AlreadyFinished", "RunInUse", "RunLock", "Terminated", "check_resume_config",
-           "command_prefix", "config_defaults", "finished_receipt", "holds_a_run", "interruptible", "resume_command"]
+           "command_prefix", "config_defaults", "finished_receipt", "holds_a_run", "interruptible",
+           "resume_command"]
