@@ -1,4 +1,4 @@
-"""Pretraining batches from the compatible task stream.
+"""Pretraining batches from a task suite's stream (the original's, compatible, by default).
 
 Each example is BOS + text + EOS, right-padded with PAD to seq_len + 1; inputs drop the last
 position, labels drop the first, and PAD labels become -100 (ignored by the loss). Batch `step`
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .tasks import PRETRAINING_SEED, pretraining_text
+from .tasks import PRETRAINING_SEED, compositions, pretraining_text
 from .tokenizer import ByteTokenizer
 
 IGNORE_INDEX = -100
@@ -40,16 +40,25 @@ def rows_to_batch(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, labels
 
 
-def pretraining_rows(first_example: int, count: int, seq_len: int, seed: int = PRETRAINING_SEED) -> np.ndarray:
-    texts = [pretraining_text(first_example + j, seed) for j in range(count)]
+# The stream of each suite: example index, seed -> text (prompt + reference completion).
+STREAMS = {"families": pretraining_text, compositions.SUITE: compositions.pretraining_text}
+
+
+def pretraining_rows(first_example: int, count: int, seq_len: int, seed: int = PRETRAINING_SEED,
+                     tasks: str = "families") -> np.ndarray:
+    if tasks not in STREAMS:
+        raise ValueError(f"unknown task suite {tasks!r}; allowed: {', '.join(STREAMS)}")
+    stream = STREAMS[tasks]
+    texts = [stream(first_example + j, seed) for j in range(count)]
     return encode_examples(texts, seq_len)
 
 
-def pretraining_batch(step: int, batch_size: int, seq_len: int, seed: int = PRETRAINING_SEED):
+def pretraining_batch(step: int, batch_size: int, seq_len: int, seed: int = PRETRAINING_SEED,
+                      tasks: str = "families"):
     """(inputs, labels) for 0-based `step`: stream examples step*B .. step*B+B-1."""
     if step < 0 or batch_size < 1:
         raise ValueError(f"need step >= 0 and batch_size >= 1, got step={step}, batch_size={batch_size}")
-    return rows_to_batch(pretraining_rows(step * batch_size, batch_size, seq_len, seed))
+    return rows_to_batch(pretraining_rows(step * batch_size, batch_size, seq_len, seed, tasks))
 
 
 def label_tokens(labels: torch.Tensor) -> int:

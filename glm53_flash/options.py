@@ -10,7 +10,10 @@ CLI flags, the config built from parsed flags and the config recorded in receipt
 
     add_arguments(parser, MyConfig); config = from_arguments(MyConfig, args); config_record(config)
 
-Adding a knob is one edit: a field here is a flag, a config value and a receipt entry.
+Adding a knob is one edit: a field here is a flag, a config value and a receipt entry. A knob added
+after plans were recorded whose default does what those plans did is `neutral=True`: a plan's
+identity (`identity_record`) leaves it out while it is at that default, so the plan's sha256 in the
+ledger stays the same.
 """
 
 from __future__ import annotations
@@ -25,13 +28,13 @@ _NO_FLAG = "no_flag"
 
 
 def option(default=MISSING, *, help: str, choices=None, parse=None, metavar: str | None = None,
-           default_text: str | None = None, flag: bool = True, factory=None):
+           default_text: str | None = None, flag: bool = True, factory=None, neutral: bool = False):
     """A dataclass field with its CLI description. `parse` converts the flag's text (default: the
     field's type); `default_text` describes a default that is computed (e.g. "100,200,400 within
     --steps"); flag=False keeps a field out of the CLI (a documented exception such as a dict of
-    overrides that has flags of its own)."""
+    overrides that has flags of its own); neutral=True: see the module's docstring."""
     metadata = {"help": help, "choices": choices, "parse": parse, "metavar": metavar,
-                "default_text": default_text, _NO_FLAG: not flag}
+                "default_text": default_text, _NO_FLAG: not flag, "neutral": neutral}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -110,13 +113,20 @@ def from_arguments(config_type, args: argparse.Namespace, **values):
     return config_type(**values)
 
 
+def _plain(value):
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def config_record(config) -> dict:
     """Every field of a run config, JSON-ready (tuples as lists), for receipts."""
-    def plain(value):
-        if isinstance(value, tuple):
-            return [plain(v) for v in value]
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        return value
+    return {field.name: _plain(getattr(config, field.name)) for field in dataclasses.fields(config)}
 
-    return {field.name: plain(getattr(config, field.name)) for field in dataclasses.fields(config)}
+
+def identity_record(config) -> dict:
+    """`config_record` without the neutral fields that are at their default: what a plan's sha256 covers."""
+    return {field.name: _plain(getattr(config, field.name)) for field in dataclasses.fields(config)
+            if not (field.metadata.get("neutral") and getattr(config, field.name) == field.default)}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config import ORIGINAL_MODEL_SWITCHES
 from .evaluate_config import EvalConfig
-from .options import config_record
+from .options import identity_record
 from .receipts import provenance, read_json, sha256_json, write_json
 from .tasks import FAMILY_NAMES, frozen_tasks, parse_families
 from .train.config import PretrainConfig, RLConfig, SelectConfig, rename_legacy_values
@@ -58,7 +58,7 @@ class ReproducePlan:
         return self.rl.families
 
     def to_dict(self) -> dict:
-        record = {name: {k: v for k, v in config_record(getattr(self, name)).items() if k not in RUN_FIELDS}
+        record = {name: {k: v for k, v in identity_record(getattr(self, name)).items() if k not in RUN_FIELDS}
                   for name in self.STAGES if getattr(self, name) is not None}
         del record["rl"]["seed"]
         return {**record, "rl_seeds": list(self.rl_seeds)}

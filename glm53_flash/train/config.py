@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..config import PRESETS, ModelConfig
 from ..options import option
 from ..runtime import DEVICE_CHOICES
-from ..tasks import parse_families
+from ..tasks import SUITES, parse_families
 
 SCHEDULES = ("constant", "cosine")
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
@@ -32,6 +32,8 @@ def rename_legacy_values(values: dict, prefix: str = "") -> dict:
 STOP_RULES = ("parse", "eos")
 
 PRETRAIN_DEFAULT_CHECKPOINTS = (100, 200, 400)
+# The original's sequence length; the compositions suite's examples need the model's whole context.
+PRETRAIN_SEQUENCE_LENGTHS = {"families": 128, "compositions": 192}
 # The flags every training command shares (train/loop.py: progress_bar, MetricsSink).
 QUIET_HELP = "no progress bar (also off when stderr is not a terminal); --no-progress is the same"
 TENSORBOARD_HELP = ("also log each step's metrics as TensorBoard events in this directory "
@@ -50,10 +52,14 @@ class PretrainConfig:
         None, help="comma-separated steps to checkpoint at; the last step always is",
         default_text="100,200,400, those within --steps")
     batch_size: int = option(32, help="global batch (split across ranks)")
-    sequence_length: int = option(128, help="tokens per training sequence")
+    sequence_length: int | None = option(None, help="tokens per training sequence",
+                                         default_text="128; 192 with --tasks compositions")
     learning_rate: float = option(3e-4, help="peak AdamW learning rate")
     seed: int = option(42, help="model initialisation seed")
     data_seed: int = option(42, help="seed of the pretraining stream (42 = the original's)")
+    tasks: str = option("families", choices=SUITES, neutral=True,
+                        help="task suite of the pretraining stream: families (the original's eight families and "
+                             "stream) or compositions (the compositions suite's pretraining behaviours)")
     device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
     preset: str = option("flash", help="model preset", choices=tuple(sorted(PRESETS)))
     warmup: int = option(0, help="linear warmup steps")
@@ -77,6 +83,8 @@ class PretrainConfig:
         if self.checkpoints is None:
             self.checkpoints = tuple(c for c in PRETRAIN_DEFAULT_CHECKPOINTS if c <= self.steps)
         self.checkpoints = tuple(self.checkpoints)
+        if self.sequence_length is None:
+            self.sequence_length = PRETRAIN_SEQUENCE_LENGTHS.get(self.tasks, 128)
 
     def validate(self, world_size: int = 1) -> None:
         if self.steps < 1:
@@ -86,6 +94,8 @@ class PretrainConfig:
             raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.steps} (--steps)")
         if self.batch_size < 1 or self.sequence_length < 2:
             raise ValueError("--batch-size must be >= 1 and --sequence-length >= 2")
+        if self.tasks not in SUITES:
+            raise ValueError(f"--tasks {self.tasks!r}; allowed: {', '.join(SUITES)}")
         if self.batch_size % world_size:
             raise ValueError(f"--batch-size {self.batch_size} does not divide across {world_size} ranks")
         if self.schedule not in SCHEDULES:

@@ -45,7 +45,8 @@ RECEIPT_FILE = "training-receipt.json"
 # Fields that must match for --resume to continue a run (steps and checkpoints may change when the
 # schedule allows it: see `Pretrainer._check_length_change`).
 RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_rate", "seed", "data_seed",
-                 "warmup", "schedule", "weight_decay", "decay_all_parameters", "model_overrides", "checkpoints")
+                 "tasks", "warmup", "schedule", "weight_decay", "decay_all_parameters", "model_overrides",
+                 "checkpoints")
 LENGTH_FIELDS = ("steps", "checkpoints")
 
 
@@ -79,7 +80,7 @@ def data_sha256(cfg: PretrainConfig) -> str:
     digest = hashlib.sha256()
     for step in range(cfg.steps):
         digest.update(pretraining_rows(step * cfg.batch_size, cfg.batch_size, cfg.sequence_length,
-                                       cfg.data_seed).astype("<i2").tobytes())
+                                       cfg.data_seed, cfg.tasks).astype("<i2").tobytes())
     return digest.hexdigest()
 
 
@@ -107,6 +108,18 @@ class Pretrainer:
         self.lock: RunLock | None = None
 
     # -- setup ------------------------------------------------------------------------------------
+    def data_record(self) -> dict:
+        """The receipt's account of the data: the stream's suite and seed, the examples and the sha256 of
+        every token; for the compositions suite also the sha256 of its pretraining behaviours."""
+        cfg = self.cfg
+        record = {"seed": cfg.data_seed, "examples": cfg.steps * cfg.batch_size, "sha256": self.data_hash}
+        if cfg.tasks != "families":  # the original suite's receipts keep their keys
+            from ..tasks import compositions
+
+            record.update(tasks=cfg.tasks, suite_version=compositions.VERSION,
+                          behaviours_sha256=compositions.split_sha256(compositions.PRETRAIN_SPLIT))
+        return record
+
     def run_record(self) -> dict:
         record = {k: getattr(self.cfg, k) for k in RESUME_FIELDS}
         record["checkpoints"] = list(self.cfg.checkpoints)
@@ -254,7 +267,7 @@ class Pretrainer:
             "elapsed_seconds": round(elapsed, 3), "device": str(self.device),
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
             "peak_rss_bytes": peak_rss_bytes(),
-            "data": {"seed": cfg.data_seed, "examples": cfg.steps * cfg.batch_size, "sha256": self.data_hash},
+            "data": self.data_record(),
             "checkpoints": [c for c in self.checkpoints if c["weights_sha256"] is not None],
             "training_curve": self.metrics_rows,
             "provenance": provenance(device=str(self.device)),
@@ -269,7 +282,7 @@ class Pretrainer:
         cfg = self.cfg
         start = time.perf_counter()
         inputs, labels = rows_to_batch(pretraining_rows(step * cfg.batch_size, cfg.batch_size,
-                                                        cfg.sequence_length, cfg.data_seed))
+                                                        cfg.sequence_length, cfg.data_seed, cfg.tasks))
         tokens = int((labels != IGNORE_INDEX).sum())
         lo = self.ctx.rank * self.rows_per_rank
         inputs = inputs[lo : lo + self.rows_per_rank].to(self.device, non_blocking=True)

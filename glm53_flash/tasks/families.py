@@ -1,4 +1,4 @@
-"""The synthetic coding benchmark: 8 function families, frozen splits and the pretraining stream.
+"""The original suite: 8 function families, frozen splits and the pretraining stream.
 
 Compatible with the original miniature: same families in the same order, same descriptions,
 reference bodies and hidden cases, and the same seed formulas and RNG draw order, so every
@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import random
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # holdout's seed keeps its per-family seeds (seed + 53 f) far from every other split's, so no task
@@ -93,12 +93,24 @@ _BY_NAME = {f.name: f for f in FAMILIES}
 
 @dataclass(frozen=True)
 class CodingTask:
+    """One task of either suite. `cases` are the hidden cases that give the verdict RL rewards;
+    `unit` names the behaviour (tasks that share it are one unit of analysis: on the original suite a
+    family and its description, on the compositions suite the behaviour); `structure` its shape,
+    `kind` what it is to a pretrained model (seen, new-constants, unseen-structure), `split` where it
+    comes from; `strong_cases` its strong test set (empty here: an original task's is its family's,
+    `strong_cases(family)`)."""
+
     task_id: str
     family: str
     entry_point: str
     prompt: str
     reference_completion: str
     cases: tuple[Case, ...]
+    unit: str = ""
+    structure: str = ""
+    kind: str = ""
+    split: str = ""
+    strong_cases: tuple[Case, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def reference_source(self) -> str:
@@ -127,9 +139,9 @@ def make_task(family: Family | str, split: str, index: int, seed: int) -> Coding
     fam = family_by_name(family) if isinstance(family, str) else family
     rng = random.Random((seed + 1) * 1_000_003 + index * 9176 + sum(ord(c) for c in fam.name))
     suffix = "".join(rng.choice(string.ascii_lowercase) for _ in range(7))
-    description = fam.descriptions[rng.randrange(2)]
+    described = rng.randrange(2)
     entry_point = f"{fam.name}_{suffix}"
-    prompt = f"{PROMPT_HEADER}# {description}\ndef {entry_point}({fam.argument}):"
+    prompt = f"{PROMPT_HEADER}# {fam.descriptions[described]}\ndef {entry_point}({fam.argument}):"
     return CodingTask(
         task_id=f"{split}-{fam.name}-{index:03d}",
         family=fam.name,
@@ -137,6 +149,10 @@ def make_task(family: Family | str, split: str, index: int, seed: int) -> Coding
         prompt=prompt,
         reference_completion=fam.reference_completion,
         cases=fam.cases,
+        unit=f"{fam.name}:{described}",
+        structure=fam.name,
+        kind="seen",
+        split=split,
     )
 
 
@@ -189,11 +205,13 @@ _LIST_EDGES = (
 
 
 def _reference_function(family: Family):
-    """The family's reference body as a function (our own constant code, run with the sandbox's eight
-    builtins), the source of every strong case's expected value."""
-    from .verifier.worker import SAFE_BUILTINS
+    """The family's reference body as a function (our own constant code, run with only the builtins a
+    reference may call), the source of every strong case's expected value."""
+    import builtins
 
-    namespace = {"__builtins__": dict(SAFE_BUILTINS)}
+    from .grammar import REFERENCE_BUILTINS
+
+    namespace = {"__builtins__": {name: getattr(builtins, name) for name in REFERENCE_BUILTINS}}
     exec(compile(f"def reference({family.argument}):\n    {family.body}\n", f"<{family.name}>", "exec"),
          namespace)
     return namespace["reference"]
@@ -249,22 +267,36 @@ def _strong_cases(name: str) -> tuple[Case, ...]:
     return fam.cases + extra
 
 
+def task_strong_cases(task: CodingTask) -> tuple[Case, ...]:
+    """A task's strong test set: its own (compositions) or its family's (the original suite)."""
+    return task.strong_cases or strong_cases(task.family)
+
+
 def strong_task(task: CodingTask) -> CodingTask:
-    """The same task judged on its family's strong test set (for evaluation only, never for rewards)."""
-    return dataclasses.replace(task, cases=strong_cases(task.family))
+    """The same task judged on its strong test set (for evaluation only, never for rewards)."""
+    return dataclasses.replace(task, cases=task_strong_cases(task))
 
 
 def strong_cases_record(tasks) -> dict:
-    """What an evaluation receipt records about the strong sets it used: the cases per family and one
-    sha256 over their arguments and expected values (the repr of each), in canonical family order."""
+    """What an evaluation receipt records about the strong sets it used. The original suite: the cases
+    per family and one sha256 over their arguments and expected values (the repr of each), in canonical
+    family order. Other tasks: the fewest and most cases per task and one sha256 over every task's
+    strong set, in task order."""
     import hashlib
     import json
 
+    tasks = list(tasks)
+    rule = "the three cases plus the extra ones; solved only when both runs pass"
+    if any(task.strong_cases for task in tasks):
+        rows = [[task.task_id, [[repr(c.arguments), repr(c.expected)] for c in task_strong_cases(task)]]
+                for task in tasks]
+        counts = [len(row[1]) for row in rows]
+        return {"cases_per_task": {"min": min(counts), "max": max(counts)},
+                "sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(), "rule": rule}
     present = [name for name in FAMILY_NAMES if name in {task.family for task in tasks}]
     rows = {name: [[repr(c.arguments), repr(c.expected)] for c in strong_cases(name)] for name in present}
     return {"cases_per_task": {name: len(rows[name]) for name in present},
-            "sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
-            "rule": "the three cases plus the extra ones; solved only when both runs pass"}
+            "sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(), "rule": rule}
 
 
 def pretraining_task(index: int, seed: int = PRETRAINING_SEED) -> CodingTask:
@@ -275,38 +307,3 @@ def pretraining_task(index: int, seed: int = PRETRAINING_SEED) -> CodingTask:
 def pretraining_text(index: int, seed: int = PRETRAINING_SEED) -> str:
     """Example `index` of the unbounded pretraining stream: a prompt plus its reference body."""
     return pretraining_task(index, seed).reference_source
-
-
-# The byte that can end a finished coding completion (its token id: byte + the tokenizer's offset 4).
-_NEWLINE_TOKEN = ord("\n") + 4
-
-
-class ParseStop:
-    """The coding tasks' stop rule for the sampler (the original's): a completion is finished once it
-    ends with a newline and task.prompt + completion passes the verifier's static policy (parse and
-    policy only, no execution). Pass it as `stop=` to `sampling.generate`; rows it ends report
-    finish_reason 'parse'."""
-
-    name = "parse"
-    trigger_ids = frozenset({_NEWLINE_TOKEN})  # a completion can only end with "\n" after that byte
-
-    def __init__(self, tasks) -> None:
-        self.tasks = list(tasks)
-
-    def validate(self, prompts) -> None:
-        if len(self.tasks) != len(prompts):
-            raise ValueError("the parse stop rule needs one CodingTask per prompt")
-        for i, (task, prompt) in enumerate(zip(self.tasks, prompts)):
-            if task.prompt != prompt:
-                raise ValueError(f"prompts[{i}] is not the prompt of task {task.task_id}; the parse rule "
-                                 f"checks task.prompt + completion")
-
-    def __call__(self, prompt_index: int, completion: str) -> bool:
-        from .verifier.policy import completion_is_parseable
-
-        return completion_is_parseable(self.tasks[prompt_index], completion)
-
-
-def coding_stop(tasks, stop: str):
-    """The sampler's `stop` for a list of coding tasks: 'parse' is ParseStop; 'eos' and 'none' pass."""
-    return ParseStop(tasks) if stop == "parse" else stop
