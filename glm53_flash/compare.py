@@ -1,8 +1,12 @@
 """Paired comparison of two evaluation receipts on the same tasks (replaces the original's analysers).
 
-Per task: solved before/after (greedy, or any-of-k when sampled) gives gains, losses and the exact
-McNemar p; the per-task pass rate gives a task-bootstrap CI of the rate difference. Overall and per
-family (Holm-adjusted across families), as JSON and a markdown table. Works on original receipts too.
+The unit of analysis is the behaviour (`unit`): tasks that share one (on the families suite a family
+and its description, so 32 holdout tasks of one family are two units) are averaged into one paired
+difference, and the exact sign-flip test over units is the comparison's test (`units`). The task-level
+numbers stay beside it, labelled as pooled over tasks: solved before/after (greedy, or any-of-k when
+sampled) gives gains, losses and the exact McNemar p, which treats tasks as independent; the per-task
+pass rate gives a task-bootstrap CI of the rate difference. Overall and per family (Holm-adjusted
+across families), as JSON and a markdown table. Works on the original's receipts too.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .stats import format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts
-from .tasks import FAMILY_NAMES, parse_families
+from .stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_p
+from .tasks import FAMILIES, family_order, parse_families, suite_of
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20260826  # the original analyser's bootstrap seed
@@ -42,8 +46,23 @@ def receipt_kind(receipt: dict) -> str:
     raise ValueError("episodes have neither 'evaluation' (greedy) nor 'samples' (sampled)")
 
 
+def episode_unit(episode: dict) -> str:
+    """The behaviour an episode's task belongs to: its `unit`, or, in receipts written before units
+    were recorded, the family and the index of its description (read from the prompt); the task id
+    when neither is known."""
+    if episode.get("unit"):
+        return episode["unit"]
+    family = next((f for f in FAMILIES if f.name == episode.get("family")), None)
+    prompt = episode.get("prompt") or ""
+    if family is not None:
+        for index, description in enumerate(family.descriptions):
+            if f"# {description}\n" in prompt:
+                return f"{family.name}:{index}"
+    return episode["task_id"]
+
+
 def task_outcomes(receipt: dict, families: Sequence[str] | None = None) -> dict[str, dict]:
-    """task_id -> {family, prompt, passed (count), n (samples)} for the chosen families."""
+    """task_id -> {family, unit, prompt, passed (count), n (samples)} for the chosen families."""
     kind = receipt_kind(receipt)
     outcomes: dict[str, dict] = {}
     for episode in receipt["episodes"]:
@@ -57,7 +76,8 @@ def task_outcomes(receipt: dict, families: Sequence[str] | None = None) -> dict[
         task_id = episode["task_id"]
         if task_id in outcomes:
             raise ValueError(f"task {task_id} appears twice in one receipt")
-        outcomes[task_id] = {"family": episode["family"], "prompt": episode.get("prompt"), "passed": passed, "n": n}
+        outcomes[task_id] = {"family": episode["family"], "unit": episode_unit(episode),
+                             "prompt": episode.get("prompt"), "passed": passed, "n": n}
     return outcomes
 
 
@@ -89,8 +109,33 @@ def _check_pairing(before: dict, after: dict, b: dict[str, dict], a: dict[str, d
                              f"AFTER; compare runs with the same samples per task")
 
 
+def unit_rates(task_ids: list[str], outcomes: dict) -> dict[str, float]:
+    """unit -> the fraction of passing samples over the unit's tasks."""
+    passed: dict[str, int] = {}
+    trials: dict[str, int] = {}
+    for task_id in task_ids:
+        unit = outcomes[task_id]["unit"]
+        passed[unit] = passed.get(unit, 0) + outcomes[task_id]["passed"]
+        trials[unit] = trials.get(unit, 0) + outcomes[task_id]["n"]
+    return {unit: passed[unit] / trials[unit] for unit in sorted(passed)}
+
+
+def unit_comparison(task_ids: list[str], b: dict, a: dict, level: float, resamples: int, seed: int) -> dict:
+    """The paired comparison at the unit that varies: one difference per unit (its tasks' pass rate
+    after minus before), the exact sign-flip test over units and a bootstrap CI over units."""
+    before, after = unit_rates(task_ids, b), unit_rates(task_ids, a)
+    differences = [after[u] - before[u] for u in before]
+    low, high = bootstrap_ci(differences, level=level, resamples=resamples, seed=seed)
+    return {"units": len(differences), "tasks": len(task_ids),
+            "better": sum(d > 0 for d in differences), "worse": sum(d < 0 for d in differences),
+            "same": sum(d == 0 for d in differences),
+            "rate_difference": sum(differences) / len(differences), "rate_difference_ci": [low, high],
+            "sign_flip_p": sign_flip_p(differences, seed=seed), "sign_flip_floor": 2.0 / 2.0 ** len(differences),
+            "test": "exact sign-flip over units (each unit's pass-rate difference over its tasks)"}
+
+
 def _row(task_ids: list[str], b: dict, a: dict, level: float, resamples: int, seed: int) -> dict:
-    """Paired statistics over the given tasks."""
+    """Paired statistics over the given tasks: at the unit level (`units`) and pooled over tasks."""
     solved_b = [b[t]["passed"] > 0 for t in task_ids]
     solved_a = [a[t]["passed"] > 0 for t in task_ids]
     rate_b = [b[t]["passed"] / b[t]["n"] for t in task_ids]
@@ -106,6 +151,7 @@ def _row(task_ids: list[str], b: dict, a: dict, level: float, resamples: int, se
         "rollouts": sum(b[t]["n"] for t in task_ids),
         "before_rate": sum(rate_b) / n, "after_rate": sum(rate_a) / n,
         "rate_difference": (sum(rate_a) - sum(rate_b)) / n, "rate_difference_ci": [low, high],
+        "units": unit_comparison(task_ids, b, a, level, resamples, seed),
     }
 
 
@@ -125,7 +171,7 @@ def compare_receipts(
     per-task fraction of passing samples (= solved for greedy). The bootstrap resamples tasks.
     """
     if families is not None:
-        families = parse_families(",".join(families))
+        families = parse_families(",".join(families), _suite(before))
     b, a = task_outcomes(before, families), task_outcomes(after, families)
     _check_pairing(before, after, b, a)
     by_family_ids: dict[str, list[str]] = {}
@@ -135,7 +181,7 @@ def compare_receipts(
         missing = [f for f in families if f not in by_family_ids]
         if missing:
             raise ValueError(f"families not in the receipts: {', '.join(missing)}")
-    ordered = [f for f in FAMILY_NAMES if f in by_family_ids] + sorted(set(by_family_ids) - set(FAMILY_NAMES))
+    ordered = family_order(by_family_ids)
     rows = {f: _row(by_family_ids[f], b, a, level, resamples, seed) for f in ordered}
     for family, adjusted in zip(ordered, holm([rows[f]["mcnemar_p"] for f in ordered])):
         rows[family]["mcnemar_p_holm"] = adjusted
@@ -147,8 +193,17 @@ def compare_receipts(
         "settings": {"level": level, "resamples": resamples, "seed": seed,
                      "solved": "pass (greedy) or any of k samples passed (sampled)",
                      "rate": "per-task fraction of passing samples", "ci": "percentile bootstrap over tasks",
-                     "family_p_adjustment": "holm"},
+                     "family_p_adjustment": "holm",
+                     "unit": "the behaviour: the test is the exact sign-flip over units (`units`); McNemar and "
+                             "the task bootstrap pool tasks and treat them as independent"},
     }
+
+
+def _suite(receipt: dict) -> str:
+    try:
+        return suite_of(receipt.get("split") or "dev")
+    except ValueError:
+        return "families"
 
 
 def _side(receipt: dict, label: str) -> dict:
@@ -157,36 +212,40 @@ def _side(receipt: dict, label: str) -> dict:
 
 
 def format_markdown(result: dict) -> str:
-    """The comparison as a markdown section: what was compared, then one row per family and overall."""
+    """The comparison as a markdown section: what was compared, then one row per family and overall,
+    the unit-level test first, then the numbers pooled over tasks."""
     sampled = result["kind"] == "sampled"
     k = result["samples_per_task"]
     solved = f"solved@{k}" if sampled else "solved"
     level = round(100 * result["settings"]["level"])
+    units = result["overall"]["units"]["units"]
     lines = [
         f"## {result['before']['label']} -> {result['after']['label']}",
         "",
-        f"{result['kind']} receipts on split `{result['split']}`, {result['tasks']} paired tasks"
-        + (f", {k} samples each" if sampled else "") + ".",
+        f"{result['kind']} receipts on split `{result['split']}`, {result['tasks']} paired tasks in {units} units "
+        f"(behaviours)" + (f", {k} samples each" if sampled else "") + ".",
         "",
-        f"| family | tasks | {solved} before | {solved} after | gains | losses | McNemar p | Holm p | "
-        + ("exact before | exact after | " if sampled else "")
-        + f"rate diff (pts) | {level}% CI (task bootstrap) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if sampled else "") + "---:|---|",
+        f"| family | units | units better / worse | sign-flip p (units) | rate diff (pts, units) | {level}% CI (unit "
+        f"bootstrap) | tasks | {solved} before | {solved} after | gains | losses | McNemar p (tasks pooled) | Holm p | "
+        + ("exact before | exact after | " if sampled else "") + "",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if sampled else ""),
     ]
     rows = [(name, row, format_p(row["mcnemar_p_holm"])) for name, row in result["by_family"].items()]
     rows.append(("**all**", result["overall"], "-"))
     for name, row, holm_p in rows:
-        low, high = row["rate_difference_ci"]
-        cells = [name, str(row["tasks"]), str(row["before_solved"]), str(row["after_solved"]), str(row["gains"]),
+        unit = row["units"]
+        low, high = unit["rate_difference_ci"]
+        cells = [name, str(unit["units"]), f"{unit['better']} / {unit['worse']}", format_p(unit["sign_flip_p"]),
+                 f"{100 * unit['rate_difference']:+.1f}", f"[{100 * low:+.1f}, {100 * high:+.1f}]",
+                 str(row["tasks"]), str(row["before_solved"]), str(row["after_solved"]), str(row["gains"]),
                  str(row["losses"]), format_p(row["mcnemar_p"]), holm_p]
         if sampled:
             cells += [f"{row['before_exact']}/{row['rollouts']}", f"{row['after_exact']}/{row['rollouts']}"]
-        cells += [f"{100 * row['rate_difference']:+.1f}", f"[{100 * low:+.1f}, {100 * high:+.1f}]"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Gains/losses: tasks that went fail -> pass / pass -> fail"
-              + (" (any of the samples passing)" if sampled else "")
-              + "; McNemar is the exact two-sided test on them. The rate is each task's fraction of passing "
-                "samples; its CI resamples tasks and only describes the size of the change."]
+    lines += ["", "A unit is a behaviour (tasks that share one are averaged into one difference); the sign-flip "
+              "test over units is the comparison's test (its smallest possible p is 2/2^units). Gains/losses: "
+              "tasks that went fail -> pass / pass -> fail" + (" (any of the samples passing)" if sampled else "")
+              + "; McNemar pools tasks as if they were independent, which they are not within a unit."]
     return "\n".join(lines) + "\n"
 
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from . import ledger
 from .sampling import DEFAULT_BATCH_ROWS, Completion, generate
 from .stats import pass_at_k
-from .tasks import FAMILY_NAMES, coding_stop, strong_cases_record, strong_task
+from .tasks import EVAL_SPLITS, coding_stop, families_of, family_order, strong_cases_record, strong_task, suite_of
 from .tokenizer import ByteTokenizer
 
 SCHEMA_VERSION = "1.0"
-# `rl` is the training split and is never evaluated; final, confirm and holdout are sealed (ledger.py)
-EVAL_SPLITS = ("dev", "final", "confirm", "holdout")
+# The training splits (rl, compositions.rl) are never evaluated; the sealed splits need an opening
+# (ledger.py). EVAL_SPLITS comes from tasks: dev, final, confirm, holdout and the compositions suite's.
 GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": 2026}
 SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": 0.35, "seed": 8675309}
 
@@ -40,7 +40,8 @@ def generate_for_tasks(model, tasks, *, stop: str = "parse", **options) -> list[
 
 
 def split_of(tasks: Sequence) -> str:
-    """The one split all tasks come from (task ids are '<split>-<family>-<NNN>'); refuses `rl`."""
+    """The one split all tasks come from (task ids are '<split>-<unit>-<NNN>'); refuses the training
+    splits."""
     if not tasks:
         raise ValueError("no tasks to evaluate")
     splits = sorted({task.task_id.partition("-")[0] for task in tasks})
@@ -49,14 +50,56 @@ def split_of(tasks: Sequence) -> str:
     split = splits[0]
     if split not in EVAL_SPLITS:
         raise ValueError(f"split {split!r} cannot be evaluated; allowed: {', '.join(EVAL_SPLITS)} "
-                         f"(rl is the training split)")
+                         f"(the rl splits are for training)")
     return split
 
 
 def families_field(tasks: Sequence) -> list[str] | str:
     """The receipt's `inference.families`: "all" or the families present, in canonical order."""
     present = {task.family for task in tasks}
-    return "all" if present == set(FAMILY_NAMES) else [name for name in FAMILY_NAMES if name in present]
+    every = families_of(suite_of(split_of(tasks))) if tasks else ()
+    return "all" if present == set(every) else family_order(present)
+
+
+def _unit_fields(task) -> dict:
+    """What an episode records of its task's behaviour: the unit of analysis (tasks that share it are
+    one unit), its structure and its kind (seen, new-constants, unseen-structure)."""
+    return {"unit": task.unit, "structure": task.structure, "kind": task.kind}
+
+
+def units_summary(tasks: Sequence) -> dict:
+    """The units an evaluation covers: how many (the analysis counts these, not the tasks) and how many
+    of each kind."""
+    kinds: dict[str, set] = {}
+    for task in tasks:
+        kinds.setdefault(task.kind, set()).add(task.unit)
+    return {"units": len({task.unit for task in tasks}),
+            "units_by_kind": {kind: len(units) for kind, units in sorted(kinds.items())}}
+
+
+def by_kind(episodes: Sequence[dict]) -> dict:
+    """Results per kind of task (what a task's behaviour was to the pretrained model): tasks, units,
+    and greedy solved (and under the strong set) or sampled exact rollouts and tasks solved at k."""
+    rows: dict[str, dict] = {}
+    units: dict[str, set] = {}
+    for episode in episodes:
+        kind = episode.get("kind") or "seen"
+        row = rows.setdefault(kind, {"tasks": 0})
+        units.setdefault(kind, set()).add(episode.get("unit"))
+        row["tasks"] += 1
+        if "samples" in episode:
+            row["tasks_solved_at_k"] = row.get("tasks_solved_at_k", 0) + int(episode["solved_at_k"])
+            row["exact_rollouts"] = row.get("exact_rollouts", 0) + episode["passed_samples"]
+            row["rollouts"] = row.get("rollouts", 0) + len(episode["samples"])
+            if "passed_samples_strong" in episode:
+                row["exact_rollouts_strong"] = row.get("exact_rollouts_strong", 0) + episode["passed_samples_strong"]
+        else:
+            row["solved"] = row.get("solved", 0) + int(episode["evaluation"]["passed"])
+            if "strong_passed" in episode:
+                row["solved_strong"] = row.get("solved_strong", 0) + int(episode["strong_passed"])
+    for kind, row in rows.items():
+        row["units"] = len(units[kind])
+    return dict(sorted(rows.items()))
 
 
 def evaluate_greedy(
@@ -242,7 +285,7 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
     episodes, by_family = [], {}
     for i, (task, completion, evaluation) in enumerate(zip(tasks, completions, evaluations, strict=True)):
         episode = {
-            "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
+            "task_id": task.task_id, "family": task.family, **_unit_fields(task), "prompt": task.prompt,
             "reference_completion": task.reference_completion, "generated_completion": completion.text,
             "generated_tokens": len(completion.token_ids), "hit_token_cap": completion.hit_cap,
             "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
@@ -268,6 +311,7 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
         "test_accuracy": tests_passed / tests_total if tests_total else 0.0,
         "valid_programs": sum(_valid(e) for e in evaluations),
         "token_cap_hits": sum(c.hit_cap for c in completions),
+        **units_summary(tasks),
     }
     receipt = {"split": split_of(tasks), "inference": inference, "summary": summary,
                "by_family": _canonical_order(by_family), "episodes": episodes,
@@ -281,6 +325,7 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
             strong_tests_total=sum(e.tests_total for e in strong),
         )
         receipt["pass_at_k_strong"] = {"1": summary["pass_at_1_strong"]}
+    receipt["by_kind"] = by_kind(episodes)
     return receipt
 
 
@@ -305,7 +350,7 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
             for i, (c, e) in enumerate(zip(rows, judged))
         ]
         episode = {
-            "task_id": task.task_id, "family": task.family, "prompt": task.prompt,
+            "task_id": task.task_id, "family": task.family, **_unit_fields(task), "prompt": task.prompt,
             "reference_completion": task.reference_completion, "solved_at_k": passed > 0, "passed_samples": passed,
             "samples": sample_rows,
         }
@@ -346,6 +391,7 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
         "test_accuracy": tests_passed / tests_total if tests_total else 0.0,
         "valid_rollouts": sum(_valid(e) for e in flat),
         "token_cap_hits": sum(c.hit_cap for rows in completions for c in rows),
+        **units_summary(tasks),
     }
     receipt = {"split": split_of(tasks), "inference": inference, "summary": summary,
                "by_family": _canonical_order(by_family), "episodes": episodes,
@@ -360,6 +406,7 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
             strong_tests_total=sum(e.tests_total for e in flat_strong),
         )
         receipt["pass_at_k_strong"] = unbiased_pass_at_k(strong_counts, samples)
+    receipt["by_kind"] = by_kind(episodes)
     return receipt
 
 
@@ -382,7 +429,7 @@ def unbiased_pass_at_k(passed_counts: Sequence[int], samples: int) -> dict[str, 
 
 
 def _canonical_order(by_family: dict) -> dict:
-    return {name: by_family[name] for name in FAMILY_NAMES if name in by_family}
+    return {name: by_family[name] for name in family_order(by_family)}
 
 
 def format_summary(receipt: dict) -> str:
@@ -408,6 +455,15 @@ def format_summary(receipt: dict) -> str:
             head += (f"\nstrong tests: pass@1 {receipt['pass_at_k_strong']['1']:.3f}  exact rollouts "
                      f"{s['exact_rollouts_strong']}/{s['rollouts_total']}  false-pass rollouts "
                      f"{s['false_pass_rollouts']}")
+    if "units" in s:
+        kinds = receipt.get("by_kind") or {}
+        if len(kinds) > 1:
+            parts = []
+            for kind, row in kinds.items():
+                solved = row.get("solved", row.get("tasks_solved_at_k"))
+                parts.append(f"{kind} {solved}/{row['tasks']}")
+            head += "\nby kind: " + "  ".join(parts)
+        head += f"\n{s['units']} units (behaviours) over {s['tasks_total']} tasks"
     return (f"{head}\n{receipt['split']}: {timing['rollouts']} rollouts, generation "
             f"{timing['generation_seconds']:.1f} s, verification {timing['verification_seconds']:.1f} s")
 
@@ -426,4 +482,5 @@ __all__ = [
     "split_of",
     "task_batches",
     "unbiased_pass_at_k",
+    "units_summary",
 ]

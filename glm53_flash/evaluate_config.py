@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .options import option
 from .runtime import DEVICE_CHOICES
+from .tasks import EVAL_SPLITS
 
 EVAL_STOP_CHOICES = ("parse", "eos", "none")  # sampling.STOP_RULES plus the coding rule, without torch
 
@@ -17,12 +18,14 @@ class EvalConfig:
     (per_family, seed, temperature) are None until `resolved()` fills them in."""
 
     checkpoint: str = option(help="checkpoint directory")
-    split: str = option(help="frozen split (the rl split is for training and cannot be evaluated; final, confirm "
-                             "and holdout are sealed: see --open-sealed)",
-                        choices=("dev", "final", "confirm", "holdout"))
+    split: str = option(help="frozen split (the rl splits are for training and cannot be evaluated; final, "
+                             "confirm, holdout and the compositions suite's unseen_structures and new_constants "
+                             "are sealed: see --open-sealed)",
+                        choices=EVAL_SPLITS)
     output: str = option(help="receipt path (must not exist unless --force)")
-    per_family: int | None = option(None, help="tasks per family", default_text="4 greedy, 8 sampled")
-    families: str = option("", help="comma list of families", default_text="all")
+    per_family: int | None = option(None, help="tasks per family (the families suite; a compositions split has one "
+                                               "task per behaviour)", default_text="4 greedy, 8 sampled")
+    families: str = option("", help="comma list of families (compositions: int, str, list)", default_text="all")
     samples: int = option(1, help="samples per task; 1 = greedy")
     seed: int | None = option(None, help="seed of the samples' random streams (recorded for greedy)",
                               default_text="2026 greedy, 8675309 sampled")
@@ -32,7 +35,8 @@ class EvalConfig:
                                        default_text="greedy for one sample, 0.35 for several")
     top_k: int | None = option(None, help="sample only among the k most likely tokens", default_text="off")
     top_p: float | None = option(None, help="nucleus sampling: keep this much probability", default_text="off")
-    max_new_tokens: int = option(48, help="cap on generated tokens")
+    max_new_tokens: int | None = option(None, help="cap on generated tokens",
+                                        default_text="48; 64 on a compositions split")
     batch_rows: int = option(512, help="most rows in one forward")
     device: str = option("auto", help="where to run the model", choices=DEVICE_CHOICES)
     open_sealed: str | None = option(None, metavar="PURPOSE",

@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tasks import SEALED_SPLITS, SPLIT_SEEDS
+from .tasks import SEALED_SPLITS, SPLITS
 
 LEDGER_ENV = "GLM53_LEDGER"
 LEDGER_RELATIVE = Path("results") / "ledger.jsonl"
@@ -103,8 +103,8 @@ def read_ledger(path: str | Path | None = None) -> list[dict]:
 
 def ledger_lines(split: str | None = None, path: str | Path | None = None) -> list[dict]:
     """The ledger's lines, only those of `split` when given (what every report shows for its split)."""
-    if split is not None and split not in SPLIT_SEEDS:
-        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLIT_SEEDS)}")
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     return [line for line in read_ledger(path) if split is None or line["split"] == split]
 
 
@@ -227,8 +227,8 @@ def require_open(split: str, purpose: str, *, plan_sha256: str | None = None, re
     With `plan_sha256`, an earlier opening of this split for the same plan (in the ledger) is refused
     unless `reopen` gives the reason. Writes nothing: lines are appended as receipts are recorded.
     """
-    if split not in SPLIT_SEEDS:
-        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLIT_SEEDS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     if not is_sealed(split):
         raise ValueError(f"split {split!r} is not sealed; only {', '.join(SEALED_SPLITS)} are opened through "
                          f"the ledger")

@@ -1,4 +1,6 @@
-"""Statistics for paired comparisons: exact McNemar, exact sign-flip permutation, bootstrap CIs, Holm.
+"""Statistics for paired comparisons: exact McNemar, exact sign-flip permutation, bootstrap CIs, Holm;
+Student's t (CDF, quantile, tests and intervals), equivalence by two one-sided tests, the power of a
+plan (its minimum detectable difference) and the two-level comparison over units and seeds.
 
 Replaces the original's ad-hoc analyser helpers (seed-core §7.5, seed-research §4-5) with one tested
 module: equal-tailed bootstrap order statistics, seeded RNGs, an unbiased pass@k, and input checks.
@@ -385,6 +387,222 @@ def minimum_detectable_effect(
     return (normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)) * sd / math.sqrt(n_pairs)
 
 
+# --------------------------------------------------------------------------- Student's t, equivalence, power
+
+
+def _continued_fraction_beta(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function, evaluated by the modified
+    Lentz method (converges quickly for x < (a + 1) / (a + b + 2))."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 400):
+        # even step: m (b - m) x / ((a + 2m - 1)(a + 2m))
+        numerator = m * (b - m) * x / ((a + 2 * m - 1.0) * (a + 2 * m))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        result *= d * c
+        # odd step: -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1))
+        numerator = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1.0))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        step = d * c
+        result *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return result
+
+
+def regularized_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for a, b > 0 and 0 <= x <= 1."""
+    if not (a > 0 and b > 0) or not 0.0 <= x <= 1.0:
+        raise ValueError(f"regularized_beta needs a, b > 0 and 0 <= x <= 1, got a={a}, b={b}, x={x}")
+    if x == 0.0 or x == 1.0:
+        return x
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+                 + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _continued_fraction_beta(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _continued_fraction_beta(b, a, 1.0 - x) / b
+
+
+def _degrees(df: object) -> float:
+    if isinstance(df, (bool, np.bool_)) or not isinstance(df, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(float(df)) or float(df) <= 0:
+        raise ValueError(f"degrees of freedom must be a finite number > 0, got {df!r}")
+    return float(df)
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom."""
+    df = _degrees(df)
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * regularized_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p (bisection on the CDF, to about 1e-12)."""
+    p = _open_unit("p", p)
+    df = _degrees(df)
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        low, high = high, high * 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if student_t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+        if high - low <= 1e-12 * max(1.0, high):
+            break
+    return 0.5 * (low + high)
+
+
+def _mean_and_error(values: Sequence[float], name: str = "values") -> tuple[float, float, int]:
+    data = _finite_vector(name, values)
+    n = int(data.size)
+    if n < 2:
+        raise ValueError(f"{name} needs at least 2 independent values, got {n}")
+    return float(data.mean()), float(data.std(ddof=1)) / math.sqrt(n), n
+
+
+def t_test_p(values: Sequence[float], reference: float = 0.0) -> float:
+    """Two-sided one-sample t-test of "mean = reference" (over seeds, or units). Equal values give
+    p = 1 when they equal the reference and 0 otherwise."""
+    mean, error, n = _mean_and_error(values)
+    if error == 0.0:
+        return 1.0 if mean == reference else 0.0
+    t = (mean - reference) / error
+    return min(1.0, 2.0 * student_t_cdf(-abs(t), n - 1))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The t confidence interval of the mean of independent values."""
+    level = _open_unit("level", level)
+    mean, error, n = _mean_and_error(values)
+    half = student_t_quantile(0.5 + level / 2.0, n - 1) * error
+    return mean - half, mean + half
+
+
+def equivalence_test(values: Sequence[float], *, reference: float = 0.0, margin: float,
+                     alpha: float = 0.05) -> dict:
+    """Two one-sided t-tests (TOST) of "the mean lies within reference +- margin", over independent
+    values (seeds or units). Equivalence is shown when both one-sided nulls (mean <= reference - margin,
+    mean >= reference + margin) are rejected at `alpha`: p = the larger one-sided p, and the
+    (1 - 2 alpha) interval lies inside the margin. The margin must be stated before the data are seen."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0 or not math.isfinite(margin):
+        raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
+    alpha = _open_unit("alpha", alpha)
+    mean, error, n = _mean_and_error(values)
+    low_bound, high_bound = reference - margin, reference + margin
+    if error == 0.0:
+        p_lower = 0.0 if mean > low_bound else 1.0
+        p_upper = 0.0 if mean < high_bound else 1.0
+        interval = (mean, mean)
+    else:
+        p_lower = 1.0 - student_t_cdf((mean - low_bound) / error, n - 1)
+        p_upper = student_t_cdf((mean - high_bound) / error, n - 1)
+        half = student_t_quantile(1.0 - alpha, n - 1) * error
+        interval = (mean - half, mean + half)
+    p = max(p_lower, p_upper)
+    return {"n": n, "mean": mean, "reference": reference, "margin": margin, "alpha": alpha,
+            "p_lower": p_lower, "p_upper": p_upper, "p": p, "equivalent": p < alpha,
+            "interval": list(interval), "interval_level": 1.0 - 2.0 * alpha,
+            "method": "two one-sided t-tests (TOST) over independent values"}
+
+
+def minimum_detectable_difference(n: int, sd: float, alpha: float = 0.05, power: float = 0.8,
+                                  test: str = "t") -> float | None:
+    """The smallest true mean difference a two-sided paired test over `n` independent values (units
+    or seeds) detects with `power` at `alpha`, for differences of standard deviation `sd`:
+    (t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n) (the normal quantiles when test="z"). None when
+    no effect can be detected: fewer than 2 values, or test="sign-flip" with 2/2^n > alpha (the exact
+    sign-flip test's smallest p), in which case even differences all of one sign are not significant."""
+    n = _count("n", n)
+    alpha = _open_unit("alpha", alpha)
+    power = _open_unit("power", power)
+    if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not sd >= 0 or not math.isfinite(sd):
+        raise ValueError(f"sd must be a finite number >= 0, got {sd!r}")
+    if test not in ("t", "z", "sign-flip"):
+        raise ValueError(f"test must be 't', 'z' or 'sign-flip', got {test!r}")
+    if n < 2 or (test == "sign-flip" and 2.0 / 2.0**n > alpha):
+        return None
+    if test == "t":
+        quantiles = student_t_quantile(1.0 - alpha / 2.0, n - 1) + student_t_quantile(power, n - 1)
+    else:
+        normal = NormalDist()
+        quantiles = normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)
+    return quantiles * float(sd) / math.sqrt(n)
+
+
+def minimum_equivalence_margin(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest margin TOST over `n` values shows equivalence for with `power` when the true
+    difference is 0: (t_{1-alpha, n-1} + t_{1-(1-power)/2, n-1}) sd / sqrt(n); None below 2 values."""
+    n = _count("n", n)
+    alpha = _open_unit("alpha", alpha)
+    power = _open_unit("power", power)
+    if n < 2:
+        return None
+    quantiles = student_t_quantile(1.0 - alpha, n - 1) + student_t_quantile(1.0 - (1.0 - power) / 2.0, n - 1)
+    return quantiles * float(sd) / math.sqrt(n)
+
+
+def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: int = 10_000,
+                         seed: int = 0) -> dict:
+    """A paired comparison at both levels that vary: `differences[seed][unit]` is the difference of one
+    unit (a behaviour) under one seed (a pretraining or RL seed). Units: each unit's difference averaged
+    over seeds, the exact sign-flip test over units and a bootstrap CI over units. Seeds: each seed's
+    difference averaged over units, a t-test over seeds (the exact sign-flip p beside it; its floor is
+    2/2^n). "better"/"worse" needs both levels significant at `alpha` with the same sign; otherwise
+    "not shown". Every seed must cover the same units."""
+    if not isinstance(differences, dict) or not differences:
+        raise ValueError("differences must map each seed to {unit: difference}")
+    seeds = list(differences)
+    units = sorted(differences[seeds[0]])
+    for key in seeds:
+        if sorted(differences[key]) != units:
+            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    if not units:
+        raise ValueError("no units to compare")
+    per_unit = [float(np.mean([differences[k][u] for k in seeds])) for u in units]
+    per_seed = [float(np.mean([differences[k][u] for u in units])) for k in seeds]
+    unit_p = sign_flip_p(per_unit, seed=seed)
+    unit_ci = bootstrap_ci(per_unit, level=1.0 - alpha, resamples=resamples, seed=seed)
+    seed_level = {"n": len(seeds), "values": per_seed, "mean": float(np.mean(per_seed)),
+                  "sign_flip_p": sign_flip_p(per_seed, seed=seed), "sign_flip_floor": 2.0 / 2.0 ** len(seeds)}
+    if len(seeds) >= 2:
+        seed_level["t_test_p"] = t_test_p(per_seed)
+        seed_level["interval"] = list(t_interval(per_seed, 1.0 - alpha)) if np.std(per_seed) > 0 else \
+            [seed_level["mean"], seed_level["mean"]]
+    else:
+        seed_level["t_test_p"] = None
+        seed_level["interval"] = None
+    mean = float(np.mean(per_unit))
+    unit_significant = unit_p < alpha
+    seed_significant = seed_level["t_test_p"] is not None and seed_level["t_test_p"] < alpha
+    same_sign = np.sign(mean) == np.sign(seed_level["mean"]) != 0
+    verdict = ("better" if mean > 0 else "worse") if unit_significant and seed_significant and same_sign \
+        else "not shown"
+    return {"mean_difference": mean, "verdict": verdict, "alpha": alpha,
+            "units": {"n": len(units), "mean": mean, "sign_flip_p": unit_p, "interval": list(unit_ci),
+                      "positive": sum(d > 0 for d in per_unit), "negative": sum(d < 0 for d in per_unit)},
+            "seeds": seed_level,
+            "method": "units: each unit's difference averaged over seeds, exact sign-flip over units, "
+                      "bootstrap CI; seeds: each seed's difference averaged over units, t-test over seeds; "
+                      "a direction needs both levels"}
+
+
 def format_p(value: float) -> str:
     """A p-value for reports: three significant digits, scientific notation below 0.001."""
     return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
@@ -392,13 +610,22 @@ def format_p(value: float) -> str:
 
 __all__ = [
     "bootstrap_ci",
+    "equivalence_test",
     "format_p",
     "holm",
     "mcnemar_exact",
+    "minimum_detectable_difference",
     "minimum_detectable_effect",
+    "minimum_equivalence_margin",
     "paired_bootstrap_ci",
     "paired_counts",
     "pass_at_k",
+    "regularized_beta",
     "sign_flip_p",
+    "student_t_cdf",
+    "student_t_quantile",
+    "t_interval",
+    "t_test_p",
+    "two_level_comparison",
     "wilson_interval",
 ]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from glm53_flash.cli import main
-from glm53_flash.compare import compare_receipts, format_markdown, load_receipt
+from glm53_flash.compare import episode_unit, compare_receipts, format_markdown, load_receipt
 from glm53_flash.stats import holm, mcnemar_exact, paired_bootstrap_ci
 from glm53_flash.tasks import frozen_tasks
 
@@ -111,7 +111,33 @@ def test_markdown_has_one_row_per_family_and_overall():
     text = format_markdown(compare_receipts(sampled(tasks, {}), sampled(tasks, {tasks[0].task_id: 8})))
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| family")]
     assert [r.split(" | ")[0] for r in rows] == ["| double", "| square", "| **all**"]
-    assert "| 0/16 | 8/16 | +50.0 |" in rows[0]
+    assert rows[0].endswith("| 0/16 | 8/16 |")
+    assert "units (behaviours)" in text and "McNemar p (tasks pooled)" in text
+
+
+def test_the_unit_is_the_behaviour_not_the_task():
+    # 32 holdout tasks of one family carry two descriptions: two units, whatever the number of tasks
+    tasks = frozen_tasks("holdout", 32, ("double",))
+    units = {episode_unit({"family": t.family, "prompt": t.prompt, "task_id": t.task_id}) for t in tasks}
+    assert units == {"double:0", "double:1"} and {t.unit for t in tasks} == units
+    solved = {t.task_id for t in tasks if t.unit == "double:0"}  # one unit solved everywhere
+    result = compare_receipts(greedy(tasks, set()), greedy(tasks, solved))["overall"]
+    assert result["gains"] == len(solved) > 10 and result["mcnemar_p"] < 1e-3  # pooled over tasks
+    unit = result["units"]
+    assert (unit["units"], unit["better"], unit["worse"], unit["same"]) == (2, 1, 0, 1)
+    assert unit["sign_flip_p"] == 1.0 and unit["sign_flip_floor"] == 0.5  # two units cannot show anything
+    assert unit["rate_difference"] == pytest.approx(0.5)
+
+
+def test_units_recorded_in_a_receipt_win_over_the_prompt():
+    tasks = frozen_tasks("dev", 2, ("double",))
+    receipt = greedy(tasks, set())
+    for i, episode in enumerate(receipt["episodes"]):
+        episode["unit"] = f"behaviour-{i}"
+    after = greedy(tasks, {tasks[0].task_id})
+    for i, episode in enumerate(after["episodes"]):
+        episode["unit"] = f"behaviour-{i}"
+    assert compare_receipts(receipt, after)["overall"]["units"]["units"] == len(tasks)
 
 
 def test_cli_compare_prints_and_writes(tmp_path, capsys):

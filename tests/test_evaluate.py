@@ -119,7 +119,10 @@ def test_greedy_receipt_is_compatible_and_exact(scripted, verifier):
     assert receipt["summary"] == {"tasks_solved": 1, "tasks_total": 3, "pass_at_1": 1 / 3, "tests_passed": 4,
                                   "tests_total": 9, "test_accuracy": 4 / 9, "valid_programs": 2, "token_cap_hits": 1,
                                   "tasks_solved_strong": 1, "pass_at_1_strong": 1 / 3, "false_passes": 0,
-                                  "strong_tests_passed": 59, "strong_tests_total": 173}
+                                  "strong_tests_passed": 59, "strong_tests_total": 173,
+                                  "units": 3, "units_by_kind": {"seen": 3}}
+    assert [e["unit"] for e in receipt["episodes"]] == [t.unit for t in tasks]
+    assert receipt["by_kind"] == {"seen": {"tasks": 3, "units": 3, "solved": 1, "solved_strong": 1}}
     assert receipt["pass_at_k"] == {"1": 1 / 3} and receipt["pass_at_k_strong"] == {"1": 1 / 3}
     assert receipt["inference"]["strong_tests"]["cases_per_task"] == {"increment": 58, "double": 59, "reverse": 56}
     assert receipt["sealed_opening"] is None
@@ -259,7 +262,7 @@ def test_task_batches_sort_by_prompt_length_and_cover_every_task():
 
 
 def test_rl_split_and_mixed_splits_are_refused(tiny_model, verifier):
-    with pytest.raises(ValueError, match="rl is the training split"):
+    with pytest.raises(ValueError, match="the rl splits are for training"):
         evaluate_greedy(tiny_model, frozen_tasks("rl", 1), verifier=verifier)
     with pytest.raises(ValueError, match="several splits"):
         evaluate_greedy(tiny_model, frozen_tasks("dev", 1) + frozen_tasks("final", 1), verifier=verifier)

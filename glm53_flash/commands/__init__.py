@@ -8,6 +8,7 @@ from __future__ import annotations
 # (module, what its commands are) in the order `glm53 --help` lists them
 GROUPS = (
     ("info", "glm53 info"),
+    ("tasks", "glm53 tasks summary, show"),
     ("train", "glm53 pretrain, rl, select"),
     ("evaluate", "glm53 generate, eval, compare"),
     ("ledger", "glm53 ledger"),

@@ -133,7 +133,7 @@ def _run_eval(args) -> int:
     from ..ledger import SealedSplitError, is_sealed, ledger_path, require_open
     from ..options import config_record
     from ..receipts import sha256_json, write_json
-    from ..tasks import SEALED_SPLITS, frozen_tasks, parse_families
+    from ..tasks import MAX_NEW_TOKENS, SEALED_SPLITS, parse_families, split_tasks, suite_of
     from ..verifier import Verifier
 
     args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
@@ -150,10 +150,12 @@ def _run_eval(args) -> int:
     if greedy and (args.temperature not in (None, 0.0) or args.top_k is not None or args.top_p is not None):
         raise ValueError("--temperature, --top-k and --top-p apply only with --samples > 1 (one sample is greedy)")
     defaults = GREEDY_DEFAULTS if greedy else SAMPLED_DEFAULTS
-    per_family = defaults["per_family"] if args.per_family is None else args.per_family
+    suite = suite_of(args.split)
+    per_family = defaults["per_family"] if args.per_family is None and suite == "families" else args.per_family
     seed = defaults["seed"] if args.seed is None else args.seed
     temperature = None if greedy else _resolve_temperature(args.temperature, args.samples)
-    tasks = frozen_tasks(args.split, per_family, parse_families(args.families))
+    max_new_tokens = MAX_NEW_TOKENS[suite] if args.max_new_tokens is None else args.max_new_tokens
+    tasks = split_tasks(args.split, per_family, parse_families(args.families, suite))
     model, metadata = _load_model(args.checkpoint, args.device)
     opening = None
     if sealed:
@@ -162,9 +164,9 @@ def _run_eval(args) -> int:
         plan = {"command": "glm53 eval", "checkpoint_sha256": metadata.get("weights_sha256"),
                 "split": args.split, "task_ids": [t.task_id for t in tasks], "samples": args.samples,
                 "seed": seed, "temperature": temperature, "top_k": args.top_k, "top_p": args.top_p,
-                "max_new_tokens": args.max_new_tokens, "stop": args.stop}
+                "max_new_tokens": max_new_tokens, "stop": args.stop}
         opening = require_open(args.split, args.open_sealed, plan_sha256=sha256_json(plan), reopen=args.reopen)
-    common = dict(max_new_tokens=args.max_new_tokens, stop=args.stop, seed=seed, batch_rows=args.batch_rows,
+    common = dict(max_new_tokens=max_new_tokens, stop=args.stop, seed=seed, batch_rows=args.batch_rows,
                   checkpoint=str(args.checkpoint), checkpoint_sha256=metadata.get("weights_sha256"),
                   progress=not args.quiet, opening=opening)
     try:

@@ -80,6 +80,10 @@ MAX_OUTPUT_REPR = 3000  # far inside what the verifier carries (expected values 
 # sha256 of each split's content (see `split_sha256`), version 1.
 PINNED_SHA256: dict[str, str] = {
     PRETRAIN_SPLIT: "0226f3888fc96426eddff734543b13eb92f3a51d372fab40e80573f8a00b48e8",
+    RL_SPLIT: "d0f4db11e4f27ce49cb03a16ec6c1d84a6bcb5abbaff952b71e2b8d7b98d9cc6",
+    DEV_SPLIT: "d5d9fbf381287dff478382e82a0f6c0edbf3a2e11471853f8824335fa355f075",
+    UNSEEN_SPLIT: "cae27ba7916adb4e25c87f394dcf1ab0c0a8ad9bf54c28c47feea0084e1b8ef0",
+    NEW_CONSTANTS_SPLIT: "a9aca8e894266d9e7f37aad848ced630786ee3d083b30aaf338c8c8424fb746b",
 }
 
 
@@ -386,46 +390,47 @@ def _place(behaviour: Behaviour, group_role: str, first_of_structure: bool) -> t
 # --------------------------------------------------------------------------- reward cases
 
 
-def _near_misses(behaviour: Behaviour) -> list[Behaviour | tuple]:
-    """What a program that almost computes the behaviour might compute instead: the same structure
-    with a neighbouring constant in one slot, a sibling last operation (or predicate/branch), one
-    operation dropped, an extra slice at the end; constants are added by the caller."""
+# How much setting each kind of near miss apart counts when the reward cases are chosen: a constant
+# answer must fail; a scaled or shifted constant (x % 4 for x % 2) or a dropped or extra step next;
+# a sibling operation or another constant of the domain after them.
+CONSTANT_ANSWER, SCALED_CONSTANT, DROPPED_OR_EXTRA, SIBLING = 100, 10, 5, 2
+
+
+def _near_misses(behaviour: Behaviour) -> list[tuple[Behaviour, int]]:
+    """What a program that almost computes the behaviour might compute instead, each with its weight:
+    the same structure with a neighbouring constant in one slot, a sibling last operation (or
+    predicate/branch), one operation dropped, an extra slice at the end (constant answers are added
+    by the caller)."""
     s, constants = behaviour.structure, behaviour.constants
-    variants: list[Behaviour] = []
+    variants: list[tuple[Behaviour, int]] = []
     for slot, choices in enumerate(s.constant_choices()):
         current = constants[slot]
-        if current not in choices or len(choices) < 2:
-            continue
-        at = choices.index(current)
-        for near in sorted({at - 1, at + 1, 0, len(choices) - 1} - {at}):
-            if 0 <= near < len(choices):
-                variants.append(Behaviour(s, constants[:slot] + (choices[near],) + constants[slot + 1:]))
-        for scale in (2, 3):  # x % 2 against x % 4, x > 3 against x > 6
-            value = current[0] if current else None
-            if isinstance(value, int):
-                for other in choices:
-                    if other and other[0] == value * scale and len(other) == len(current):
-                        variants.append(Behaviour(s, constants[:slot] + (other,) + constants[slot + 1:]))
+        for near, weight in _neighbour_constants(current, choices):
+            variants.append((Behaviour(s, constants[:slot] + (near,) + constants[slot + 1:]), weight))
     if s.conditional is None:
         last = OPS[s.ops[-1]]
         for op in OPS_TAKING[last.takes]:
             if op.gives == last.gives and op.name != last.name:
                 for c in (op.constants or ((),)):
-                    variants.append(Behaviour(Structure(s.takes, s.ops[:-1] + (op.name,)), constants[:-1] + (c,)))
+                    variants.append((Behaviour(Structure(s.takes, s.ops[:-1] + (op.name,)), constants[:-1] + (c,)),
+                                     SIBLING))
         for drop in range(len(s.ops)):
             ops = s.ops[:drop] + s.ops[drop + 1:]
             if ops and _typed(s.takes, ops) == last.gives:
-                variants.append(Behaviour(Structure(s.takes, ops), constants[:drop] + constants[drop + 1:]))
+                variants.append((Behaviour(Structure(s.takes, ops), constants[:drop] + constants[drop + 1:]),
+                                 DROPPED_OR_EXTRA))
         if last.gives in (STR, LIST):
             slice_op = "head" if last.gives == STR else "first"
             for c in OPS[slice_op].constants:
-                variants.append(Behaviour(Structure(s.takes, s.ops + (slice_op,)), constants + (c,)))
+                variants.append((Behaviour(Structure(s.takes, s.ops + (slice_op,)), constants + (c,)),
+                                 DROPPED_OR_EXTRA))
     else:
         predicate, yes, no = s.conditional
         for other in PREDICATES:
             if other != predicate:
                 for c in OPS[other].constants:
-                    variants.append(Behaviour(Structure(INT, conditional=(other, yes, no)), (c,) + constants[1:]))
+                    variants.append((Behaviour(Structure(INT, conditional=(other, yes, no)), (c,) + constants[1:]),
+                                     SIBLING))
         for slot, branch in ((1, yes), (2, no)):
             for other in BRANCHES:
                 if other not in (branch, s.conditional[3 - slot]):
@@ -434,10 +439,34 @@ def _near_misses(behaviour: Behaviour) -> list[Behaviour | tuple]:
                     parts[slot] = other
                     new_constants = list(constants)
                     new_constants[slot] = c
-                    variants.append(Behaviour(Structure(INT, conditional=tuple(parts)), tuple(new_constants)))
-        variants.append(Behaviour(Structure(INT, conditional=(predicate, no, yes)),
-                                  (constants[0], constants[2], constants[1])))
+                    variants.append((Behaviour(Structure(INT, conditional=tuple(parts)), tuple(new_constants)),
+                                     SIBLING))
+        variants.append((Behaviour(Structure(INT, conditional=(predicate, no, yes)),
+                                   (constants[0], constants[2], constants[1])), DROPPED_OR_EXTRA))
     return variants
+
+
+def _neighbour_constants(current: tuple, choices: tuple[tuple, ...]) -> list[tuple[tuple, int]]:
+    """Constants a near miss might use instead, with their weights: for a number n, n - 1, n + 1, 2n
+    and 3n inside the domain or not (x % 2 against x % 4; x % 6 against x % 12); for a remainder (m, r),
+    (2m, r) and (m, r +- 1); then the domain's neighbours and ends."""
+    found: list[tuple[tuple, int]] = []
+    if len(current) == 1 and isinstance(current[0], int) and not isinstance(current[0], bool):
+        n = current[0]
+        found += [((v,), SCALED_CONSTANT) for v in (n - 1, n + 1, 2 * n, 3 * n)]
+    elif len(current) == 2 and all(isinstance(v, int) for v in current):
+        m, r = current
+        found += [((2 * m, r), SCALED_CONSTANT), ((m, (r + 1) % m), SCALED_CONSTANT),
+                  ((m, (r - 1) % m), SCALED_CONSTANT)]
+    if current in choices and len(choices) > 1:
+        at = choices.index(current)
+        found += [(choices[i], SIBLING) for i in sorted({at - 1, at + 1, 0, len(choices) - 1} - {at})
+                  if 0 <= i < len(choices)]
+    unique: list[tuple[tuple, int]] = []
+    for near, weight in found:
+        if near != current and all(near != other for other, _ in unique):
+            unique.append((near, weight))
+    return unique
 
 
 def _typed(takes: str, ops: Sequence[str]) -> str | None:
@@ -467,8 +496,9 @@ _REWARD_INPUTS: dict[int, tuple[int, ...]] = {}
 
 def reward_inputs(entry_index: int, outputs: _Outputs | None = None) -> tuple[int, ...]:
     """Indices (into STRONG_INPUTS of the behaviour's type) of its three reward cases: greedily the
-    input that sets apart the most near misses not yet set apart, smaller inputs first on ties; a
-    string or list behaviour always gets one input of at least 8 items (a slice of 5 must fail)."""
+    input that sets apart the most near misses not yet set apart (by weight: a constant answer first,
+    then scaled constants, dropped or extra steps, siblings), smaller inputs first on ties; a string or
+    list behaviour always gets one input of at least 8 items (a slice of 5 must fail)."""
     cached = _REWARD_INPUTS.get(entry_index)
     if cached is not None:
         return cached
@@ -477,13 +507,13 @@ def reward_inputs(entry_index: int, outputs: _Outputs | None = None) -> tuple[in
     takes = entry.behaviour.structure.takes
     inputs = STRONG_INPUTS[takes]
     target = entry.outputs
-    rows: list[tuple] = []
-    for variant in _near_misses(entry.behaviour):
+    rows: list[tuple[tuple, int]] = []
+    for variant, weight in _near_misses(entry.behaviour):
         values = _variant_outputs(variant, outputs)
         if values is not None and any(not _same(a, b) for a, b in zip(values, target)):
-            rows.append(values)
-    for value in {repr(o): o for o in target}.values():  # constant answers
-        rows.append((value,) * len(inputs))
+            rows.append((values, weight))
+    for value in {repr(o): o for o in target}.values():
+        rows.append(((value,) * len(inputs), CONSTANT_ANSWER))
     order = sorted(range(len(inputs)), key=lambda i: (_size(inputs[i]), i))
     alive = rows
     chosen: list[int] = []
@@ -494,11 +524,11 @@ def reward_inputs(entry_index: int, outputs: _Outputs | None = None) -> tuple[in
             if i in chosen or (need_long and _size(inputs[i]) < 8):
                 continue
             expected = target[i]
-            kills = sum(1 for row in alive if not _same(row[i], expected))
+            kills = sum(weight for row, weight in alive if not _same(row[i], expected))
             if kills > best_kills:
                 best, best_kills = i, kills
         chosen.append(best)
-        alive = [row for row in alive if _same(row[best], target[best])]
+        alive = [(row, weight) for row, weight in alive if _same(row[best], target[best])]
     picks = tuple(sorted(chosen, key=lambda i: (_size(inputs[i]), i)))
     _REWARD_INPUTS[entry_index] = picks
     return picks
@@ -510,7 +540,7 @@ def near_miss_survivors(entry_index: int) -> int:
     takes = entry.behaviour.structure.takes
     picks = reward_inputs(entry_index)
     survivors = 0
-    for variant in _near_misses(entry.behaviour):
+    for variant, _ in _near_misses(entry.behaviour):
         try:
             values = [variant.apply(_argument(takes, STRONG_INPUTS[takes][i])) for i in picks]
             strong = [variant.apply(_argument(takes, v)) for v in STRONG_INPUTS[takes]]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..config import PRESETS, ModelConfig
 from ..options import option
 from ..runtime import DEVICE_CHOICES
-from ..tasks import SUITES, parse_families
+from ..tasks import MAX_NEW_TOKENS, SUITES, parse_families
 
 SCHEDULES = ("constant", "cosine")
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
@@ -30,6 +30,28 @@ def rename_legacy_values(values: dict, prefix: str = "") -> dict:
             renamed[key] = table[renamed[key]]
     return renamed
 STOP_RULES = ("parse", "eos")
+REWARD_CASES = ("three", "strong", "sample-K")
+
+
+def reward_case_count(text: str) -> int | None:
+    """K of 'sample-K'; None for 'three' and 'strong'; ValueError for anything else."""
+    if text in ("three", "strong"):
+        return None
+    head, _, count = str(text).partition("-")
+    if head == "sample" and count.isdigit() and str(int(count)) == count and int(count) >= 1:
+        return int(count)
+    raise ValueError(f"--reward-cases {text!r}; allowed: three, strong, sample-K with K >= 1 (e.g. sample-8)")
+
+
+def parse_reward_cases(text: str) -> str:
+    """The flag's check (argparse shows the message)."""
+    import argparse
+
+    try:
+        reward_case_count(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 PRETRAIN_DEFAULT_CHECKPOINTS = (100, 200, 400)
 # The original's sequence length; the compositions suite's examples need the model's whole context.
@@ -127,15 +149,25 @@ class RLConfig:
     checkpoints: tuple[int, ...] | None = option(
         None, help="groups to checkpoint after; the last always is", default_text="8,16,32 within --groups")
     group_size: int = option(4, help="samples per prompt (RLOO needs at least 2)")
-    max_new_tokens: int = option(48, help="completion length cap")
+    max_new_tokens: int | None = option(None, help="completion length cap",
+                                        default_text="48; 64 with --tasks compositions")
     temperature: float = option(0.8, help="sampling temperature of the rollouts")
     learning_rate: float = option(2e-5, help="AdamW learning rate")
     train_scope: str = option("all", help="which parameters are trained", choices=TRAIN_SCOPES)
     reward_mode: str = option("case-fraction", help="reward of a valid program", choices=REWARD_MODES)
     invalid_penalty: float = option(-0.1, help="reward of an invalid or limit program")
     exact_bonus: float = option(0.0, help="extra reward for passing every case")
-    families: str = option("", help="comma list of task families", default_text="all eight")
-    tasks_per_family: int = option(4, help="rl-split tasks per family")
+    tasks: str = option("families", choices=SUITES, neutral=True,
+                        help="task suite: families (the eight families' rl split) or compositions (compositions.rl: "
+                             "one task per behaviour, seen structures with constants pretraining never showed)")
+    families: str = option("", help="comma list of task families (compositions: int, str, list)", default_text="all")
+    tasks_per_family: int | None = option(None, help="rl-split tasks per family (the families suite only)",
+                                          default_text="4")
+    reward_cases: str = option("three", neutral=True, parse=parse_reward_cases, metavar="three|strong|sample-K",
+                               help="the cases a rollout's reward is judged on: the task's three hidden cases (the "
+                                    "original's), its whole strong set, or K cases drawn from the strong set for each "
+                                    "group; every rollout that passes is also judged on the strong set (the receipt's "
+                                    "reward hacking)")
     seed: int = option(31415, help="seed of the rollouts' random streams and the task order")
     device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
     preset: str | None = option(None, help="refuse a checkpoint whose model is not this preset",
@@ -163,6 +195,10 @@ class RLConfig:
         if self.checkpoints is None:
             self.checkpoints = tuple(c for c in RL_DEFAULT_CHECKPOINTS if c <= self.groups)
         self.checkpoints = tuple(self.checkpoints)
+        if self.tasks_per_family is None and self.tasks == "families":
+            self.tasks_per_family = 4
+        if self.max_new_tokens is None:
+            self.max_new_tokens = MAX_NEW_TOKENS.get(self.tasks, 48)
 
     def validate(self) -> None:
         for name, value in rename_legacy_values({n: getattr(self, n) for n in LEGACY_VALUES}).items():
@@ -173,7 +209,10 @@ class RLConfig:
             (self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
             (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
             (self.learning_rate > 0, "--learning-rate must be > 0"),
-            (self.tasks_per_family >= 1, "--tasks-per-family must be >= 1"),
+            (self.tasks in SUITES, f"--tasks must be one of {', '.join(SUITES)}"),
+            (self.tasks != "families" or (self.tasks_per_family or 0) >= 1, "--tasks-per-family must be >= 1"),
+            (self.tasks == "families" or self.tasks_per_family is None,
+             "--tasks-per-family applies only to --tasks families (a compositions split has one task per behaviour)"),
             (self.prompts_per_update >= 1, "--prompts-per-update must be >= 1"),
             (self.kl_coef >= 0 and self.warmup >= 0, "--kl-coef and --warmup must be >= 0"),
             (self.train_scope in TRAIN_SCOPES, f"--train-scope must be one of {', '.join(TRAIN_SCOPES)}"),
@@ -194,7 +233,8 @@ class RLConfig:
         if off:
             raise ValueError(f"--checkpoints {','.join(map(str, off))} are not multiples of "
                              f"--prompts-per-update {self.prompts_per_update}")
-        parse_families(self.families)
+        parse_families(self.families, self.tasks)
+        reward_case_count(self.reward_cases)
 
 
 @dataclass
@@ -202,13 +242,15 @@ class SelectConfig:
     """Every knob of `glm53 select`, declared once (options.py)."""
 
     run: str = option(help="run directory with checkpoint-NNNN folders")
-    split: str = option("dev", help="held-out split to select on: dev (sealed splits are never used to choose)",
-                        choices=("dev",))
+    split: str = option("dev", help="held-out split to select on: dev, or compositions.dev for a run on that suite "
+                                    "(sealed splits are never used to choose)",
+                        choices=("dev", "compositions.dev"))
     samples: int = option(8, help="samples per task (1 = greedy)")
-    per_family: int = option(4, help="tasks per family")
+    per_family: int | None = option(None, help="tasks per family (a compositions split has one task per behaviour)",
+                                    default_text="4 on dev")
     families: str | None = option(None, help="comma list of families", default_text="the run's families")
     temperature: float = option(0.35, help="sampling temperature (with --samples > 1)")
-    max_new_tokens: int = option(48, help="completion length cap")
+    max_new_tokens: int | None = option(None, help="completion length cap", default_text="48; 64 on compositions.dev")
     seed: int = option(8675309, help="seed of the samples' random streams")
     stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=("parse", "eos", "none"))
     device: str = option("cpu", help="where to evaluate", choices=DEVICE_CHOICES)

@@ -33,6 +33,7 @@ checkpoint on every rank and works with any number of ranks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -47,7 +48,7 @@ from ..options import config_record
 from ..receipts import provenance, write_json
 from ..runtime import autocast, resolve_device
 from ..sampling import generate, mask_logits
-from ..tasks import coding_stop, frozen_tasks, parse_families
+from ..tasks import RL_SPLITS, coding_stop, parse_families, split_tasks, strong_task, task_strong_cases
 from ..tokenizer import ByteTokenizer
 from .config import (  # noqa: F401 - re-exported: the config and its choices lived here
     EOS_HANDLING,
@@ -56,6 +57,7 @@ from .config import (  # noqa: F401 - re-exported: the config and its choices li
     LOSS_NORMALIZATIONS,
     REWARD_MODES,
     STOP_RULES,
+    reward_case_count,
     TRAIN_SCOPES,
     RLConfig,
     rename_legacy_values,
@@ -110,6 +112,21 @@ def reward_for(evaluation, mode: str, invalid_penalty: float, exact_bonus: float
         return 1.0 if evaluation.passed else (invalid_penalty if invalid else 0.0)
     return (evaluation.pass_fraction + (exact_bonus if evaluation.passed else 0.0)
             + (invalid_penalty if invalid else 0.0))
+
+
+def reward_task(task, reward_cases: str, seed: int, group: int):
+    """The task as its rollouts' reward judges it: its three cases ('three', the original's), its whole
+    strong set ('strong'), or K cases of the strong set drawn for this group ('sample-K', a draw keyed
+    by seed, group and task, so a resumed run draws the same)."""
+    if reward_cases == "three":
+        return task
+    if reward_cases == "strong":
+        return strong_task(task)
+    count = reward_case_count(reward_cases)
+    cases = task_strong_cases(task)
+    key = hashlib.sha256(f"{seed}/{group}/{task.task_id}".encode()).digest()
+    chosen = sorted(random.Random(int.from_bytes(key[:8], "big")).sample(range(len(cases)), min(count, len(cases))))
+    return dataclasses.replace(task, cases=tuple(cases[i] for i in chosen))
 
 
 def leave_one_out_advantages(rewards: list[float]) -> list[float]:
@@ -254,8 +271,8 @@ class RLTrainer:
             torch.cuda.set_device(self.device)
         if self.ctx.is_main:
             check_live_logging(cfg.tensorboard, cfg.wandb)
-        families = parse_families(cfg.families)
-        self.tasks = frozen_tasks("rl", cfg.tasks_per_family, families=families)
+        families = parse_families(cfg.families, cfg.tasks)
+        self.tasks = split_tasks(RL_SPLITS[cfg.tasks], cfg.tasks_per_family, families=families)
         self.family_label = "all" if not cfg.families else sorted(families)
         self.schedule = task_schedule(self.tasks, cfg.groups, cfg.seed)
         self.schedule_sha256 = hashlib.sha256(json.dumps([t.task_id for t in self.schedule]).encode()).hexdigest()
@@ -365,6 +382,7 @@ class RLTrainer:
             "kl_coef": cfg.kl_coef, "warmup": cfg.warmup,
             "updated_groups": sum(r["updated"] for r in rows),
             "exact_training_rollouts": sum(r["exact_rollouts"] for r in rows),
+            "tasks": cfg.tasks, "reward_cases": cfg.reward_cases, "reward_hacking": reward_hacking(rows),
             "groups_detail_file": ROLLOUTS_FILE, "metrics_file": METRICS_FILE,
             "provenance": provenance(device=str(self.device)),
         }
@@ -380,18 +398,40 @@ class RLTrainer:
             self.model, [t.prompt for t in tasks], samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature, seed=cfg.seed, stop=coding_stop(tasks, cfg.stop),
             keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)])
-        pairs = [(task, task.prompt + c.text) for task, group in zip(tasks, completions) for c in group]
+        judged = [reward_task(task, cfg.reward_cases, cfg.seed, first_group + i) for i, task in enumerate(tasks)]
+        pairs = [(task, task.prompt + c.text) for task, group in zip(judged, completions) for c in group]
         evaluations, verifier_failed = _evaluate_safely(verifier, pairs)
+        strong = self.strong_verdicts(tasks, pairs, evaluations, verifier, verifier_failed)
         groups = []
         for offset, (task, samples) in enumerate(zip(tasks, completions)):
-            evals = evaluations[offset * cfg.group_size : (offset + 1) * cfg.group_size]
+            window = slice(offset * cfg.group_size, (offset + 1) * cfg.group_size)
+            evals = evaluations[window]
             if verifier_failed:  # no trustworthy reward: identical rewards, so no update from this group
                 rewards = [0.0] * cfg.group_size
             else:
                 rewards = [reward_for(e, cfg.reward_mode, cfg.invalid_penalty, cfg.exact_bonus) for e in evals]
             groups.append({"group": first_group + offset, "task": task, "completions": samples,
-                           "evaluations": evals, "rewards": rewards})
+                           "evaluations": evals, "rewards": rewards, "strong_passed": strong[window],
+                           "reward_cases": len(judged[offset].cases)})
         return groups
+
+    def strong_verdicts(self, tasks, pairs, evaluations, verifier, verifier_failed) -> list[bool | None]:
+        """Per rollout: whether a program that passed its reward cases also passes its task's strong set
+        (None for one that did not pass them: it earned no pass to check). With the strong set as the
+        reward the two verdicts are one. The strong verdict never changes a reward."""
+        cfg = self.cfg
+        verdicts: list[bool | None] = [None] * len(pairs)
+        if verifier_failed:
+            return verdicts
+        if cfg.reward_cases == "strong":
+            return [e.passed if e.passed else None for e in evaluations]
+        passing = [i for i, e in enumerate(evaluations) if e.passed]
+        if passing:
+            checks, failed = _evaluate_safely(
+                verifier, [(strong_task(tasks[i // cfg.group_size]), pairs[i][1]) for i in passing])
+            for i, check in zip(passing, checks):
+                verdicts[i] = None if failed else bool(check.passed)
+        return verdicts
 
     def training_sequences(self, task, completions) -> list[tuple[list[int], list[int]]]:
         prompt = _TOK.encode(task.prompt, bos=True)
@@ -566,13 +606,15 @@ class RLTrainer:
                     "updated": g["policy_loss"] is not None, "policy_loss": g["policy_loss"],
                     "gradient_norm": g.get("gradient_norm"),
                     "exact_rollouts": sum(e.passed for e in evals),
+                    "reward_cases": g["reward_cases"],
+                    "reward_hacks": sum(v is False for v in g["strong_passed"]),
                     "valid_rollouts": sum(e.status in ("passed", "failed") for e in evals),
                     "token_cap_hits": sum(c.hit_cap for c in g["completions"]),
                     "seconds": seconds / len(groups),
                     "samples": [{"completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
                                  "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "reward": r,
-                                 "evaluation": e.to_dict()}
-                                for c, e, r in zip(g["completions"], evals, g["rewards"])],
+                                 "evaluation": e.to_dict(), "strong_passed": strong}
+                                for c, e, r, strong in zip(g["completions"], evals, g["rewards"], g["strong_passed"])],
                 }
                 handle.write(json.dumps(row, sort_keys=True) + "\n")
                 lengths.extend(len(c.token_ids) for c in g["completions"])
@@ -583,11 +625,31 @@ class RLTrainer:
             "mean_reward": sum(rewards) / len(rewards),
             "zero_variance_fraction": sum(not has_signal(g["rewards"]) for g in groups) / len(groups),
             "mean_completion_length": sum(lengths) / len(lengths), "truncation_rate": caps / len(lengths),
+            "reward_hacks": sum(v is False for g in groups for v in g["strong_passed"]),
             "entropy": stats["entropy"], "kl": stats["kl"], "loss": stats["loss"], "grad_norm": stats["grad_norm"],
             "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
         }
         self.metrics_rows.append(metrics)
         self.sink.write(metrics, step=metrics["last_group"])
+
+
+def reward_hacking(rows: list[dict]) -> dict:
+    """The training rollouts that passed their reward cases but fail their task's strong set: per group
+    and in all (rows of rollouts.jsonl; rows written before this was recorded count as unknown)."""
+    by_group, passed, hacks, unknown = [], 0, 0, 0
+    for row in rows:
+        verdicts = [sample.get("strong_passed") for sample in row["samples"]]
+        passing = sum(bool(sample["evaluation"]["passed"]) for sample in row["samples"])
+        checked = sum(v is not None for v in verdicts)
+        group_hacks = sum(v is False for v in verdicts)
+        unknown += passing - checked
+        passed += passing
+        hacks += group_hacks
+        by_group.append({"group": row["group"], "task_id": row["task_id"], "passed_reward_cases": passing,
+                         "failed_strong": group_hacks})
+    return {"rollouts_passing_reward_cases": passed, "failing_strong_set": hacks, "unchecked": unknown,
+            "rate": hacks / passed if passed else 0.0, "by_group": by_group,
+            "rule": "a rollout that passes the cases its reward is judged on and fails the task's strong set"}
 
 
 def _evaluate_safely(verifier, pairs):
@@ -608,5 +670,5 @@ def train_rl(cfg: RLConfig) -> dict:
     return RLTrainer(cfg).run()
 
 
-__all__ = ["RLConfig", "train_rl", "task_schedule", "reward_for", "leave_one_out_advantages", "has_signal",
-           "set_train_scope", "sequence_logprobs", "policy_objective"]
+__all__ = ["RLConfig", "train_rl", "task_schedule", "reward_for", "reward_task", "reward_hacking",
+           "leave_one_out_advantages", "has_signal", "set_train_scope", "sequence_logprobs", "policy_objective"]

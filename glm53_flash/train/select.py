@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..options import config_record
 from ..receipts import provenance, write_json
-from ..tasks import frozen_tasks, parse_families
+from ..tasks import DEV_SPLITS, MAX_NEW_TOKENS, parse_families, split_tasks, suite_of
 from .checkpoint import list_checkpoints, load_checkpoint
 from .config import SelectConfig
 
@@ -48,16 +48,21 @@ def select_from_config(cfg: SelectConfig) -> dict:
     return select_checkpoint(options.pop("run"), **options)
 
 
-def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int = 4,
-                      families: str | None = None, temperature: float = 0.35, max_new_tokens: int = 48,
+def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int | None = None,
+                      families: str | None = None, temperature: float = 0.35, max_new_tokens: int | None = None,
                       seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
                       force: bool = False, quiet: bool = False) -> dict:
     from ..evaluate import evaluate_greedy, evaluate_sampled
     from ..verifier import Verifier
 
     run_dir = Path(run_dir)
-    if split != "dev":  # choosing by a sealed split would spend it; rl is what the model trained on
-        raise ValueError(f"--split {split!r} cannot be used for selection; allowed: dev")
+    if split not in DEV_SPLITS.values():  # choosing by a sealed split would spend it; rl is what the model trained on
+        raise ValueError(f"--split {split!r} cannot be used for selection; allowed: {', '.join(DEV_SPLITS.values())}")
+    suite = suite_of(split)
+    if per_family is None and suite == "families":
+        per_family = 4
+    if max_new_tokens is None:
+        max_new_tokens = MAX_NEW_TOKENS[suite]
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
         raise FileNotFoundError(f"no checkpoints in {run_dir}")
@@ -65,7 +70,7 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     family_text = run_families(run_dir) if families is None else families
-    tasks = frozen_tasks(split, per_family, families=parse_families(family_text))
+    tasks = split_tasks(split, per_family, families=parse_families(family_text, suite))
     sampled = samples > 1
     entries = []
     with Verifier() as verifier:

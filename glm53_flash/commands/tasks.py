@@ -1,0 +1,97 @@
+"""`glm53 tasks summary`: what each split of a task suite holds (tasks, distinct behaviours,
+structures, the split's sha256), and `glm53 tasks show`: one task's prompt and reference. Neither
+judges anything, so a sealed split's counts and hashes can be printed without opening it; `show`
+refuses a sealed split's tasks (their text is what the seal protects)."""
+
+from __future__ import annotations
+
+import json
+
+from ..tasks import SEALED_SPLITS, SUITES
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("tasks", help="the task suites: each split's size, behaviours, structures and sha256",
+                            description="Describe the task suites without judging anything.")
+    commands = parser.add_subparsers(dest="tasks_command", metavar="COMMAND", required=True)
+    summary = commands.add_parser(
+        "summary", help="per split: tasks, distinct behaviours, structures, the split's sha256",
+        description="Per split of a suite: its tasks, its distinct behaviours (the unit of analysis), its "
+                    "structures (and, for compositions, structure groups), kinds and families, and the sha256 "
+                    "that pins its content. families: the original eight families (a unit is a family and "
+                    "one of its two descriptions); compositions: the typed grammar's behaviours.")
+    summary.add_argument("--suite", choices=SUITES, default="compositions", help="the suite (default: compositions)")
+    summary.add_argument("--per-family", type=int, default=8,
+                         help="tasks per family of the families suite's splits (default 8)")
+    summary.add_argument("--json", action="store_true", help="print the summary as JSON")
+    summary.set_defaults(func=_run_summary)
+    show = commands.add_parser("show", help="one task's prompt, reference and reward cases (not of a sealed split)",
+                               description="Print a task of dev or an rl split: its prompt, reference "
+                                           "completion, unit, structure and the cases its reward is judged on.")
+    show.add_argument("task_id", help="e.g. compositions.dev-b0123-000 or dev-double-000")
+    show.add_argument("--json", action="store_true", help="print the task as JSON")
+    show.set_defaults(func=_run_show)
+
+
+def families_summary(per_family: int) -> dict:
+    """The families suite's splits at `per_family` tasks per family."""
+    import hashlib
+
+    from ..tasks import FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SPLIT_SEEDS, frozen_tasks, strong_cases
+
+    if per_family < 1:
+        raise ValueError(f"--per-family must be >= 1, got {per_family}")
+    splits = {}
+    for split in SPLIT_SEEDS:
+        tasks = frozen_tasks(split, per_family)
+        records = [[t.task_id, t.prompt, t.reference_completion, [[repr(c.arguments), repr(c.expected)]
+                                                                    for c in t.cases]] for t in tasks]
+        splits[split] = {"sealed": split in ORIGINAL_SEALED_SPLITS, "tasks": len(tasks),
+                         "behaviours": len({t.unit for t in tasks}), "structures": len({t.family for t in tasks}),
+                         "sha256": hashlib.sha256(json.dumps(records).encode()).hexdigest()}
+    return {"suite": "families", "per_family": per_family, "families": list(FAMILY_NAMES),
+            "unit": "a family and one of its two descriptions",
+            "strong_cases_per_family": {name: len(strong_cases(name)) for name in FAMILY_NAMES},
+            "reward_cases_per_task": 3, "splits": splits}
+
+
+def _run_summary(args) -> int:
+    from ..tasks import compositions
+
+    summary = compositions.summary() if args.suite == "compositions" else families_summary(args.per_family)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    if args.suite == "compositions":
+        print(f"compositions suite v{summary['version']}: {summary['behaviours']:,} distinct behaviours, "
+              f"{summary['structures']:,} structures in {summary['structure_groups']:,} structure groups")
+    else:
+        print(f"families suite: {len(summary['families'])} families, {summary['per_family']} tasks per family")
+    print(f"{'split':32} {'sealed':>6} {'tasks':>6} {'behaviours':>10} {'structures':>10}  sha256")
+    for name, row in summary["splits"].items():
+        print(f"{name:32} {'yes' if row['sealed'] else 'no':>6} {row['tasks']:>6} {row['behaviours']:>10} "
+              f"{row['structures']:>10}  {row['sha256'][:16]}")
+    return 0
+
+
+def _run_show(args) -> int:
+    from ..tasks import suite_of, task_by_id
+
+    split = args.task_id.partition("-")[0]
+    suite_of(split)  # a one-line error for an unknown split
+    if split in SEALED_SPLITS:
+        raise ValueError(f"{args.task_id} is a task of the sealed split {split}; its text is not shown (the "
+                         f"summary gives its size and sha256)")
+    task = task_by_id(args.task_id)
+    record = {"task_id": task.task_id, "unit": task.unit, "structure": task.structure, "kind": task.kind,
+              "family": task.family, "entry_point": task.entry_point, "prompt": task.prompt,
+              "reference_completion": task.reference_completion,
+              "reward_cases": [{"arguments": list(c.fresh_arguments()), "expected": c.expected} for c in task.cases]}
+    if args.json:
+        print(json.dumps(record, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{task.task_id}  unit {task.unit}  ({task.kind})")
+    print(task.prompt + task.reference_completion, end="")
+    for case in record["reward_cases"]:
+        print(f"  reward case: {task.entry_point}({', '.join(map(repr, case['arguments']))}) == {case['expected']!r}")
+    return 0
