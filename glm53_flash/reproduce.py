@@ -291,6 +291,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                          "use a new --output")
     runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms))
     openings = {run.directory: _require_openings(run, reopen) for run in runs}
+    state_analysis(out, runs)
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
         reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory])
@@ -301,6 +302,45 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     report_path = build_headline_report(out)
     _log(f"report: {report_path}")
     return summary
+
+
+def rebuild_reports(output: str | Path) -> dict:
+    """Every run's summary.json and REPORT.md, then the two-arm summary and report, from the receipts
+    already in `output` (a finished headline directory); nothing runs and no split is opened."""
+    from .report.arms import build_headline_report
+    from .report.headline import build_report
+
+    out = Path(output)
+    runs = [path for path in sorted(out.iterdir()) if path.is_dir() and (path / "plan.json").is_file()]
+    if not runs:
+        raise ValueError(f"{out} holds no run of the pipeline (ARM/plan.json)")
+    for path in runs:
+        write_json(path / SUMMARY_FILE, build_summary(path))
+        build_report(path)
+    summary = build_headline_summary(out)
+    write_json(out / SUMMARY_FILE, summary)
+    build_headline_report(out)
+    return summary
+
+
+def state_analysis(out: Path, runs: list[ArmRun]) -> dict:
+    """Before any stage runs: write OUT/analysis-plan.json (the analysis settings and the plan's power at
+    the pretraining seeds this call runs) and print the power. A directory that already states one keeps
+    it (a resumed or extended run does not restate its analysis)."""
+    from .headline_stats import ANALYSIS_FILE, HEADLINE_ANALYSIS, plan_power, power_lines
+
+    path = out / ANALYSIS_FILE
+    if path.is_file():
+        recorded = read_json(path)
+    else:
+        seeds = len({run.pretrain_seed for run in runs})
+        recorded = {"stated": "before the run", "analysis": HEADLINE_ANALYSIS.to_dict(),
+                    "power": plan_power(runs[0].plan, seeds, HEADLINE_ANALYSIS), "provenance": provenance()}
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(path, recorded)
+    for line in power_lines(recorded["power"]):
+        _log(line)
+    return recorded
 
 
 def sealed_stages(plan: ReproducePlan) -> dict[str, tuple[EvalConfig, EvalConfig]]:
@@ -587,7 +627,7 @@ def build_headline_summary(out: str | Path) -> dict:
     """The two-arm summary of a headline directory, from its runs' summaries (and so from their
     receipts): each arm's main run, every pretraining seed's before/after scores, and the paired
     comparisons between the arms."""
-    from .headline_stats import compare_arms, seed_table
+    from .headline_stats import compare_arms, plan_power, read_analysis, seed_table
     from .report.arms import arm_rows
 
     out = Path(out)
@@ -599,11 +639,15 @@ def build_headline_summary(out: str | Path) -> dict:
         if path.name == summary.get("arm"):
             arms[summary["arm"]] = summary
     seeds = seed_table(out, runs)
+    analysis, stated = read_analysis(out)
+    first = next(iter(arms.values()))
+    power = plan_power(ReproducePlan.from_dict(first["plan"]), len({s["pretrain_seed"] for _, s in runs}), analysis)
     summary = {
         "schema_version": "2.0", "preset": runs[0][1]["preset"], "arms": arms,
         "arm_switches": {arm: ARMS[arm] for arm in arms},
         "pretraining_seeds": seeds,
         "comparison": compare_arms(out, arms, seeds),
+        "power": {**power, "stated": stated},
         # seconds of stages per run directory, and of the main arms together (what `make demo` runs)
         "run_seconds": {path.name: sum(s["stage_seconds"].values()) for path, s in runs},
         "demo_seconds": sum(sum(s["stage_seconds"].values()) for s in arms.values()),
@@ -611,4 +655,7 @@ def build_headline_summary(out: str | Path) -> dict:
     }
     columns, rows = arm_rows(summary)
     summary["headline_table"] = {"columns": columns, "rows": rows}  # the README's table, rendered here
+    from .report.arms import readme_seed_table, readme_statements
+
+    summary["readme"] = {"statements": readme_statements(summary), "seed_table": readme_seed_table(summary)}
     return summary

@@ -474,7 +474,13 @@ def _mean_and_error(values: Sequence[float], name: str = "values") -> tuple[floa
     n = int(data.size)
     if n < 2:
         raise ValueError(f"{name} needs at least 2 independent values, got {n}")
-    return float(data.mean()), float(data.std(ddof=1)) / math.sqrt(n), n
+    mean = float(data.mean())
+    error = float(data.std(ddof=1)) / math.sqrt(n)
+    # equal values give an error of a few ulps, not 0: count it as none
+    if error <= 1e-12 * max(1.0, float(np.abs(data).max())):
+        error = 0.0
+        mean = float(data[0]) if np.all(data == data[0]) else mean
+    return mean, error, n
 
 
 def t_test_p(values: Sequence[float], reference: float = 0.0) -> float:

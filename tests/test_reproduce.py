@@ -59,7 +59,17 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
     assert original["rows"]["before"]["original"] == 0 and original["rows"]["rl-31415"]["original"] == 16
     assert comparison["over_pretraining_seeds"]["pretrain_seeds"] == [42]
     report = (out / "REPORT.md").read_text()
-    assert "reproduce the original's 0/24 -> 16/24" in report and "Holm" in report and "make seeds" in report
+    assert "Reproduction of the original's 16/24 is not tested" in report and "Holm" in report and "make seeds" in report
+    # one pretraining seed: no spread to test equivalence with, and the plan said so before it ran
+    assert comparison["faithful_equivalent_to_original"]["p"] is None
+    analysis = json.loads((out / "analysis-plan.json").read_text())
+    assert analysis["stated"] == "before the run" and summary["power"]["stated"] == "before the run"
+    assert analysis["power"]["questions"]["ours_vs_faithful_holdout"]["mdd_seeds"] is None  # one seed
+    assert "## Power of this plan" in report and "cannot detect it" in report
+    for row in on_holdout.values():
+        assert row["units"] == len({e["unit"] for e in json.loads(
+            (out / "ours" / "holdout" / "before-greedy.json").read_text())["episodes"]})
+        assert row["unit_sign_flip_p_holm"] >= row["unit_sign_flip_p"]
     # a rerun resumes: no stage runs again, the sealed receipts are untouched
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.json") if p.parent.name in ("confirm", "holdout")}
     assert len(stamps) == 16

@@ -509,3 +509,99 @@ def test_minimum_detectable_effect_normal_approximation():
 def test_minimum_detectable_effect_rejects_bad_input(args, bad):
     with pytest.raises(ValueError, match=bad):
         minimum_detectable_effect(*args)
+
+
+# --------------------------------------------------------------------------- Student's t, TOST, power, two levels
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from glm53_flash.stats import (  # noqa: E402
+    equivalence_test, minimum_detectable_difference, minimum_equivalence_margin, regularized_beta, student_t_cdf,
+    student_t_quantile, t_interval, t_test_p, two_level_comparison,
+)
+
+
+@pytest.mark.parametrize("p, df, table", [
+    (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 4, 2.7764), (0.975, 10, 2.2281), (0.95, 4, 2.1318),
+    (0.8, 5, 0.9195), (0.995, 30, 2.7500), (0.975, 10**7, 1.9600),
+])
+def test_t_quantiles_match_the_printed_table(p, df, table):
+    assert student_t_quantile(p, df) == pytest.approx(table, abs=1e-4)
+    assert student_t_quantile(1 - p, df) == pytest.approx(-table, abs=1e-4)
+
+
+def test_t_cdf_and_the_incomplete_beta_at_known_points():
+    assert student_t_cdf(0.0, 3) == 0.5
+    assert student_t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy: 1/2 + atan(1)/pi
+    assert student_t_cdf(2.0, 2) == pytest.approx(0.5 + 2 / (2 * math.sqrt(6)))  # closed form for df = 2
+    assert regularized_beta(1, 1, 0.3) == pytest.approx(0.3)
+    assert regularized_beta(2, 3, 0.4) == pytest.approx(0.5248)
+    with pytest.raises(ValueError):
+        student_t_cdf(1.0, 0)
+    with pytest.raises(ValueError):
+        regularized_beta(0, 1, 0.5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0.001, 0.999), st.floats(0.5, 200))
+def test_t_quantile_inverts_the_cdf(p, df):
+    assert student_t_cdf(student_t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
+
+
+def test_t_test_and_interval_by_hand():
+    values = [1.0, 2.0, 3.0, 4.0]  # mean 2.5, sd 1.29099, se 0.645497, t(3) = 3.873 against 0
+    assert t_test_p(values) == pytest.approx(2 * student_t_cdf(-2.5 / 0.6454972, 3))
+    low, high = t_interval(values, 0.95)
+    assert (low + high) / 2 == pytest.approx(2.5) and high - 2.5 == pytest.approx(3.1824 * 0.6454972, abs=1e-3)
+    assert t_test_p([0.2, 0.2, 0.2], reference=0.2) == 1.0 and t_test_p([0.2, 0.2]) == 0.0
+    with pytest.raises(ValueError, match="at least 2"):
+        t_test_p([1.0])
+
+
+def test_equivalence_is_shown_only_inside_the_margin():
+    tight = [0.66, 0.67, 0.665, 0.668, 0.662]
+    shown = equivalence_test(tight, reference=2 / 3, margin=0.05)
+    assert shown["equivalent"] and shown["p"] < 0.05 and shown["interval_level"] == pytest.approx(0.9)
+    low, high = shown["interval"]
+    assert 2 / 3 - 0.05 < low < high < 2 / 3 + 0.05
+    # the committed headline's faithful confirm rates, one per pretraining seed: a margin of 15 points is
+    # not enough for three seeds that spread this far
+    wide = equivalence_test([15.33 / 24, 20 / 24, 20 / 24], reference=16 / 24, margin=0.15)
+    assert not wide["equivalent"] and wide["interval"][1] > 16 / 24 + 0.15
+    off = equivalence_test([0.9, 0.91, 0.92], reference=0.5, margin=0.1)
+    assert not off["equivalent"] and off["p_upper"] > 0.5
+    for bad in (0, -0.1, float("nan"), True):
+        with pytest.raises(ValueError, match="margin"):
+            equivalence_test(tight, margin=bad)
+
+
+def test_minimum_detectable_difference():
+    # (t_.975,5 + t_.8,5) * 0.5 / sqrt(6)
+    assert minimum_detectable_difference(6, 0.5) == pytest.approx((2.5706 + 0.9195) * 0.5 / math.sqrt(6), abs=1e-3)
+    big = minimum_detectable_difference(600, 0.5)
+    assert big == pytest.approx((1.9640 + 0.8417) * 0.5 / math.sqrt(600), abs=1e-3)
+    assert minimum_detectable_difference(600, 0.5, test="z") < big
+    assert minimum_detectable_difference(5, 0.1, test="sign-flip") is None  # 2/32 > 0.05: nothing can show
+    assert minimum_detectable_difference(6, 0.1, test="sign-flip") is not None
+    assert minimum_detectable_difference(1, 0.1) is None
+    assert minimum_equivalence_margin(3, 0.1) == pytest.approx((2.9200 + 1.8856) * 0.1 / math.sqrt(3), abs=1e-3)
+    with pytest.raises(ValueError):
+        minimum_detectable_difference(10, -1.0)
+
+
+def test_a_direction_needs_both_levels():
+    units = [f"u{i}" for i in range(12)]
+    consistent = {seed: {u: 0.2 + 0.01 * seed for u in units} for seed in range(5)}
+    result = two_level_comparison(consistent)
+    assert result["verdict"] == "better" and result["units"]["n"] == 12 and result["seeds"]["n"] == 5
+    assert result["units"]["sign_flip_p"] == pytest.approx(2 / 2**12)
+    # every unit moves the same way, but the seeds disagree: not shown
+    noisy = {seed: {u: (0.3 if seed % 2 else -0.25) for u in units} for seed in range(4)}
+    assert two_level_comparison(noisy)["verdict"] == "not shown"
+    # the seeds agree but one unit carries everything: not shown at the unit level
+    one = {seed: {u: (0.9 if u == "u0" else 0.0) for u in units} for seed in range(6)}
+    assert two_level_comparison(one)["verdict"] == "not shown"
+    worse = {seed: {u: -0.1 - 0.01 * seed for u in units} for seed in range(5)}
+    assert two_level_comparison(worse)["verdict"] == "worse"
+    with pytest.raises(ValueError, match="other units"):
+        two_level_comparison({1: {"a": 0.1}, 2: {"b": 0.1}})

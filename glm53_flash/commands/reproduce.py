@@ -31,6 +31,9 @@ def register(sub) -> None:
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
     p.add_argument("--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress bars (also off when stderr is not a terminal)")
+    p.add_argument("--reports-only", action="store_true",
+                   help="rebuild every summary.json and REPORT.md of --output from the receipts already there; "
+                        "nothing trains, evaluates or opens a sealed split")
     p.set_defaults(func=_run_reproduce)
 
 
@@ -44,6 +47,13 @@ def _integers(text: str, flag: str) -> tuple[int, ...]:
 def _run_reproduce(args) -> int:
     from ..report.arms import arm_table
 
+    if args.reports_only:
+        from ..reproduce import rebuild_reports
+
+        summary = rebuild_reports(args.output)
+        print("\n".join(arm_table(summary)))
+        print(f"\nrebuilt from the receipts: {Path(args.output) / 'REPORT.md'}")
+        return 0
     seeds = None if args.rl_seeds is None else _integers(args.rl_seeds, "--rl-seeds")
     summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
                         progress=not args.quiet, reopen=args.reopen,

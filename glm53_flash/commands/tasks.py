@@ -24,6 +24,8 @@ def register(sub) -> None:
     summary.add_argument("--per-family", type=int, default=8,
                          help="tasks per family of the families suite's splits (default 8)")
     summary.add_argument("--json", action="store_true", help="print the summary as JSON")
+    summary.add_argument("--output", default=None, metavar="FILE",
+                         help="also write the summary as a receipt (with provenance) to FILE")
     summary.set_defaults(func=_run_summary)
     show = commands.add_parser("show", help="one task's prompt, reference and reward cases (not of a sealed split)",
                                description="Print a task of dev or an rl split: its prompt, reference "
@@ -59,6 +61,10 @@ def _run_summary(args) -> int:
     from ..tasks import compositions
 
     summary = compositions.summary() if args.suite == "compositions" else families_summary(args.per_family)
+    if args.output:
+        from ..receipts import provenance, write_json
+
+        write_json(args.output, {**summary, "provenance": provenance()})
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

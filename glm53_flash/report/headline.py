@@ -249,9 +249,24 @@ def metric_rows(results: dict, seeds: list[str], k: int) -> list[tuple[str, str,
 
 
 def gains_cells(results: dict, seeds: list[str]) -> list[str]:
-    """Greedy gains / losses on the trained families and their McNemar p, per seed."""
+    """Greedy gains / losses on the trained families and their McNemar p (pooled over tasks), per seed."""
     return [f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})"
             for g in (results[s]["greedy_trained"] for s in seeds)]
+
+
+UNITS_ROW = "greedy units better / worse (sign-flip p over units)"
+GAINS_ROW = "greedy tasks gained / lost (McNemar p, tasks pooled)"
+
+
+def unit_cells(results: dict, seeds: list[str]) -> list[str]:
+    """Greedy units (behaviours) better / worse after RL and the exact sign-flip p over units, per seed;
+    '' for a summary that predates units."""
+    cells = []
+    for g in (results[s]["greedy_trained"] for s in seeds):
+        units = g.get("units")
+        cells.append("" if units is None else
+                     f"{units['better']} / {units['worse']} of {units['units']} ({format_p(units['sign_flip_p'])})")
+    return cells
 
 
 def result_table(summary: dict) -> list[str]:
@@ -264,8 +279,9 @@ def result_table(summary: dict) -> list[str]:
         original = ORIGINAL[key]
         lines.append(f"| {name} | {original[0]}/{original[2]} | {original[1]}/{original[2]} | {before} | "
                      + " | ".join(afters) + " |")
-    lines.append(f"| greedy gains / losses (McNemar p) | | 16 / 0 ({format_p(ORIGINAL['mcnemar_p'])}) | | "
+    lines.append(f"| {GAINS_ROW} | | 16 / 0 ({format_p(ORIGINAL['mcnemar_p'])}) | | "
                  + " | ".join(gains_cells(summary["seeds"], seeds)) + " |")
+    lines.append(f"| {UNITS_ROW} | | | | " + " | ".join(unit_cells(summary["seeds"], seeds)) + " |")
     return lines
 
 
@@ -278,7 +294,8 @@ def holdout_lines(summary: dict) -> list[str]:
     seeds = seed_order(summary)
     k = ReproducePlan.from_dict(summary["plan"]).holdout_sampled.samples
     rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout["seeds"], seeds, k)]
-    rows.append(["greedy gains / losses (McNemar p)", "", *gains_cells(holdout["seeds"], seeds)])
+    rows.append([GAINS_ROW, "", *gains_cells(holdout["seeds"], seeds)])
+    rows.append([UNITS_ROW, "", *unit_cells(holdout["seeds"], seeds)])
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
     openings = first_lines(holdout.get("ledger") or [])
     opened = ("" if holdout.get("ledger") is None else
@@ -436,7 +453,10 @@ def build_report(out: str | Path) -> Path:
             f"### seed {seed} (selected `{Path(s['selected_checkpoint']).name}`)",
             "",
             f"- greedy pass@1 on the trained families: {g['before_solved']}/{g['tasks']} -> {g['after_solved']}/"
-            f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {format_p(g['mcnemar_p'])}.",
+            f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {format_p(g['mcnemar_p'])} (pooled "
+            f"over tasks)" + ("." if "units" not in g else
+                              f"; over its {g['units']['units']} units, {g['units']['better']} better and "
+                              f"{g['units']['worse']} worse, exact sign-flip p = {format_p(g['units']['sign_flip_p'])}."),
             f"- sampled exact rate on the trained families: {100 * t['before_rate']:.1f}% -> "
             f"{100 * t['after_rate']:.1f}% ({format_signed(t['rate_difference'], scale=100)} points, 95% "
             f"task-bootstrap CI {format_interval(t['rate_difference_ci'], scale=100)}).",
@@ -473,7 +493,11 @@ def build_report(out: str | Path) -> Path:
         f"Confirm tasks differ from training tasks only by a random 7-letter function name; the descriptions, "
         f"bodies and the three hidden tests are the same in every split and in pretraining. The statistics "
         f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {summary['seeds'][seeds[0]]['greedy_trained']['tasks']} "
-        f"trained-family tasks; sampled ones use {k} samples per task.",
+        f"trained-family tasks" + (f" in {summary['seeds'][seeds[0]]['greedy_trained']['units']['units']} units (a "
+                                   f"family and its description: tasks of one unit differ only in the function "
+                                   f"name, so they are not independent)"
+                                   if "units" in summary['seeds'][seeds[0]]['greedy_trained'] else "")
+        + f"; sampled ones use {k} samples per task.",
     ]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")

@@ -232,27 +232,37 @@ def slide_arms(x: Inputs) -> list[Slide]:
     from .arms import arm_table, checkpoint_label, holdout_history
 
     comparison = x.arms["comparison"]
-    original = comparison.get("faithful_reproduces_original")
+    equivalence = comparison.get("faithful_equivalent_to_original")
     holdout = comparison.get("ours_vs_faithful_holdout")
-    over = comparison.get("over_pretraining_seeds")
+    both = comparison.get("units_and_seeds")
     lines = []
-    if original:
-        after = [r for name, r in original["rows"].items() if name != "before"]
-        lines.append("The original's counts inside the faithful arm's 95% Wilson intervals: before RL "
-                     f"<strong>{'yes' if original['rows']['before']['original_inside'] else 'no'}</strong>, "
-                     f"after RL on <strong>{sum(r['original_inside'] for r in after)} of {len(after)}</strong> "
-                     "RL seeds.")
+    if equivalence and equivalence.get("interval"):
+        low, high = equivalence["interval"]
+        lines.append(f"Reproduces the original's 16/24? Equivalence within &plusmn;{100 * equivalence['margin']:.0f} "
+                     f"points over {len(equivalence['values'])} pretraining seeds: <strong>"
+                     f"{'shown' if equivalence['equivalent'] else 'not shown'}</strong> (90% interval "
+                     f"{100 * low:.0f}% to {100 * high:.0f}% against {100 * equivalence['original']:.0f}%).")
     if holdout:
+        first = next(iter(holdout["rows"].values()))
         better = [n for n, r in holdout["rows"].items() if r["ours_better"]]
         worse = [n for n, r in holdout["rows"].items() if r["faithful_better"]]
-        lines.append("Ours vs faithful on the holdout split (exact McNemar, Holm over checkpoints): "
+        lines.append(f"Ours vs faithful on holdout ({first['tasks']} tasks are {first['units']} units; sign-flip over "
+                     "units, Holm over checkpoints): "
                      + (f"ours better {esc(', '.join(map(checkpoint_label, better)))}" if better else
                         "ours not shown better")
                      + (f"; faithful better {esc(', '.join(map(checkpoint_label, worse)))}" if worse else "") + ".")
-    if over:
-        gain = over["ours_minus_faithful_after"]
-        lines.append(f"Over {len(over['pretrain_seeds'])} pretraining seeds, ours minus faithful after RL on holdout: "
-                     f"{', '.join(f'{v:+.0f}' for v in gain['values'])} tasks (sign-flip p {format_p(gain['sign_flip_p'])}).")
+    if both:
+        after = both["ours_minus_faithful_after"]
+        lines.append(f"Units and {after['seeds']['n']} pretraining seeds together, ours minus faithful after RL: "
+                     f"{100 * after['mean_difference']:+.1f} points, <strong>{esc(after['verdict'])}</strong>; RL gain "
+                     f"{esc(both['rl_gain_faithful']['verdict'])} (faithful), {esc(both['rl_gain_ours']['verdict'])} (ours).")
+    power = x.arms.get("power")
+    if power and "ours_vs_faithful_holdout" in power["questions"]:
+        q = power["questions"]["ours_vs_faithful_holdout"]
+        lines.append(f"Power: this plan detects differences of {100 * q['mdd_units']:.0f} points over units and "
+                     f"{100 * q['mdd_seeds']:.0f} over seeds, not the {100 * q['effect_of_interest']:.0f} points it asks about."
+                     if not q["detectable"] and q["mdd_units"] is not None and q["mdd_seeds"] is not None else
+                     "Power: see the report.")
     return [Slide(
         "arms", "Two arms: the original's switches against ours",
         "<p>Same data, budget and hyperparameters; the faithful arm turns every switch back to the original's.</p>"
