@@ -27,6 +27,14 @@ def register(sub) -> None:
     summary.add_argument("--output", default=None, metavar="FILE",
                          help="also write the summary as a receipt (with provenance) to FILE")
     summary.set_defaults(func=_run_summary)
+    budget = commands.add_parser(
+        "budget", help="a pretraining run's before-RL dev pass rate, checkpoint by checkpoint",
+        description="Summarise a pretraining run and one greedy `glm53 eval` receipt per checkpoint on a dev split "
+                    "into one table (the pretraining budget at which a suite's sealed sets are measurable).")
+    budget.add_argument("--training-receipt", required=True, help="the run's training-receipt.json")
+    budget.add_argument("--eval", nargs="+", required=True, metavar="RECEIPT", help="greedy eval receipts")
+    budget.add_argument("--output", required=True, help="summary JSON to write")
+    budget.set_defaults(func=_run_budget)
     show = commands.add_parser("show", help="one task's prompt, reference and reward cases (not of a sealed split)",
                                description="Print a task of dev or an rl split: its prompt, reference "
                                            "completion, unit, structure and the cases its reward is judged on.")
@@ -77,6 +85,18 @@ def _run_summary(args) -> int:
     for name, row in summary["splits"].items():
         print(f"{name:32} {'yes' if row['sealed'] else 'no':>6} {row['tasks']:>6} {row['behaviours']:>10} "
               f"{row['structures']:>10}  {row['sha256'][:16]}")
+    return 0
+
+
+def _run_budget(args) -> int:
+    from ..receipts import write_json
+    from ..report.budget import budget_summary
+    from ..report.tables import markdown_table
+
+    summary = budget_summary(args.training_receipt, args.eval)
+    write_json(args.output, summary)
+    print("\n".join(markdown_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"])))
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -117,26 +117,17 @@ def blocks(path: Path) -> list[Block]:
                 result[-1].binding, result[-1].binding_line = BINDING.search(comment).group(1), i + 1
             settings = NOT_MEASURED.search(comment)
             table = TABLE_BINDING.search(comment)
-            if settings:
+            if settings or table:
                 k = j
                 while k < len(lines) and not lines[k].strip():
                     k += 1
                 if k < len(lines) and lines[k].startswith("|"):
-                    result.append(Block("table", k + 1, [], not_measured=settings.group(1)))
+                    block = Block("table", k + 1, [], not_measured=settings.group(1) if settings else None,
+                                  table_binding=(table.group(1), table.group(2)) if table else None)
                     while k < len(lines) and lines[k].startswith("|"):
-                        result[-1].lines.append(lines[k])
+                        block.lines.append(lines[k])
                         k += 1
-                    j = k
-            if table:
-                pending_table = (table.group(1), table.group(2))
-                k = j
-                while k < len(lines) and not lines[k].strip():
-                    k += 1
-                if k < len(lines) and lines[k].startswith("|"):
-                    result.append(Block("table", k + 1, [], table_binding=pending_table))
-                    while k < len(lines) and lines[k].startswith("|"):
-                        result[-1].lines.append(lines[k])
-                        k += 1
+                    result.append(block)
                     j = k
             i = j
             continue
@@ -246,8 +237,9 @@ def resolve(data, path: str):
 
 
 def _parts(path: str) -> list[str]:
+    """A path's keys: split at dots, except an escaped one (`splits.compositions\\.dev.tasks`)."""
     parts = []
-    for piece in path.split("."):
+    for piece in (p.replace("\0", ".") for p in path.replace("\\.", "\0").split(".")):
         head, *indices = piece.split("[")
         if head:
             parts.append(head)
@@ -291,6 +283,17 @@ def parse_binding(text: str) -> tuple[list[str], list[Entry]]:
     return files, entries
 
 
+def _rendered(value, what: str) -> list[str]:
+    """The lines a generated block must hold: the text (blank lines aside) or the rendered table."""
+    if what == "text":
+        if not isinstance(value, str):
+            raise TypeError("the cell holds no text")
+        return [line.rstrip() for line in value.strip().splitlines() if line.strip()]
+    from .tables import markdown_table
+
+    return markdown_table(value["columns"], value["rows"])
+
+
 def check_doc(root: Path, doc: str) -> list[str]:
     """Every problem with the figures of one doc: a block with figures and no binding, a count that
     differs, a cell that does not exist, a figure that is not its cell as formatted."""
@@ -311,28 +314,19 @@ def check_doc(root: Path, doc: str) -> list[str]:
             if not block.not_measured.strip():
                 problems.append(f"{where}: say why the table's numbers are not measurements")
             continue
-        if block.text_binding is not None:
-            file, path = block.text_binding
+        generated = block.text_binding or block.table_binding
+        if generated is not None:
+            file, path = generated
+            what = "text" if block.text_binding else "table"
             try:
-                expected = resolve(load(file), path)
-            except (KeyError, FileNotFoundError, TypeError) as error:
-                problems.append(f"{where}: text binding: {error}")
-                continue
-            if not isinstance(expected, str) or "\n".join(block.lines).strip() != expected.strip():
-                problems.append(f"{where}: the text is not {file} {path} as generated")
-            continue
-        if block.table_binding is not None:
-            file, path = block.table_binding
-            try:
-                table = resolve(load(file), path)
-                from .tables import markdown_table
-
-                expected = markdown_table(table["columns"], table["rows"])
+                value = resolve(load(file), path)
+                expected = _rendered(value, what)
             except (KeyError, FileNotFoundError, TypeError, ValueError) as error:
-                problems.append(f"{where}: table binding: {error}")
+                problems.append(f"{where}: {what} binding: {error}")
                 continue
-            if block.lines != expected:
-                problems.append(f"{where}: the table is not {file} {path} as rendered")
+            if [line.rstrip() for line in block.lines if what == "table" or line.strip()] != expected:
+                problems.append(f"{where}: the {what} is not {file} {path} as "
+                                f"{'generated' if what == 'text' else 'rendered'}")
             continue
         if not block.figures:
             if block.binding and parse_binding(block.binding)[1]:

@@ -1,0 +1,63 @@
+"""The before-RL pass rate of a pretraining run on a suite's dev split, checkpoint by checkpoint: the
+receipt behind the stated pretraining budget at which the sealed sets are measurable (neither 0 nor
+saturated). Built only from the pretraining receipt and one greedy evaluation receipt per checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..receipts import provenance, sha256_file
+
+
+def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) -> dict:
+    """Per evaluated checkpoint: its step, tokens seen, training loss, and the greedy dev result overall,
+    under the strong set and per kind (with units); the rows sorted by step."""
+    training = json.loads(Path(training_receipt).read_text())
+    curve = {row["step"]: row for row in training["training_curve"]}
+    seen = {c["weights_sha256"]: c["step"] for c in training["checkpoints"]}
+    rows = []
+    for path in evaluations:
+        receipt = json.loads(Path(path).read_text())
+        if not receipt.get("inference", {}).get("greedy"):
+            raise ValueError(f"{path} is not a greedy evaluation receipt")
+        step = seen.get(receipt.get("checkpoint_sha256"))
+        if step is None:
+            raise ValueError(f"{path} evaluates a checkpoint that {training_receipt} did not write")
+        summary = receipt["summary"]
+        tokens = sum(r["tokens"] for s, r in curve.items() if s <= step)
+        kinds = {kind: {"solved": row["solved"], "tasks": row["tasks"], "units": row["units"],
+                        "solved_strong": row.get("solved_strong")}
+                 for kind, row in receipt["by_kind"].items()}
+        rows.append({"step": step, "tokens_seen": tokens, "loss": curve[step]["loss"] if step in curve else None,
+                     "split": receipt["split"], "tasks": summary["tasks_total"], "units": summary["units"],
+                     "solved": summary["tasks_solved"], "pass_at_1": summary["pass_at_1"],
+                     "solved_strong": summary["tasks_solved_strong"], "false_passes": summary["false_passes"],
+                     "valid_programs": summary["valid_programs"], "by_kind": kinds,
+                     "receipt": Path(path).name, "receipt_sha256": sha256_file(path)})
+    rows.sort(key=lambda r: r["step"])
+    kinds = sorted({k for r in rows for k in r["by_kind"]})
+    table_rows = []
+    for r in rows:
+        cells = [f"{r['step']:,}", f"{r['tokens_seen'] / 1e6:.2f}M", f"{r['loss']:.3f}",
+                 f"{r['solved']}/{r['tasks']} ({100 * r['pass_at_1']:.1f}%)", f"{r['solved_strong']}"]
+        for kind in kinds:
+            k = r["by_kind"].get(kind)
+            cells.append("-" if k is None else f"{k['solved']}/{k['tasks']} ({100 * k['solved'] / k['tasks']:.1f}%)")
+        table_rows.append(cells)
+    columns = ["pretraining step", "tokens seen", "training loss", "dev greedy pass@1",
+               "solved under the strong set", *[f"{kind}, solved" for kind in kinds]]
+    data = training.get("data", {})
+    return {
+        "what": "greedy pass@1 of each pretraining checkpoint on the suite's dev split, before any RL",
+        "training": {"receipt": Path(training_receipt).name, "receipt_sha256": sha256_file(training_receipt),
+                     "preset": training["preset"], "tasks": data.get("tasks", "families"),
+                     "behaviours_sha256": data.get("behaviours_sha256"), "batch_size": training["batch_size"],
+                     "sequence_length": training["sequence_length"], "learning_rate": training["learning_rate"],
+                     "warmup": training["warmup"], "schedule": training["schedule"], "steps": training["steps"],
+                     "seed": training["seed"], "parameters": training["parameter_counts"]["total"],
+                     "elapsed_seconds": training["elapsed_seconds"], "commit": training["provenance"]["git_commit"]},
+        "checkpoints": rows,
+        "headline_table": {"columns": columns, "rows": table_rows},
+        "provenance": provenance(),
+    }
