@@ -389,3 +389,17 @@ def test_study_directory_is_locked_and_an_interrupted_study_says_so(tmp_path, ca
     plan = json.loads((out / "plan.json").read_text())
     assert plan["status"] == "complete" and "resume_command" not in plan
     assert not (out / ".lock").exists()
+
+
+def test_a_study_plan_states_its_power_before_it_runs(tmp_path, capsys, one_thread):
+    assert main(_study(tmp_path, "--plan-only")) == 0
+    plan = json.loads((tmp_path / "study" / "plan.json").read_text())
+    over_seeds = plan["power"]["comparison over seeds"]
+    # two seeds: the sign-flip test's smallest p is 0.5, so nothing can be detected, and it says so
+    assert over_seeds["n"] == 2 and over_seeds["mdd_in_sd"] is None and over_seeds["sign_flip_floor"] == 0.5
+    assert plan["power"]["pooled over (seed, held-out item)"]["mdd_in_sd"] > 0
+    assert "cannot detect any difference" in capsys.readouterr().err
+    # the power is outside the hashed design, like the estimate
+    from glm53_flash.experiments.study import plan_hash
+
+    assert plan["plan_sha256"] == plan_hash({k: v for k, v in plan.items() if k != "power"})

@@ -59,9 +59,12 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
 
 
 def _start_study(cfg, out: Path, plan: dict) -> bool:
-    from ..experiments.study import pending_units, prepare_study
+    from ..experiments.study import pending_units, power_lines, prepare_study
 
     resuming = prepare_study(out, plan, cfg.force)
+    recorded = json.loads((out / "plan.json").read_text())
+    for line in power_lines(recorded):
+        print(line, file=sys.stderr)
     estimate = plan["estimate"]
     units = plan["units"]
     todo = pending_units(out, units, plan["plan_sha256"])

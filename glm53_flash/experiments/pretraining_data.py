@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..tokenizer import ByteTokenizer
+from .study import level_power
 
 OPS = ("add", "sub", "mul", "neg", "abs")
 PHRASES = {
@@ -421,6 +422,9 @@ def build_plan(conditions, seeds, steps: int, batch_size: int, learning_rate: fl
             "pooled_item_test": "sign-flip over (seed, held-out item) pairs for the pass/fail metrics",
             "bootstrap": {"resamples": 20000, "seed": 20261130, "level": 0.95}, "alpha": 0.05,
         },
+        # stated before the first run, outside the hashed design (as the estimate)
+        "power": {"comparison over seeds": level_power(len(seeds), "sign-flip"),
+                  "pooled over (seed, held-out item)": level_power(len(seeds) * len(split_structures()[1]), "t")},
         "estimate": {
             "workers": workers, "seconds_per_step": seconds_per_step,
             "expected_minutes": None if seconds_per_step is None else round(

@@ -15,6 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
+from .study import level_power
+
 STUDY = "rl-choices"
 BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1, "temperature": 0.35}
 ARMS: dict[str, dict] = {
@@ -104,6 +106,9 @@ def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, conf
                             "difference (primary), per-seed exact McNemar, pooled sign-flip over (seed, task) pairs",
             "bootstrap": {"resamples": 20000, "seed": 20261130, "level": 0.95}, "alpha": 0.05,
         },
+        # stated before the first run, outside the hashed design (as the estimate)
+        "power": {"screen, over seeds": level_power(len(screen_seeds), "sign-flip"),
+                  "confirmation, over seeds": level_power(len(confirm_seeds), "sign-flip")},
         "estimate": {"workers": workers, "seconds_per_rollout": seconds_per_rollout,
                      "seconds_per_eval_task": seconds_per_eval_task, "rollouts": rollouts,
                      "evaluated_tasks": evaluations, "expected_minutes": expected},

@@ -28,6 +28,29 @@ def plan_hash(plan: dict) -> str:
     return sha256_json({key: plan[key] for key in ("study", "design", "units", "analysis")})
 
 
+def level_power(n: int, test: str, alpha: float = 0.05, power: float = 0.8) -> dict:
+    """What a paired test over `n` independent values can detect, in standard deviations of the paired
+    differences (so it needs no assumed spread): None when it can detect nothing (the exact sign-flip
+    test's floor 2/2^n is above alpha, or fewer than two values)."""
+    from ..stats import minimum_detectable_difference
+
+    return {"n": n, "test": test, "alpha": alpha, "power": power,
+            "sign_flip_floor": 2.0 / 2.0 ** n if n else 1.0,
+            "mdd_in_sd": minimum_detectable_difference(n, 1.0, alpha, power, test)}
+
+
+def power_lines(plan: dict) -> list[str]:
+    """The plan's power, as `glm53 experiment` prints it before the first run."""
+    lines = []
+    for name, level in (plan.get("power") or {}).items():
+        mdd = level["mdd_in_sd"]
+        lines.append(f"power, {name}: {level['n']} independent values ({level['test']} test): "
+                     + ("cannot detect any difference at alpha " f"{level['alpha']}" if mdd is None else
+                        f"detects {mdd:.2f} standard deviations of the paired differences with "
+                        f"{round(100 * level['power'])}% power"))
+    return lines
+
+
 def prepare_study(out: Path, plan: dict, force: bool) -> bool:
     """Create or reopen `out` for `plan`. Returns True when resuming a study with the same design."""
     plan["plan_sha256"] = plan_hash(plan)
@@ -169,7 +192,9 @@ __all__ = [
     "RUNS_DIR",
     "load_receipts",
     "pending_units",
+    "level_power",
     "plan_hash",
+    "power_lines",
     "prepare_study",
     "receipt_path",
     "run_units",

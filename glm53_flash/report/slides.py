@@ -251,11 +251,14 @@ def slide_arms(x: Inputs) -> list[Slide]:
                      + (f"ours better {esc(', '.join(map(checkpoint_label, better)))}" if better else
                         "ours not shown better")
                      + (f"; faithful better {esc(', '.join(map(checkpoint_label, worse)))}" if worse else "") + ".")
+    def gain(result):
+        return "shown at both levels" if result["verdict"] != "not shown" else "not shown at both levels"
+
     if both:
         after = both["ours_minus_faithful_after"]
         lines.append(f"Units and {after['seeds']['n']} pretraining seeds together, ours minus faithful after RL: "
-                     f"{100 * after['mean_difference']:+.1f} points, <strong>{esc(after['verdict'])}</strong>; RL gain "
-                     f"{esc(both['rl_gain_faithful']['verdict'])} (faithful), {esc(both['rl_gain_ours']['verdict'])} (ours).")
+                     f"{100 * after['mean_difference']:+.1f} points, <strong>{esc(after['verdict'])}</strong>; RL's gain "
+                     f"{gain(both['rl_gain_faithful'])} (faithful), {gain(both['rl_gain_ours'])} (ours).")
     power = x.arms.get("power")
     if power and "ours_vs_faithful_holdout" in power["questions"]:
         q = power["questions"]["ours_vs_faithful_holdout"]
