@@ -217,3 +217,21 @@ def test_tasks_summary_command(capsys):
     sealed = split_tasks(UNSEEN_SPLIT)[0]
     assert main(["tasks", "show", sealed.task_id]) == 2
     assert "sealed split" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split", compositions.SEALED)
+def test_the_sealed_sets_open_only_through_the_ledger(tmp_path, capsys, split):
+    from glm53_flash import ledger
+    from glm53_flash.evaluate import split_of
+
+    assert ledger.is_sealed(split) and split_of(split_tasks(split)[:2]) == split
+    out = tmp_path / "r.json"
+    assert main(["eval", "--checkpoint", str(tmp_path / "none"), "--split", split, "--output", str(out)]) == 2
+    assert "is sealed" in capsys.readouterr().err and not out.exists()
+    assert not ledger.read_ledger()  # refused before anything is opened or written
+    # the evaluation itself refuses without an opening, whoever calls it
+    from glm53_flash.evaluate import evaluate_greedy
+    from glm53_flash.ledger import SealedSplitError
+
+    with pytest.raises(SealedSplitError):
+        evaluate_greedy(None, split_tasks(split)[:1])

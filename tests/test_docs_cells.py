@@ -173,3 +173,9 @@ def test_the_vision_report_is_what_its_receipts_give(tmp_path):
                     "--pilot", str(receipts / "pilot.json"), "--output", str(tmp_path / "vision")], check=True,
                    capture_output=True)
     assert (tmp_path / "vision" / "REPORT.md").read_text() == (ROOT / "results" / "vision" / "REPORT.md").read_text()
+
+
+def test_docs_check_command(capsys):
+    from glm53_flash.cli import main
+
+    assert main(["docs", "check"]) == 0 and "0 problem(s)" in capsys.readouterr().out

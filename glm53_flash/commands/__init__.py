@@ -16,6 +16,7 @@ GROUPS = (
     ("reproduce", "glm53 reproduce"),
     ("experiments", "glm53 experiment, analyze"),
     ("web", "glm53 slides, serve"),
+    ("docs", "glm53 docs check, bind"),
     ("vision", "glm53 vision"),
 )
 BENCH_GROUP = "bench"  # glm53 bench model, architecture, decode, verify

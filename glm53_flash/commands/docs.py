@@ -1,0 +1,54 @@
+"""`glm53 docs check`: every figure of the docs against the exact cell of its receipt; `glm53 docs bind`:
+write suggested bindings for the blocks of a doc that have none (report/cells.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("docs", help="check that each figure in the docs is the cell of its receipt",
+                            description="The docs' figures bound to the exact cells of committed receipts.")
+    commands = parser.add_subparsers(dest="docs_command", metavar="COMMAND", required=True)
+    check = commands.add_parser("check", help="check every figure of the docs (or of the docs named)",
+                                description="Check each doc's figures against the cells their bindings name.")
+    check.add_argument("docs", nargs="*", help="docs to check, relative to the repository (default: all)")
+    check.set_defaults(func=_run_check)
+    bind = commands.add_parser(
+        "bind", help="write suggested bindings for a doc's unbound blocks",
+        description="For each block with figures and no binding, write a <!-- cells: --> comment naming, for "
+                    "each figure, a cell that shows it (from the receipts the block names, its section's "
+                    "marker and --receipts), or '?' where none does. Review every suggestion: a small number "
+                    "can be shown by many cells.")
+    bind.add_argument("doc", help="the doc, relative to the repository")
+    bind.add_argument("--receipts", nargs="*", default=[], help="receipts to look in for every block")
+    bind.set_defaults(func=_run_bind)
+
+
+def _root() -> Path:
+    from ..ledger import repository_root
+
+    root = repository_root()
+    if root is None:
+        raise ValueError("glm53 docs works in a checkout of the project (its README and results/)")
+    return root
+
+
+def _run_check(args) -> int:
+    from ..report.cells import DOCS, check_doc
+
+    root = _root()
+    problems = [problem for doc in (args.docs or DOCS) for problem in check_doc(root, doc)]
+    for problem in problems:
+        print(problem)
+    print(f"{len(problems)} problem(s) in {len(args.docs or DOCS)} doc(s)")
+    return 1 if problems else 0
+
+
+def _run_bind(args) -> int:
+    from ..report.cells import bind
+
+    counts = bind(_root(), args.doc, args.receipts)
+    print(f"{args.doc}: {counts['blocks']} block(s) bound, {counts['entries']} entries, {counts['unresolved']} "
+          f"unresolved ('?'), {len(counts['ambiguous'])} shown by several cells (review them)")
+    return 0
