@@ -9,6 +9,10 @@ from pathlib import Path
 
 from ..receipts import provenance, sha256_file
 
+# The budget: the earliest checkpoint at which every kind of dev task is measurable, its greedy pass
+# rate inside this band (outcomes near the middle carry the most information per pass/fail unit).
+MEASURABLE = (0.20, 0.80)
+
 
 def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) -> dict:
     """Per evaluated checkpoint: its step, tokens seen, training loss, and the greedy dev result overall,
@@ -48,6 +52,15 @@ def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) 
     columns = ["pretraining step", "tokens seen", "training loss", "dev greedy pass@1",
                "solved under the strong set", *[f"{kind}, solved" for kind in kinds]]
     data = training.get("data", {})
+    low, high = MEASURABLE
+    measurable = [r for r in rows if r["by_kind"] and all(low <= k["solved"] / k["tasks"] <= high
+                                                          for k in r["by_kind"].values())]
+    budget = None if not measurable else {
+        "step": measurable[0]["step"], "tokens_seen": measurable[0]["tokens_seen"],
+        "pass_at_1": measurable[0]["pass_at_1"],
+        "by_kind": {kind: k["solved"] / k["tasks"] for kind, k in measurable[0]["by_kind"].items()},
+        "rule": f"the earliest checkpoint whose dev greedy pass rate lies between {low:.0%} and {high:.0%} for "
+                f"every kind of task (neither 0 nor saturated)"}
     return {
         "what": "greedy pass@1 of each pretraining checkpoint on the suite's dev split, before any RL",
         "training": {"receipt": Path(training_receipt).name, "receipt_sha256": sha256_file(training_receipt),
@@ -58,6 +71,7 @@ def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) 
                      "seed": training["seed"], "parameters": training["parameter_counts"]["total"],
                      "elapsed_seconds": training["elapsed_seconds"], "commit": training["provenance"]["git_commit"]},
         "checkpoints": rows,
+        "budget": budget,
         "headline_table": {"columns": columns, "rows": table_rows},
         "provenance": provenance(),
     }

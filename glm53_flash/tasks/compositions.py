@@ -684,6 +684,8 @@ def summary() -> dict:
             "sha256": split_sha256(split),
         }
         row["tasks"] = 0 if split == PRETRAIN_SPLIT else len(split_tasks(split))
+        if split in EVALUATION:
+            row["power"] = _unit_power(len(entries))
         splits[split] = row
     return {
         "suite": SUITE, "version": VERSION,
@@ -696,6 +698,17 @@ def summary() -> dict:
         "original_families": dict(ORIGINAL_BEHAVIOURS),
         "splits": splits,
     }
+
+
+def _unit_power(units: int) -> dict:
+    """What a paired comparison over a split's units detects (exact sign-flip over units, alpha 0.05, 80%
+    power), for two standard deviations of a unit's difference in pass rate: 0.3 (the families suite's
+    arms differed by up to that) and 0.5 (about the largest for pass/fail units)."""
+    from ..stats import minimum_detectable_difference
+
+    return {"units": units, "alpha": 0.05, "power": 0.8,
+            "mdd_at_sd_0.3": minimum_detectable_difference(units, 0.3),
+            "mdd_at_sd_0.5": minimum_detectable_difference(units, 0.5)}
 
 
 def _counts(values) -> dict:
