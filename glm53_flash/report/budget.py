@@ -14,6 +14,12 @@ from ..receipts import provenance, sha256_file
 MEASURABLE = (0.20, 0.80)
 
 
+def _sha256_json(value) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+
 def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) -> dict:
     """Per evaluated checkpoint: its step, tokens seen, training loss, and the greedy dev result overall,
     under the strong set and per kind (with units); the rows sorted by step."""
@@ -39,7 +45,12 @@ def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) 
                      "solved_strong": summary["tasks_solved_strong"], "false_passes": summary["false_passes"],
                      "valid_programs": summary["valid_programs"], "by_kind": kinds,
                      "receipt": Path(path).name, "receipt_sha256": sha256_file(path)})
+        rows[-1]["strong_tests_sha256"] = receipt["inference"]["strong_tests"]["sha256"]
+        rows[-1]["task_ids_sha256"] = _sha256_json([e["task_id"] + "\n" + e["prompt"] for e in receipt["episodes"]])
     rows.sort(key=lambda r: r["step"])
+    for key in ("split", "strong_tests_sha256", "task_ids_sha256"):
+        if len({r[key] for r in rows}) > 1:
+            raise ValueError(f"the evaluation receipts differ in {key}: every checkpoint must be judged on the same tasks")
     kinds = sorted({k for r in rows for k in r["by_kind"]})
     table_rows = []
     for r in rows:
