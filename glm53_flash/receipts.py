@@ -147,8 +147,10 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         # the verifier sandbox's isolation, as reached by the weakest worker this process started
         # (None when no program was judged here)
         "verifier_isolation": _verifier_isolation(),
-        # whether the skinny decode kernels served this process (None when nothing here needed them)
+        # whether the CPU kernels served this process (None when nothing here needed them)
         "decode_kernels": _decode_kernels(),
+        # the switches that steer the model's kernel dispatch (model/kernels.py SWITCHES)
+        "kernel_switches": _kernel_switches(),
         # whether glibc keeps freed memory for reuse (runtime.retain_freed_memory; None: not asked)
         "malloc_tuning": _malloc_tuning(),
     }
@@ -164,6 +166,14 @@ def _decode_kernels() -> dict | None:
     from .model import kernels
 
     return kernels.observed()
+
+
+def _kernel_switches() -> dict:
+    from .model import kernels
+
+    record = kernels.dispatch_record()
+    record.pop("library")  # the decode_kernels field
+    return record
 
 
 def _verifier_isolation() -> dict | None:

@@ -1,4 +1,4 @@
-"""The skinny C kernels (glm53_flash/model/kernels.py) against torch's products, their dispatch rules,
+"""The CPU kernels (glm53_flash/model/kernels.py, kernels.c) against torch's products, their dispatch rules,
 and the fallback when they cannot be built. The kernel tests skip on a machine that cannot build
 them (no AVX2/FMA or no C compiler); the dispatch and fallback tests run everywhere."""
 
@@ -36,7 +36,7 @@ def isa(request):
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, kernels.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 24, 48, 192]),
        lead=st.sampled_from([(), (1,), (2,)]))
-def test_skinny_linear_equals_f_linear(rows, outputs, inner, lead):
+def test_kernel_linear_equals_f_linear(rows, outputs, inner, lead):
     """Any row count up to the limit, output sizes with and without a tail of 1-3 rows past the
     blocks of four, leading batch dimensions."""
     generator = torch.Generator().manual_seed(rows * 1000 + outputs)
@@ -168,8 +168,8 @@ def test_failed_build_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "skinny.c")
-    (tmp_path / "skinny.c").write_text("this is not C\n")
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "kernels.c")
+    (tmp_path / "kernels.c").write_text("this is not C\n")
     status = kernels.status()
     assert status["available"] is False and status["library"] is None and status["reason"]
     x, weight = torch.randn(4, 16), torch.randn(8, 16)
@@ -184,8 +184,8 @@ def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
         pytest.skip("this machine cannot build the kernels at all")
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "skinny.c")
-    (tmp_path / "skinny.c").write_text("this is not C\n")
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "kernels.c")
+    (tmp_path / "kernels.c").write_text("this is not C\n")
     status = kernels.status()
     assert not status["available"] and "failed" in status["reason"]
     assert not list((tmp_path / "cache").glob("*.so"))  # nothing half-built left to load later

@@ -247,7 +247,7 @@ def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch,
         return original(self, *args)
 
     monkeypatch.setattr(moe_module.MixtureOfExperts, "run_padded", spy)
-    monkeypatch.setattr(kernels, "ENABLED", False)  # the skinny kernels come first where they serve
+    monkeypatch.setattr(kernels, "ENABLED", False)  # the CPU kernels come first where they serve
     outputs = []
     with torch.inference_mode():
         for padded in (True, False):

@@ -1,27 +1,43 @@
-/* Skinny float32 matrix products for cached decoding on the CPU: a few rows (one per sequence in the
- * batch) against a weight matrix that is read once per step from memory. BLAS libraries tune for
- * large M; at 4-32 rows they stream the weights at a fraction of the memory bandwidth. These loops
- * keep a block of weight rows in registers/L1 and run every input row past it, so each weight byte is
- * loaded from memory once per call. Then the sparse layer's decode step and a block's whole decode step
- * in three calls (the end of the file). In between, two pieces of training (any row count): the SwiGLU
- * activation's forward and backward, each one pass over memory with a vectorised exp, and RMSNorm's
- * forward and backward.
+/* The CPU kernels of glm53_flash/model/kernels.py: float32 matrix products for cached decoding (a few
+ * rows, one per sequence in the batch, against a weight matrix read once per step from memory: BLAS
+ * libraries tune for large M and at 4-32 rows stream the weights at a fraction of the memory
+ * bandwidth; these loops keep a block of weight rows in registers/L1 and run every input row past it,
+ * so each weight byte is loaded once per call), the sparse layer's decode step, a block's whole decode
+ * step in three calls, and two pieces of training at any row count: the SwiGLU activation's forward
+ * and backward (one pass over memory each, a vectorised exp) and RMSNorm's forward and backward.
  *
- * Built on first use by glm53_flash/model/kernels.py for the widest vectors the CPU has: 16 lanes
- * (cc -O3 -mavx512f -mavx2 -mfma -fopenmp) on AVX-512, else 8 lanes (-mavx2 -mfma). The same source
- * serves both through the vector helpers below; inner sizes need only be multiples of 8 (a 16-lane
- * loop reads its last 8 floats with a masked load). The eager torch path is the fallback and the
- * test oracle. OpenMP shares the runtime torch already loaded (the same libgomp soname), so the
- * threads are torch's.
+ * Built on first use by kernels.py for the widest vectors the CPU has: 16 lanes (cc -O3 -mavx512f
+ * -mavx2 -mfma -fopenmp) on AVX-512, else 8 lanes (-mavx2 -mfma). The same source serves both through
+ * the vector helpers below; inner sizes need only be multiples of 8 (a 16-lane loop reads its last 8
+ * floats with a masked load). The eager torch path is the fallback and the test oracle. OpenMP shares
+ * the runtime torch already loaded (the same libgomp soname), so the threads are torch's.
  *
  * Every output element is computed by exactly one thread in a fixed order, so results do not depend
  * on the thread count (they do depend on the lane count, in the last bits, like any change of
  * summation order).
+ *
+ * The entry points are the glm53_* functions at the end of the file. Each checks the sizes it is given
+ * against what its loops and fixed buffers hold (the LIMIT_* numbers below) and returns OUT_OF_RANGE
+ * without touching memory when they do not hold; kernels.py checks the same rules first and raises a
+ * clear error, so the checks here are the second line, for a caller that bypasses the first.
  */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* What every entry point returns. */
+#define OK 0
+#define NO_MEMORY 1
+#define OUT_OF_RANGE 2
+#define REQUIRE(condition) do { if (!(condition)) return OUT_OF_RANGE; } while (0)
+/* The fixed buffers' sizes (kernels.py's limits; glm53_limits reports them so a test can compare). */
+#define LIMIT_EXPERTS 64    /* router logits per token: logits[], next[] */
+#define LIMIT_TOP_K 8       /* chosen experts per token: top[] */
+#define LIMIT_HEAD_DIM 256  /* per-head rows of the attention steps: pq[], rq[], ... */
+#define LIMIT_KEYS 4096     /* attention scores of one sparse step: the kept keys and the query's own */
+#define LIMIT_STREAMS 64    /* residual streams mixed by a block: w[] */
+#define LIMIT_SLOTS 4096    /* tokens x top_k routed by one dispatch: its stack array chosen[] */
 
 #if defined(__AVX512F__)
 #define LANES 16
@@ -81,7 +97,7 @@ static inline __m256 half_sum(vec a) { return a; }
 #define FULL ((lanes_mask)-1)
 
 /* The number of float lanes this build uses (kernels.py reports it). */
-int64_t skinny_lanes(void) { return LANES; }
+int64_t glm53_lanes(void) { return LANES; }
 
 /* Four accumulators -> their four horizontal sums. */
 static inline __m128 sum4(vec a4, vec b4, vec c4, vec d4) {
@@ -166,7 +182,7 @@ static void rows_by_1(const float *x, const float *w, float *out, int64_t m_rows
 }
 
 /* x [M, K] @ w[N, K]^T -> out [M, N], all contiguous; K % 8 == 0. */
-void skinny_linear(const float *x, const float *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len) {
+static void linear(const float *x, const float *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len) {
     int64_t blocks = n_cols / 4;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; b++)
@@ -196,7 +212,7 @@ static void grouped(block_kernel kernel, int64_t width, const float *rows, const
 
 /* rows [M, K] sorted by expert, w [E, N, K] (nn.Linear layout per expert) -> out [M, N], row i
  * through its expert. K % 8 == 0, N % 4 == 0. */
-void skinny_grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out,
+static void grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
     grouped(rows_by_4, 4, rows, w, offsets, out, experts, n_cols, k_len);
 }
@@ -265,7 +281,7 @@ static void cols_block(const float *x, const float *w, float *out, int64_t m_row
 }
 
 /* rows [M, K] sorted by expert, w [E, K, N] (x @ W layout per expert) -> out [M, N]. N % 16 == 0. */
-void skinny_grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out,
+static void grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
     grouped(cols_block, BLOCK_COLS, rows, w, offsets, out, experts, n_cols, k_len);
 }
@@ -276,14 +292,14 @@ void skinny_grouped_matmul(const float *rows, const float *w, const int64_t *off
  * slot's input row copied into `rows` in that order, and per expert the row count and the cumulative
  * offset. `position[t * k + j]` is where token t's j-th slot landed, `gates` is token-major [N, k].
  * D % 8 == 0, k <= 8, E <= 64. */
-void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, int64_t dim, int64_t experts,
+static void moe_dispatch(const float *x, const float *router, int64_t tokens, int64_t dim, int64_t experts,
                          int64_t top_k, float *rows, int64_t *counts, int64_t *offsets, int64_t *position,
                          float *gates) {
     int64_t chosen[tokens * top_k];
     for (int64_t e = 0; e < experts; e++)
         counts[e] = 0;
     for (int64_t t = 0; t < tokens; t++) {
-        float logits[64];
+        float logits[LIMIT_EXPERTS];
         const float *xt = x + t * dim;
         for (int64_t e = 0; e < experts; e++) {
             const float *we = router + e * dim;
@@ -294,7 +310,7 @@ void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, in
             }
             logits[e] = sum1(a);
         }
-        float top[8];
+        float top[LIMIT_TOP_K];
         for (int64_t j = 0; j < top_k; j++) {
             int64_t best = -1;
             for (int64_t e = 0; e < experts; e++) {
@@ -314,7 +330,7 @@ void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, in
         for (int64_t j = 0; j < top_k; j++)
             gates[t * top_k + j] = top[j] / total;
     }
-    int64_t next[64];
+    int64_t next[LIMIT_EXPERTS];
     for (int64_t e = 0, end = 0; e < experts; e++) {
         next[e] = end;
         end += counts[e];
@@ -331,7 +347,7 @@ void skinny_moe_dispatch(const float *x, const float *router, int64_t tokens, in
 }
 
 /* out[t] = shared[t] + sum_j gates[t, j] * expert_out[position[t * k + j]], rows of D floats. */
-void skinny_moe_combine(const float *expert_out, const int64_t *position, const float *gates,
+static void moe_combine(const float *expert_out, const int64_t *position, const float *gates,
                         const float *shared, float *out, int64_t tokens, int64_t dim, int64_t top_k) {
     for (int64_t t = 0; t < tokens; t++) {
         float *o = out + t * dim;
@@ -357,14 +373,14 @@ static inline void rotate_pairs(const float *x, const float *cos, const float *s
  * after S += phi(k) v^T, z += phi(k). phi(u) = ELU(u) + 1. With cos and sin (the rotary tables' rows
  * at this position, [d]) q and k are first rotated in interleaved pairs, the original's order.
  * d % 8 == 0, d <= 256. */
-void skinny_linear_attention_step(const float *qkv, float *kv, float *z, float *out, int64_t batch,
+static void linear_attention_step(const float *qkv, float *kv, float *z, float *out, int64_t batch,
                                   int64_t heads, int64_t d, const float *cos, const float *sin, float floor) {
     int64_t dim = heads * d;
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < batch * heads; bh++) {
         int64_t b = bh / heads, h = bh % heads;
         const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
-        float pq[256], pk[256], num[256];
+        float pq[LIMIT_HEAD_DIM], pk[LIMIT_HEAD_DIM], num[LIMIT_HEAD_DIM];
         if (cos) {  /* rotated in place in pq and pk, then the feature map below */
             rotate_pairs(q, cos, sin, d, pq);
             rotate_pairs(k, cos, sin, d, pk);
@@ -431,7 +447,7 @@ static inline vec vexp(vec x) {
  * silu'(g) = s (1 + g (1 - s)) with s = 1 / (1 + exp(-g)).
  * Forward: out [R, H] = silu(gate) * value. A NaN gate gives NaN (it enters every product), and
  * infinite gates give what torch's formulas give. */
-void skinny_swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidden) {
+static void swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidden) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = h + r * 2 * hidden, *v = g + hidden;
@@ -448,7 +464,7 @@ void skinny_swiglu_forward(const float *h, float *out, int64_t rows, int64_t hid
 
 /* Backward: grad [R, 2H] = [grad_out * value * silu'(gate) | grad_out * silu(gate)] from h and
  * grad_out [R, H]; nothing saved from the forward but h (the exponentials are recomputed). */
-void skinny_swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
+static void swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = h + r * 2 * hidden, *v = g + hidden, *go = grad_out + r * hidden;
@@ -475,7 +491,7 @@ void skinny_swiglu_backward(const float *h, const float *grad_out, float *grad, 
  * blocks in order (partial [ceil(R / RMS_BLOCK), D] is the caller's scratch), so the result does not
  * depend on the thread count. D % 8 == 0. */
 #define RMS_BLOCK 256
-void skinny_rms_norm_forward(const float *x, const float *w, float *out, float *rstd, int64_t rows, int64_t dim,
+static void rms_norm_forward(const float *x, const float *w, float *out, float *rstd, int64_t rows, int64_t dim,
                              float eps) {
 #pragma omp parallel for schedule(static) if (rows >= 64)
     for (int64_t r = 0; r < rows; r++) {
@@ -497,7 +513,7 @@ void skinny_rms_norm_forward(const float *x, const float *w, float *out, float *
     }
 }
 
-void skinny_rms_norm_backward(const float *x, const float *w, const float *rstd, const float *grad_out,
+static void rms_norm_backward(const float *x, const float *w, const float *rstd, const float *grad_out,
                               float *grad_x, float *grad_w, float *partial, int64_t rows, int64_t dim) {
     int64_t blocks = (rows + RMS_BLOCK - 1) / RMS_BLOCK;
 #pragma omp parallel for schedule(static)
@@ -552,10 +568,10 @@ static void small_softmax(const float *logits, int64_t n, float *out) {
 
 /* Before attention: the streams' softmax(input_logits)-weighted mix into mixed [B, D], its RMSNorm,
  * and the q | k | v product qkv [B, 3D] = norm(mixed) @ qkv_w^T. Returns 0, or 1 when out of memory. */
-int skinny_decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+static int decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                                int64_t dim, const float *input_logits, const float *norm_w, float eps,
                                const float *qkv_w, float *mixed, float *qkv) {
-    float w[64];
+    float w[LIMIT_STREAMS];
     small_softmax(input_logits, n_streams, w);
     int64_t count = batch * dim;
     for (int64_t i = 0; i < count; i++) {
@@ -567,8 +583,8 @@ int skinny_decode_attention_in(const float *streams, int64_t stream_stride, int6
     float *normed = malloc(count * sizeof(float));
     if (!normed)
         return 1;
-    skinny_rms_norm_forward(mixed, norm_w, normed, NULL, batch, dim, eps);
-    skinny_linear(normed, qkv_w, qkv, batch, 3 * dim, dim);
+    rms_norm_forward(mixed, norm_w, normed, NULL, batch, dim, eps);
+    linear(normed, qkv_w, qkv, batch, 3 * dim, dim);
     free(normed);
     return 0;
 }
@@ -579,7 +595,7 @@ int skinny_decode_attention_in(const float *streams, int64_t stream_stride, int6
  * q.k / sqrt(d), every kept key is visible), out [B, H * d]; then the new key and value are stored
  * at `slot` (n to append, the slot of the key that left the window, or -1 for none). n < 4096,
  * d % 8 == 0, d <= 256. */
-void skinny_sparse_attention_step(const float *qkv, float *keys, float *values, int64_t capacity, int64_t n,
+static void sparse_attention_step(const float *qkv, float *keys, float *values, int64_t capacity, int64_t n,
                                   int64_t slot, int64_t batch, int64_t heads, int64_t d, const float *cos,
                                   const float *sin, float *out) {
     int64_t dim = heads * d;
@@ -588,7 +604,7 @@ void skinny_sparse_attention_step(const float *qkv, float *keys, float *values, 
     for (int64_t bh = 0; bh < batch * heads; bh++) {
         int64_t b = bh / heads, h = bh % heads;
         const float *q = qkv + b * 3 * dim + h * d, *k = q + dim, *v = q + 2 * dim;
-        float rq[256], rk[256], scores[4096];
+        float rq[LIMIT_HEAD_DIM], rk[LIMIT_HEAD_DIM], scores[LIMIT_KEYS];
         rotate_pairs(q, cos, sin, d, rq);
         rotate_pairs(k, cos, sin, d, rk);
         float *kb = keys + bh * capacity * d, *vb = values + bh * capacity * d;
@@ -624,12 +640,12 @@ void skinny_sparse_attention_step(const float *qkv, float *keys, float *values, 
 
 /* After attention: attn_out = attn @ out_w^T, the residual hidden = mixed + attn_out, its RMSNorm, the
  * mixture of experts on it (routing, the routed experts, the shared expert, the gate-weighted sum, as
- * skinny_moe_dispatch .. skinny_moe_combine), update = attn_out + moe, and the streams' write into
+ * moe_dispatch .. moe_combine), update = attn_out + moe, and the streams' write into
  * new_streams [S, B, D]: streams + softmax(output_logits)_s * (mixed + update) ("double-residual") or
  * streams + S softmax(output_logits)_s * update ("delta"). counts [E] receives the routed slots per
  * expert. gate_up [E, 2H, D], down [E, H, D] (x @ W), shared_up [2H, D], shared_down [D, H]. Returns
  * 0, or 1 when out of memory. D % 16 == 0, H % 8 == 0, E <= 64, top_k <= 8. */
-int skinny_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+static int decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                           int64_t dim, const float *output_logits, int64_t double_residual, const float *attn,
                           const float *out_w, const float *mixed, const float *norm_w, float eps,
                           const float *router, int64_t experts, int64_t top_k, const float *gate_up,
@@ -649,19 +665,19 @@ int skinny_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n
     float *expert_out = act + slots * hidden, *shared_h = expert_out + slots * dim;
     float *shared_act = shared_h + batch * 2 * hidden;
     int64_t *offsets = ints, *position = ints + experts;
-    skinny_linear(attn, out_w, attn_out, batch, dim, dim);
+    linear(attn, out_w, attn_out, batch, dim, dim);
     for (int64_t i = 0; i < count; i++)
         value[i] = mixed[i] + attn_out[i];
-    skinny_rms_norm_forward(value, norm_w, normed, NULL, batch, dim, eps);
-    skinny_moe_dispatch(normed, router, batch, dim, experts, top_k, rows, counts, offsets, position, gates);
-    skinny_grouped_linear(rows, gate_up, offsets, h, experts, 2 * hidden, dim);
-    skinny_swiglu_forward(h, act, slots, hidden);
-    skinny_grouped_matmul(act, down, offsets, expert_out, experts, dim, hidden);
-    skinny_linear(normed, shared_up, shared_h, batch, 2 * hidden, dim);
-    skinny_swiglu_forward(shared_h, shared_act, batch, hidden);
-    skinny_linear(shared_act, shared_down, value, batch, dim, hidden);  /* the shared expert's output */
-    skinny_moe_combine(expert_out, position, gates, value, moe, batch, dim, top_k);
-    float w[64];
+    rms_norm_forward(value, norm_w, normed, NULL, batch, dim, eps);
+    moe_dispatch(normed, router, batch, dim, experts, top_k, rows, counts, offsets, position, gates);
+    grouped_linear(rows, gate_up, offsets, h, experts, 2 * hidden, dim);
+    swiglu_forward(h, act, slots, hidden);
+    grouped_matmul(act, down, offsets, expert_out, experts, dim, hidden);
+    linear(normed, shared_up, shared_h, batch, 2 * hidden, dim);
+    swiglu_forward(shared_h, shared_act, batch, hidden);
+    linear(shared_act, shared_down, value, batch, dim, hidden);  /* the shared expert's output */
+    moe_combine(expert_out, position, gates, value, moe, batch, dim, top_k);
+    float w[LIMIT_STREAMS];
     small_softmax(output_logits, n_streams, w);
     for (int64_t i = 0; i < count; i++) {
         float update = attn_out[i] + moe[i];
@@ -677,4 +693,140 @@ int skinny_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n
     free(work);
     free(ints);
     return 0;
+}
+
+/* ---- Entry points: the sizes checked, then the loops above ----------------------------------------- */
+
+void glm53_limits(int64_t *out) {
+    out[0] = LIMIT_EXPERTS;
+    out[1] = LIMIT_TOP_K;
+    out[2] = LIMIT_HEAD_DIM;
+    out[3] = LIMIT_KEYS;
+    out[4] = LIMIT_STREAMS;
+    out[5] = LIMIT_SLOTS;
+}
+
+/* Inner sizes the vector loops read whole: positive multiples of 8. */
+static inline int vector_size(int64_t n) { return n > 0 && n % 8 == 0; }
+
+/* offsets [E]: cumulative row counts, non-decreasing from 0 to m_rows. */
+static int offsets_hold(const int64_t *offsets, int64_t experts, int64_t m_rows) {
+    int64_t previous = 0;
+    for (int64_t e = 0; e < experts; e++) {
+        if (offsets[e] < previous)
+            return 0;
+        previous = offsets[e];
+    }
+    return previous == m_rows;
+}
+
+static inline int routing_holds(int64_t experts, int64_t top_k, int64_t tokens) {
+    return experts >= 1 && experts <= LIMIT_EXPERTS && top_k >= 1 && top_k <= LIMIT_TOP_K && top_k <= experts
+        && tokens >= 0 && tokens * top_k <= LIMIT_SLOTS;
+}
+
+static inline int streams_hold(int64_t stride, int64_t n_streams, int64_t batch, int64_t dim) {
+    return n_streams >= 1 && n_streams <= LIMIT_STREAMS && batch >= 0 && (stride == 0 || stride == batch * dim);
+}
+
+int glm53_linear(const float *x, const float *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len) {
+    REQUIRE(m_rows >= 0 && n_cols >= 0 && vector_size(k_len));
+    linear(x, w, out, m_rows, n_cols, k_len);
+    return OK;
+}
+
+int glm53_grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out, int64_t m_rows,
+                         int64_t experts, int64_t n_cols, int64_t k_len) {
+    REQUIRE(experts >= 1 && n_cols > 0 && n_cols % 4 == 0 && vector_size(k_len));
+    REQUIRE(offsets_hold(offsets, experts, m_rows));
+    grouped_linear(rows, w, offsets, out, experts, n_cols, k_len);
+    return OK;
+}
+
+int glm53_grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out, int64_t m_rows,
+                         int64_t experts, int64_t n_cols, int64_t k_len) {
+    REQUIRE(experts >= 1 && n_cols > 0 && n_cols % 16 == 0 && k_len > 0);
+    REQUIRE(offsets_hold(offsets, experts, m_rows));
+    grouped_matmul(rows, w, offsets, out, experts, n_cols, k_len);
+    return OK;
+}
+
+int glm53_moe_dispatch(const float *x, const float *router, int64_t tokens, int64_t dim, int64_t experts,
+                       int64_t top_k, float *rows, int64_t *counts, int64_t *offsets, int64_t *position,
+                       float *gates) {
+    REQUIRE(vector_size(dim) && routing_holds(experts, top_k, tokens));
+    moe_dispatch(x, router, tokens, dim, experts, top_k, rows, counts, offsets, position, gates);
+    return OK;
+}
+
+int glm53_moe_combine(const float *expert_out, const int64_t *position, const float *gates, const float *shared,
+                      float *out, int64_t tokens, int64_t dim, int64_t top_k) {
+    REQUIRE(tokens >= 0 && dim > 0 && top_k >= 1 && top_k <= LIMIT_TOP_K);
+    for (int64_t slot = 0; slot < tokens * top_k; slot++)
+        REQUIRE(position[slot] >= 0 && position[slot] < tokens * top_k);
+    moe_combine(expert_out, position, gates, shared, out, tokens, dim, top_k);
+    return OK;
+}
+
+int glm53_linear_attention_step(const float *qkv, float *kv, float *z, float *out, int64_t batch, int64_t heads,
+                                int64_t d, const float *cos, const float *sin, float floor) {
+    REQUIRE(batch >= 0 && heads >= 1 && vector_size(d) && d <= LIMIT_HEAD_DIM && (cos == NULL) == (sin == NULL));
+    linear_attention_step(qkv, kv, z, out, batch, heads, d, cos, sin, floor);
+    return OK;
+}
+
+int glm53_swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidden) {
+    REQUIRE(rows >= 0 && vector_size(hidden));
+    swiglu_forward(h, out, rows, hidden);
+    return OK;
+}
+
+int glm53_swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
+    REQUIRE(rows >= 0 && vector_size(hidden));
+    swiglu_backward(h, grad_out, grad, rows, hidden);
+    return OK;
+}
+
+int glm53_rms_norm_forward(const float *x, const float *w, float *out, float *rstd, int64_t rows, int64_t dim,
+                           float eps) {
+    REQUIRE(rows >= 0 && vector_size(dim));
+    rms_norm_forward(x, w, out, rstd, rows, dim, eps);
+    return OK;
+}
+
+int glm53_rms_norm_backward(const float *x, const float *w, const float *rstd, const float *grad_out, float *grad_x,
+                            float *grad_w, float *partial, int64_t rows, int64_t dim) {
+    REQUIRE(rows >= 0 && vector_size(dim));
+    rms_norm_backward(x, w, rstd, grad_out, grad_x, grad_w, partial, rows, dim);
+    return OK;
+}
+
+int glm53_decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+                              int64_t dim, const float *input_logits, const float *norm_w, float eps,
+                              const float *qkv_w, float *mixed, float *qkv) {
+    REQUIRE(vector_size(dim) && streams_hold(stream_stride, n_streams, batch, dim));
+    return decode_attention_in(streams, stream_stride, n_streams, batch, dim, input_logits, norm_w, eps, qkv_w,
+                               mixed, qkv) ? NO_MEMORY : OK;
+}
+
+int glm53_sparse_attention_step(const float *qkv, float *keys, float *values, int64_t capacity, int64_t n,
+                                int64_t slot, int64_t batch, int64_t heads, int64_t d, const float *cos,
+                                const float *sin, float *out) {
+    REQUIRE(batch >= 0 && heads >= 1 && vector_size(d) && d <= LIMIT_HEAD_DIM);
+    REQUIRE(n >= 0 && n + 1 <= LIMIT_KEYS && n <= capacity && slot >= -1 && slot < capacity);
+    sparse_attention_step(qkv, keys, values, capacity, n, slot, batch, heads, d, cos, sin, out);
+    return OK;
+}
+
+int glm53_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
+                         int64_t dim, const float *output_logits, int64_t double_residual, const float *attn,
+                         const float *out_w, const float *mixed, const float *norm_w, float eps,
+                         const float *router, int64_t experts, int64_t top_k, const float *gate_up,
+                         const float *down, int64_t hidden, const float *shared_up, const float *shared_down,
+                         int64_t *counts, float *new_streams) {
+    REQUIRE(dim > 0 && dim % 16 == 0 && vector_size(hidden) && streams_hold(stream_stride, n_streams, batch, dim));
+    REQUIRE(routing_holds(experts, top_k, batch));
+    return decode_moe_out(streams, stream_stride, n_streams, batch, dim, output_logits, double_residual, attn,
+                          out_w, mixed, norm_w, eps, router, experts, top_k, gate_up, down, hidden, shared_up,
+                          shared_down, counts, new_streams) ? NO_MEMORY : OK;
 }

@@ -1,0 +1,311 @@
+"""Each CPU kernel as an op: random legal shapes against its plain reference beside it (kernels.py's
+`reference_*`), every public wrapper refusing what it cannot take with a clear error, and the C entry
+points refusing the same sizes on their own (the second line, tested with the first bypassed), with
+their output buffers untouched."""
+
+import ctypes
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glm53_flash.model import kernels
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
+
+LEGAL = settings(max_examples=25, deadline=None)
+
+
+def _close(actual, expected, inner=64):
+    torch.testing.assert_close(actual, expected, atol=2e-6 * inner, rtol=2e-5)
+
+
+def test_the_limits_python_checks_are_the_ones_c_holds():
+    assert kernels.c_limits() == kernels.LIMITS
+    assert kernels.MAX_SPARSE_KEYS == kernels.LIMITS["keys"] - 1
+
+
+# ----------------------------------------------------------------------------------- random legal shapes
+
+
+def _offsets(counts):
+    return torch.tensor(counts, dtype=torch.int64).cumsum(0)
+
+
+@LEGAL
+@given(counts=st.lists(st.integers(0, 9), min_size=1, max_size=6), inner=st.sampled_from([8, 16, 40]),
+       outputs=st.sampled_from([4, 12, 32]), seed=st.integers(0, 99))
+def test_grouped_linear_equals_its_reference(counts, inner, outputs, seed):
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randn(sum(counts), inner, generator=generator)
+    weight = torch.randn(len(counts), outputs, inner, generator=generator)
+    offsets = _offsets(counts)
+    with torch.inference_mode():
+        _close(kernels.grouped_linear(rows, weight, offsets), kernels.reference_grouped_linear(rows, weight, offsets))
+
+
+@LEGAL
+@given(counts=st.lists(st.integers(0, 9), min_size=1, max_size=6), inner=st.integers(1, 40),
+       outputs=st.sampled_from([16, 48, 80]), seed=st.integers(0, 99))
+def test_grouped_matmul_equals_its_reference(counts, inner, outputs, seed):
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randn(sum(counts), inner, generator=generator)
+    weight = torch.randn(len(counts), inner, outputs, generator=generator)
+    offsets = _offsets(counts)
+    with torch.inference_mode():
+        _close(kernels.grouped_matmul(rows, weight, offsets), kernels.reference_grouped_matmul(rows, weight, offsets))
+
+
+@LEGAL
+@given(tokens=st.integers(0, 40), dim=st.sampled_from([8, 24]), experts=st.integers(1, 12), data=st.data())
+def test_moe_dispatch_and_combine_equal_their_references(tokens, dim, experts, data):
+    top_k = data.draw(st.integers(1, min(8, experts)))
+    generator = torch.Generator().manual_seed(tokens * 100 + experts)
+    x, router = torch.randn(tokens, dim, generator=generator), torch.randn(experts, dim, generator=generator)
+    with torch.inference_mode():
+        got = kernels.moe_dispatch(x, router, top_k)
+        want = kernels.reference_moe_dispatch(x, router, top_k)
+        for name, a, b in zip(("rows", "counts", "offsets", "position"), got[:4], want[:4]):
+            assert torch.equal(a, b), name
+        _close(got[4], want[4])
+        expert_out = torch.randn(tokens * top_k, dim, generator=generator)
+        shared = torch.randn(tokens, dim, generator=generator)
+        _close(kernels.moe_combine(expert_out, got[3], got[4], shared),
+               kernels.reference_moe_combine(expert_out, want[3], want[4], shared))
+
+
+@LEGAL
+@given(batch=st.integers(0, 5), heads=st.integers(1, 4), d=st.sampled_from([8, 16, 24]), rotate=st.booleans(),
+       seed=st.integers(0, 99))
+def test_linear_attention_step_equals_its_reference(batch, heads, d, rotate, seed):
+    generator = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, 1, 3 * heads * d, generator=generator)
+    kv = torch.rand(batch, heads, d, d, generator=generator)
+    z = torch.rand(batch, heads, d, generator=generator)
+    cos, sin = (torch.randn(d, generator=generator), torch.randn(d, generator=generator)) if rotate else (None, None)
+    out, new_kv, new_z = kernels.reference_linear_attention_step(qkv, kv, z, cos, sin, 1e-6)
+    with torch.inference_mode():
+        got = kernels.linear_attention_step(qkv, kv, z, cos, sin, 1e-6)  # kv and z updated in place
+    _close(got, out, d)
+    _close(kv, new_kv, d)
+    _close(z, new_z, d)
+
+
+@LEGAL
+@given(batch=st.integers(0, 3), heads=st.integers(1, 3), d=st.sampled_from([8, 32]), capacity=st.integers(1, 12),
+       data=st.data())
+def test_sparse_attention_step_equals_its_reference(batch, heads, d, capacity, data):
+    kept = data.draw(st.integers(0, capacity))
+    slot = data.draw(st.integers(-1, capacity - 1))
+    generator = torch.Generator().manual_seed(capacity * 10 + kept)
+    qkv = torch.randn(batch, 1, 3 * heads * d, generator=generator)
+    keys = torch.randn(batch, heads, capacity, d, generator=generator)
+    values = torch.randn(batch, heads, capacity, d, generator=generator)
+    cos, sin = torch.randn(d, generator=generator), torch.randn(d, generator=generator)
+    out, new_keys, new_values = kernels.reference_sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
+    with torch.inference_mode():
+        got = kernels.sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
+    _close(got, out, d)
+    _close(keys, new_keys, d)
+    _close(values, new_values, d)
+
+
+def _block_weights(generator, streams, dim, hidden, experts):
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
+
+    return dict(output_logits=torch.randn(streams, generator=generator), out_weight=rand(dim, dim),
+                norm_weight=1 + 0.1 * torch.randn(dim, generator=generator), router=rand(experts, dim),
+                gate_up=rand(experts, 2 * hidden, dim), down=rand(experts, hidden, dim),
+                shared_up=rand(2 * hidden, dim), shared_down=rand(dim, hidden))
+
+
+@LEGAL
+@given(streams=st.integers(1, 4), batch=st.integers(1, 6), dim=st.sampled_from([16, 32]), hidden=st.sampled_from([8, 24]),
+       experts=st.integers(1, 6), double_residual=st.booleans(), broadcast=st.booleans(), data=st.data())
+def test_block_decode_calls_equal_their_references(streams, batch, dim, hidden, experts, double_residual, broadcast,
+                                                   data):
+    top_k = data.draw(st.integers(1, min(2, experts)))
+    generator = torch.Generator().manual_seed(streams * 1000 + batch * 10 + experts)
+    state = (torch.randn(1, batch, 1, dim, generator=generator).expand(streams, -1, -1, -1) if broadcast
+             else torch.randn(streams, batch, 1, dim, generator=generator))
+    logits, norm, qkv_weight = torch.randn(streams, generator=generator), torch.rand(dim) + 0.5, torch.randn(3 * dim, dim)
+    with torch.inference_mode():
+        mixed, qkv = kernels.decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
+    want_mixed, want_qkv = kernels.reference_decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
+    _close(mixed, want_mixed, dim)
+    _close(qkv, want_qkv, dim)
+    weights = _block_weights(generator, streams, dim, hidden, experts)
+    attn = torch.randn(batch, 1, dim, generator=generator)
+    arguments = dict(streams=state, double_residual=double_residual, attn=attn, mixed=want_mixed, eps=1e-6,
+                     top_k=top_k, **weights)
+    with torch.inference_mode():
+        new_streams, counts = kernels.decode_moe_out(**arguments)
+    want_streams, want_counts = kernels.reference_decode_moe_out(**arguments)
+    assert torch.equal(counts, want_counts)
+    _close(new_streams, want_streams, dim)
+
+
+# ----------------------------------------------------------------------------------- refused by the wrappers
+
+
+def _legal_calls():
+    """Each public wrapper with legal arguments (as a dict), to be spoilt one argument at a time."""
+    streams, batch, dim, hidden, experts = 2, 3, 16, 8, 4
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "grouped_linear": (kernels.grouped_linear, dict(rows=torch.randn(5, 16), weight=torch.randn(2, 8, 16),
+                                                       offsets=_offsets([2, 3]))),
+        "grouped_matmul": (kernels.grouped_matmul, dict(rows=torch.randn(5, 8), weight=torch.randn(2, 8, 16),
+                                                       offsets=_offsets([2, 3]))),
+        "moe_dispatch": (kernels.moe_dispatch, dict(x=torch.randn(5, 16), router=torch.randn(4, 16), top_k=2)),
+        "moe_combine": (kernels.moe_combine, dict(expert_out=torch.randn(10, 16), position=torch.arange(10),
+                                                 gates=torch.rand(5, 2), shared=torch.randn(5, 16))),
+        "linear_attention_step": (kernels.linear_attention_step, dict(
+            qkv=torch.randn(2, 1, 48), kv=torch.rand(2, 2, 8, 8), z=torch.rand(2, 2, 8), cos=None, sin=None,
+            floor=1e-6)),
+        "sparse_attention_step": (kernels.sparse_attention_step, dict(
+            qkv=torch.randn(2, 1, 48), keys=torch.randn(2, 2, 6, 8), values=torch.randn(2, 2, 6, 8), kept=3, slot=3,
+            cos=torch.randn(8), sin=torch.randn(8))),
+        "swiglu_forward": (kernels.swiglu_forward, dict(h=torch.randn(3, 16))),
+        "swiglu_backward": (kernels.swiglu_backward, dict(h=torch.randn(3, 16), grad_out=torch.randn(3, 8))),
+        "rms_norm_forward": (kernels.rms_norm_forward, dict(x=torch.randn(3, 16), weight=torch.ones(16), eps=1e-6)),
+        "rms_norm_backward": (kernels.rms_norm_backward, dict(x=torch.randn(3, 16), weight=torch.ones(16),
+                                                             rstd=torch.ones(3), grad_out=torch.randn(3, 16))),
+        "decode_attention_in": (kernels.decode_attention_in, dict(
+            streams=torch.randn(streams, batch, 1, dim), input_logits=torch.randn(streams), norm_weight=torch.ones(dim),
+            eps=1e-6, qkv_weight=torch.randn(3 * dim, dim))),
+        "decode_moe_out": (kernels.decode_moe_out, dict(
+            streams=torch.randn(streams, batch, 1, dim), double_residual=True, attn=torch.randn(batch, 1, dim),
+            mixed=torch.randn(batch, 1, dim), eps=1e-6, top_k=2, **_block_weights(generator, streams, dim, hidden,
+                                                                                   experts))),
+    }
+
+
+# (op, argument, its spoilt value, words the error must contain)
+SPOILT = [
+    ("grouped_linear", "weight", torch.randn(2, 6, 16), "multiple of 4"),
+    ("grouped_linear", "rows", torch.randn(5, 12), "columns"),
+    ("grouped_linear", "offsets", _offsets([2, 2]), "refused"),           # ends short of the rows: C's check
+    ("grouped_linear", "offsets", torch.tensor([3, 2]), "refused"),        # decreasing
+    ("grouped_linear", "offsets", _offsets([2, 3]).int(), "torch.int64"),
+    ("grouped_matmul", "weight", torch.randn(2, 8, 24), "multiple of 16"),
+    ("grouped_matmul", "offsets", torch.tensor([-1, 5]), "refused"),
+    ("moe_dispatch", "router", torch.randn(65, 16), "experts"),
+    ("moe_dispatch", "top_k", 9, "top_k"),
+    ("moe_dispatch", "top_k", 5, "top_k"),                                 # more than the 4 experts
+    ("moe_dispatch", "top_k", 0, "top_k"),
+    ("moe_dispatch", "x", torch.randn(5, 12), "multiple of 8"),
+    ("moe_dispatch", "x", torch.randn(2049, 16), "routed slots"),
+    ("moe_dispatch", "x", torch.randn(5, 16, dtype=torch.float64), "float32"),
+    ("moe_combine", "position", torch.arange(10) + 1, "refused"),          # a slot past the rows
+    ("moe_combine", "gates", torch.rand(5, 9), "top_k"),
+    ("moe_combine", "expert_out", torch.randn(9, 16), "shape"),
+    ("linear_attention_step", "z", torch.rand(2, 2, 264), "head size"),
+    ("linear_attention_step", "kv", torch.rand(2, 2, 8, 4), "shape"),
+    ("linear_attention_step", "cos", torch.randn(8), "together"),
+    ("sparse_attention_step", "kept", 7, "kept"),
+    ("sparse_attention_step", "kept", -1, "kept"),
+    ("sparse_attention_step", "slot", 6, "slot"),
+    ("sparse_attention_step", "slot", -2, "slot"),
+    ("sparse_attention_step", "keys", torch.randn(2, 2, 6, 264), "head size"),
+    ("sparse_attention_step", "values", torch.randn(2, 2, 5, 8), "shape"),
+    ("sparse_attention_step", "qkv", torch.randn(2, 1, 96)[:, :, ::2], "contiguous"),
+    ("swiglu_forward", "h", torch.randn(3, 12), "multiple of 16"),
+    ("swiglu_backward", "grad_out", torch.randn(3, 4), "shape"),
+    ("rms_norm_forward", "weight", torch.ones(8), "shape"),
+    ("rms_norm_forward", "x", torch.randn(3, 12), "multiple of 8"),
+    ("rms_norm_backward", "rstd", torch.ones(4), "shape"),
+    ("decode_attention_in", "streams", torch.randn(65, 3, 1, 16), "streams"),
+    ("decode_attention_in", "streams", torch.randn(2, 3, 2, 16), "[S, B, 1, D]"),
+    ("decode_attention_in", "qkv_weight", torch.randn(48, 8), "shape"),
+    ("decode_moe_out", "top_k", 5, "top_k"),
+    ("decode_moe_out", "streams", torch.randn(2, 3, 1, 8), "multiple of 16"),
+    ("decode_moe_out", "shared_down", torch.randn(16, 16), "shape"),
+    ("decode_moe_out", "router", torch.randn(4, 16, dtype=torch.float64), "float32"),
+]
+
+
+def test_every_public_wrapper_is_spoilt_somewhere():
+    assert {op for op, *_ in SPOILT} == set(_legal_calls())
+
+
+@pytest.mark.parametrize("op", sorted(_legal_calls()))
+def test_the_legal_calls_go_through(op):
+    function, arguments = _legal_calls()[op]
+    with torch.inference_mode():
+        function(**arguments)
+
+
+@pytest.mark.parametrize("op,argument,value,words", SPOILT, ids=[f"{s[0]}-{s[1]}-{i}" for i, s in enumerate(SPOILT)])
+def test_wrappers_refuse_what_they_cannot_take(op, argument, value, words):
+    function, arguments = _legal_calls()[op]
+    arguments[argument] = value
+    with torch.inference_mode(), pytest.raises(kernels.KernelArgumentError, match=op) as caught:
+        function(**arguments)
+    assert words in str(caught.value)
+
+
+# ----------------------------------------------------------------------------------- refused by C alone
+
+
+def _c(name):
+    return getattr(kernels._required(), "glm53_" + name)
+
+
+def _p(tensor):
+    return tensor.data_ptr()
+
+
+def test_c_refuses_out_of_range_sizes_without_touching_memory():
+    """The entry points called directly, as a caller that skips the Python checks would: each oversized
+    or malformed size returns OUT_OF_RANGE, and the output buffer keeps its sentinel."""
+    sentinel = 12345.0
+    out = torch.full((4096 * 16,), sentinel)
+    x, w = torch.randn(4096 * 16), torch.randn(4096 * 16)
+    ints = torch.zeros(8192, dtype=torch.int64)
+    offsets = torch.tensor([4, 2], dtype=torch.int64)
+    refused = {
+        "linear k % 8": _c("linear")(_p(x), _p(w), _p(out), 2, 4, 12),
+        "grouped_linear offsets decreasing": _c("grouped_linear")(_p(x), _p(w), _p(offsets), _p(out), 2, 2, 4, 8),
+        "grouped_matmul n % 16": _c("grouped_matmul")(_p(x), _p(w), _p(ints), _p(out), 0, 1, 8, 8),
+        "moe_dispatch 65 experts": _c("moe_dispatch")(_p(x), _p(w), 2, 8, 65, 2, _p(out), _p(ints), _p(ints),
+                                                      _p(ints), _p(out)),
+        "moe_dispatch top_k 9": _c("moe_dispatch")(_p(x), _p(w), 2, 8, 16, 9, _p(out), _p(ints), _p(ints),
+                                                   _p(ints), _p(out)),
+        "moe_dispatch 4097 slots": _c("moe_dispatch")(_p(x), _p(w), 4097, 8, 8, 1, _p(out), _p(ints), _p(ints),
+                                                      _p(ints), _p(out)),
+        "moe_combine position": _c("moe_combine")(_p(x), _p(torch.tensor([0, 7])), _p(x), _p(x), _p(out), 1, 8, 2),
+        "linear_attention_step d 264": _c("linear_attention_step")(_p(x), _p(w), _p(w), _p(out), 1, 1, 264, None,
+                                                                   None, 1e-6),
+        "swiglu hidden % 8": _c("swiglu_forward")(_p(x), _p(out), 2, 4),
+        "rms_norm dim 0": _c("rms_norm_forward")(_p(x), _p(w), _p(out), None, 2, 0, 1e-6),
+        "sparse 4096 kept keys": _c("sparse_attention_step")(_p(x), _p(w), _p(w), 5000, 4096, -1, 1, 1, 8, _p(x),
+                                                             _p(x), _p(out)),
+        "sparse slot past capacity": _c("sparse_attention_step")(_p(x), _p(w), _p(w), 4, 2, 4, 1, 1, 8, _p(x),
+                                                                 _p(x), _p(out)),
+        "decode_attention_in 65 streams": _c("decode_attention_in")(_p(x), 16, 65, 1, 16, _p(x), _p(w), 1e-6, _p(w),
+                                                                    _p(out), _p(out)),
+        "decode_attention_in stride": _c("decode_attention_in")(_p(x), 7, 2, 1, 16, _p(x), _p(w), 1e-6, _p(w),
+                                                                _p(out), _p(out)),
+        "decode_moe_out 2048 x 4 slots": _c("decode_moe_out")(
+            _p(x), 0, 1, 2048, 16, _p(x), 1, _p(x), _p(w), _p(x), _p(w), 1e-6, _p(w), 8, 4, _p(w), _p(w), 8, _p(w),
+            _p(w), _p(ints), _p(out)),
+    }
+    assert {what: code for what, code in refused.items() if code != kernels.OUT_OF_RANGE} == {}
+    assert bool((out == sentinel).all())
+
+
+def test_a_c_refusal_reaches_the_caller_as_an_error(monkeypatch):
+    """Where the wrapper's own checks are skipped, C's status still becomes a KernelArgumentError."""
+    monkeypatch.setattr(kernels, "_check_grouped", lambda *a: None)
+    with pytest.raises(kernels.KernelArgumentError, match="kernels.c refused"):
+        kernels.grouped_linear(torch.randn(5, 16), torch.randn(2, 8, 16), torch.tensor([2, 9]))
+
+
+def test_dispatch_switches_are_recorded():
+    record = kernels.dispatch_record()
+    assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "environment", "library"}
+    assert set(record["environment"]) == {name for name in kernels.SWITCHES if name.startswith("GLM53_")}
+    assert ctypes.sizeof(ctypes.c_int64) == 8
