@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo seeds test clean-venv
+.PHONY: demo seeds test test-quick clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ seeds: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The development subset: everything but the slow and the browser tests (markers in pyproject.toml).
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not browser"
 
 clean-venv:
 	rm -rf $(VENV)

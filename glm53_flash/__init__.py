@@ -6,17 +6,17 @@ verifier and statistics import without torch (the verifier's workers stay small)
 
 from __future__ import annotations
 
-from .config import ModelConfig
-from .tokenizer import ByteTokenizer
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.data.tokenizer import ByteTokenizer
 
-__version__ = "0.1.0"
+from glm53_flash.core import __version__
 
 _MODEL_NAMES = ("GLM53Flash", "ModelCache", "ModelOutput")
 
 
 def __getattr__(name: str):
     if name in _MODEL_NAMES:
-        from . import model
+        from glm53_flash import model
 
         return getattr(model, name)
     raise AttributeError(f"module 'glm53_flash' has no attribute {name!r}")

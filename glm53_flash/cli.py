@@ -15,10 +15,10 @@ import os
 import re
 import sys
 
-from . import __version__
-from .commands import BENCH_GROUP, GROUPS
-from .receipts import pin_launch_commit
-from .runtime import retain_freed_memory
+from glm53_flash.core import __version__
+from glm53_flash.commands import BENCH_GROUP, GROUPS
+from glm53_flash.core.receipts import pin_launch_commit
+from glm53_flash.core.runtime import retain_freed_memory
 
 
 class CommandError(Exception):
@@ -113,7 +113,7 @@ def _main(argv: list[str] | None) -> int:
     retain_freed_memory()  # steadier, faster training and sampling steps: see its note
     pin_launch_commit()  # receipts name the code this process loaded, not later commits
     if getattr(args, "require_isolation_everywhere", False) or getattr(args, "require_isolation", False):
-        from .verifier.sandbox import require_full_isolation
+        from glm53_flash.verifier.sandbox import require_full_isolation
 
         require_full_isolation()
     try:

@@ -58,7 +58,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from glm53_flash.benchmarks import scaling  # noqa: E402
-from glm53_flash.config import ModelConfig  # noqa: E402
+from glm53_flash.model.config import ModelConfig  # noqa: E402
 from glm53_flash.model.sparse_attention import SparseAttention  # noqa: E402
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from web_helpers import serve, stop
 
+pytestmark = pytest.mark.browser  # headless Chromium: `make test-quick` leaves these out
+
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
 from selenium.webdriver.chrome.service import Service

@@ -11,6 +11,8 @@ from selenium.webdriver.common.by import By
 
 VIEWPORT = {"width": 1280, "height": 800}
 
+pytestmark = pytest.mark.browser  # headless Chromium: `make test-quick` leaves these out
+
 
 @pytest.fixture
 def viewport(browser):  # noqa: F811

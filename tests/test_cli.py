@@ -42,6 +42,7 @@ def _run_with_closed_stdout(code: str) -> tuple[int, str]:
     return child.wait(timeout=120), err
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly():
     rc, err = _run_with_closed_stdout("import sys; from glm53_flash.cli import main; sys.exit(main(['info']))")
     assert rc == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
@@ -53,7 +54,7 @@ def test_a_closed_pipe_ends_quietly():
 _FAULTS_SCRIPT = """
 import resource, sys
 import torch
-from glm53_flash.runtime import retain_freed_memory
+from glm53_flash.core.runtime import retain_freed_memory
 print(retain_freed_memory())
 for _ in range(10):  # warm: the first few blocks extend the heap until freed ones coalesce
     torch.ones(10_000_000)
@@ -90,7 +91,7 @@ def test_receipts_name_the_commit_the_command_started_with(monkeypatch):
     """A long run writes receipts hours after it loaded its code: every glm53 command pins the
     checkout's commit when it starts (cli -> receipts.pin_launch_commit), and receipts name that one
     even if the checkout moves on."""
-    from glm53_flash import receipts
+    from glm53_flash.core import receipts
 
     monkeypatch.setattr(receipts, "_launch_commit", {})
     at_start = receipts.git_commit()
@@ -105,7 +106,7 @@ def test_receipts_name_the_commit_the_command_started_with(monkeypatch):
 
 
 def test_every_command_pins_its_commit(monkeypatch, capsys):
-    from glm53_flash import receipts
+    from glm53_flash.core import receipts
 
     monkeypatch.setattr(receipts, "_launch_commit", {})
     assert main(["ledger"]) == 0

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from glm53_flash.cli import main
-from glm53_flash.compare import episode_unit, compare_receipts, format_markdown, load_receipt
-from glm53_flash.stats import holm, mcnemar_exact, paired_bootstrap_ci
+from glm53_flash.evaluation.compare import episode_unit, compare_receipts, format_markdown, load_receipt
+from glm53_flash.core.stats import holm, mcnemar_exact, paired_bootstrap_ci
 from glm53_flash.tasks import frozen_tasks
 
 EVAL = {"status": "failed", "passed": False, "tests_passed": 0, "tests_total": 3, "pass_fraction": 0.0, "message": ""}

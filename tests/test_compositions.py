@@ -33,6 +33,7 @@ def same(a, b):
     return type(a) is type(b) and a == b
 
 
+@pytest.mark.slow
 def test_a_thousand_distinct_behaviours_at_least():
     summary = compositions.summary()
     assert summary["behaviours"] == len(ENTRIES) >= 1000
@@ -221,8 +222,8 @@ def test_tasks_summary_command(capsys):
 
 @pytest.mark.parametrize("split", compositions.SEALED)
 def test_the_sealed_sets_open_only_through_the_ledger(tmp_path, capsys, split):
-    from glm53_flash import ledger
-    from glm53_flash.evaluate import split_of
+    from glm53_flash.evaluation import ledger
+    from glm53_flash.evaluation.evaluate import split_of
 
     assert ledger.is_sealed(split) and split_of(split_tasks(split)[:2]) == split
     out = tmp_path / "r.json"
@@ -230,8 +231,8 @@ def test_the_sealed_sets_open_only_through_the_ledger(tmp_path, capsys, split):
     assert "is sealed" in capsys.readouterr().err and not out.exists()
     assert not ledger.read_ledger()  # refused before anything is opened or written
     # the evaluation itself refuses without an opening, whoever calls it
-    from glm53_flash.evaluate import evaluate_greedy
-    from glm53_flash.ledger import SealedSplitError
+    from glm53_flash.evaluation.evaluate import evaluate_greedy
+    from glm53_flash.evaluation.ledger import SealedSplitError
 
     with pytest.raises(SealedSplitError):
         evaluate_greedy(None, split_tasks(split)[:1])

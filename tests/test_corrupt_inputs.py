@@ -8,9 +8,11 @@ import time
 import pytest
 import torch
 
-from glm53_flash import GLM53Flash, ModelConfig
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
 from glm53_flash.cli import main
-from glm53_flash.receipts import sha256_file
+from glm53_flash.core.receipts import sha256_file
 
 
 @pytest.fixture(scope="module")

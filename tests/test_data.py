@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from glm53_flash.data import IGNORE_INDEX, encode_examples, label_tokens, pretraining_batch
+from glm53_flash.data.batches import IGNORE_INDEX, encode_examples, label_tokens, pretraining_batch
 
 
 def test_compatible_token_counts():

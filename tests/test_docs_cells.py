@@ -141,8 +141,9 @@ def test_the_readme_refuses_each_doctored_figure(tmp_path, edit):
 # --------------------------------------------------------------------------- generated reports
 
 
+@pytest.mark.slow
 def test_the_headline_reports_are_what_their_receipts_give(tmp_path, monkeypatch):
-    from glm53_flash.reproduce import rebuild_reports
+    from glm53_flash.experiments.reproduce import rebuild_reports
 
     # the reports name the committed ledger's openings (read only: rebuilding opens nothing)
     monkeypatch.setenv("GLM53_LEDGER", str(ROOT / "results" / "ledger.jsonl"))

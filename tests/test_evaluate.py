@@ -9,11 +9,15 @@ import random
 import pytest
 import torch
 
-from glm53_flash import ByteTokenizer, GLM53Flash, ModelConfig
+from glm53_flash import ByteTokenizer
+
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
 from glm53_flash.cli import main
-from glm53_flash.ledger import SealedSplitError, read_ledger, require_open
-from glm53_flash.receipts import sha256_file
-from glm53_flash.evaluate import (
+from glm53_flash.evaluation.ledger import SealedSplitError, read_ledger, require_open
+from glm53_flash.core.receipts import sha256_file
+from glm53_flash.evaluation.evaluate import (
     evaluate_greedy,
     evaluate_sampled,
     format_summary,
@@ -24,7 +28,7 @@ from glm53_flash.evaluate import (
 )
 from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.model.linear_attention import LinearState
-from glm53_flash.sampling import Completion
+from glm53_flash.evaluation.sampling import Completion
 from glm53_flash.tasks import frozen_tasks, strong_task
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.verifier import Evaluation, Verifier

@@ -107,6 +107,7 @@ def _study(tmp_path, *extra):
             "--conditions", "repeated-8,diverse-88", "--eval-at", "0,2", "--workers", "1", "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_pretraining_study_runs_resumes_and_refuses_to_overwrite(tmp_path, capsys, one_thread):
     out = tmp_path / "study"
     assert main(_study(tmp_path)) == 0
@@ -326,7 +327,7 @@ def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     assert main(args) == 2  # the confirmation opens the sealed final split: refused without a purpose
     assert "--open-sealed" in capsys.readouterr().err and not out.exists()
     assert main([*args, "--open-sealed", "test of the study pipeline"]) == 0
-    from glm53_flash.ledger import ledger_lines
+    from glm53_flash.evaluation.ledger import ledger_lines
 
     lines = ledger_lines("final")
     assert sorted(Path(line["receipt"]).stem for line in lines) == [
@@ -364,6 +365,7 @@ def test_pretraining_data_time_estimate_is_positive():
     assert measure_seconds_per_step(probe_steps=2) > 0
 
 
+@pytest.mark.slow
 def test_study_directory_is_locked_and_an_interrupted_study_says_so(tmp_path, capsys, monkeypatch, one_thread):
     from glm53_flash.train.rundir import RunLock
 

@@ -3,8 +3,6 @@
 points refusing the same sizes on their own (the second line, tested with the first bypassed), with
 their output buffers untouched."""
 
-import ctypes
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -304,8 +302,15 @@ def test_a_c_refusal_reaches_the_caller_as_an_error(monkeypatch):
         kernels.grouped_linear(torch.randn(5, 16), torch.randn(2, 8, 16), torch.tensor([2, 9]))
 
 
-def test_dispatch_switches_are_recorded():
-    record = kernels.dispatch_record()
-    assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "environment", "library"}
-    assert set(record["environment"]) == {name for name in kernels.SWITCHES if name.startswith("GLM53_")}
-    assert ctypes.sizeof(ctypes.c_int64) == 8
+def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
+    from glm53_flash.core.receipts import provenance
+    from glm53_flash.model import dispatch, moe
+
+    monkeypatch.setattr(moe, "PADDED_ENABLED", False)
+    monkeypatch.setenv("GLM53_KERNEL_ISA", "avx2")
+    record = provenance()["kernel_switches"]
+    assert record == dispatch.dispatch_record()
+    assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "environment"}
+    assert record["padded"] is False and record["environment"]["GLM53_KERNEL_ISA"] == "avx2"
+    assert set(record["environment"]) == {name for name in dispatch.SWITCHES if name.startswith("GLM53_")}
+    assert provenance()["decode_kernels"] == kernels.status()  # this module has looked for the library

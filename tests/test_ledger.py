@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from glm53_flash import ledger
+from glm53_flash.evaluation import ledger
 from glm53_flash.cli import main
-from glm53_flash.ledger import (
+from glm53_flash.evaluation.ledger import (
     LINE_FIELDS, Opening, SealedSplitError, format_lines, ledger_lines, ledger_path, opening_for, read_ledger,
     record_opening, report_rows, repository_root, require_open,
 )
-from glm53_flash.receipts import git_commit, sha256_file, write_json
+from glm53_flash.core.receipts import git_commit, sha256_file, write_json
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_the_ledger_path_is_explicit_then_the_environment_then_the_checkout(tmp_
     assert ledger_path(tmp_path / "x.jsonl") == tmp_path / "x.jsonl"
     monkeypatch.delenv("GLM53_LEDGER")
     root = repository_root()
-    assert root is not None and (root / "glm53_flash" / "ledger.py").is_file()
+    assert root is not None and (root / "glm53_flash" / "evaluation" / "ledger.py").is_file()
     assert ledger_path() == root / "results" / "ledger.jsonl"
 
 

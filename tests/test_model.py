@@ -285,6 +285,7 @@ def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
     assert not moe_module.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
 
 
+@pytest.mark.slow
 def test_the_model_traces_under_torch_compile_and_equals_eager():
     """`--compile` works: under compile the experts take the chunk loop (the grouped kernel's tracing
     rule wants bf16), and the traced model's logits and gradients equal eager's. Dynamo's own
@@ -442,7 +443,7 @@ def test_fused_rms_norm_equals_reference():
 
 
 def test_option_values_are_named_by_behaviour_and_old_spellings_still_load():
-    from glm53_flash.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
+    from glm53_flash.model.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
     from glm53_flash.train.rl import EOS_HANDLING, LOGPROB_SOURCES, RLConfig
 
     for choices in (STREAM_MODES, LINEAR_ROPE_MODES, BALANCE_LOSS_MODES, LOGPROB_SOURCES, EOS_HANDLING):

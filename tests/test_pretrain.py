@@ -53,6 +53,7 @@ def test_receipt_fields_and_checkpoints(tmp_path):
     assert not any("head" in k for k in load_file(str(tmp_path / "run/checkpoint-0006/model.safetensors")))
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bit_identical(tmp_path):
     args = ["pretrain", "--preset", "tiny", "--steps", "150", "--checkpoints", "40,80,120", "--batch-size", "4",
             "--device", "cpu", "--no-progress"]
@@ -76,6 +77,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     assert json.loads((killed / "training-receipt.json").read_text())["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_process(tmp_path):
     args = ["--preset", "tiny", "--steps", "4", "--checkpoints", "4", "--batch-size", "8", "--device", "cpu",
             "--no-progress"]
@@ -95,7 +97,8 @@ def test_ddp_two_processes_match_one_process(tmp_path):
 
 
 def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeypatch):
-    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash import GLM53Flash
+    from glm53_flash import ModelConfig
     import glm53_flash.train.checkpoint as ckpt
 
     model = GLM53Flash(ModelConfig.preset("tiny"))
@@ -114,7 +117,8 @@ def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeyp
 
 
 def test_corrupt_or_missing_files_are_clear_errors(tmp_path):
-    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash import GLM53Flash
+    from glm53_flash import ModelConfig
 
     model = GLM53Flash(ModelConfig.preset("tiny"))
     good = tmp_path / "c"
@@ -162,7 +166,8 @@ def test_schedule_and_weight_decay_groups():
     assert learning_rate_at(0, cfg) == pytest.approx(0.1)
     assert learning_rate_at(9, cfg) == pytest.approx(1.0)
     assert learning_rate_at(99, cfg) == pytest.approx(0.1, abs=1e-3)
-    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash import GLM53Flash
+    from glm53_flash import ModelConfig
 
     model = GLM53Flash(ModelConfig.preset("tiny"))
     decay, no_decay = parameter_groups(model, 0.1)
@@ -176,7 +181,9 @@ def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state
     import torch
     from safetensors.torch import save_file
 
-    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash import GLM53Flash
+
+    from glm53_flash import ModelConfig
     from glm53_flash.train.checkpoint import PARAMETER_LAYOUT, load_optimizer_state
 
     torch.manual_seed(0)
@@ -189,7 +196,7 @@ def test_checkpoint_with_the_earlier_expert_layout_loads_and_its_optimizer_state
         state[key.replace("expert_gate_up", "expert_up")] = state.pop(key).transpose(1, 2).contiguous()
     save_file(state, str(directory / "model.safetensors"))
     meta = json.loads((directory / "metadata.json").read_text())
-    from glm53_flash.receipts import sha256_file
+    from glm53_flash.core.receipts import sha256_file
     meta["files"]["model.safetensors"] = sha256_file(directory / "model.safetensors")
     (directory / "metadata.json").write_text(json.dumps(meta))
     loaded, _ = load_checkpoint(directory)
@@ -276,6 +283,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_the_printed_command_resumes_it(tmp
         (out / "training-receipt.json").read_text())["checkpoints"][-1]["weights_sha256"]
 
 
+@pytest.mark.slow
 def test_sigterm_marks_the_run_interrupted(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(cli("pretrain", "--preset", "tiny", "--steps", "5000", "--checkpoints", "2",

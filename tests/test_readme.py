@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm53_flash import GLM53Flash, ModelConfig
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
 from glm53_flash.model.pretrained import CheckpointError
 from glm53_flash.train.checkpoint import save_checkpoint
 

@@ -1,9 +1,12 @@
 import json
 from pathlib import Path
 
-from glm53_flash.reproduce import reproduce
+import pytest
+
+from glm53_flash.experiments.reproduce import reproduce
 
 
+@pytest.mark.slow
 def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
     out = tmp_path / "demo"
     summary = reproduce(out, preset="quick", progress=False)
@@ -89,7 +92,7 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
 def test_extra_pretraining_seeds_and_arms_are_checked_before_anything_runs(tmp_path):
     import pytest
 
-    from glm53_flash.reproduce import arm_runs
+    from glm53_flash.experiments.reproduce import arm_runs
 
     runs = arm_runs(tmp_path, "headline", extra_pretrain_seeds=(1, 2))
     assert [(r.arm, r.pretrain_seed, r.plan.rl_seeds, r.directory.name) for r in runs] == [
@@ -117,8 +120,8 @@ def test_a_different_plan_in_the_same_directory_is_refused(tmp_path):
 
 
 def test_a_plan_is_made_of_the_stage_configs_and_round_trips():
-    from glm53_flash.evaluate_config import EvalConfig
-    from glm53_flash.reproduce import PLANS, ReproducePlan
+    from glm53_flash.evaluation.config import EvalConfig
+    from glm53_flash.experiments.reproduce import PLANS, ReproducePlan
     from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
 
     for plan in PLANS.values():
@@ -133,7 +136,7 @@ def test_a_plan_is_made_of_the_stage_configs_and_round_trips():
 def test_the_flat_plan_of_older_runs_still_reads():
     from pathlib import Path
 
-    from glm53_flash.reproduce import PLANS, ReproducePlan
+    from glm53_flash.experiments.reproduce import PLANS, ReproducePlan
 
     # the plan.json of the one-arm headline committed before the arms, the holdout split and nested plans
     committed = {"batch_size": 32,
@@ -177,7 +180,7 @@ def test_the_flat_plan_of_older_runs_still_reads():
 def test_corrupt_plans_are_one_line_errors(tmp_path):
     import pytest
 
-    from glm53_flash.reproduce import ReproducePlan
+    from glm53_flash.experiments.reproduce import ReproducePlan
 
     for bad in ([], {"pretrain": []}, {"rl_groups": 1}):
         with pytest.raises(ValueError):
@@ -193,7 +196,9 @@ def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confir
     refused before any stage runs, and goes ahead, recorded, with a reason."""
     import pytest
 
-    from glm53_flash import ledger, reproduce as module
+    from glm53_flash.evaluation import ledger
+
+    from glm53_flash.experiments import reproduce as module
 
     monkeypatch.setattr(module, "_log", lambda message: None)
     plan = module.PLANS["quick"]

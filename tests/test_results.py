@@ -41,7 +41,7 @@ def test_the_committed_ledger_records_every_committed_sealed_receipt_once():
     all of them from the latest opening of its split for its plan; the plan's first opening of a split
     needed no reason and every later one (timing runs, the rerun that made the committed headline)
     records its reason."""
-    from glm53_flash.receipts import sha256_file
+    from glm53_flash.core.receipts import sha256_file
 
     headline = ROOT / "results" / "headline"
     # the openings of the committed runs' plans, as their summaries recorded them (a user's later

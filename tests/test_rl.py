@@ -4,10 +4,12 @@ import json
 import pytest
 import torch
 
-from glm53_flash import GLM53Flash, ModelConfig
-from glm53_flash.evaluate import generate_for_tasks
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
+from glm53_flash.evaluation.evaluate import generate_for_tasks
 from glm53_flash.tasks import frozen_tasks
-from glm53_flash.tokenizer import ByteTokenizer
+from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.rl import (
     RLConfig, RLTrainer, has_signal, leave_one_out_advantages, policy_objective, reward_for,
@@ -160,7 +162,7 @@ def test_only_the_chosen_scope_changes(checkpoint, tmp_path, scope):
 def test_a_completion_parse_stopped_at_the_context_end_trains_without_overflow(checkpoint, tmp_path):
     # The parse rule can stop a completion exactly at the context's last position (prompt + max_new_tokens
     # = context); appending EOS there would make a sequence one token longer than the model accepts.
-    from glm53_flash.sampling import Completion
+    from glm53_flash.evaluation.sampling import Completion
 
     trainer = RLTrainer(rl_cfg(checkpoint, tmp_path / "cap"))
     trainer.prepare()
@@ -379,6 +381,7 @@ def rows_of(run, name):
     return [json.loads(line) for line in (run / name).read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     import os
     import shutil

@@ -6,10 +6,12 @@ import json
 import pytest
 import torch
 
-from glm53_flash import GLM53Flash, ModelConfig
-from glm53_flash.sampling import Completion
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
+from glm53_flash.evaluation.sampling import Completion
 from glm53_flash.tasks import frozen_tasks, split_tasks, strong_cases
-from glm53_flash.tokenizer import ByteTokenizer
+from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train import rl as rl_module
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.config import RLConfig, reward_case_count

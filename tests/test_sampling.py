@@ -7,9 +7,13 @@ import math
 import pytest
 import torch
 
-from glm53_flash import ByteTokenizer, GLM53Flash, ModelConfig
+from glm53_flash import ByteTokenizer
+
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
 from glm53_flash.model import ModelCache, ModelOutput
-from glm53_flash.sampling import (
+from glm53_flash.evaluation.sampling import (
     Completion,
     generate,
     gumbel_noise,
@@ -17,8 +21,9 @@ from glm53_flash.sampling import (
     stream_generate,
     stream_seed,
 )
-from glm53_flash.evaluate import generate_for_tasks
-from glm53_flash.tasks import ParseStop, frozen_tasks
+from glm53_flash.evaluation.evaluate import generate_for_tasks
+from glm53_flash.evaluation.stop import ParseStop
+from glm53_flash.tasks import frozen_tasks
 from glm53_flash.verifier import completion_is_parseable
 
 TOK = ByteTokenizer()
@@ -350,7 +355,7 @@ def test_the_sampler_imports_neither_tasks_nor_the_verifier():
     import ast
     from pathlib import Path
 
-    import glm53_flash.sampling as sampling
+    import glm53_flash.evaluation.sampling as sampling
 
     tree = ast.parse(Path(sampling.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -97,7 +97,7 @@ def test_cli_build_and_run_directory_layout(tmp_path, capsys):
 
 
 def test_the_deck_describes_the_model_the_run_trained(tmp_path):
-    from glm53_flash.config import ModelConfig
+    from glm53_flash.model.config import ModelConfig
     from glm53_flash.model import GLM53Flash
 
     runs = tmp_path / "results"

@@ -1,4 +1,4 @@
-"""Tests for glm53_flash.stats: golden values, brute-force references and input validation."""
+"""Tests for glm53_flash.core.stats: golden values, brute-force references and input validation."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import glm53_flash.stats as stats_module
-from glm53_flash.stats import (
+import glm53_flash.core.stats as stats_module
+from glm53_flash.core.stats import (
     _equal_tail_ranks,
     bootstrap_ci,
     holm,
@@ -515,7 +515,7 @@ def test_minimum_detectable_effect_rejects_bad_input(args, bad):
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from glm53_flash.stats import (  # noqa: E402
+from glm53_flash.core.stats import (  # noqa: E402
     equivalence_test, minimum_detectable_difference, minimum_equivalence_margin, regularized_beta, student_t_cdf,
     student_t_quantile, t_interval, t_test_p, two_level_comparison,
 )

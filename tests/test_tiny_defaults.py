@@ -40,5 +40,6 @@ def test_rl_with_defaults(run, tmp_path):
 
 @pytest.mark.parametrize("bench", [["model"], ["decode"], ["architecture", "--steps", "2"],
                                    ["scaling", "--sequence-lengths", "16,32", "--positions", "8,40"]])
+@pytest.mark.slow
 def test_benches_with_defaults(bench, tmp_path):
     assert main(["bench", *bench, "--preset", "tiny", "--output", str(tmp_path / "bench.json")]) == 0

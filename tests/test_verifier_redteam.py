@@ -333,6 +333,7 @@ def test_a_candidate_cannot_pass_a_later_one_through_anything_it_leaves(verifier
     host.check(verifier, [first, second])
 
 
+@pytest.mark.slow
 def test_an_observer_sees_a_confined_candidate(host):
     """From outside the pool: own network and user namespaces, not root, NoNewPrivs 1, Seccomp 2."""
     with Verifier(workers=1, cpu_seconds=5, wall_seconds=10) as pool:
@@ -412,6 +413,7 @@ def test_decoding_keeps_the_original_verdict_or_is_refused(verifier):
         assert verifier.evaluate(task, program(task, f"y = str(b'', {encoding!r})\nreturn x * 2")).status == "invalid"
 
 
+@pytest.mark.slow
 def test_an_interrupted_batch_leaks_no_descriptor():
     task = task_of("double")
     slow = program(task, "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000)])")

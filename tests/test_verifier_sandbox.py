@@ -324,6 +324,7 @@ burner = task.prompt + "\\n    return len([a for a in str(10 ** 4000) for b in s
 
 
 @pytest.mark.parametrize("ending", ["ctrl-c", "exit-without-close"])
+@pytest.mark.slow
 def test_no_process_survives_the_calling_process(tmp_path, ending):
     script = tmp_path / "pool.py"
     if ending == "ctrl-c":

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from glm53_flash.cli import main
-from glm53_flash.config import ModelConfig
+from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
-from glm53_flash.tokenizer import ByteTokenizer
+from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.vision.baseline import DirectPatchVisionLanguageModel
 from glm53_flash.vision.config import (
     IMAGE_TOKENS,

@@ -18,7 +18,7 @@ from process_helpers import wait_until
 from web_helpers import RESULTS, parse_reply, post_json, raw, raw_reply, request, request_bytes, serve, stop
 
 from glm53_flash.cli import main
-from glm53_flash.evaluate import generate_for_tasks
+from glm53_flash.evaluation.evaluate import generate_for_tasks
 from glm53_flash.tasks import task_by_id
 from glm53_flash.train.checkpoint import load_checkpoint
 from glm53_flash.verifier import Verifier
@@ -28,6 +28,7 @@ from glm53_flash.web.playground import (
     NO_CHECKPOINT_HELP,
     PlaygroundError,
     RateLimiter,
+    PromptError,
     check_prompt,
     default_checkpoint,
 )
@@ -240,6 +241,7 @@ def dribble(server, data: bytes, pause: float = 0.2, ceiling: float = 15.0) -> t
     return time.monotonic() - started, reply
 
 
+@pytest.mark.slow
 def test_slow_clients_are_cut_off_at_the_deadlines(deck_html, tmp_path):
     limits = {"header_timeout": 1.0, "body_timeout": 1.5}
     slow = serve(deck_html, tmp_path / "notes", None, **limits)
@@ -317,6 +319,7 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
+@pytest.mark.slow
 def test_clients_that_vanish_leave_no_traceback_in_the_servers_log(checkpoint, tmp_path):
     """`glm53 serve` as a real process: clients go away mid-headers, mid-body, mid-stream and
     before reading; the server keeps serving, frees the generation slot, and writes nothing to stderr."""
@@ -466,7 +469,7 @@ def test_playground_refuses_bad_requests(server):
 def test_the_cli_and_the_server_refuse_the_same_prompts_with_the_same_words(server, checkpoint, capsys):
     too_long = "x" * (MAX_PROMPT_CHARS + 1)
     for prompt, words in (("", "prompt is empty"), (too_long, "at most"), ("def f(x):\udcff", "not valid UTF-8")):
-        with pytest.raises(PlaygroundError, match=words) as refused:
+        with pytest.raises(PromptError, match=words) as refused:
             check_prompt(prompt)
         message = str(refused.value)
         status, body = post_json(server, "/api/generate", {"prompt": prompt, "max_new_tokens": 4})

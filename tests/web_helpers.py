@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-from glm53_flash import GLM53Flash, ModelConfig
+from glm53_flash import GLM53Flash
+
+from glm53_flash import ModelConfig
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.web.playground import Playground
 from glm53_flash.web.server import TOKEN_HEADER, start_server

@@ -11,10 +11,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..config import ORIGINAL_MODEL_SWITCHES
-from ..receipts import provenance, write_json
-from ..train.pretrain import PretrainConfig, pretrain
-from .common import print_table
+from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
+from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.train.pretrain import PretrainConfig, pretrain
+from glm53_flash.benchmarks.common import print_table
 
 VARIANTS: dict[str, dict] = {
     "default": {},

@@ -10,14 +10,14 @@ import time
 
 import torch
 
-from ..config import ModelConfig
-from ..model import GLM53Flash
-from ..receipts import peak_rss_bytes, provenance, write_json
-from ..runtime import autocast, resolve_device
-from ..sampling import BANNED_IDS, generate
-from ..tasks import frozen_tasks
-from ..tokenizer import ByteTokenizer
-from .common import print_table, synchronize
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import GLM53Flash
+from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
+from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.evaluation.sampling import BANNED_IDS, generate
+from glm53_flash.tasks import frozen_tasks
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.benchmarks.common import print_table, synchronize
 
 MODEL_SEED = 0
 SAMPLING_SEED = 8675309
@@ -101,8 +101,8 @@ def bench_sampling(model, device, tasks, samples, max_new_tokens, temperature, b
 def bench_eval(model, per_family: int, samples: int) -> dict:
     """Wall time of evaluate_sampled (the original took 101 s on confirm on an RTX 3080 Ti). It runs on
     dev: confirm is sealed (ledger.py), and a benchmark is no reason to open it."""
-    from ..evaluate import SAMPLED_DEFAULTS, evaluate_sampled
-    from ..verifier import Verifier
+    from glm53_flash.evaluation.evaluate import SAMPLED_DEFAULTS, evaluate_sampled
+    from glm53_flash.verifier import Verifier
 
     tasks = frozen_tasks("dev", per_family)
     start = time.perf_counter()

@@ -9,13 +9,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..config import ModelConfig
-from ..data import pretraining_batch
-from ..model import GLM53Flash, kernels
-from ..receipts import peak_rss_bytes, provenance, write_json
-from ..runtime import autocast, fused_optimizer_supported, resolve_device
-from ..train.pretrain import parameter_groups
-from .common import measure_matmul_peak, print_table, synchronize, timed_runs
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.data.batches import pretraining_batch
+from glm53_flash.model import GLM53Flash, kernels
+from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
+from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
+from glm53_flash.benchmarks.common import measure_matmul_peak, print_table, synchronize, timed_runs
 
 
 def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
@@ -31,9 +31,9 @@ def compares_eager(device) -> bool:
 
 
 def bench_training(model, device, batch_size, seq_len, steps, warmup):
-    # The optimizer pretraining uses: decay on matrices only, fused kernel where torch has one.
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95),
-                                  fused=fused_optimizer_supported(device))
+    # The step pretraining takes: the engine's PRETRAINING recipe (decay on matrices only, the fused
+    # AdamW kernel where torch has one, bf16 autocast on CUDA, clipping) through language_model_update.
+    optimizer = make_optimizer(model, PRETRAINING)
     try:
         batch, data = pretraining_batch(0, batch_size, seq_len), "task stream, batch 0"
     except ValueError:  # a sequence shorter than the task examples (tiny presets): throughput is the same
@@ -43,13 +43,7 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     model.train()
 
     def step():
-        with autocast(device):
-            out = model(inputs)
-            loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
-            loss = loss + 0.01 * out.aux_loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        language_model_update(model, optimizer, inputs, labels, PRETRAINING)
 
     rss_before = peak_rss_bytes()
     if device.type == "cuda":

@@ -27,13 +27,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..config import ModelConfig
-from ..model import GLM53Flash
-from ..model.lm import ModelCache
-from ..model.sparse_attention import SparseAttention, SparseKV, sparse_mask
-from ..receipts import provenance, write_json
-from ..runtime import autocast, resolve_device
-from .common import print_table, synchronize, timed_runs
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import GLM53Flash
+from glm53_flash.model.lm import ModelCache
+from glm53_flash.model.sparse_attention import SparseAttention, SparseKV, sparse_mask
+from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.benchmarks.common import print_table, synchronize, timed_runs
 
 VARIANTS = ("hybrid", "dense")
 DEFAULT_SEQUENCE_LENGTHS = (128, 256, 512, 1024)
@@ -238,7 +238,7 @@ def draw_scaling(data: dict):
     """Two log-log panels: training step time vs length, decode step time vs position."""
     from matplotlib.ticker import NullLocator
 
-    from ..report.figures import style
+    from glm53_flash.report.figures import style
 
     colours = {"hybrid": "tab:blue", "dense": "tab:orange"}
     labels = {"hybrid": f"hybrid ({data['preset']})", "dense": "every layer dense softmax"}
@@ -341,7 +341,7 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 4,
         print(f"wrote {output}")
         chart = chart or os.path.splitext(output)[0] + ".png"
     if chart:
-        from ..report.figures import save_png
+        from glm53_flash.report.figures import save_png
 
         os.makedirs(os.path.dirname(chart) or ".", exist_ok=True)
         save_png(draw_scaling(chart_data(result)), chart)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import PRESETS
-from ..runtime import DEVICE_CHOICES
-from .verify import add_limit_flags
+from glm53_flash.model.config import PRESETS
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.commands.verify import add_limit_flags
 
 DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
 
@@ -50,7 +50,7 @@ def _add_model_and_architecture(bench_sub) -> None:
 
 
 def _run_model(a) -> int:
-    from ..benchmarks.model import run
+    from glm53_flash.benchmarks.model import run
 
     run(
         preset=a.preset, device_name=a.device, batch_size=a.batch_size, seq_len=a.sequence_length,
@@ -62,7 +62,7 @@ def _run_model(a) -> int:
 
 
 def _run_architecture(a) -> int:
-    from ..benchmarks.architecture import VARIANTS, run
+    from glm53_flash.benchmarks.architecture import VARIANTS, run
 
     variants = tuple(v for v in a.variants.split(",") if v) or tuple(VARIANTS)
     run(preset=a.preset, steps=a.steps, batch_size=a.batch_size,
@@ -73,7 +73,7 @@ def _run_architecture(a) -> int:
 def _add_bench_decode(bench_sub) -> None:
     parser = bench_sub.add_parser(
         "decode", help="batched cached sampling vs the original's per-task re-forward; 64x8 eval timing",
-        description="Rollouts/s of glm53_flash.sampling against the original's generation (one task at a time, "
+        description="Rollouts/s of glm53_flash.evaluation.sampling against the original's generation (one task at a time, "
                     "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
                     "random weights; then the wall time of a sampled evaluation (dev, 8 per family x 8 "
                     "samples; the original timed confirm, which is sealed here). Random weights rarely stop early, so both run (nearly) to the token cap.")
@@ -94,7 +94,7 @@ def _add_bench_decode(bench_sub) -> None:
 
 
 def _run_bench_decode(args) -> int:
-    from ..benchmarks.decode import run
+    from glm53_flash.benchmarks.decode import run
 
     run(device_name=args.device, preset=args.preset, per_family=args.per_family, samples=args.samples,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, baseline_tasks=args.baseline_tasks,
@@ -132,7 +132,7 @@ def _add_bench_scaling(bench_sub) -> None:
 
 
 def _run_bench_scaling(args) -> int:
-    from ..benchmarks.scaling import run
+    from glm53_flash.benchmarks.scaling import run
 
     run(preset=args.preset, device_name=args.device, batch_size=args.batch_size,
         sequence_lengths=args.sequence_lengths, decode_batch=args.decode_batch, positions=args.positions,
@@ -164,8 +164,8 @@ def add_bench_verify_parser(bench_subparsers) -> argparse.ArgumentParser:
 
 
 def run_bench_verify_command(args: argparse.Namespace) -> int:
-    from ..receipts import write_json
-    from ..verifier.bench import format_table, run_verify_benchmark
+    from glm53_flash.core.receipts import write_json
+    from glm53_flash.verifier.bench import format_table, run_verify_benchmark
 
     for flag, value, least in (("--count", args.count, 1), ("--workers", args.workers, 1),
                                ("--repeats", args.repeats, 1), ("--time-limit-cases", args.time_limit_cases, 0)):

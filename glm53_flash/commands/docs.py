@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def _root() -> Path:
-    from ..ledger import repository_root
+    from glm53_flash.evaluation.ledger import repository_root
 
     root = repository_root()
     if root is None:
@@ -35,7 +35,7 @@ def _root() -> Path:
 
 
 def _run_check(args) -> int:
-    from ..report.cells import DOCS, check_doc
+    from glm53_flash.report.cells import DOCS, check_doc
 
     root = _root()
     problems = [problem for doc in (args.docs or DOCS) for problem in check_doc(root, doc)]
@@ -46,7 +46,7 @@ def _run_check(args) -> int:
 
 
 def _run_bind(args) -> int:
-    from ..report.cells import bind
+    from glm53_flash.report.cells import bind
 
     counts = bind(_root(), args.doc, args.receipts)
     print(f"{args.doc}: {counts['blocks']} block(s) bound, {counts['entries']} entries, {counts['unresolved']} "

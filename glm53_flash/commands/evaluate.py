@@ -10,9 +10,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ..evaluate_config import EVAL_STOP_CHOICES, EvalConfig
-from ..options import add_arguments, from_arguments
-from ..runtime import DEVICE_CHOICES
+from glm53_flash.evaluation.config import EVAL_STOP_CHOICES, EvalConfig
+from glm53_flash.core.options import add_arguments, from_arguments
+from glm53_flash.core.runtime import DEVICE_CHOICES
 
 STOP_CHOICES = EVAL_STOP_CHOICES
 
@@ -43,8 +43,8 @@ def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
 
 
 def _load_model(checkpoint: str, device_name: str):
-    from ..runtime import resolve_device
-    from ..model.pretrained import load_pretrained
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.model.lm import load_pretrained
 
     device = resolve_device(device_name)
     model, metadata = load_pretrained(checkpoint, device)
@@ -75,7 +75,7 @@ def _add_generate(sub) -> None:
 
 
 def _resolve_temperature(value: float | None, samples: int) -> float:
-    from ..evaluate import SAMPLED_DEFAULTS
+    from glm53_flash.evaluation.evaluate import SAMPLED_DEFAULTS
 
     if value is None:
         return 0.0 if samples == 1 else SAMPLED_DEFAULTS["temperature"]
@@ -83,15 +83,16 @@ def _resolve_temperature(value: float | None, samples: int) -> float:
 
 
 def _run_generate(args) -> int:
-    from ..sampling import generate
-    from ..tasks import coding_stop, task_by_id
+    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.evaluation.stop import coding_stop
+    from glm53_flash.tasks import task_by_id
 
     task = task_by_id(args.task_id) if args.task_id else None
     stop = args.stop or ("parse" if task else "eos")
     if stop == "parse" and task is None:
         raise ValueError("--stop parse needs --task-id (the parse rule checks the task's program)")
     if task is None:
-        from ..web.playground import check_prompt  # the playground's rules, so both refuse the same prompts
+        from glm53_flash.data.tokenizer import check_prompt  # the playground's rules too, so both refuse the same prompts
 
         check_prompt(args.prompt)
     prompt = task.prompt if task else args.prompt
@@ -129,12 +130,12 @@ def _add_eval(sub) -> None:
 
 
 def _run_eval(args) -> int:
-    from ..evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
-    from ..ledger import SealedSplitError, is_sealed, ledger_path, require_open
-    from ..options import config_record
-    from ..receipts import sha256_json, write_json
-    from ..tasks import MAX_NEW_TOKENS, SEALED_SPLITS, parse_families, split_tasks, suite_of
-    from ..verifier import Verifier
+    from glm53_flash.evaluation.evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
+    from glm53_flash.evaluation.ledger import SealedSplitError, is_sealed, ledger_path, require_open
+    from glm53_flash.core.options import config_record
+    from glm53_flash.core.receipts import sha256_json, write_json
+    from glm53_flash.tasks import MAX_NEW_TOKENS, SEALED_SPLITS, parse_families, split_tasks, suite_of
+    from glm53_flash.verifier import Verifier
 
     args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
     _refuse_existing(args.output, args.force, "--output")
@@ -213,10 +214,10 @@ def _add_compare(sub) -> None:
 
 
 def _run_compare(args) -> int:
-    from ..compare import compare_receipts, format_markdown, load_receipt
-    from ..receipts import write_text
-    from ..receipts import provenance, write_json
-    from ..tasks import parse_families
+    from glm53_flash.evaluation.compare import compare_receipts, format_markdown, load_receipt
+    from glm53_flash.core.receipts import write_text
+    from glm53_flash.core.receipts import provenance, write_json
+    from glm53_flash.tasks import parse_families
 
     _refuse_existing(args.output, args.force, "--output")
     _refuse_existing(args.markdown, args.force, "--markdown")

@@ -8,12 +8,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..options import add_arguments, config_record, from_arguments
-from .train import add_no_progress_alias
+from glm53_flash.core.options import add_arguments, config_record, from_arguments
+from glm53_flash.commands.train import add_no_progress_alias
 
 
 def register(sub) -> None:
-    from ..experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
+    from glm53_flash.experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
     studies = experiment.add_subparsers(dest="study", metavar="STUDY")
@@ -48,7 +48,7 @@ def register(sub) -> None:
 
 def _existing_plan(out: Path, draft: dict) -> dict | None:
     """The plan already in `out` when it has the same design as `draft` (then nothing is re-measured)."""
-    from ..experiments.study import PLAN_FILE, plan_hash
+    from glm53_flash.experiments.study import PLAN_FILE, plan_hash
 
     path = out / PLAN_FILE
     if path.is_file():
@@ -59,7 +59,7 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
 
 
 def _start_study(cfg, out: Path, plan: dict) -> bool:
-    from ..experiments.study import pending_units, power_lines, prepare_study
+    from glm53_flash.experiments.study import pending_units, power_lines, prepare_study
 
     resuming = prepare_study(out, plan, cfg.force)
     recorded = json.loads((out / "plan.json").read_text())
@@ -76,9 +76,9 @@ def _start_study(cfg, out: Path, plan: dict) -> bool:
 
 
 def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=None) -> int:
-    from ..experiments.study import run_units
+    from glm53_flash.experiments.study import run_units
 
-    from ..runtime import resolve_device
+    from glm53_flash.core.runtime import resolve_device
 
     design, device = plan["design"], str(resolve_device(cfg.device))
     index, count = cfg.shard
@@ -94,8 +94,8 @@ def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=N
 def _study_session(args, cfg, out: Path):
     """The study directory locked for this process (a second writer is refused), and its plan.json
     marked running / complete / incomplete (this shard's part done) / interrupted."""
-    from ..train.loop import check_live_logging
-    from ..train.rundir import RunLock, interruptible
+    from glm53_flash.train.loop import check_live_logging
+    from glm53_flash.train.rundir import RunLock, interruptible
 
     check_live_logging(cfg.tensorboard, cfg.wandb)
     command = shlex.join(["glm53", *getattr(args, "command_argv", sys.argv[1:])])
@@ -103,7 +103,7 @@ def _study_session(args, cfg, out: Path):
     with RunLock(out):
         def mark(status: str) -> None:
             if "plan" in state and not cfg.plan_only:
-                from ..experiments.study import mark_status
+                from glm53_flash.experiments.study import mark_status
 
                 mark_status(out, state["plan"], status, resume_command=command if status == "interrupted" else None)
 
@@ -112,8 +112,8 @@ def _study_session(args, cfg, out: Path):
 
 
 def run_pretraining_data(args) -> int:
-    from ..experiments.config import PretrainingDataStudyConfig
-    from ..experiments.pretraining_data import build_plan, measure_seconds_per_step, run_unit
+    from glm53_flash.experiments.config import PretrainingDataStudyConfig
+    from glm53_flash.experiments.pretraining_data import build_plan, measure_seconds_per_step, run_unit
 
     cfg = from_arguments(PretrainingDataStudyConfig, args)
     cfg.validate()
@@ -145,7 +145,7 @@ def _run_study(args, cfg, out: Path, draft: dict, timed_plan, run) -> int:
 
 
 def _finished_status(out: Path, plan: dict) -> str:
-    from ..experiments.study import pending_units
+    from glm53_flash.experiments.study import pending_units
 
     return "incomplete" if pending_units(out, plan["units"], plan["plan_sha256"]) else "complete"
 
@@ -154,9 +154,9 @@ SELECTION_FILE = "selection.json"
 
 
 def run_rl_choices(args) -> int:
-    from ..model.pretrained import read_metadata
-    from ..experiments.config import RLChoicesStudyConfig
-    from ..experiments.rl_choices import build_plan, measure_speed
+    from glm53_flash.model.pretrained import read_metadata
+    from glm53_flash.experiments.config import RLChoicesStudyConfig
+    from glm53_flash.experiments.rl_choices import build_plan, measure_speed
 
     cfg = from_arguments(RLChoicesStudyConfig, args)
     cfg.validate()
@@ -178,8 +178,8 @@ def run_rl_choices(args) -> int:
 
 def _sealed_opening(cfg, out: Path, plan: dict):
     """The ledger opening for the plan's pending units on a sealed split, or None when there are none."""
-    from ..experiments.study import pending_units, plan_hash
-    from ..ledger import is_sealed, require_open
+    from glm53_flash.experiments.study import pending_units, plan_hash
+    from glm53_flash.evaluation.ledger import is_sealed, require_open
 
     sealed = [u["split"] for u in pending_units(out, plan["units"], plan_hash(plan)) if is_sealed(u["split"])]
     if not sealed:
@@ -193,9 +193,9 @@ def _sealed_opening(cfg, out: Path, plan: dict):
 def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
     """The screen (and references), then the planned selection, then the confirmation; units on a
     sealed split run under `opening`."""
-    from ..experiments.rl_choices import run_unit, select_candidate
-    from ..experiments.study import load_receipts
-    from ..receipts import provenance, write_json
+    from glm53_flash.experiments.rl_choices import run_unit, select_candidate
+    from glm53_flash.experiments.study import load_receipts
+    from glm53_flash.core.receipts import provenance, write_json
 
     work = out / "work"
     first = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] != "confirm"]
@@ -218,7 +218,7 @@ def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
 
 
 def run_analyze(args) -> int:
-    from ..experiments.analysis import analyze
+    from glm53_flash.experiments.analysis import analyze
 
     summary = analyze(args.directory, force=args.force, argv=sys.argv)
     print(json.dumps({"study": summary["study"], "runs": summary["runs"],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from ..config import PRESETS, ModelConfig
-from ..tasks import frozen_tasks
-from ..tokenizer import ByteTokenizer
+from glm53_flash.model.config import PRESETS, ModelConfig
+from glm53_flash.tasks import frozen_tasks
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 
 def register(sub) -> None:
@@ -63,7 +63,7 @@ def greedy_complete(model, prompt: str, max_new_tokens: int) -> str:
 def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int = 32) -> int:
     import torch
 
-    from ..model import GLM53Flash
+    from glm53_flash.model import GLM53Flash
 
     cfg = ModelConfig.preset(preset)
     torch.manual_seed(0)
@@ -77,7 +77,7 @@ def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int =
         print(f"  {name:<40} {count:>12,}")
     print(f"  {'total':<40} {counts['total']:>12,}")
     print(f"  {'active per token (estimate)':<40} {counts['active']:>12,}")
-    from ..model import kernels
+    from glm53_flash.model import kernels
 
     state = kernels.status()
     print(f"decode kernels: {'in use' if state['available'] else 'not in use, the torch path serves'} "

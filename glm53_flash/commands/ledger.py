@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..tasks import SEALED_SPLITS
+from glm53_flash.tasks import SEALED_SPLITS
 
 
 def register(sub) -> None:
@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def _run_ledger(args) -> int:
-    from ..ledger import format_lines, ledger_lines, ledger_path
+    from glm53_flash.evaluation.ledger import format_lines, ledger_lines, ledger_path
 
     lines = ledger_lines(args.split, args.ledger)
     if args.json:

@@ -1,11 +1,11 @@
-"""`glm53 reproduce`: the headline experiment end to end (glm53_flash/reproduce.py)."""
+"""`glm53 reproduce`: the headline experiment end to end (glm53_flash/experiments/reproduce.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..reproduce import ARMS, PLANS, reproduce
-from ..runtime import DEVICE_CHOICES
+from glm53_flash.experiments.reproduce import ARMS, PLANS, reproduce
+from glm53_flash.core.runtime import DEVICE_CHOICES
 
 
 def register(sub) -> None:
@@ -45,10 +45,10 @@ def _integers(text: str, flag: str) -> tuple[int, ...]:
 
 
 def _run_reproduce(args) -> int:
-    from ..report.arms import arm_table
+    from glm53_flash.report.arms import arm_table
 
     if args.reports_only:
-        from ..reproduce import rebuild_reports
+        from glm53_flash.experiments.reproduce import rebuild_reports
 
         summary = rebuild_reports(args.output)
         print("\n".join(arm_table(summary)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..tasks import SEALED_SPLITS, SUITES
+from glm53_flash.tasks import SEALED_SPLITS, SUITES
 
 
 def register(sub) -> None:
@@ -47,7 +47,7 @@ def families_summary(per_family: int) -> dict:
     """The families suite's splits at `per_family` tasks per family."""
     import hashlib
 
-    from ..tasks import FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SPLIT_SEEDS, frozen_tasks, strong_cases
+    from glm53_flash.tasks import FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SPLIT_SEEDS, frozen_tasks, strong_cases
 
     if per_family < 1:
         raise ValueError(f"--per-family must be >= 1, got {per_family}")
@@ -66,11 +66,11 @@ def families_summary(per_family: int) -> dict:
 
 
 def _run_summary(args) -> int:
-    from ..tasks import compositions
+    from glm53_flash.tasks import compositions
 
     summary = compositions.summary() if args.suite == "compositions" else families_summary(args.per_family)
     if args.output:
-        from ..receipts import provenance, write_json
+        from glm53_flash.core.receipts import provenance, write_json
 
         write_json(args.output, {**summary, "provenance": provenance()})
     if args.json:
@@ -89,9 +89,9 @@ def _run_summary(args) -> int:
 
 
 def _run_budget(args) -> int:
-    from ..receipts import write_json
-    from ..report.budget import budget_summary
-    from ..report.tables import markdown_table
+    from glm53_flash.core.receipts import write_json
+    from glm53_flash.report.budget import budget_summary
+    from glm53_flash.report.tables import markdown_table
 
     summary = budget_summary(args.training_receipt, args.eval)
     write_json(args.output, summary)
@@ -101,7 +101,7 @@ def _run_budget(args) -> int:
 
 
 def _run_show(args) -> int:
-    from ..tasks import suite_of, task_by_id
+    from glm53_flash.tasks import suite_of, task_by_id
 
     split = args.task_id.partition("-")[0]
     suite_of(split)  # a one-line error for an unknown split

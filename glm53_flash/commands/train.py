@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
-from ..options import add_arguments, from_arguments
+from glm53_flash.model.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
+from glm53_flash.core.options import add_arguments, from_arguments
 
 
 # The ModelConfig fields `glm53 pretrain` may override (ablations); each is a flag of its own,
@@ -22,7 +22,7 @@ MODEL_OVERRIDE_FIELDS = {
 
 def register(sub) -> None:
     """`glm53 pretrain`, `glm53 rl`, `glm53 select`: each one config dataclass, its flags generated."""
-    from ..train.config import PretrainConfig, RLConfig, SelectConfig
+    from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
 
     pretrain = _add_command(
         sub, "pretrain", PretrainConfig, run_pretrain,
@@ -60,7 +60,7 @@ def add_no_progress_alias(parser: argparse.ArgumentParser) -> None:
 
 
 def run_rl(args: argparse.Namespace) -> int:
-    from ..train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl import RLConfig, train_rl
 
     receipt = train_rl(from_arguments(RLConfig, args))
     if not receipt:  # a rank other than 0 under torchrun: rank 0 reports
@@ -72,8 +72,8 @@ def run_rl(args: argparse.Namespace) -> int:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    from ..train.config import SelectConfig
-    from ..train.select import select_from_config
+    from glm53_flash.train.config import SelectConfig
+    from glm53_flash.train.select import select_from_config
 
     result = select_from_config(from_arguments(SelectConfig, args))
     best = result["selected"]
@@ -82,7 +82,7 @@ def run_select(args: argparse.Namespace) -> int:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from ..train.pretrain import PretrainConfig, TrainingDiverged, pretrain
+    from glm53_flash.train.pretrain import PretrainConfig, TrainingDiverged, pretrain
 
     overrides = {name: getattr(args, name) for name in MODEL_OVERRIDE_FIELDS if getattr(args, name) is not None}
     cfg = from_arguments(PretrainConfig, args, model_overrides=overrides)

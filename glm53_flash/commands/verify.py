@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
-from ..tasks import task_by_id
-from ..verifier.policy import MAX_SOURCE_BYTES
+from glm53_flash.tasks import task_by_id
+from glm53_flash.verifier.policy import MAX_SOURCE_BYTES
 
 
 
@@ -44,7 +44,7 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_verify_command(args: argparse.Namespace) -> int:
     """Bad input raises ValueError; glm53_flash.cli prints it as one line with exit status 2."""
-    from ..verifier.sandbox import Verifier, probe_isolation
+    from glm53_flash.verifier.sandbox import Verifier, probe_isolation
 
     if args.isolation:
         report = probe_isolation(require=False)

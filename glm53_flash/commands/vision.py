@@ -9,10 +9,10 @@ import argparse
 import json
 from pathlib import Path
 
-from ..options import add_arguments, config_record, from_arguments
-from ..runtime import DEVICE_CHOICES
-from ..vision.run_config import PilotCommandConfig, PilotConfig, VisionTrainCommandConfig, VisionTrainConfig
-from .train import add_no_progress_alias
+from glm53_flash.core.options import add_arguments, config_record, from_arguments
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.vision.run_config import PilotCommandConfig, PilotConfig, VisionTrainCommandConfig, VisionTrainConfig
+from glm53_flash.commands.train import add_no_progress_alias
 
 RECEIPT_FILE = "receipt.json"
 WEIGHTS_DIR = "weights"
@@ -55,9 +55,9 @@ def _add_train(sub) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..receipts import write_json
-    from ..vision.analysis import compare_architectures
-    from ..vision.training import run_vision_training
+    from glm53_flash.core.receipts import write_json
+    from glm53_flash.vision.analysis import compare_architectures
+    from glm53_flash.vision.training import run_vision_training
 
     command_cfg = from_arguments(VisionTrainCommandConfig, args)
     out = _output_dir(command_cfg.output)
@@ -68,7 +68,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg.validate()  # before anything is created on disk
     on_model = None
     if command_cfg.save_weights:
-        from ..vision.weights import save_vision_model
+        from glm53_flash.vision.weights import save_vision_model
 
         def on_model(result, model):
             name = f"{result['architecture']}-seed{result['seed']}"
@@ -126,8 +126,8 @@ def _add_pilot(sub) -> None:
 
 
 def run_pilot_command(args: argparse.Namespace) -> int:
-    from ..receipts import write_json
-    from ..vision.pilot import run_pilot
+    from glm53_flash.core.receipts import write_json
+    from glm53_flash.vision.pilot import run_pilot
 
     command_cfg = from_arguments(PilotCommandConfig, args)
     out = _output_dir(command_cfg.output)
@@ -137,7 +137,7 @@ def run_pilot_command(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--checkpoint {cfg.checkpoint} is not a directory")
     on_model = None
     if command_cfg.save_weights:
-        from ..vision.weights import save_vision_model
+        from glm53_flash.vision.weights import save_vision_model
 
         def on_model(model):
             return save_vision_model(out / WEIGHTS_DIR, model, {"seed": cfg.seed, "pilot": True})
@@ -173,9 +173,9 @@ def _add_predict(sub) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from ..runtime import resolve_device
-    from ..vision.predict import load_image, predict_digit
-    from ..vision.weights import load_vision_model
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.vision.predict import load_image, predict_digit
+    from glm53_flash.vision.weights import load_vision_model
 
     model, config = load_vision_model(args.weights, resolve_device(args.device))
     result = predict_digit(model, load_image(args.image, config["image_size"]))
@@ -198,8 +198,8 @@ def _add_render(sub) -> None:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    from ..vision.digits import render_digits
-    from ..vision.predict import save_image
+    from glm53_flash.vision.digits import render_digits
+    from glm53_flash.vision.predict import save_image
 
     if Path(args.path).exists() and not args.force:
         raise FileExistsError(f"{args.path} already exists; pass --force to overwrite it")
@@ -221,7 +221,7 @@ def _add_report(sub) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from ..vision.report import build_vision_report
+    from glm53_flash.vision.report import build_vision_report
 
     summary = build_vision_report(args.train, args.pilot, args.output, force=args.force)
     for answer in summary["answers"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..web import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS
+from glm53_flash.web import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS
 
 DEFAULT_RUNS = "results"
 DEFAULT_NOTES = "runs/slide-notes"
@@ -47,7 +47,7 @@ def register(sub) -> None:
 
 
 def _run_build(args) -> int:
-    from ..report.slides import write_deck
+    from glm53_flash.report.slides import write_deck
 
     path = write_deck(args.runs, args.output)
     print(f"wrote {path} ({path.stat().st_size:,} bytes) from {args.runs}")
@@ -55,9 +55,9 @@ def _run_build(args) -> int:
 
 
 def _run_serve(args) -> int:
-    from ..report.slides import build_deck
-    from ..web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
-    from ..web.server import check_limits, is_loopback, start_server
+    from glm53_flash.report.slides import build_deck
+    from glm53_flash.web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
+    from glm53_flash.web.server import check_limits, is_loopback, start_server
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is outside 0-65535")

@@ -1,6 +1,6 @@
 """`glm53 analyze DIR`: summary.json, REPORT.md and charts built only from a study's plan and receipts.
 
-Statistics (all from glm53_flash.stats): the unit of analysis is the training seed; each comparison
+Statistics (all from glm53_flash.core.stats): the unit of analysis is the training seed; each comparison
 gets the mean paired difference, a seeded percentile bootstrap CI, an exact two-sided sign-flip
 p-value, wins/ties/losses, Holm across the study's comparisons, and the minimum detectable effect at
 the number of seeds run. Pass/fail metrics also get a pooled test over (seed, item) pairs, and the
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import stats
-from ..config import ORIGINAL_MODEL_SWITCHES
-from ..receipts import provenance, write_json, write_text
-from ..report import figures
-from ..report.format import format_interval, format_p, format_signed
-from ..report.tables import markdown_table
-from .study import PLAN_FILE, load_receipts
+from glm53_flash.core import stats
+from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
+from glm53_flash.core.receipts import provenance, write_json, write_text
+from glm53_flash.report import figures
+from glm53_flash.report.format import format_interval, format_p, format_signed
+from glm53_flash.report.tables import markdown_table
+from glm53_flash.experiments.study import PLAN_FILE, load_receipts
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "REPORT.md"

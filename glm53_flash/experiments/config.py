@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ..argtypes import comma_ints
-from ..options import option
-from ..runtime import DEVICE_CHOICES
-from ..train.config import LiveLoggingConfig
-from .pretraining_data import CONDITIONS, DEFAULT_SEEDS
-from .rl_choices import ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
+from glm53_flash.core.argtypes import comma_ints
+from glm53_flash.core.options import option
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.train.config import STUDY_LEARNING_RATE, LiveLoggingConfig
+from glm53_flash.experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
+from glm53_flash.experiments.rl_choices import ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
 
 
 def parse_name_list(text: str) -> tuple[str, ...]:
@@ -78,7 +78,7 @@ class PretrainingDataStudyConfig(StudyConfig):
                                     default_text="11:20:11 = 20 paired seeds")
     steps: int = option(200, help="optimizer updates per run")
     batch_size: int = option(24, help="sequences per update")
-    learning_rate: float = option(8e-4, help="AdamW learning rate (constant)")
+    learning_rate: float = option(STUDY_LEARNING_RATE, help="AdamW learning rate (constant)")
     sequence_length: int = option(128, help="tokens per training sequence")
     eval_at: tuple[int, ...] | None = option(None, parse=comma_ints, help="comma-separated updates to evaluate at",
                                              default_text="0 and every quarter of --steps")

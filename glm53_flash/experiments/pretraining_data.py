@@ -17,8 +17,9 @@ import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..tokenizer import ByteTokenizer
-from .study import level_power
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.experiments.study import level_power
+from glm53_flash.train.config import STUDY_LEARNING_RATE
 
 OPS = ("add", "sub", "mul", "neg", "abs")
 PHRASES = {
@@ -176,7 +177,7 @@ class RunConfig:
     seed: int
     steps: int = 200
     batch_size: int = 24
-    learning_rate: float = 8e-4
+    learning_rate: float = STUDY_LEARNING_RATE
     sequence_length: int = 128
     eval_at: tuple[int, ...] = (0, 50, 100, 150, 200)
     generation_tokens: int = 32
@@ -203,7 +204,7 @@ def encode_examples(examples: list[Example], sequence_length: int):
     IGNORE_INDEX, the padding label every loss here skips)."""
     import torch
 
-    from ..data import IGNORE_INDEX
+    from glm53_flash.data.batches import IGNORE_INDEX
 
     rows = []
     for example in examples:
@@ -232,7 +233,7 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
     import torch
     import torch.nn.functional as F
 
-    from ..sampling import generate
+    from glm53_flash.evaluation.sampling import generate
 
     was_training = model.training
     model.eval()
@@ -289,9 +290,9 @@ def train_condition(cfg: RunConfig, sink=None) -> dict:
     step's training loss."""
     import torch
 
-    from ..config import ModelConfig
-    from ..model import GLM53Flash
-    from ..train.loop import STUDY, StepLoop, language_model_update, make_optimizer
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.model import GLM53Flash
+    from glm53_flash.train.loop import STUDY, StepLoop, language_model_update, make_optimizer
 
     cfg.validate()
     torch.set_num_threads(cfg.threads)
@@ -386,8 +387,8 @@ def measure_seconds_per_step(probe_steps: int = 10) -> float:
 
 def build_plan(conditions, seeds, steps: int, batch_size: int, learning_rate: float, sequence_length: int,
                eval_at, workers: int, seconds_per_step: float | None) -> dict:
-    from ..config import ModelConfig
-    from ..stats import minimum_detectable_effect
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.core.stats import minimum_detectable_effect
 
     conditions, seeds, eval_at = list(conditions), list(seeds), sorted(set(eval_at) | {steps})
     for condition in conditions:
@@ -447,7 +448,7 @@ def run_unit(unit: dict) -> dict:
         return train_condition(cfg)
     from pathlib import Path
 
-    from ..train.loop import MetricsSink
+    from glm53_flash.train.loop import MetricsSink
 
     tensorboard = str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None
     with MetricsSink(tensorboard=tensorboard, wandb=logging.get("wandb"), run_name=unit["key"],

@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .study import level_power
+from glm53_flash.experiments.study import level_power
 
 STUDY = "rl-choices"
 BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1, "temperature": 0.35}
@@ -137,8 +137,8 @@ def select_candidate(plan: dict, receipts: list[dict]) -> dict:
 
 
 def _evaluate(model, split: str, tasks_per_family: int, opening=None) -> dict:
-    from ..evaluate import evaluate_greedy
-    from ..tasks import frozen_tasks, parse_families
+    from glm53_flash.evaluation.evaluate import evaluate_greedy
+    from glm53_flash.tasks import frozen_tasks, parse_families
 
     tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE["families"]))
     receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE["max_new_tokens"], seed=EVAL_SEED, opening=opening)
@@ -153,8 +153,8 @@ def run_unit(unit: dict) -> dict:
     """Worker entry point: evaluate the checkpoint (reference) or train one arm at one seed and evaluate it."""
     import torch
 
-    from ..model.pretrained import load_pretrained
-    from ..train.rl import RLConfig, train_rl
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.rl import RLConfig, train_rl
 
     torch.set_num_threads(1)
     design, device = unit["design"], unit.get("device", "cpu")
@@ -198,8 +198,8 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
 
     import torch
 
-    from ..model.pretrained import load_pretrained
-    from ..train.rl import RLConfig, train_rl
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.rl import RLConfig, train_rl
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -14,8 +14,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ..receipts import peak_rss_bytes, provenance, sha256_json, utc_now, write_json
-from ..train.rundir import holds_a_run
+from glm53_flash.core.receipts import peak_rss_bytes, provenance, sha256_json, utc_now, write_json
+from glm53_flash.train.rundir import holds_a_run
 
 PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
@@ -32,7 +32,7 @@ def level_power(n: int, test: str, alpha: float = 0.05, power: float = 0.8) -> d
     """What a paired test over `n` independent values can detect, in standard deviations of the paired
     differences (so it needs no assumed spread): None when it can detect nothing (the exact sign-flip
     test's floor 2/2^n is above alpha, or fewer than two values)."""
-    from ..stats import minimum_detectable_difference
+    from glm53_flash.core.stats import minimum_detectable_difference
 
     return {"n": n, "test": test, "alpha": alpha, "power": power,
             "sign_flip_floor": 2.0 / 2.0 ** n if n else 1.0,
@@ -131,7 +131,7 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
         todo = [u | {"opening": opening} if u.get("split") == opening.split else u for u in todo]
     # the code that runs is the code loaded now: record its commit once, not at each (later) write
     started_with = provenance(argv, device=device)
-    from ..train.loop import progress_bar
+    from glm53_flash.train.loop import progress_bar
 
     bar = progress_bar(len(units), quiet=not progress, initial=len(units) - len(todo), desc=plan["study"],
                        unit="run")

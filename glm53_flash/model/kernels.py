@@ -27,7 +27,7 @@ fixed buffers hold) and raises `KernelArgumentError` naming the op and the rule 
 entry points check the same sizes again and refuse (status OUT_OF_RANGE) without touching memory,
 so a caller that bypasses the wrapper gets an error too, never an overflowed buffer. The `*_serves`
 functions are the dispatch rules: where one says no, the model takes its torch path instead.
-The switches that steer dispatch are listed in `SWITCHES` and recorded by `dispatch_record()`.
+The switches that steer dispatch are named in model/dispatch.py, which records them in receipts.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from glm53_flash.core import receipts
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
@@ -796,33 +798,12 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
-# Every switch that steers which path a layer takes, in one place: module attributes tests and
-# benchmarks set, and the environment variables read when the process starts.
-SWITCHES = {
-    "GLM53_KERNELS": "environment: 0 turns every kernel off (kernels.ENABLED = False)",
-    "GLM53_KERNEL_ISA": "environment: avx512 or avx2, the build to load (default: the widest the CPU has)",
-    "GLM53_KERNEL_CACHE": "environment: where builds are cached (default ~/.cache/glm53_flash/kernels)",
-    "kernels.ENABLED": "False: the eager torch path everywhere",
-    "kernels.FUSED_DECODE": "False: a block's decode step op by op instead of in three calls",
-    "moe.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
-    "moe.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
-}
-
-
-def dispatch_record() -> dict:
-    """What steered dispatch in this process, for receipts: the switches' values and the library's status
-    (None when nothing has looked for it yet, so recording builds nothing)."""
-    from . import moe
-
-    return {"enabled": ENABLED, "fused_decode": FUSED_DECODE, "grouped_mm": moe.GROUPED_MM_ENABLED,
-            "padded": moe.PADDED_ENABLED,
-            "environment": {name: os.environ.get(name) for name in SWITCHES if name.startswith("GLM53_")},
-            "library": observed()}
+receipts.observe("decode_kernels", observed)
 
 
 __all__ = ["FUSED_DECODE", "KernelArgumentError", "LIMITS", "Linear", "MAX_FUSED_ROWS", "MAX_GROUPED_ROWS", "MAX_ROWS",
-           "MAX_SPARSE_KEYS", "RMS_BLOCK", "SWITCHES", "available", "c_limits", "decode_attention_in",
-           "decode_block_serves", "decode_moe_out", "dispatch_record", "grouped_linear", "grouped_matmul",
+           "MAX_SPARSE_KEYS", "RMS_BLOCK", "available", "c_limits", "decode_attention_in",
+           "decode_block_serves", "decode_moe_out", "grouped_linear", "grouped_matmul",
            "grouped_serves", "head_dim_serves", "linear", "linear_attention_serves", "linear_attention_step",
            "moe_combine", "moe_dispatch", "moe_serves", "observed", "rms_norm", "rms_norm_backward", "rms_norm_forward",
            "rms_norm_training_serves", "sparse_attention_step", "status", "swiglu_backward", "swiglu_forward",

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from . import kernels
-from .linear_attention import LinearAttention, LinearState
-from .moe import MixtureOfExperts, original_balance_metric
-from .norm import RMSNorm
-from .rope import RotaryEmbedding
-from .sparse_attention import SparseAttention, SparseKV
-from .streams import StreamConnection
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import dispatch, kernels  # noqa: F401 - dispatch: its switches go into receipts
+from glm53_flash.model.linear_attention import LinearAttention, LinearState
+from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
+from glm53_flash.model.norm import RMSNorm
+from glm53_flash.model.pretrained import load_config, load_weights, read_metadata, save_pretrained
+from glm53_flash.model.rope import RotaryEmbedding
+from glm53_flash.model.sparse_attention import SparseAttention, SparseKV
+from glm53_flash.model.streams import StreamConnection
 
 
 @dataclass
@@ -134,16 +135,12 @@ class GLM53Flash(nn.Module):
     def save_pretrained(self, directory, metadata: dict | None = None):
         """Write config.json (Hugging Face style, with `model_type`), model.safetensors and
         metadata.json (their sha256) to a new directory, atomically. Returns the directory."""
-        from .pretrained import save_pretrained
-
         return save_pretrained(self, directory, metadata)
 
     @classmethod
     def from_pretrained(cls, directory, device="cpu", verify: bool = True) -> "GLM53Flash":
         """Load a directory written by `save_pretrained` or any training checkpoint (hashes checked;
         older config.json files without `model_type` and the older expert layout load too)."""
-        from .pretrained import load_pretrained
-
         model, _ = load_pretrained(directory, device=device, verify=verify)
         return model
 
@@ -231,3 +228,11 @@ class GLM53Flash(nn.Module):
 
 
 __all__ = ["GLM53Flash", "ModelOutput", "ModelCache", "HybridBlock", "LinearState", "SparseKV"]
+
+
+def load_pretrained(directory, device="cpu", verify: bool = True) -> tuple[GLM53Flash, dict]:
+    """(model, metadata) from a saved model or a training checkpoint, hashes verified (model/pretrained.py
+    reads and checks the files; the model is built here)."""
+    meta = read_metadata(directory, verify=verify)
+    model = load_weights(GLM53Flash(load_config(directory)), directory)
+    return model.to(device), meta

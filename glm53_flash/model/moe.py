@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import kernels
-from .kernels import Linear
+from glm53_flash.model import kernels
+from glm53_flash.model.kernels import Linear
 
 
 class _SwiGLUActivation(torch.autograd.Function):

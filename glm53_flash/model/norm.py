@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import kernels
+from glm53_flash.model import kernels
 
 
 class RMSNorm(nn.Module):

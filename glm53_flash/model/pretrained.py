@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..config import ModelConfig
-from ..receipts import atomic_directory, read_json, sha256_file, write_json
-from ..tokenizer import ByteTokenizer
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.core.receipts import atomic_directory, read_json, sha256_file, write_json
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -109,14 +109,11 @@ def load_config(directory: str | Path) -> ModelConfig:
         raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
 
 
-def load_pretrained(directory: str | Path, device="cpu", verify: bool = True):
-    """(model, metadata) from a saved model or a training checkpoint, hashes verified."""
+def load_weights(model, directory: str | Path):
+    """Load WEIGHTS_FILE of `directory` into `model` (built from the directory's config); each way the
+    files and the model can disagree is one CheckpointError line."""
     from safetensors.torch import load_file
 
-    from .lm import GLM53Flash
-
-    meta = read_metadata(directory, verify=verify)
-    model = GLM53Flash(load_config(directory))
     try:
         state = load_file(str(Path(directory) / WEIGHTS_FILE), device="cpu")
     except Exception as error:  # safetensors raises its own error types for truncated files
@@ -131,4 +128,4 @@ def load_pretrained(directory: str | Path, device="cpu", verify: bool = True):
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model.to(device), meta
+    return model

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import kernels
-from .kernels import Linear
-from .rope import RotaryEmbedding
+from glm53_flash.model import kernels
+from glm53_flash.model.kernels import Linear
+from glm53_flash.model.rope import RotaryEmbedding
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..headline_stats import ORIGINAL_CONFIRM, power_lines
-from ..ledger import first_lines
-from .format import format_p
-from .tables import markdown_table
+from glm53_flash.evaluation.headline_stats import ORIGINAL_CONFIRM, power_lines
+from glm53_flash.evaluation.ledger import first_lines
+from glm53_flash.report.format import format_p
+from glm53_flash.report.tables import markdown_table
 
 ARM_TITLES = {"faithful": "faithful (every original switch)", "ours": "ours (our defaults)"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..receipts import provenance, sha256_file
+from glm53_flash.core.receipts import provenance, sha256_file
 
 # The budget: the earliest checkpoint at which every kind of dev task is measurable, its greedy pass
 # rate inside this band (outcomes near the middle carry the most information per pass/fail unit).

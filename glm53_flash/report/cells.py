@@ -165,7 +165,7 @@ def _comment(lines: list[str], i: int) -> tuple[str, int]:
 
 
 def format_p(value: float) -> str:
-    from ..stats import format_p as stats_format_p
+    from glm53_flash.core.stats import format_p as stats_format_p
 
     return stats_format_p(value)
 
@@ -289,7 +289,7 @@ def _rendered(value, what: str) -> list[str]:
         if not isinstance(value, str):
             raise TypeError("the cell holds no text")
         return [line.rstrip() for line in value.strip().splitlines() if line.strip()]
-    from .tables import markdown_table
+    from glm53_flash.report.tables import markdown_table
 
     return markdown_table(value["columns"], value["rows"])
 

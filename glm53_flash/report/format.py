@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from .. import stats
+from glm53_flash.core import stats
 
 
 def format_p(value: float | None) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..ledger import first_lines, report_rows
-from ..reproduce import ReproducePlan
-from . import figures
-from .tables import markdown_table
-from .format import format_interval, format_p, format_signed
+from glm53_flash.evaluation.ledger import first_lines, report_rows
+from glm53_flash.train.plan import ReproducePlan
+from glm53_flash.report import figures
+from glm53_flash.report.tables import markdown_table
+from glm53_flash.report.format import format_interval, format_p, format_signed
 
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
 ORIGINAL = {
@@ -386,7 +386,7 @@ SUMMARY_KEYS = ("preset", "plan", "seeds", "trained_families", "untrained_famili
 def load_summary(path: str | Path) -> dict:
     """A headline summary.json, checked to be one (a JSON object with the keys reports read) before
     anything is built from it; a corrupt one is a one-line ValueError."""
-    from ..receipts import read_json
+    from glm53_flash.core.receipts import read_json
 
     path = Path(path)
     if not path.is_file():
@@ -397,7 +397,6 @@ def load_summary(path: str | Path) -> dict:
         raise ValueError(f"{path} is not a headline summary (missing {', '.join(missing)})")
     if not isinstance(summary["seeds"], dict) or not isinstance(summary["plan"], dict):
         raise ValueError(f"{path} is not a headline summary ('seeds' and 'plan' must be objects)")
-    from ..reproduce import ReproducePlan
 
     ReproducePlan.from_dict(summary["plan"])  # a plan that does not read is a one-line error here
     return summary

@@ -22,13 +22,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..reproduce import ReproducePlan
-from . import figures
-from .format import format_interval, format_p, format_signed
-from .headline import (confirm_history, load_summary, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
+from glm53_flash.train.plan import ReproducePlan
+from glm53_flash.report import figures
+from glm53_flash.report.format import format_interval, format_p, format_signed
+from glm53_flash.report.headline import (confirm_history, load_summary, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
                        greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel, seed_order,
                        selection_chart_data, selection_panel)
-from .tables import esc, html_from_markdown, html_table
+from glm53_flash.report.tables import esc, html_from_markdown, html_table
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKEN_PLACEHOLDER = "__GLM53_TOKEN__"
@@ -141,7 +141,7 @@ class Inputs:
     def load(cls, runs: str | Path) -> "Inputs":
         """The headline's slides describe one run: a one-arm directory's, or a two-arm directory's
         `ours` arm (the two-arm summary is kept for the slide that compares the arms)."""
-        from ..receipts import read_json
+        from glm53_flash.core.receipts import read_json
 
         runs = Path(runs)
         run = headline_dir(runs)
@@ -164,8 +164,8 @@ def miniature_facts(preset: str = "flash", overrides: dict | None = None) -> dic
     """Architecture facts of the model a run trained (its plan's preset and overrides)."""
     import torch
 
-    from ..config import ModelConfig
-    from ..model import GLM53Flash
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.model import GLM53Flash
 
     cfg = ModelConfig.preset(preset, **(overrides or {}))
     with torch.device("meta"):  # shapes only: counting parameters needs no memory or random init
@@ -178,7 +178,7 @@ def miniature_facts(preset: str = "flash", overrides: dict | None = None) -> dic
 
 def verifier_examples(task) -> list[tuple[str, str, dict]]:
     """Three programs for one task, judged by the real sandbox at build time."""
-    from ..verifier import Verifier
+    from glm53_flash.verifier import Verifier
 
     programs = [("the reference body", task.reference_source),
                 ("a wrong body", task.prompt + "\n    return x * 3\n"),
@@ -229,7 +229,7 @@ def slide_arms(x: Inputs) -> list[Slide]:
     """The two arms side by side and the two questions they answer (none for a one-arm run)."""
     if x.arms is None:
         return []
-    from .arms import arm_table, checkpoint_label, holdout_history
+    from glm53_flash.report.arms import arm_table, checkpoint_label, holdout_history
 
     comparison = x.arms["comparison"]
     equivalence = comparison.get("faithful_equivalent_to_original")
@@ -364,7 +364,7 @@ def slide_block(x: Inputs) -> Slide:
 
 
 def slide_bytes(x: Inputs) -> Slide:
-    from ..tokenizer import ByteTokenizer
+    from glm53_flash.data.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer()
     sample = "def increment(x):"
@@ -381,7 +381,7 @@ def slide_bytes(x: Inputs) -> Slide:
 
 
 def slide_pretraining(x: Inputs) -> Slide:
-    from ..tasks import FAMILIES, pretraining_text
+    from glm53_flash.tasks import FAMILIES, pretraining_text
 
     selection = x.summary["pretrain_selection"]
     learning = learning_chart_data(x.run, x.summary)
@@ -409,7 +409,7 @@ def slide_pretraining(x: Inputs) -> Slide:
 
 
 def slide_verifier(x: Inputs) -> Slide:
-    from ..tasks import frozen_tasks
+    from glm53_flash.tasks import frozen_tasks
 
     task = frozen_tasks("dev", 1, ("double",))[0]
     verdicts = verifier_examples(task)
@@ -583,6 +583,6 @@ def render(slides: list[Slide]) -> str:
 
 
 def write_deck(runs: str | Path, output: str | Path) -> Path:
-    from ..receipts import write_text
+    from glm53_flash.core.receipts import write_text
 
     return write_text(output, build_deck(runs))

@@ -1,11 +1,12 @@
-"""The coding tasks: two suites, their splits, strong tests, pretraining streams and the stop rule.
+"""The coding tasks: two suites, their splits, strong tests and pretraining streams.
 
 - `families.py`: the original eight families, bit-exact and compatible (dev, rl, final, confirm,
   holdout; the sealed splits final, confirm, holdout).
 - `grammar.py`, `compositions.py`: the compositions suite, thousands of distinct behaviours from a
   typed grammar, split by structure (compositions.pretrain, .rl, .dev, and the sealed
   .unseen_structures and .new_constants).
-- `splits.py`: every split by name (its suite, sealed or not, its tasks); `stop.py`: the parse stop rule.
+- `splits.py`: every split by name (its suite, sealed or not, its tasks). The tasks know nothing of the
+  verifier: the sampler's parse stop rule is evaluation/stop.py.
 
 The names below are the original module's, so `from glm53_flash.tasks import frozen_tasks` works as it
 always did; `SEALED_SPLITS` names the sealed splits of both suites.
@@ -13,23 +14,22 @@ always did; `SEALED_SPLITS` names the sealed splits of both suites.
 
 from __future__ import annotations
 
-from . import compositions
-from .families import (
+from glm53_flash.tasks import compositions
+from glm53_flash.tasks.families import (
     FAMILIES, FAMILY_NAMES, PRETRAINING_SEED, PROMPT_HEADER, SPLIT_SEEDS, STRONG_EXTRA_MIN, Case, CodingTask,
     Family, family_by_name, frozen_tasks, make_task, pretraining_task, pretraining_text, strong_cases,
     strong_cases_record, strong_task, task_strong_cases,
 )
-from .families import SEALED_SPLITS as ORIGINAL_SEALED_SPLITS
-from .splits import (
+from glm53_flash.tasks.families import SEALED_SPLITS as ORIGINAL_SEALED_SPLITS
+from glm53_flash.tasks.splits import (
     DEV_SPLITS, EVAL_SPLITS, MAX_NEW_TOKENS, RL_SPLITS, SEALED_SPLITS, SPLITS, SUITES, TRAINING_SPLITS,
     check_suite, families_of, family_order, parse_families, split_tasks, suite_of, task_by_id,
 )
-from .stop import ParseStop, coding_stop
 
 __all__ = [
     "Case", "CodingTask", "DEV_SPLITS", "EVAL_SPLITS", "FAMILIES", "FAMILY_NAMES", "Family", "MAX_NEW_TOKENS",
-    "ORIGINAL_SEALED_SPLITS", "PRETRAINING_SEED", "PROMPT_HEADER", "ParseStop", "RL_SPLITS", "SEALED_SPLITS",
-    "SPLITS", "SPLIT_SEEDS", "STRONG_EXTRA_MIN", "SUITES", "TRAINING_SPLITS", "check_suite", "coding_stop",
+    "ORIGINAL_SEALED_SPLITS", "PRETRAINING_SEED", "PROMPT_HEADER", "RL_SPLITS", "SEALED_SPLITS",
+    "SPLITS", "SPLIT_SEEDS", "STRONG_EXTRA_MIN", "SUITES", "TRAINING_SPLITS", "check_suite",
     "compositions", "families_of", "family_by_name", "family_order", "frozen_tasks", "make_task",
     "parse_families", "pretraining_task", "pretraining_text", "split_tasks", "strong_cases",
     "strong_cases_record", "strong_task", "suite_of", "task_by_id", "task_strong_cases",

@@ -34,11 +34,11 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .grammar import (
+from glm53_flash.tasks.grammar import (
     BOOL, BRANCH_CONSTANTS, BRANCHES, INPUT_TYPES, INT, LIST, OPS, OPS_TAKING, PREDICATES, STR, Behaviour,
     Structure,
 )
-from .families import Case, CodingTask
+from glm53_flash.tasks.families import Case, CodingTask
 
 SUITE = "compositions"
 VERSION = 1
@@ -704,7 +704,7 @@ def _unit_power(units: int) -> dict:
     """What a paired comparison over a split's units detects (exact sign-flip over units, alpha 0.05, 80%
     power), for two standard deviations of a unit's difference in pass rate: 0.3 (the families suite's
     arms differed by up to that) and 0.5 (about the largest for pass/fail units)."""
-    from ..stats import minimum_detectable_difference
+    from glm53_flash.core.stats import minimum_detectable_difference
 
     return {"units": units, "alpha": 0.05, "power": 0.8,
             "mdd_at_sd_0.3": minimum_detectable_difference(units, 0.3),

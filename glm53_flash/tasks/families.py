@@ -209,7 +209,7 @@ def _reference_function(family: Family):
     reference may call), the source of every strong case's expected value."""
     import builtins
 
-    from .grammar import REFERENCE_BUILTINS
+    from glm53_flash.tasks.grammar import REFERENCE_BUILTINS
 
     namespace = {"__builtins__": {name: getattr(builtins, name) for name in REFERENCE_BUILTINS}}
     exec(compile(f"def reference({family.argument}):\n    {family.body}\n", f"<{family.name}>", "exec"),

@@ -4,8 +4,8 @@ final, confirm, holdout); the compositions suite's are `compositions.<split>`.""
 
 from __future__ import annotations
 
-from . import compositions
-from . import families as eight_families
+from glm53_flash.tasks import compositions
+from glm53_flash.tasks import families as eight_families
 
 SUITES = ("families", compositions.SUITE)
 FAMILIES_SPLITS = tuple(eight_families.SPLIT_SEEDS)

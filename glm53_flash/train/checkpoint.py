@@ -12,18 +12,17 @@ from pathlib import Path
 
 import torch
 
-from ..model import GLM53Flash
-from ..model.pretrained import (  # noqa: F401 - re-exported: training code loads checkpoints from here
+from glm53_flash.model.lm import GLM53Flash, load_pretrained
+from glm53_flash.model.pretrained import (  # noqa: F401 - re-exported: training code loads checkpoints from here
     CONFIG_FILE,
     METADATA_FILE,
     WEIGHTS_FILE,
     CheckpointError,
     load_config,
-    load_pretrained,
     read_metadata,
     write_model_files,
 )
-from ..receipts import atomic_directory, sha256_file, write_json
+from glm53_flash.core.receipts import atomic_directory, sha256_file, write_json
 
 TRAINER_FILE = "trainer-state.pt"
 # Names the parameter layout a trainer state's optimizer moments follow. Version 2: routed experts'
@@ -95,7 +94,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, trainer_state: dict, 
 def prepare_run_directory(out: Path, resume: bool) -> bool:
     """True when `out` already holds a run (anything but its lock file); refuses to reuse it without
     --resume."""
-    from .rundir import holds_a_run
+    from glm53_flash.train.rundir import holds_a_run
 
     exists = holds_a_run(out)
     if exists and not resume:

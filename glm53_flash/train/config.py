@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import PRESETS, ModelConfig
-from ..options import option
-from ..runtime import DEVICE_CHOICES
-from ..tasks import MAX_NEW_TOKENS, SUITES, parse_families
+from glm53_flash.model.config import PRESETS, ModelConfig
+from glm53_flash.core.options import option
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.tasks import MAX_NEW_TOKENS, SUITES, parse_families
 
 SCHEDULES = ("constant", "cosine")
 TRAIN_SCOPES = ("all", "last-block", "last-block-head")
@@ -29,6 +29,9 @@ def rename_legacy_values(values: dict, prefix: str = "") -> dict:
         if isinstance(renamed.get(key), str) and renamed[key] in table:
             renamed[key] = table[renamed[key]]
     return renamed
+# The pretraining-data study's learning rate (the original miniature study's): engine.STUDY, the study's
+# --learning-rate default and its RunConfig.
+STUDY_LEARNING_RATE = 8e-4
 STOP_RULES = ("parse", "eos")
 REWARD_CASES = ("three", "strong", "sample-K")
 

@@ -98,7 +98,7 @@ def setup_distributed(device_type: str) -> DistributedContext:
 def lock_on_main(ctx: DistributedContext, directory, device):
     """Rank 0 takes the run directory's lock (train/rundir.py) and returns it; the other ranks write
     nothing and get None. Every rank learns whether rank 0 could lock it (one-line `RunInUse`)."""
-    from .rundir import RunInUse, RunLock
+    from glm53_flash.train.rundir import RunInUse, RunLock
 
     lock, error = None, None
     if ctx.is_main:

@@ -1,6 +1,7 @@
 """The training skeleton shared by pretraining and the pretraining-data study (and the pieces RL and
-vision reuse): how one language-model update is computed, the step loop with its per-step metrics,
-progress bar and "at step N" actions (checkpoints, evaluations), and where metrics go.
+vision reuse): how one language-model update's objective is computed (its optimizer step is the
+engine's, train/engine.py, like every loop's), the step loop with its per-step metrics, progress bar
+and "at step N" actions (checkpoints, evaluations), and where metrics go.
 
 The two loops differ on purpose in how they optimise, and each difference is a named field of
 `UpdateRecipe` rather than an accident of two copies of the loop:
@@ -26,60 +27,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..data import IGNORE_INDEX
-from ..progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
-from ..runtime import autocast, fused_optimizer_supported
-
-OPTIMIZER_KERNELS = ("fused", "torch-default")
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient norm became non-finite."""
-
-
-@dataclass(frozen=True)
-class UpdateRecipe:
-    """How one update is computed (see the module's table for the two recipes in use)."""
-
-    learning_rate: float
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    decay_all_parameters: bool = False
-    optimizer_kernel: str = "fused"
-    mixed_precision: bool = True
-    stop_on_divergence: bool = True
-
-    def __post_init__(self) -> None:
-        if self.optimizer_kernel not in OPTIMIZER_KERNELS:
-            raise ValueError(f"optimizer kernel {self.optimizer_kernel!r}; allowed: {', '.join(OPTIMIZER_KERNELS)}")
-
-
-PRETRAINING = UpdateRecipe(learning_rate=3e-4)
-STUDY = UpdateRecipe(learning_rate=8e-4, decay_all_parameters=True, optimizer_kernel="torch-default",
-                     mixed_precision=False, stop_on_divergence=False)
-
-
-def parameter_groups(model: torch.nn.Module, weight_decay: float, decay_all: bool = False) -> list[dict]:
-    """AdamW groups. By default decay weight matrices (including the tied embedding), not norms,
-    stream logits or mixers; `decay_all` puts every trainable parameter in one decayed group."""
-    if decay_all:
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (decay if param.ndim >= 2 and "logits" not in name else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model: torch.nn.Module, recipe: UpdateRecipe) -> torch.optim.AdamW:
-    groups = parameter_groups(model, recipe.weight_decay, recipe.decay_all_parameters)
-    kernel = {}
-    if recipe.optimizer_kernel == "fused":
-        kernel["fused"] = fused_optimizer_supported(next(model.parameters()).device)
-    return torch.optim.AdamW(groups, lr=recipe.learning_rate, betas=recipe.betas, **kernel)
-
+from glm53_flash.data.batches import IGNORE_INDEX
+from glm53_flash.core.progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
+from glm53_flash.core.runtime import autocast
+from glm53_flash.train.engine import (  # noqa: F401 - re-exported: the recipes and the optimizer live in the engine
+    OPTIMIZER_KERNELS, PRETRAINING, STUDY, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
+    parameter_groups, set_learning_rate,
+)
 
 @dataclass
 class UpdateResult:
@@ -107,8 +61,7 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     if tokens is None:
         tokens = int((labels != IGNORE_INDEX).sum())
     if learning_rate is not None:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate
+        set_learning_rate(optimizer, learning_rate)
     forward = train_model if train_model is not None else model
     precision = autocast(inputs.device) if recipe.mixed_precision else _no_autocast()
     with precision:
@@ -117,17 +70,19 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
                                  reduction="sum")
     cross_entropy = ce_sum / tokens
     objective = world * (cross_entropy + model.config.balance_loss_weight * out.aux_loss)
-    optimizer.zero_grad(set_to_none=True)
-    objective.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip))
-    if distributed:
-        totals = ctx.all_sum(torch.stack([ce_sum.detach().float(), out.aux_loss.detach().float()]))
-        loss, aux = float(totals[0]) / tokens, float(totals[1])
-    else:
-        loss, aux = float(ce_sum.detach()) / tokens, float(out.aux_loss.detach())
-    if recipe.stop_on_divergence and not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        raise TrainingDiverged(f"loss {loss}, gradient norm {grad_norm}")
-    optimizer.step()
+    measured = {}
+
+    def check(grad_norm: float) -> None:  # after the backward and the clip, before the update
+        if distributed:
+            totals = ctx.all_sum(torch.stack([ce_sum.detach().float(), out.aux_loss.detach().float()]))
+            measured.update(loss=float(totals[0]) / tokens, aux=float(totals[1]))
+        else:
+            measured.update(loss=float(ce_sum.detach()) / tokens, aux=float(out.aux_loss.detach()))
+        if recipe.stop_on_divergence and not (math.isfinite(measured["loss"]) and math.isfinite(grad_norm)):
+            raise TrainingDiverged(f"loss {measured['loss']}, gradient norm {grad_norm}")
+
+    grad_norm = optimizer_step(optimizer, model.parameters(), objective, grad_clip=recipe.grad_clip, check=check)
+    loss, aux = measured["loss"], measured["aux"]
     return UpdateResult(loss=loss, aux_loss=aux, grad_norm=grad_norm, tokens=tokens,
                         cross_entropy=cross_entropy.detach())
 

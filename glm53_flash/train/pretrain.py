@@ -20,23 +20,23 @@ from pathlib import Path
 
 import torch
 
-from ..data import IGNORE_INDEX, pretraining_rows, rows_to_batch
-from ..model import GLM53Flash
-from ..receipts import peak_rss_bytes, provenance, write_json, write_text
-from ..options import config_record
-from ..runtime import resolve_device
-from .config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
-from .checkpoint import (
+from glm53_flash.data.batches import IGNORE_INDEX, pretraining_rows, rows_to_batch
+from glm53_flash.model import GLM53Flash
+from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json, write_text
+from glm53_flash.core.options import config_record
+from glm53_flash.core.runtime import resolve_device
+from glm53_flash.train.config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
+from glm53_flash.train.checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
     read_metadata, save_checkpoint,
 )
-from .distributed import DistributedContext, setup_distributed, teardown_distributed
-from .loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
+from glm53_flash.train.distributed import DistributedContext, setup_distributed, teardown_distributed
+from glm53_flash.train.loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
     PRETRAINING, MetricsSink, StepLoop, TrainingDiverged, UpdateRecipe, check_live_logging, language_model_update,
     parameter_groups, progress_bar,
 )
-from .loop import make_optimizer as make_recipe_optimizer
-from .rundir import (AlreadyFinished, RunInUse, RunLock, check_resume_config, config_defaults, finished_receipt,
+from glm53_flash.train.loop import make_optimizer as make_recipe_optimizer
+from glm53_flash.train.rundir import (AlreadyFinished, RunInUse, RunLock, check_resume_config, config_defaults, finished_receipt,
                      interruptible, resume_command)
 
 RUN_FILE = "run.json"
@@ -114,7 +114,7 @@ class Pretrainer:
         cfg = self.cfg
         record = {"seed": cfg.data_seed, "examples": cfg.steps * cfg.batch_size, "sha256": self.data_hash}
         if cfg.tasks != "families":  # the original suite's receipts keep their keys
-            from ..tasks import compositions
+            from glm53_flash.tasks import compositions
 
             record.update(tasks=cfg.tasks, suite_version=compositions.VERSION,
                           behaviours_sha256=compositions.split_sha256(compositions.PRETRAIN_SPLIT))

@@ -39,18 +39,19 @@ import json
 import os
 import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from ..options import config_record
-from ..receipts import provenance, write_json
-from ..runtime import autocast, resolve_device
-from ..sampling import generate, mask_logits
-from ..tasks import RL_SPLITS, coding_stop, parse_families, split_tasks, strong_task, task_strong_cases
-from ..tokenizer import ByteTokenizer
-from .config import (  # noqa: F401 - re-exported: the config and its choices lived here
+from glm53_flash.core.options import config_record
+from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.evaluation.sampling import generate, mask_logits
+from glm53_flash.evaluation.stop import coding_stop
+from glm53_flash.tasks import RL_SPLITS, parse_families, split_tasks, strong_task, task_strong_cases
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.train.config import (  # noqa: F401 - re-exported: the config and its choices lived here
     EOS_HANDLING,
     LEGACY_VALUES,
     LOGPROB_SOURCES,
@@ -62,13 +63,15 @@ from .config import (  # noqa: F401 - re-exported: the config and its choices li
     RLConfig,
     rename_legacy_values,
 )
-from .checkpoint import (
+from glm53_flash.train.checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
     read_metadata, save_checkpoint,
 )
-from .distributed import DistributedContext, lock_on_main, setup_distributed, teardown_distributed
-from .loop import MetricsSink, check_live_logging, progress_bar
-from .rundir import (AlreadyFinished, check_resume_config, config_defaults, finished_receipt, interruptible,
+from glm53_flash.train.distributed import DistributedContext, lock_on_main, setup_distributed, teardown_distributed
+from glm53_flash.train.engine import RL as RL_RECIPE
+from glm53_flash.train.engine import make_optimizer, optimizer_step, set_learning_rate
+from glm53_flash.train.loop import MetricsSink, check_live_logging, progress_bar
+from glm53_flash.train.rundir import (AlreadyFinished, check_resume_config, config_defaults, finished_receipt, interruptible,
                      resume_command)
 
 RUN_FILE = "run.json"
@@ -84,7 +87,7 @@ _TOK = ByteTokenizer()
 
 def check_preset(config, preset: str, checkpoint) -> None:
     """The checkpoint's architecture must be the named preset (the context length may differ)."""
-    from ..config import ModelConfig
+    from glm53_flash.model.config import ModelConfig
 
     expected = ModelConfig.preset(preset).replace(max_sequence_length=config.max_sequence_length)
     if config != expected:
@@ -307,8 +310,8 @@ class RLTrainer:
             check_preset(self.model.config, cfg.preset, cfg.initial_checkpoint)
         self.initial_sha256 = meta["weights_sha256"]
         self.trainable = set_train_scope(self.model, cfg.train_scope)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+        self.recipe = replace(RL_RECIPE, learning_rate=cfg.learning_rate, grad_clip=cfg.grad_clip)
+        self.optimizer = make_optimizer(self.model, self.recipe)
         self.reference = None
         if cfg.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -451,8 +454,7 @@ class RLTrainer:
         this rank's share, the objective scaled to the whole update's: see the module's note)."""
         cfg, ctx = self.cfg, self.ctx
         distributed = ctx.enabled
-        for param_group in self.optimizer.param_groups:
-            param_group["lr"] = lr
+        set_learning_rate(self.optimizer, lr)
         learning = [g for g in groups if has_signal(g["rewards"])]
         stats = {"loss": None, "grad_norm": None, "entropy": None, "kl": None}
         for g in groups:
@@ -501,13 +503,9 @@ class RLTrainer:
             stats["kl"] = kl_value
         if not torch.isfinite(torch.tensor(loss)):
             raise FloatingPointError(f"non-finite RL objective at group {groups[-1]['group'] if groups else '?'}")
-        self.optimizer.zero_grad(set_to_none=True)
-        if learning:
-            total.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
-        ctx.all_sum_gradients(params)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        self.optimizer.step()
+        grad_norm = optimizer_step(self.optimizer, params, total if learning else None, grad_clip=cfg.grad_clip,
+                                   reduce_gradients=ctx.all_sum_gradients)
         stats.update(loss=loss, grad_norm=grad_norm, entropy=entropy)
         for g in learning:
             g["gradient_norm"] = grad_norm
@@ -523,7 +521,7 @@ class RLTrainer:
                 "resume_command": self.resume_hint(), "resumes_from_group": saved[-1]["group"] if saved else None})
 
     def run(self) -> dict:
-        from ..verifier import Verifier
+        from glm53_flash.verifier import Verifier
 
         cfg, ctx = self.cfg, self.ctx
         self.session_start = time.perf_counter()
@@ -654,7 +652,7 @@ def reward_hacking(rows: list[dict]) -> dict:
 
 def _evaluate_safely(verifier, pairs):
     """A verifier failure never kills the run: retry once, then report the batch as unjudged."""
-    from ..verifier import Evaluation
+    from glm53_flash.verifier import Evaluation
 
     for _ in range(2):
         try:

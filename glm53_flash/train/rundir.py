@@ -196,7 +196,7 @@ def command_prefix(command: str) -> list[str]:
 def resume_command(command: str, config, skip: tuple[str, ...] = ("resume",), extra: list[str] = ()) -> str:
     """The command line that continues `config`'s run: every flag whose value differs from its
     default, then `extra` (for example `--resume`)."""
-    from ..options import cli_fields, flag_name
+    from glm53_flash.core.options import cli_fields, flag_name
 
     words = command_prefix(command)
     for field in cli_fields(type(config)):

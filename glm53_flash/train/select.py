@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..options import config_record
-from ..receipts import provenance, write_json
-from ..tasks import DEV_SPLITS, MAX_NEW_TOKENS, parse_families, split_tasks, suite_of
-from .checkpoint import list_checkpoints, load_checkpoint
-from .config import SelectConfig
+from glm53_flash.core.options import config_record
+from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.tasks import DEV_SPLITS, MAX_NEW_TOKENS, parse_families, split_tasks, suite_of
+from glm53_flash.train.checkpoint import list_checkpoints, load_checkpoint
+from glm53_flash.train.config import SelectConfig
 
 RULE_SAMPLED = "max exact sampled rollouts; ties to the earlier checkpoint"
 RULE_GREEDY = "max greedy tasks solved, then tests passed; ties to the earlier checkpoint"
@@ -52,8 +52,8 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
                       families: str | None = None, temperature: float = 0.35, max_new_tokens: int | None = None,
                       seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
                       force: bool = False, quiet: bool = False) -> dict:
-    from ..evaluate import evaluate_greedy, evaluate_sampled
-    from ..verifier import Verifier
+    from glm53_flash.evaluation.evaluate import evaluate_greedy, evaluate_sampled
+    from glm53_flash.verifier import Verifier
 
     run_dir = Path(run_dir)
     if split not in DEV_SPLITS.values():  # choosing by a sealed split would spend it; rl is what the model trained on

@@ -5,16 +5,16 @@ limits; `evaluate_in_process` is the UNSAFE original-style evaluator kept as tes
 Nothing here imports torch. See docs/VERIFIER.md for what is and is not guaranteed.
 """
 
-from .evaluation import STATUSES, Evaluation, result_matches
-from .policy import (
+from glm53_flash.verifier.evaluation import STATUSES, Evaluation, result_matches
+from glm53_flash.verifier.policy import (
     MAX_SOURCE_BYTES,
     SAFE_CALL_NAMES,
     check_policy,
     completion_is_parseable,
     validate_source,
 )
-from .reference import evaluate_in_process
-from .sandbox import SandboxLimits, Verifier
+from glm53_flash.verifier.reference import evaluate_in_process
+from glm53_flash.verifier.sandbox import SandboxLimits, Verifier
 
 __all__ = [
     "MAX_SOURCE_BYTES",

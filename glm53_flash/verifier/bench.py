@@ -13,10 +13,10 @@ import random
 import time
 from collections import Counter
 
-from ..receipts import provenance
-from ..tasks import frozen_tasks
-from .reference import evaluate_in_process
-from .sandbox import Verifier
+from glm53_flash.core.receipts import provenance
+from glm53_flash.tasks import frozen_tasks
+from glm53_flash.verifier.reference import evaluate_in_process
+from glm53_flash.verifier.sandbox import Verifier
 
 # Kind -> share of the mix.
 MIX_SHARES = {"passing": 0.45, "failing": 0.30, "invalid": 0.24, "limit": 0.01}

@@ -8,9 +8,9 @@ definition time, RecursionError or MemoryError while compiling) escape here too,
 
 from __future__ import annotations
 
-from .evaluation import Evaluation, mismatch_message, result_matches
-from .policy import validate_source
-from .worker import SAFE_BUILTINS, describe_exception
+from glm53_flash.verifier.evaluation import Evaluation, mismatch_message, result_matches
+from glm53_flash.verifier.policy import validate_source
+from glm53_flash.verifier.worker import SAFE_BUILTINS, describe_exception
 
 
 def evaluate_in_process(task, source: str) -> Evaluation:

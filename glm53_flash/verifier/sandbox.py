@@ -24,10 +24,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import confinement
-from . import worker as wire
-from .evaluation import Evaluation, mismatch_message, result_matches
-from .policy import check_policy
+from glm53_flash.core import receipts
+from glm53_flash.verifier import confinement
+from glm53_flash.verifier import worker as wire
+from glm53_flash.verifier.evaluation import Evaluation, mismatch_message, result_matches
+from glm53_flash.verifier.policy import check_policy
 
 WORKER_SCRIPT = Path(wire.__file__).resolve()
 # Requests queued per worker: one running plus one waiting in the pipe hides the round trip.
@@ -578,6 +579,9 @@ def observed_isolation() -> dict | None:
     """The weakest isolation report any Verifier of this process received (None if none started).
     Receipts that carry verdicts record it (receipts.provenance)."""
     return dict(_OBSERVED_ISOLATION) if _OBSERVED_ISOLATION else None
+
+
+receipts.observe("verifier_isolation", observed_isolation)
 
 
 def probe_isolation(require: bool | None = None) -> dict:

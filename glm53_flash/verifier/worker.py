@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # run as a script (-I: the script's folder is not
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import confinement
 else:
-    from . import confinement
+    from glm53_flash.verifier import confinement
 
 # The original's call allow-list; candidate code sees exactly these builtins and nothing else.
 SAFE_BUILTINS = {

@@ -5,7 +5,7 @@ torch-backed names load on first use (like the package root), so `glm53 --help` 
 
 from __future__ import annotations
 
-from .config import (
+from glm53_flash.vision.config import (
     ARCHITECTURES,
     IMAGE_TOKENS,
     MINIATURE_LM,

@@ -8,8 +8,8 @@ exact McNemar test compares them example by example; the pooled view sums those 
 
 from __future__ import annotations
 
-from ..stats import mcnemar_exact, paired_bootstrap_ci, sign_flip_p
-from .evaluation import CONFUSION_COLUMNS
+from glm53_flash.core.stats import mcnemar_exact, paired_bootstrap_ci, sign_flip_p
+from glm53_flash.vision.evaluation import CONFUSION_COLUMNS
 
 BOOTSTRAP = {"resamples": 10_000, "seed": 0, "level": 0.95}
 

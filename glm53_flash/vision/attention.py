@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.norm import RMSNorm
+from glm53_flash.model.norm import RMSNorm
 
 
 class VisionSelfAttention(nn.Module):

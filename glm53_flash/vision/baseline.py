@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..model import GLM53Flash, ModelOutput
-from .patch_embedding import check_images
-from .sequence import check_text_ids
+from glm53_flash.model import GLM53Flash, ModelOutput
+from glm53_flash.vision.patch_embedding import check_images
+from glm53_flash.vision.sequence import check_text_ids
 
 
 class DirectPatchImageEncoder(nn.Module):

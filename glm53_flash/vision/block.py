@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.norm import RMSNorm
-from .attention import VisionSelfAttention
+from glm53_flash.model.norm import RMSNorm
+from glm53_flash.vision.attention import VisionSelfAttention
 
 
 class VisionSwiGLU(nn.Module):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..config import ModelConfig
-from ..tokenizer import ByteTokenizer
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 
 @dataclass(frozen=True)

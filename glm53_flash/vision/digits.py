@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tokenizer import ByteTokenizer
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 IMAGE_SIZE = 32
 NOISE = 0.06

@@ -10,12 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..model.norm import RMSNorm
-from .block import VisionTransformerBlock
-from .config import VisionConfig
-from .merger import SpatialMerger2x2
-from .patch_embedding import RGBPatchEmbedding
-from .projector import MultimodalProjector
+from glm53_flash.model.norm import RMSNorm
+from glm53_flash.vision.block import VisionTransformerBlock
+from glm53_flash.vision.config import VisionConfig
+from glm53_flash.vision.merger import SpatialMerger2x2
+from glm53_flash.vision.patch_embedding import RGBPatchEmbedding
+from glm53_flash.vision.projector import MultimodalProjector
 
 
 class MiniGLMVisionEncoder(nn.Module):

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..tokenizer import ByteTokenizer
-from .digits import DIGIT_TOKEN_IDS, id_to_digit, prompt_ids, render_digits
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.vision.digits import DIGIT_TOKEN_IDS, id_to_digit, prompt_ids, render_digits
 
 TOKENIZER = ByteTokenizer()
 CONFUSION_COLUMNS = [str(d) for d in range(10)] + ["other"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..model import GLM53Flash, ModelOutput
-from .config import IMAGE_TOKENS, ImageTokenIds, VisionConfig
-from .encoder import MiniGLMVisionEncoder
-from .patch_embedding import check_images
-from .sequence import build_multimodal_input_ids, check_text_ids
+from glm53_flash.model import GLM53Flash, ModelOutput
+from glm53_flash.vision.config import IMAGE_TOKENS, ImageTokenIds, VisionConfig
+from glm53_flash.vision.encoder import MiniGLMVisionEncoder
+from glm53_flash.vision.patch_embedding import check_images
+from glm53_flash.vision.sequence import build_multimodal_input_ids, check_text_ids
 
 
 class VisionLanguageModel(nn.Module):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from ..model import GLM53Flash
-from .baseline import DirectPatchVisionLanguageModel
-from .config import MINIATURE_LM, MINIATURE_VISION, VisionConfig, check_architecture
-from .language import VisionLanguageModel
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import GLM53Flash
+from glm53_flash.vision.baseline import DirectPatchVisionLanguageModel
+from glm53_flash.vision.config import MINIATURE_LM, MINIATURE_VISION, VisionConfig, check_architecture
+from glm53_flash.vision.language import VisionLanguageModel
 
 
 def build_vision_model(architecture: str, lm_config: ModelConfig = MINIATURE_LM,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import VisionConfig
+from glm53_flash.vision.config import VisionConfig
 
 
 class RGBPatchEmbedding(nn.Module):

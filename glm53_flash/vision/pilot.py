@@ -14,18 +14,20 @@ from pathlib import Path
 
 import torch
 
-from ..config import ModelConfig
-from ..model import GLM53Flash
-from ..receipts import peak_rss_bytes, provenance
-from ..runtime import resolve_device, seed_everything
-from ..train.loop import progress_bar
-from ..tokenizer import ByteTokenizer
-from .config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
-from .evaluation import evaluate_digits
-from .language import VisionLanguageModel
-from .models import parameter_count
-from .run_config import PilotConfig
-from .training import TrainingDiverged, deterministic, optimisation_step, training_batch
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import GLM53Flash
+from glm53_flash.core.receipts import peak_rss_bytes, provenance
+from glm53_flash.core.runtime import resolve_device, seed_everything
+from glm53_flash.train.loop import progress_bar
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.vision.config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
+from glm53_flash.vision.evaluation import evaluate_digits
+from glm53_flash.vision.language import VisionLanguageModel
+from glm53_flash.vision.models import parameter_count
+from glm53_flash.vision.run_config import PilotConfig
+from glm53_flash.train.engine import make_optimizer
+from glm53_flash.vision.training import (TrainingDiverged, deterministic, optimisation_step, training_batch,
+                                         vision_recipe)
 
 PILOT_HELD_OUT_OFFSET = 100_000
 TRAINED_COMPONENTS = ("vision", "language_model.blocks[-1]", "language_model.norm", "language_model.embedding")
@@ -57,7 +59,7 @@ def build_pilot_model(checkpoint: str | None) -> tuple[VisionLanguageModel, dict
         lm = extend_language_model(None)
         initialization = {"source": "random", "checkpoint": None}
     else:
-        from ..model.pretrained import load_pretrained
+        from glm53_flash.model.lm import load_pretrained
 
         source, metadata = load_pretrained(checkpoint, "cpu")
         lm = extend_language_model(source)
@@ -106,7 +108,7 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
     try:
         with deterministic(device):
             before = evaluate_digits(model, cfg.eval_examples, held_out)
-            optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+            optimizer = make_optimizer(model, vision_recipe(cfg))
             model.train()
             train_start = time.perf_counter()
             for step in range(cfg.steps):

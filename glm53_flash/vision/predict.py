@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..tokenizer import ByteTokenizer
-from .digits import id_to_digit
-from .evaluation import predict_ids
+from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.vision.digits import id_to_digit
+from glm53_flash.vision.evaluation import predict_ids
 
 
 def to_rgb(image):

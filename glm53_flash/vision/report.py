@@ -10,11 +10,11 @@ import json
 import shlex
 from pathlib import Path
 
-from ..receipts import read_json, sha256_file, write_json, write_text
-from ..report import figures
-from ..report.format import format_interval, format_p, format_signed
-from .analysis import arm_summary, compare_architectures
-from .config import ARCHITECTURES
+from glm53_flash.core.receipts import read_json, sha256_file, write_json, write_text
+from glm53_flash.report import figures
+from glm53_flash.report.format import format_interval, format_p, format_signed
+from glm53_flash.vision.analysis import arm_summary, compare_architectures
+from glm53_flash.vision.config import ARCHITECTURES
 
 LABELS = {"faithful": "GLM-style faithful miniature", "baseline": "direct-patch baseline (not GLM-faithful)"}
 CHART_FILE = "vision-comparison.png"

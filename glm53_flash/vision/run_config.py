@@ -12,11 +12,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..argtypes import comma_ints
-from ..options import option
-from ..runtime import DEVICE_CHOICES
-from ..train.config import ProgressConfig
-from .config import ARCHITECTURES, check_architecture
+from glm53_flash.core.argtypes import comma_ints
+from glm53_flash.core.options import option
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.train.config import ProgressConfig
+from glm53_flash.vision.config import ARCHITECTURES, check_architecture
 
 SMOKE_CAPS = {"steps": 40, "batch_size": 20, "eval_examples": 100}
 BOTH = "both"

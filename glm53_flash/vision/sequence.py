@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import IMAGE_TOKENS, ImageTokenIds
+from glm53_flash.vision.config import IMAGE_TOKENS, ImageTokenIds
 
 IGNORE_INDEX = -100
 

@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..receipts import peak_rss_bytes, provenance
-from ..runtime import resolve_device, seed_everything
-from ..train.loop import progress_bar
-from .config import MINIATURE_LM, MINIATURE_VISION
-from .digits import PROMPT_LENGTH, digit_token_ids, render_digits
-from .evaluation import evaluate_digits
-from .models import build_vision_model, describe
-from .run_config import SMOKE_CAPS, VisionTrainConfig, check_budget  # noqa: F401 (the library's names)
-from .sequence import IGNORE_INDEX, answer_only_labels
+from glm53_flash.core.receipts import peak_rss_bytes, provenance
+from glm53_flash.core.runtime import resolve_device, seed_everything
+from glm53_flash.train.engine import VISION, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step, stop_when_not_finite
+from glm53_flash.train.loop import progress_bar
+from glm53_flash.vision.config import MINIATURE_LM, MINIATURE_VISION
+from glm53_flash.vision.digits import PROMPT_LENGTH, digit_token_ids, render_digits
+from glm53_flash.vision.evaluation import evaluate_digits
+from glm53_flash.vision.models import build_vision_model, describe
+from glm53_flash.vision.run_config import SMOKE_CAPS, VisionTrainConfig, check_budget  # noqa: F401 (the library's names)
+from glm53_flash.vision.sequence import IGNORE_INDEX, answer_only_labels
 
 HELD_OUT_OFFSET = 10000
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient became non-finite."""
 
 
 @contextlib.contextmanager
@@ -74,20 +72,19 @@ def digit_loss(model: nn.Module, images: torch.Tensor, tokens: torch.Tensor) -> 
     return ce, out.aux_loss
 
 
+def vision_recipe(cfg) -> "UpdateRecipe":
+    """The engine's VISION recipe with a run config's learning rate, weight decay and clip."""
+    return replace(VISION, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip)
+
+
 def optimisation_step(model, optimizer, params, images, tokens, grad_clip: float) -> tuple[float, float]:
     """One AdamW update; returns (language loss, gradient norm). Raises TrainingDiverged if non-finite."""
     ce, aux = digit_loss(model, images, tokens)
     loss = ce + model.language_model.config.balance_loss_weight * aux
     if not torch.isfinite(loss):
         raise TrainingDiverged(f"non-finite loss {float(loss)}")
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    try:
-        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip, error_if_nonfinite=True)
-    except RuntimeError as error:
-        raise TrainingDiverged(f"non-finite gradient ({error})") from None
-    optimizer.step()
-    return float(ce.detach()), float(norm)
+    norm = optimizer_step(optimizer, params, loss, grad_clip=grad_clip, check=stop_when_not_finite("gradient"))
+    return float(ce.detach()), norm
 
 
 def train_arm(architecture: str, seed: int, cfg: VisionTrainConfig, device: torch.device, bar=None):
@@ -97,7 +94,7 @@ def train_arm(architecture: str, seed: int, cfg: VisionTrainConfig, device: torc
     held_out = HELD_OUT_OFFSET + seed
     before = evaluate_digits(model, cfg.eval_examples, held_out)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(model, vision_recipe(cfg))
     model.train()
     curve = []
     start = time.perf_counter()

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..config import ModelConfig
-from ..model import GLM53Flash
-from ..receipts import atomic_directory, read_json, sha256_file, write_json
-from .baseline import DirectPatchVisionLanguageModel
-from .config import VisionConfig
-from .language import VisionLanguageModel
-from .models import check_architecture
+from glm53_flash.model.config import ModelConfig
+from glm53_flash.model import GLM53Flash
+from glm53_flash.core.receipts import atomic_directory, read_json, sha256_file, write_json
+from glm53_flash.vision.baseline import DirectPatchVisionLanguageModel
+from glm53_flash.vision.config import VisionConfig
+from glm53_flash.vision.language import VisionLanguageModel
+from glm53_flash.vision.models import check_architecture
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..receipts import utc_now, write_json
+from glm53_flash.core.receipts import utc_now, write_json
 
 MAX_KEY_CHARS = 200
 MAX_TEXT_CHARS = 20_000

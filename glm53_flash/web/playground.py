@@ -17,10 +17,10 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..tasks import frozen_tasks, task_by_id
-from ..verifier.evaluation import short_repr
+from glm53_flash.data.tokenizer import MAX_PROMPT_CHARS, PromptError, check_prompt  # noqa: F401 - the shared rules
+from glm53_flash.tasks import frozen_tasks, task_by_id
+from glm53_flash.verifier.evaluation import short_repr
 
-MAX_PROMPT_CHARS = 1_000
 MAX_NEW_TOKENS = 96
 PLAYGROUND_SPLIT = "dev"  # tasks offered by the picker: the dev split, never the confirm split
 PLAYGROUND_PER_FAMILY = 4  # the whole dev split as checkpoint selection reads it (`glm53 select` default)
@@ -28,31 +28,8 @@ NO_CHECKPOINT_HELP = ("no checkpoint to load: `make demo` (glm53 reproduce --pre
                       "makes one, or start the server with --checkpoint DIR")
 
 
-class PlaygroundError(ValueError):
+class PlaygroundError(PromptError):
     """A request the playground refuses before generating; `status` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def check_prompt(prompt) -> str:
-    """The prompt rules shared by `glm53 generate --prompt` and the playground's `/api/generate`:
-    a non-empty string of at most MAX_PROMPT_CHARS characters that encodes as UTF-8 (the tokenizer
-    turns it into one id per byte). Returns the prompt; PlaygroundError (a ValueError, status 400)
-    names the broken rule otherwise."""
-    if not isinstance(prompt, str):
-        raise PlaygroundError(f"prompt must be a string, got {type(prompt).__name__}")
-    if not prompt:
-        raise PlaygroundError("prompt is empty: give at least one character for the model to continue")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise PlaygroundError(f"prompt has {len(prompt):,} characters; at most {MAX_PROMPT_CHARS:,} are allowed")
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise PlaygroundError(f"prompt is not valid UTF-8 text: character {error.start + 1} "
-                              f"({ascii(prompt[error.start])}) has no UTF-8 encoding") from None
-    return prompt
 
 
 def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
@@ -115,8 +92,8 @@ class Playground:
         self.metadata: dict = {}
         self.verifier = None
         if self.checkpoint is not None:
-            from ..model.pretrained import load_pretrained
-            from ..verifier import Verifier
+            from glm53_flash.model.lm import load_pretrained
+            from glm53_flash.verifier import Verifier
 
             if not self.checkpoint.is_dir():
                 raise FileNotFoundError(f"--checkpoint {self.checkpoint} is not a directory")
@@ -162,7 +139,10 @@ class Playground:
                                       f"got {task.task_id!r}")
         if "prompt" not in body and task is None:
             raise PlaygroundError("give a prompt or a task_id")
-        prompt = check_prompt(body.get("prompt", task.prompt if task else None))
+        try:
+            prompt = check_prompt(body.get("prompt", task.prompt if task else None))
+        except PromptError as error:
+            raise PlaygroundError(str(error)) from None
         temperature = body.get("temperature", 0.0)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise PlaygroundError("temperature must be a number in [0, 2] (0 = greedy)")
@@ -195,9 +175,9 @@ class Playground:
 
     def run(self, request: dict) -> Iterator[dict]:
         """Events: start, one token event per generated token, done, then verdict (tasks only)."""
-        from ..sampling import stream_generate
-        from ..tasks import ParseStop
-        from ..tokenizer import ByteTokenizer
+        from glm53_flash.evaluation.sampling import stream_generate
+        from glm53_flash.evaluation.stop import ParseStop
+        from glm53_flash.data.tokenizer import ByteTokenizer
 
         task = request["task"]
         yield {"type": "start", "checkpoint": str(self.checkpoint), "prompt": request["prompt"],

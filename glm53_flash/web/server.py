@@ -42,10 +42,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..report.slides import TOKEN_PLACEHOLDER
-from . import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS
-from .notes import NoteError, NotesStore
-from .playground import Playground, PlaygroundError
+from glm53_flash.report.slides import TOKEN_PLACEHOLDER
+from glm53_flash.web import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS
+from glm53_flash.web.notes import NoteError, NotesStore
+from glm53_flash.web.playground import Playground, PlaygroundError
 
 MAX_BODY_BYTES = 1_000_000
 MAX_HEAD_BYTES = 16_384  # request line + headers; larger heads answer 431

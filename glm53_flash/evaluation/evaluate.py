@@ -18,11 +18,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from . import ledger
-from .sampling import DEFAULT_BATCH_ROWS, Completion, generate
-from .stats import pass_at_k
-from .tasks import EVAL_SPLITS, coding_stop, families_of, family_order, strong_cases_record, strong_task, suite_of
-from .tokenizer import ByteTokenizer
+from glm53_flash.evaluation import ledger
+from glm53_flash.evaluation.sampling import DEFAULT_BATCH_ROWS, Completion, generate
+from glm53_flash.core.stats import pass_at_k
+from glm53_flash.evaluation.stop import coding_stop
+from glm53_flash.tasks import EVAL_SPLITS, families_of, family_order, strong_cases_record, strong_task, suite_of
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 SCHEMA_VERSION = "1.0"
 # The training splits (rl, compositions.rl) are never evaluated; the sealed splits need an opening
@@ -187,7 +188,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     strong[t][s] (the strong set), timing. On a sealed split the progress bar shows no results."""
     import torch
 
-    from .verifier import Verifier
+    from glm53_flash.verifier import Verifier
 
     wall_start = time.perf_counter()
     tasks = list(tasks)
@@ -245,7 +246,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
 
 
 def _progress_bar(total: int, enabled: bool):
-    from .progress import progress_bar
+    from glm53_flash.core.progress import progress_bar
 
     return progress_bar(total, quiet=not enabled, desc="evaluate", unit="rollout")
 
@@ -253,7 +254,7 @@ def _progress_bar(total: int, enabled: bool):
 def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening) -> dict:
     import torch
 
-    from .receipts import provenance
+    from glm53_flash.core.receipts import provenance
 
     device = next(model.parameters()).device
     receipt.update(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .options import option
-from .runtime import DEVICE_CHOICES
-from .tasks import EVAL_SPLITS
+from glm53_flash.core.options import option
+from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.tasks import EVAL_SPLITS
 
 EVAL_STOP_CHOICES = ("parse", "eos", "none")  # sampling.STOP_RULES plus the coding rule, without torch
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .tasks import PRETRAINING_SEED, compositions, pretraining_text
-from .tokenizer import ByteTokenizer
+from glm53_flash.tasks import PRETRAINING_SEED, compositions, pretraining_text
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 IGNORE_INDEX = -100
 _TOKENIZER = ByteTokenizer()

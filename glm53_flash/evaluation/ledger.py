@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tasks import SEALED_SPLITS, SPLITS
+from glm53_flash.tasks import SEALED_SPLITS, SPLITS
 
 LEDGER_ENV = "GLM53_LEDGER"
 LEDGER_RELATIVE = Path("results") / "ledger.jsonl"
@@ -57,7 +57,7 @@ class SealedSplitError(ValueError):
 def repository_root() -> Path | None:
     """The checkout that holds this package (pyproject.toml beside glm53_flash/), or None when the
     package is installed elsewhere."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # glm53_flash/evaluation/ledger.py -> the checkout
     return root if (root / "pyproject.toml").is_file() and (root / "glm53_flash").is_dir() else None
 
 
@@ -186,7 +186,7 @@ class Opening:
 
     def record(self, receipt: str | Path) -> dict:
         """Append the ledger line of a receipt written from this opening; returns the line."""
-        from .receipts import git_commit, sha256_file, utc_now
+        from glm53_flash.core.receipts import git_commit, sha256_file, utc_now
 
         receipt = Path(receipt)
         if not receipt.is_file():
@@ -202,7 +202,7 @@ class Opening:
 
     def write_receipt(self, path: str | Path, receipt: dict) -> dict:
         """Write an evaluation receipt of this split atomically, then record it; returns the ledger line."""
-        from .receipts import write_json
+        from glm53_flash.core.receipts import write_json
 
         opened = (receipt.get("sealed_opening") or {}).get("opening_id")
         if receipt.get("split") != self.split or opened != self.opening_id:
@@ -249,7 +249,7 @@ def require_open(split: str, purpose: str, *, plan_sha256: str | None = None, re
                 f"split {split} was already opened for this plan ({plan_sha256[:12]}) {len(earlier)} time(s), "
                 f"first at {first['utc']} ({first['purpose']!r}); pass --reopen \"<reason>\" (reopen=) to "
                 f"open it again")
-    from .receipts import utc_now
+    from glm53_flash.core.receipts import utc_now
 
     opening = Opening(split=split, purpose=purpose, opening_id=uuid.uuid4().hex, granted_utc=utc_now(),
                       command=tuple(sys.argv if argv is None else argv), plan_sha256=plan_sha256,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .runtime import autocast
-from .tokenizer import ByteTokenizer
+from glm53_flash.core.runtime import autocast
+from glm53_flash.data.tokenizer import ByteTokenizer
 
 STOP_RULES = ("eos", "none")  # or a stop predicate: see `generate`
 FINISH_REASONS = ("eos", "cap")  # or the name of the stop predicate that ended the row

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stats import (
+from glm53_flash.core.stats import (
     equivalence_test, holm, minimum_detectable_difference, minimum_equivalence_margin, sign_flip_p,
     two_level_comparison, wilson_interval,
 )
@@ -89,7 +89,7 @@ def plan_power(plan, pretrain_seeds: int, analysis: AnalysisPlan = HEADLINE_ANAL
     """The power of a headline plan run at `pretrain_seeds` pretraining seeds (the plan's own and the
     extra ones), stated before it runs: for each question its units, seeds and minimum detectable
     difference, and for "reproduces" the smallest margin its equivalence test could show."""
-    from .tasks import split_tasks
+    from glm53_flash.tasks import split_tasks
 
     def units(config) -> int:
         families = tuple(config.families.split(",")) if config.families else None
@@ -229,7 +229,7 @@ def reproduces_original(faithful: dict) -> dict:
 
 def arms_on_holdout(out: Path, arms: dict) -> dict | None:
     """Question 2: ours vs faithful on the holdout greedy tasks, paired by task, per checkpoint."""
-    from .compare import compare_receipts
+    from glm53_flash.evaluation.compare import compare_receipts
 
     if not {"faithful", "ours"} <= set(arms) or any("holdout" not in arms[a] for a in ("faithful", "ours")):
         return None
@@ -288,7 +288,7 @@ def over_pretraining_seeds(seeds: dict) -> dict | None:
 
 def unit_differences(before: dict, after: dict) -> dict[str, float]:
     """unit -> after's pass rate minus before's, over the unit's tasks (two greedy receipts)."""
-    from .compare import task_outcomes, unit_rates
+    from glm53_flash.evaluation.compare import task_outcomes, unit_rates
 
     b, a = task_outcomes(before), task_outcomes(after)
     if set(b) != set(a):

@@ -16,7 +16,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
+from glm53_flash.core import __version__
 
 
 # The code a `glm53` command runs is the checkout as it was when the command started: Python loaded
@@ -144,42 +144,37 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         "cpu_count": os.cpu_count(),
         "math": math_environment(),
         "device": device,
-        # the verifier sandbox's isolation, as reached by the weakest worker this process started
-        # (None when no program was judged here)
-        "verifier_isolation": _verifier_isolation(),
-        # whether the CPU kernels served this process (None when nothing here needed them)
-        "decode_kernels": _decode_kernels(),
-        # the switches that steer the model's kernel dispatch (model/kernels.py SWITCHES)
-        "kernel_switches": _kernel_switches(),
+        # what the higher layers report of this process (see OBSERVED): the verifier sandbox's isolation,
+        # whether the CPU kernels served and the switches that steer them; None where that layer was
+        # never loaded (no program judged, no kernel needed)
+        **{field: _observed(field) for field in OBSERVED},
         # whether glibc keeps freed memory for reuse (runtime.retain_freed_memory; None: not asked)
         "malloc_tuning": _malloc_tuning(),
     }
 
 
 def _malloc_tuning() -> str | None:
-    from .runtime import malloc_tuning
+    from glm53_flash.core.runtime import malloc_tuning
 
     return malloc_tuning()
 
 
-def _decode_kernels() -> dict | None:
-    from .model import kernels
-
-    return kernels.observed()
-
-
-def _kernel_switches() -> dict:
-    from .model import kernels
-
-    record = kernels.dispatch_record()
-    record.pop("library")  # the decode_kernels field
-    return record
+# Provenance fields that a higher layer fills in: each registers its function with `observe` when it is
+# imported (the model's kernels, the verifier's sandbox), so this module imports nothing above it.
+OBSERVED = ("verifier_isolation", "decode_kernels", "kernel_switches")
+_OBSERVERS: dict = {}
 
 
-def _verifier_isolation() -> dict | None:
-    from .verifier.sandbox import observed_isolation
+def observe(field: str, function) -> None:
+    """Register `function() -> JSON value` as the source of provenance field `field` (one of OBSERVED)."""
+    if field not in OBSERVED:
+        raise ValueError(f"{field!r} is not an observed provenance field ({', '.join(OBSERVED)})")
+    _OBSERVERS[field] = function
 
-    return observed_isolation()
+
+def _observed(field: str):
+    function = _OBSERVERS.get(field)
+    return function() if function is not None else None
 
 
 def peak_rss_bytes() -> int:

@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_p
-from .tasks import FAMILIES, family_order, parse_families, suite_of
+from glm53_flash.core.stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_p
+from glm53_flash.tasks import FAMILIES, family_order, parse_families, suite_of
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20260826  # the original analyser's bootstrap seed

@@ -44,3 +44,35 @@ class ByteTokenizer:
             if self.byte_offset <= i < self.vocab_size:
                 data.append(i - self.byte_offset)
         return data.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------------- prompts
+
+MAX_PROMPT_CHARS = 1_000
+
+
+class PromptError(ValueError):
+    """A prompt refused before generating; `status` is the HTTP status a server answers with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_prompt(prompt) -> str:
+    """The prompt rules shared by `glm53 generate --prompt` and the playground's `/api/generate`:
+    a non-empty string of at most MAX_PROMPT_CHARS characters that encodes as UTF-8 (the tokenizer
+    turns it into one id per byte). Returns the prompt; PromptError (a ValueError, status 400)
+    names the broken rule otherwise."""
+    if not isinstance(prompt, str):
+        raise PromptError(f"prompt must be a string, got {type(prompt).__name__}")
+    if not prompt:
+        raise PromptError("prompt is empty: give at least one character for the model to continue")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise PromptError(f"prompt has {len(prompt):,} characters; at most {MAX_PROMPT_CHARS:,} are allowed")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PromptError(f"prompt is not valid UTF-8 text: character {error.start + 1} "
+                              f"({ascii(prompt[error.start])}) has no UTF-8 encoding") from None
+    return prompt

@@ -28,7 +28,7 @@ class ParseStop:
                                  f"checks task.prompt + completion")
 
     def __call__(self, prompt_index: int, completion: str) -> bool:
-        from ..verifier.policy import completion_is_parseable
+        from glm53_flash.verifier.policy import completion_is_parseable
 
         return completion_is_parseable(self.tasks[prompt_index], completion)
 

@@ -11,154 +11,19 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .config import ORIGINAL_MODEL_SWITCHES
-from .evaluate_config import EvalConfig
-from .options import identity_record
-from .receipts import provenance, read_json, sha256_json, write_json
-from .tasks import FAMILY_NAMES, frozen_tasks, parse_families
-from .train.config import PretrainConfig, RLConfig, SelectConfig, rename_legacy_values
+from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
+from glm53_flash.evaluation.config import EvalConfig
+from glm53_flash.core.receipts import provenance, read_json, write_json
+from glm53_flash.tasks import FAMILY_NAMES, frozen_tasks, parse_families
+from glm53_flash.train.config import SelectConfig
+from glm53_flash.train.plan import (  # noqa: F401 - the plan's names, re-exported for the pipeline's callers
+    GREEDY_SEED, RUN_FIELDS, SAMPLED_SEED, ReproducePlan, make_plan, plan_sha256,
+)
 
 SUMMARY_FILE = "summary.json"
-
-
-# Fields a stage fills in at run time (paths, the device, progress): not part of a plan's identity.
-RUN_FIELDS = frozenset({"output", "run", "initial_checkpoint", "checkpoint", "device", "resume", "progress",
-                        "force", "quiet", "tensorboard", "wandb"})
-
-
-@dataclass(frozen=True)
-class ReproducePlan:
-    """The pipeline as the run configs of its stages, each the same dataclass its own command uses
-    (`glm53 pretrain`, `select`, `rl`, `eval`): a knob is declared once, in its stage's config, and a
-    plan only chooses values. Fields in RUN_FIELDS are filled in when a stage runs; `rl.seed` is
-    replaced by each of `rl_seeds`."""
-
-    pretrain: PretrainConfig
-    select_pretrain: SelectConfig
-    rl: RLConfig
-    rl_seeds: tuple[int, ...]
-    select_rl: SelectConfig
-    confirm_greedy: EvalConfig
-    confirm_sampled: EvalConfig
-    # The held-out split, evaluated after confirm (None in plans written before it existed).
-    holdout_greedy: EvalConfig | None = None
-    holdout_sampled: EvalConfig | None = None
-
-    STAGES = ("pretrain", "select_pretrain", "rl", "select_rl", "confirm_greedy", "confirm_sampled",
-              "holdout_greedy", "holdout_sampled")
-    OPTIONAL_STAGES = ("holdout_greedy", "holdout_sampled")
-
-    @property
-    def families(self) -> str:
-        """The trained families (RL's)."""
-        return self.rl.families
-
-    def to_dict(self) -> dict:
-        record = {name: {k: v for k, v in identity_record(getattr(self, name)).items() if k not in RUN_FIELDS}
-                  for name in self.STAGES if getattr(self, name) is not None}
-        del record["rl"]["seed"]
-        return {**record, "rl_seeds": list(self.rl_seeds)}
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "ReproducePlan":
-        """A plan from `to_dict`'s shape, or from the flat shape older plan.json files have."""
-        if not isinstance(values, dict):
-            raise ValueError(f"a plan must be a JSON object, got {type(values).__name__}")
-        if "pretrain" not in values:
-            values = _nested_from_flat(values)
-        evaluation = {"checkpoint": "", "output": ""}
-        types = {"pretrain": PretrainConfig, "select_pretrain": SelectConfig, "rl": RLConfig,
-                 "select_rl": SelectConfig, "confirm_greedy": EvalConfig, "confirm_sampled": EvalConfig,
-                 "holdout_greedy": EvalConfig, "holdout_sampled": EvalConfig}
-        placeholders = {"pretrain": {"output": ""}, "select_pretrain": {"run": ""},
-                        "rl": {"initial_checkpoint": "", "output": ""}, "select_rl": {"run": ""},
-                        "confirm_greedy": evaluation, "confirm_sampled": evaluation,
-                        "holdout_greedy": evaluation, "holdout_sampled": evaluation}
-        configs = {}
-        for name, kind in types.items():
-            section = values.get(name)
-            if section is None and name in cls.OPTIONAL_STAGES:
-                continue
-            if not isinstance(section, dict):
-                raise ValueError(f"plan section {name!r} must be a JSON object")
-            known = {f.name for f in dataclasses.fields(kind)}
-            unknown = sorted(set(section) - known)
-            if unknown:
-                raise ValueError(f"plan section {name!r} has unknown fields: {', '.join(unknown)}")
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in section.items()}
-            if name == "rl":
-                fields = rename_legacy_values(fields)
-            configs[name] = kind(**{**placeholders[name], **fields})
-        seeds = values.get("rl_seeds")
-        if not isinstance(seeds, (list, tuple)) or not all(isinstance(s, int) for s in seeds):
-            raise ValueError("plan field 'rl_seeds' must be a list of integers")
-        return cls(rl_seeds=tuple(seeds), **configs)
-
-
-def _nested_from_flat(flat: dict) -> dict:
-    """The flat plan of older runs (`rl_groups`, `pretrain_lr`, ...) in the nested shape."""
-    def get(key):
-        if key not in flat:
-            raise ValueError(f"plan is missing {key!r}")
-        return flat[key]
-
-    rl = dict(groups=get("rl_groups"), checkpoints=get("rl_checkpoints"), group_size=get("rl_group_size"),
-              temperature=get("rl_temperature"), learning_rate=get("rl_lr"), train_scope=get("rl_scope"),
-              reward_mode=get("rl_reward"), tasks_per_family=get("rl_tasks_per_family"),
-              prompts_per_update=get("rl_prompts_per_update"), logprob_source=get("rl_logprob_source"),
-              loss_normalization=get("rl_loss_normalization"), eos_handling=get("rl_eos_handling"))
-    try:
-        plan = make_plan(
-            preset=get("model_preset"),
-            pretrain=dict(model_overrides=get("model_overrides"), steps=get("pretrain_steps"),
-                          checkpoints=get("pretrain_checkpoints"), batch_size=get("batch_size"),
-                          sequence_length=get("sequence_length"), learning_rate=get("pretrain_lr")),
-            rl=rename_legacy_values(rl), rl_seeds=get("rl_seeds"), families=get("families"),
-            max_new_tokens=get("max_new_tokens"), eval_temperature=get("eval_temperature"),
-            dev_per_family=get("dev_per_family"), dev_samples=get("dev_samples"),
-            confirm_greedy_per_family=get("confirm_greedy_per_family"),
-            confirm_sampled_per_family=get("confirm_sampled_per_family"), confirm_samples=get("confirm_samples"))
-    except TypeError as error:
-        raise ValueError(f"plan has a value of the wrong type ({error})") from None
-    return plan.to_dict()
-
-
-GREEDY_SEED, SAMPLED_SEED = 2026, 8675309  # evaluate.GREEDY_DEFAULTS / SAMPLED_DEFAULTS (torch-free here)
-
-
-def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...], families: str,
-              max_new_tokens: int, eval_temperature: float, dev_per_family: int, dev_samples: int,
-              confirm_greedy_per_family: int, confirm_sampled_per_family: int, confirm_samples: int,
-              holdout_greedy_per_family: int | None = None,
-              holdout_sampled_per_family: int | None = None) -> ReproducePlan:
-    """A plan from the values that differ from each stage's defaults; values shared by several stages
-    (the trained families, the completion cap, the evaluation temperature) are given once here. The
-    holdout stages evaluate like the confirm ones, on their own number of tasks."""
-    evaluation = dict(temperature=eval_temperature, max_new_tokens=max_new_tokens)
-    selection = dict(split="dev", samples=dev_samples, per_family=dev_per_family, **evaluation)
-    holdout = {}
-    if holdout_greedy_per_family is not None:
-        holdout = dict(
-            holdout_greedy=EvalConfig(checkpoint="", split="holdout", output="", per_family=holdout_greedy_per_family,
-                                      families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
-            holdout_sampled=EvalConfig(checkpoint="", split="holdout", output="",
-                                       per_family=holdout_sampled_per_family, families="", samples=confirm_samples,
-                                       seed=SAMPLED_SEED, **evaluation))
-    return ReproducePlan(
-        pretrain=PretrainConfig(output="", preset=preset, **pretrain),
-        select_pretrain=SelectConfig(run="", families="", **selection),
-        rl=RLConfig(initial_checkpoint="", output="", families=families, max_new_tokens=max_new_tokens, **rl),
-        rl_seeds=tuple(rl_seeds),
-        select_rl=SelectConfig(run="", families=families, **selection),
-        confirm_greedy=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_greedy_per_family,
-                                  families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
-        confirm_sampled=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_sampled_per_family,
-                                   families="", samples=confirm_samples, seed=SAMPLED_SEED, **evaluation),
-        **holdout)
 
 
 # The headline's RL budget and hyperparameters are the original's (seed-README "Result"), shared by
@@ -231,11 +96,6 @@ def _timed(stages: dict, name: str, done: bool = False):
         stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
 
 
-def plan_sha256(plan: ReproducePlan) -> str:
-    """The plan's identity in the ledger: a second opening of the confirm split for it needs a reason."""
-    return sha256_json(plan.to_dict())
-
-
 CONFIRM_PURPOSE = "the headline's confirmation, after all dev selection (glm53 reproduce)"
 HOLDOUT_PURPOSE = "the headline's held-out result, after all dev selection (glm53 reproduce)"
 PURPOSES = {"confirm": CONFIRM_PURPOSE, "holdout": HOLDOUT_PURPOSE}
@@ -295,7 +155,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
         reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory])
-    from .report.arms import build_headline_report
+    from glm53_flash.report.arms import build_headline_report
 
     summary = build_headline_summary(out)
     write_json(out / SUMMARY_FILE, summary)
@@ -307,8 +167,8 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
 def rebuild_reports(output: str | Path) -> dict:
     """Every run's summary.json and REPORT.md, then the two-arm summary and report, from the receipts
     already in `output` (a finished headline directory); nothing runs and no split is opened."""
-    from .report.arms import build_headline_report
-    from .report.headline import build_report
+    from glm53_flash.report.arms import build_headline_report
+    from glm53_flash.report.headline import build_report
 
     out = Path(output)
     runs = [path for path in sorted(out.iterdir()) if path.is_dir() and (path / "plan.json").is_file()]
@@ -327,7 +187,7 @@ def state_analysis(out: Path, runs: list[ArmRun]) -> dict:
     """Before any stage runs: write OUT/analysis-plan.json (the analysis settings and the plan's power at
     the pretraining seeds this call runs) and print the power. A directory that already states one keeps
     it (a resumed or extended run does not restate its analysis)."""
-    from .headline_stats import ANALYSIS_FILE, HEADLINE_ANALYSIS, plan_power, power_lines
+    from glm53_flash.evaluation.headline_stats import ANALYSIS_FILE, HEADLINE_ANALYSIS, plan_power, power_lines
 
     path = out / ANALYSIS_FILE
     if path.is_file():
@@ -369,7 +229,7 @@ def _receipt_paths(directory: Path, plan: ReproducePlan, split: str) -> list[Pat
 def _require_openings(run: ArmRun, reopen: str | None) -> dict:
     """An opening of each sealed split whose receipts are not all written yet (refused before any
     stage runs, so a refusal costs nothing and writes nothing)."""
-    from . import ledger
+    from glm53_flash.evaluation import ledger
 
     openings = {}
     identity = plan_sha256(run.plan)
@@ -386,9 +246,9 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
                   openings: dict | None = None) -> dict:
     """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
     sealed splits (confirm, then holdout) -> its summary.json and REPORT.md."""
-    from .train.pretrain import pretrain
-    from .train.rl import train_rl
-    from .train.select import select_from_config
+    from glm53_flash.train.pretrain import pretrain
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.select import select_from_config
 
     plan, out = run.plan, run.directory
     openings = _require_openings(run, None) if openings is None else openings
@@ -461,7 +321,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
         opening.close()
 
     # 6-7. statistics and the report, from the receipts alone
-    from .report.headline import build_report
+    from glm53_flash.report.headline import build_report
 
     summary = build_summary(out)
     write_json(out / SUMMARY_FILE, summary)
@@ -472,8 +332,8 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
 def _finished(run_dir: Path) -> bool:
     """Whether a pretraining or RL run directory holds a finished run (its `complete` receipt; pretraining
     and RL name it alike)."""
-    from .train.pretrain import RECEIPT_FILE
-    from .train.rundir import finished_receipt
+    from glm53_flash.train.pretrain import RECEIPT_FILE
+    from glm53_flash.train.rundir import finished_receipt
 
     return finished_receipt(run_dir / RECEIPT_FILE) is not None
 
@@ -481,9 +341,9 @@ def _finished(run_dir: Path) -> bool:
 def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],
                      opening, device: str, arm: str) -> None:
     """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`."""
-    from .evaluate import evaluate_greedy, evaluate_sampled
-    from .model.pretrained import load_pretrained
-    from .verifier import Verifier
+    from glm53_flash.evaluation.evaluate import evaluate_greedy, evaluate_sampled
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.verifier import Verifier
 
     greedy_cfg, sampled_cfg = configs
     greedy_tasks = frozen_tasks(greedy_cfg.split, greedy_cfg.per_family, families=parse_families(greedy_cfg.families))
@@ -529,7 +389,7 @@ def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") 
 
 
 def ledger_lines_for(plan: ReproducePlan, split: str = "confirm") -> list[dict]:
-    from .ledger import ledger_lines
+    from glm53_flash.evaluation.ledger import ledger_lines
 
     identity = plan_sha256(plan)
     return [line for line in ledger_lines(split) if line["plan_sha256"] == identity]
@@ -538,7 +398,7 @@ def ledger_lines_for(plan: ReproducePlan, split: str = "confirm") -> list[dict]:
 def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
     """Paired statistics (before RL vs each RL seed's selected checkpoint) on one sealed split, from its
     receipts in OUT/SPLIT."""
-    from .compare import compare_receipts, load_receipt
+    from glm53_flash.evaluation.compare import compare_receipts, load_receipt
 
     trained = list(parse_families(plan.families))
     untrained = [f for f in FAMILY_NAMES if f not in trained]
@@ -627,8 +487,8 @@ def build_headline_summary(out: str | Path) -> dict:
     """The two-arm summary of a headline directory, from its runs' summaries (and so from their
     receipts): each arm's main run, every pretraining seed's before/after scores, and the paired
     comparisons between the arms."""
-    from .headline_stats import compare_arms, plan_power, read_analysis, seed_table
-    from .report.arms import arm_rows
+    from glm53_flash.evaluation.headline_stats import compare_arms, plan_power, read_analysis, seed_table
+    from glm53_flash.report.arms import arm_rows
 
     out = Path(out)
     runs = [(path, json.loads((path / SUMMARY_FILE).read_text())) for path in _run_directories(out)]
@@ -655,7 +515,7 @@ def build_headline_summary(out: str | Path) -> dict:
     }
     columns, rows = arm_rows(summary)
     summary["headline_table"] = {"columns": columns, "rows": rows}  # the README's table, rendered here
-    from .report.arms import readme_seed_table, readme_statements
+    from glm53_flash.report.arms import readme_seed_table, readme_statements
 
     summary["readme"] = {"statements": readme_statements(summary), "seed_table": readme_seed_table(summary)}
     return summary

@@ -1,0 +1,32 @@
+"""Every switch that steers which path a layer takes, in one place: the module attributes tests and
+benchmarks set, and the environment variables read when the process starts. Receipts record them
+(provenance field `kernel_switches`; `decode_kernels` is the library's status)."""
+
+from __future__ import annotations
+
+import os
+
+from glm53_flash.core import receipts
+from glm53_flash.model import kernels, moe
+
+SWITCHES = {
+    "GLM53_KERNELS": "environment: 0 turns every kernel off (kernels.ENABLED = False)",
+    "GLM53_KERNEL_ISA": "environment: avx512 or avx2, the build to load (default: the widest the CPU has)",
+    "GLM53_KERNEL_CACHE": "environment: where builds are cached (default ~/.cache/glm53_flash/kernels)",
+    "kernels.ENABLED": "False: the eager torch path everywhere",
+    "kernels.FUSED_DECODE": "False: a block's decode step op by op instead of in three calls",
+    "moe.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
+    "moe.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
+}
+
+
+def dispatch_record() -> dict:
+    """The switches' values in this process (what `SWITCHES` names)."""
+    return {"enabled": kernels.ENABLED, "fused_decode": kernels.FUSED_DECODE, "grouped_mm": moe.GROUPED_MM_ENABLED,
+            "padded": moe.PADDED_ENABLED,
+            "environment": {name: os.environ.get(name) for name in SWITCHES if name.startswith("GLM53_")}}
+
+
+receipts.observe("kernel_switches", dispatch_record)
+
+__all__ = ["SWITCHES", "dispatch_record"]
