@@ -387,3 +387,52 @@ def test_cli_eval_opens_a_sealed_split_only_with_a_purpose_and_records_it(checkp
     assert main(dev + ["--open-sealed", "why"]) == 2 and "apply only to the sealed splits" in capsys.readouterr().err
     assert main(args[:-1] + [str(tmp_path / "r.json"), "--open-sealed", ""]) == 2
     assert "purpose" in capsys.readouterr().err
+
+
+def test_run_eval_honours_every_field_of_its_config(checkpoint):
+    """top_k, top_p, batch_rows, the families and the tasks per family all reach the receipt (the
+    pipeline once dropped top_k, batch_rows and workers on its way to the evaluation functions)."""
+    from glm53_flash.evaluation.config import EvalConfig
+    from glm53_flash.evaluation.evaluate import run_eval
+
+    cfg = EvalConfig(checkpoint=str(checkpoint), split="dev", output="", samples=2, top_k=3, top_p=0.9,
+                     batch_rows=5, per_family=1, families="double,even", max_new_tokens=4, seed=11, workers=1,
+                     device="cpu", quiet=True)
+    receipt = run_eval(cfg)
+    inference = receipt["inference"]
+    assert (inference["top_k"], inference["top_p"], inference["batch_rows"], inference["seed"]) == (3, 0.9, 5, 11)
+    assert inference["temperature"] == 0.35 and inference["max_new_tokens"] == 4
+    assert sorted({e["family"] for e in receipt["episodes"]}) == ["double", "even"] and len(receipt["episodes"]) == 2
+    greedy = run_eval(EvalConfig(checkpoint=str(checkpoint), split="dev", output="", per_family=1, families="double",
+                                 max_new_tokens=4, workers=1, device="cpu", quiet=True))
+    assert greedy["inference"]["greedy"] is True and greedy["inference"]["seed"] == 2026
+
+
+def test_run_eval_refuses_sampling_settings_on_one_sample(checkpoint):
+    from glm53_flash.evaluation.config import EvalConfig
+    from glm53_flash.evaluation.evaluate import run_eval
+
+    with pytest.raises(ValueError, match="apply only with --samples > 1"):
+        run_eval(EvalConfig(checkpoint=str(checkpoint), split="dev", output="", top_k=3, device="cpu"))
+
+
+def test_the_pipeline_evaluates_its_sealed_splits_through_run_eval(monkeypatch, checkpoint, tmp_path):
+    """reproduce's sealed-split stage hands each plan EvalConfig, whole, to run_eval."""
+    from dataclasses import replace
+
+    from glm53_flash.evaluation import evaluate
+    from glm53_flash.experiments import reproduce
+
+    seen = []
+    monkeypatch.setattr(evaluate, "run_eval", lambda cfg, **kw: seen.append(cfg) or {"summary": {}})
+
+    class Opening:
+        def write_receipt(self, path, receipt):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+
+    plan = reproduce.PLANS["quick"]
+    greedy, sampled = replace(plan.confirm_greedy, batch_rows=7), replace(plan.confirm_sampled, top_k=5, workers=1)
+    reproduce._evaluate_sealed(tmp_path, (greedy, sampled), {"rl-1": str(checkpoint)}, Opening(), "cpu", "ours")
+    assert [(c.samples, c.batch_rows, c.top_k, c.checkpoint) for c in seen] == [
+        (1, 7, None, str(checkpoint)), (sampled.samples, sampled.batch_rows, 5, str(checkpoint))]

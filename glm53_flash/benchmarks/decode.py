@@ -14,6 +14,7 @@ from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
 from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.evaluation.config import SAMPLED_DEFAULTS
 from glm53_flash.evaluation.sampling import BANNED_IDS, generate
 from glm53_flash.tasks import frozen_tasks
 from glm53_flash.data.tokenizer import ByteTokenizer
@@ -101,7 +102,7 @@ def bench_sampling(model, device, tasks, samples, max_new_tokens, temperature, b
 def bench_eval(model, per_family: int, samples: int) -> dict:
     """Wall time of evaluate_sampled (the original took 101 s on confirm on an RTX 3080 Ti). It runs on
     dev: confirm is sealed (ledger.py), and a benchmark is no reason to open it."""
-    from glm53_flash.evaluation.evaluate import SAMPLED_DEFAULTS, evaluate_sampled
+    from glm53_flash.evaluation.evaluate import evaluate_sampled
     from glm53_flash.verifier import Verifier
 
     tasks = frozen_tasks("dev", per_family)
@@ -122,7 +123,7 @@ def bench_eval(model, per_family: int, samples: int) -> dict:
 
 
 def run(device_name: str = "cpu", preset: str = "flash", per_family: int = 3, samples: int = 16,
-        max_new_tokens: int = 48, temperature: float = 0.35, baseline_tasks: int | None = None,
+        max_new_tokens: int = 48, temperature: float = SAMPLED_DEFAULTS["temperature"], baseline_tasks: int | None = None,
         eval_per_family: int = 8, eval_samples: int = 8, threads: int | None = None,
         output: str | None = None) -> dict:
     for name, value in (("per_family", per_family), ("samples", samples), ("max_new_tokens", max_new_tokens)):

@@ -31,6 +31,7 @@ from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
 from glm53_flash.model.lm import ModelCache
 from glm53_flash.model.sparse_attention import SparseAttention, SparseKV, sparse_mask
+from glm53_flash.core.argtypes import parse_int_list
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.core.runtime import autocast, resolve_device
 from glm53_flash.benchmarks.common import print_table, synchronize, timed_runs
@@ -205,10 +206,7 @@ def bench_decode(models, device, batch_size, positions, prefill_chunk, warmup, r
 
 def _parse_lengths(values, flag: str) -> list[int]:
     if isinstance(values, str):
-        try:
-            values = [int(v) for v in values.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"{flag} must be comma-separated integers, got {values!r}") from None
+        values = parse_int_list(values, flag)
     values = list(values)
     if not values or any(v < 1 for v in values):
         raise ValueError(f"{flag} must list positive integers, got {values}")

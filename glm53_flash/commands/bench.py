@@ -7,7 +7,9 @@ import argparse
 from pathlib import Path
 
 from glm53_flash.model.config import PRESETS
+from glm53_flash.core.argtypes import parse_int_list
 from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.commands.verify import add_limit_flags
 
 DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
@@ -66,7 +68,7 @@ def _run_architecture(a) -> int:
 
     variants = tuple(v for v in a.variants.split(",") if v) or tuple(VARIANTS)
     run(preset=a.preset, steps=a.steps, batch_size=a.batch_size,
-        seeds=tuple(int(s) for s in a.seeds.split(",") if s), variants=variants, device=a.device, output=a.output)
+        seeds=parse_int_list(a.seeds, "--seeds"), variants=variants, device=a.device, output=a.output)
     return 0
 
 
@@ -82,7 +84,7 @@ def _add_bench_decode(bench_sub) -> None:
     parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")
     parser.add_argument("--samples", type=int, default=16, help="samples per task (default 16)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--temperature", type=float, default=0.35)
+    parser.add_argument("--temperature", type=float, default=SAMPLING_TEMPERATURE)
     parser.add_argument("--baseline-tasks", type=int, default=None,
                         help="time the slow baseline on this many tasks and scale (default: 2 on CPU, all on GPU)")
     parser.add_argument("--eval-per-family", type=int, default=8,

@@ -10,7 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from glm53_flash.evaluation.config import EVAL_STOP_CHOICES, EvalConfig
+from glm53_flash.evaluation.config import (EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
+                                           EvalConfig)
 from glm53_flash.core.options import add_arguments, from_arguments
 from glm53_flash.core.runtime import DEVICE_CHOICES
 
@@ -29,7 +30,7 @@ def register(sub) -> None:
 
 def _add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature (> 0); default: greedy for one sample, 0.35 for several")
+                        help=f"sampling temperature (> 0); default: greedy for one sample, {SAMPLING_TEMPERATURE} for several")
     parser.add_argument("--top-k", type=int, default=None, help="sample only among the k most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep this much probability")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="cap on generated tokens (default 48)")
@@ -120,7 +121,7 @@ def _add_eval(sub) -> None:
     parser = sub.add_parser(
         "eval", help="greedy pass@1 or sampled pass@k on a frozen split, written as a receipt",
         description="Evaluate a checkpoint on frozen tasks: greedy when --samples is 1 (defaults: per-family 4, "
-                    "seed 2026), sampled otherwise (defaults: per-family 8, temperature 0.35, seed 8675309). "
+                    f"seed {GREEDY_SEED}), sampled otherwise (defaults: per-family 8, temperature {SAMPLING_TEMPERATURE}, seed {SAMPLED_SEED}). "
                     "Every program is also judged on its family's strong test set (pass rates under both and "
                     "the false passes). The rl split is for training and cannot be evaluated; final, confirm "
                     "and holdout are sealed: they need --open-sealed PURPOSE, and each receipt from one is "
@@ -130,65 +131,38 @@ def _add_eval(sub) -> None:
 
 
 def _run_eval(args) -> int:
-    from glm53_flash.evaluation.evaluate import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, evaluate_greedy, evaluate_sampled, format_summary
-    from glm53_flash.evaluation.ledger import SealedSplitError, is_sealed, ledger_path, require_open
     from glm53_flash.core.options import config_record
-    from glm53_flash.core.receipts import sha256_json, write_json
-    from glm53_flash.tasks import MAX_NEW_TOKENS, SEALED_SPLITS, parse_families, split_tasks, suite_of
-    from glm53_flash.verifier import Verifier
+    from glm53_flash.core.receipts import write_json
+    from glm53_flash.evaluation import ledger
+    from glm53_flash.evaluation.evaluate import eval_tasks, format_summary, run_eval
 
     args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
     _refuse_existing(args.output, args.force, "--output")
-    sealed = is_sealed(args.split)
-    if sealed and args.open_sealed is None:  # refused before anything is loaded or written
-        raise SealedSplitError(f"split {args.split} is sealed: pass --open-sealed \"<purpose>\" to evaluate on it "
-                               f"(the opening is recorded in {ledger_path()})")
-    if not sealed and (args.open_sealed is not None or args.reopen is not None):
-        raise ValueError(f"--open-sealed and --reopen apply only to the sealed splits ({', '.join(SEALED_SPLITS)})")
-    if args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
-    greedy = args.samples == 1
-    if greedy and (args.temperature not in (None, 0.0) or args.top_k is not None or args.top_p is not None):
-        raise ValueError("--temperature, --top-k and --top-p apply only with --samples > 1 (one sample is greedy)")
-    defaults = GREEDY_DEFAULTS if greedy else SAMPLED_DEFAULTS
-    suite = suite_of(args.split)
-    per_family = defaults["per_family"] if args.per_family is None and suite == "families" else args.per_family
-    seed = defaults["seed"] if args.seed is None else args.seed
-    temperature = None if greedy else _resolve_temperature(args.temperature, args.samples)
-    max_new_tokens = MAX_NEW_TOKENS[suite] if args.max_new_tokens is None else args.max_new_tokens
-    tasks = split_tasks(args.split, per_family, parse_families(args.families, suite))
-    model, metadata = _load_model(args.checkpoint, args.device)
+    ledger.check_opening_request(args.split, args.open_sealed, args.reopen)  # before anything is loaded
+    cfg = args.resolved()
+    model, metadata = _load_model(cfg.checkpoint, cfg.device)
     opening = None
-    if sealed:
-        # The plan of one evaluation: the weights and every setting that decides its result. Running the
-        # same evaluation on the same sealed split again needs --reopen.
-        plan = {"command": "glm53 eval", "checkpoint_sha256": metadata.get("weights_sha256"),
-                "split": args.split, "task_ids": [t.task_id for t in tasks], "samples": args.samples,
-                "seed": seed, "temperature": temperature, "top_k": args.top_k, "top_p": args.top_p,
-                "max_new_tokens": max_new_tokens, "stop": args.stop}
-        opening = require_open(args.split, args.open_sealed, plan_sha256=sha256_json(plan), reopen=args.reopen)
-    common = dict(max_new_tokens=max_new_tokens, stop=args.stop, seed=seed, batch_rows=args.batch_rows,
-                  checkpoint=str(args.checkpoint), checkpoint_sha256=metadata.get("weights_sha256"),
-                  progress=not args.quiet, opening=opening)
+    if ledger.is_sealed(cfg.split):
+        plan = ledger.evaluation_plan_sha256(
+            checkpoint_sha256=metadata.get("weights_sha256"), split=cfg.split,
+            task_ids=[t.task_id for t in eval_tasks(cfg)], samples=cfg.samples, seed=cfg.seed,
+            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+            stop=cfg.stop)
+        opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen)
     try:
-        with Verifier(workers=args.workers) as verifier:
-            if greedy:
-                receipt = evaluate_greedy(model, tasks, verifier=verifier, **common)
-            else:
-                receipt = evaluate_sampled(model, tasks, samples=args.samples, temperature=temperature,
-                                           top_k=args.top_k, top_p=args.top_p, verifier=verifier, **common)
+        receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening)
         receipt["run_config"] = config_record(args)
         if opening is None:
-            write_json(args.output, receipt)
+            write_json(cfg.output, receipt)
         else:
-            line = opening.write_receipt(args.output, receipt)
+            line = opening.write_receipt(cfg.output, receipt)
     finally:
         if opening is not None:
             opening.close()
     print(format_summary(receipt))
-    print(f"wrote {args.output}")
+    print(f"wrote {cfg.output}")
     if opening is not None:
-        print(f"ledger: opening of {args.split} recorded in {opening.ledger} (receipt sha256 "
+        print(f"ledger: opening of {cfg.split} recorded in {opening.ledger} (receipt sha256 "
               f"{line['receipt_sha256'][:16]})")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from glm53_flash.experiments.reproduce import ARMS, PLANS, reproduce
+from glm53_flash.core.argtypes import parse_int_list
 from glm53_flash.core.runtime import DEVICE_CHOICES
 
 
@@ -37,12 +38,6 @@ def register(sub) -> None:
     p.set_defaults(func=_run_reproduce)
 
 
-def _integers(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
-
 
 def _run_reproduce(args) -> int:
     from glm53_flash.report.arms import arm_table
@@ -54,10 +49,10 @@ def _run_reproduce(args) -> int:
         print("\n".join(arm_table(summary)))
         print(f"\nrebuilt from the receipts: {Path(args.output) / 'REPORT.md'}")
         return 0
-    seeds = None if args.rl_seeds is None else _integers(args.rl_seeds, "--rl-seeds")
+    seeds = None if args.rl_seeds is None else parse_int_list(args.rl_seeds, "--rl-seeds")
     summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
                         progress=not args.quiet, reopen=args.reopen,
-                        extra_pretrain_seeds=_integers(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
+                        extra_pretrain_seeds=parse_int_list(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
                         arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     print()
     print("\n".join(arm_table(summary)))

@@ -1,16 +1,28 @@
-"""argparse value types shared by the subcommands (comma-separated lists)."""
+"""Comma-separated integer lists, parsed in one place: the flags' argparse type (`comma_ints`) and the
+library's parser (`parse_int_list`) that the option fields, the benchmarks and `glm53 reproduce` use."""
 
 from __future__ import annotations
 
 import argparse
 
 
-def comma_ints(text: str) -> tuple[int, ...]:
-    """'1,2,3' -> (1, 2, 3); at least one integer."""
+def parse_int_list(text: str, what: str = "the value") -> tuple[int, ...]:
+    """'1,2,3' -> (1, 2, 3) ('' -> ()); ValueError naming `what` for anything but integers."""
     try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
+        return tuple(int(part) for part in str(text).split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def comma_ints(text: str) -> tuple[int, ...]:
+    """The argparse type: '1,2,3' -> (1, 2, 3); at least one integer."""
+    try:
+        values = parse_int_list(text, "the value")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values
+
+
+__all__ = ["comma_ints", "parse_int_list"]

@@ -24,6 +24,8 @@ import types
 import typing
 from dataclasses import MISSING
 
+from glm53_flash.core.argtypes import parse_int_list
+
 _NO_FLAG = "no_flag"
 
 
@@ -75,11 +77,12 @@ def _describe(value) -> str:
     return str(value)
 
 
-def parse_int_list(text: str) -> tuple[int, ...]:
+def _int_list_flag(text: str) -> tuple[int, ...]:
+    """The argparse type of a tuple[int, ...] field ('' is the empty tuple)."""
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        return parse_int_list(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser, config_type, defaults: dict | None = None) -> None:
@@ -101,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser, config_type, defaults: dict |
                 parser.add_argument(flag_name(field), dest=field.name, action="store_true", default=False,
                                     help=meta["help"])
             continue
-        parse = meta["parse"] or (parse_int_list if kind is tuple else kind)
+        parse = meta["parse"] or (_int_list_flag if kind is tuple else kind)
         parser.add_argument(flag_name(field), dest=field.name, type=parse, choices=meta["choices"],
                             default=default, required=not has_default, metavar=meta["metavar"], help=help_text)
 

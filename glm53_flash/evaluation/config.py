@@ -3,13 +3,21 @@ the receipt. No torch here, so building the CLI stays fast."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from glm53_flash.core.options import option
 from glm53_flash.core.runtime import DEVICE_CHOICES
-from glm53_flash.tasks import EVAL_SPLITS
+from glm53_flash.tasks import EVAL_SPLITS, MAX_NEW_TOKENS, suite_of
 
-EVAL_STOP_CHOICES = ("parse", "eos", "none")  # sampling.STOP_RULES plus the coding rule, without torch
+# Stop rules, one name per meaning: sampling.GENERIC_STOPS (eos, none: any text), EVAL_STOP_CHOICES (those
+# plus parse, the coding tasks' rule: evaluation and selection), train.config.RL_STOPS (parse, eos: rollouts).
+EVAL_STOP_CHOICES = ("parse", "eos", "none")
+# The original's sampling temperature: sampled evaluation, dev selection and RL rollouts all default to it.
+SAMPLING_TEMPERATURE = 0.35
+GREEDY_SEED, SAMPLED_SEED = 2026, 8675309
+GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": GREEDY_SEED}
+SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": SAMPLING_TEMPERATURE,
+                    "seed": SAMPLED_SEED}
 
 
 @dataclass
@@ -32,7 +40,7 @@ class EvalConfig:
     stop: str = option("parse", help="stop rule: parse (the original's), eos, or none", choices=EVAL_STOP_CHOICES)
     workers: int | None = option(None, help="verifier processes", default_text="CPU count")
     temperature: float | None = option(None, help="sampling temperature (> 0)",
-                                       default_text="greedy for one sample, 0.35 for several")
+                                       default_text=f"greedy for one sample, {SAMPLING_TEMPERATURE} for several")
     top_k: int | None = option(None, help="sample only among the k most likely tokens", default_text="off")
     top_p: float | None = option(None, help="nucleus sampling: keep this much probability", default_text="off")
     max_new_tokens: int | None = option(None, help="cap on generated tokens",
@@ -49,3 +57,28 @@ class EvalConfig:
                                 default_text="none: a second opening is refused")
     force: bool = option(False, help="overwrite --output")
     quiet: bool = option(False, help="no progress bar")
+
+    @property
+    def greedy(self) -> bool:
+        return self.samples == 1
+
+    def check(self) -> None:
+        """The settings that cannot go together, as one-line errors (the sealed-split rules are the
+        ledger's: ledger.check_opening_request)."""
+        if self.samples < 1:
+            raise ValueError(f"--samples must be >= 1, got {self.samples}")
+        if self.greedy and (self.temperature not in (None, 0.0) or self.top_k is not None or self.top_p is not None):
+            raise ValueError("--temperature, --top-k and --top-p apply only with --samples > 1 (one sample is greedy)")
+
+    def resolved(self) -> "EvalConfig":
+        """A copy with every default that depends on greedy or sampled, and on the split's suite, filled
+        in: per_family (the families suite only), seed, temperature (None for greedy), max_new_tokens."""
+        self.check()
+        defaults = GREEDY_DEFAULTS if self.greedy else SAMPLED_DEFAULTS
+        suite = suite_of(self.split)
+        return replace(
+            self,
+            per_family=defaults["per_family"] if self.per_family is None and suite == "families" else self.per_family,
+            seed=defaults["seed"] if self.seed is None else self.seed,
+            temperature=None if self.greedy else (SAMPLING_TEMPERATURE if self.temperature is None else self.temperature),
+            max_new_tokens=MAX_NEW_TOKENS[suite] if self.max_new_tokens is None else self.max_new_tokens)

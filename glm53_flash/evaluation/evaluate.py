@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from glm53_flash.evaluation import ledger
+from glm53_flash.evaluation.config import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, EvalConfig  # noqa: F401 - re-exported
 from glm53_flash.evaluation.sampling import DEFAULT_BATCH_ROWS, Completion, generate
 from glm53_flash.core.stats import pass_at_k
 from glm53_flash.evaluation.stop import coding_stop
@@ -28,8 +29,7 @@ from glm53_flash.data.tokenizer import ByteTokenizer
 SCHEMA_VERSION = "1.0"
 # The training splits (rl, compositions.rl) are never evaluated; the sealed splits need an opening
 # (ledger.py). EVAL_SPLITS comes from tasks: dev, final, confirm, holdout and the compositions suite's.
-GREEDY_DEFAULTS = {"per_family": 4, "max_new_tokens": 48, "seed": 2026}
-SAMPLED_DEFAULTS = {"per_family": 8, "samples": 8, "max_new_tokens": 48, "temperature": 0.35, "seed": 8675309}
+# GREEDY_DEFAULTS and SAMPLED_DEFAULTS are declared (torch-free) with EvalConfig in evaluation/config.py.
 
 
 def generate_for_tasks(model, tasks, *, stop: str = "parse", **options) -> list[list[Completion]]:
@@ -168,6 +168,47 @@ def evaluate_sampled(
         progress=progress, sealed=opening is not None)
     receipt = sampled_receipt(tasks, completions, evaluations, inference, strong_evaluations=strong)
     return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening)
+
+
+def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = None, verifier=None,
+             opening: "ledger.Opening | None" = None, progress: bool | None = None) -> dict:
+    """The evaluation an EvalConfig describes, every field honoured (split, families, per_family,
+    samples, seed, stop, temperature, top_k, top_p, max_new_tokens, batch_rows, workers, device): the
+    receipt of `evaluate_greedy` (one sample) or `evaluate_sampled`. Loads cfg.checkpoint on cfg.device
+    unless `model` is given (then `checkpoint_sha256` names its weights); starts a Verifier with
+    cfg.workers unless one is given; progress follows cfg.quiet unless given. A sealed split needs
+    `opening` (ledger.require_open). `glm53 eval` and `glm53 reproduce` both run their evaluations here."""
+    from glm53_flash.verifier import Verifier
+
+    cfg = cfg.resolved()
+    tasks = eval_tasks(cfg)
+    if model is None:
+        from glm53_flash.core.runtime import resolve_device
+        from glm53_flash.model.lm import load_pretrained
+
+        model, metadata = load_pretrained(cfg.checkpoint, resolve_device(cfg.device))
+        checkpoint_sha256 = metadata.get("weights_sha256")
+    common = dict(max_new_tokens=cfg.max_new_tokens, stop=cfg.stop, seed=cfg.seed, batch_rows=cfg.batch_rows,
+                  checkpoint=str(cfg.checkpoint), checkpoint_sha256=checkpoint_sha256,
+                  progress=not cfg.quiet if progress is None else progress, opening=opening)
+    own = verifier is None
+    verifier = Verifier(workers=cfg.workers) if own else verifier
+    try:
+        if cfg.greedy:
+            return evaluate_greedy(model, tasks, verifier=verifier, **common)
+        return evaluate_sampled(model, tasks, samples=cfg.samples, temperature=cfg.temperature, top_k=cfg.top_k,
+                                top_p=cfg.top_p, verifier=verifier, **common)
+    finally:
+        if own:
+            verifier.close()
+
+
+def eval_tasks(cfg: EvalConfig) -> list:
+    """The tasks `run_eval(cfg)` evaluates."""
+    from glm53_flash.tasks import parse_families, split_tasks, suite_of
+
+    cfg = cfg.resolved()
+    return split_tasks(cfg.split, cfg.per_family, parse_families(cfg.families, suite_of(cfg.split)))
 
 
 # --------------------------------------------------------------------------- running
@@ -474,10 +515,12 @@ __all__ = [
     "GREEDY_DEFAULTS",
     "SAMPLED_DEFAULTS",
     "SCHEMA_VERSION",
+    "eval_tasks",
     "evaluate_greedy",
     "evaluate_sampled",
     "families_field",
     "format_summary",
+    "run_eval",
     "greedy_receipt",
     "sampled_receipt",
     "split_of",

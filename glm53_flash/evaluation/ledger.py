@@ -220,6 +220,30 @@ _GRANTED: dict[tuple, Opening] = {}
 _ACTIVE: dict[tuple[str, str], Opening] = {}
 
 
+def check_opening_request(split: str, open_sealed: str | None, reopen: str | None) -> None:
+    """The sealed-split rules of a command that evaluates (`glm53 eval`), checked before anything is
+    loaded or written: a sealed split needs a stated purpose (--open-sealed), and --open-sealed and
+    --reopen mean nothing on a split that is not sealed."""
+    sealed = is_sealed(split)
+    if sealed and open_sealed is None:
+        raise SealedSplitError(f"split {split} is sealed: pass --open-sealed \"<purpose>\" to evaluate on it "
+                               f"(the opening is recorded in {ledger_path()})")
+    if not sealed and (open_sealed is not None or reopen is not None):
+        raise ValueError(f"--open-sealed and --reopen apply only to the sealed splits ({', '.join(SEALED_SPLITS)})")
+
+
+def evaluation_plan_sha256(*, checkpoint_sha256: str | None, split: str, task_ids: list[str], samples: int,
+                           seed: int, temperature: float | None, top_k: int | None, top_p: float | None,
+                           max_new_tokens: int, stop: str) -> str:
+    """The identity of one `glm53 eval` on a sealed split: the weights and every setting that decides its
+    result. Evaluating the same again on the same sealed split is a reopening (it needs a reason)."""
+    from glm53_flash.core.receipts import sha256_json
+
+    return sha256_json({"command": "glm53 eval", "checkpoint_sha256": checkpoint_sha256, "split": split,
+                        "task_ids": list(task_ids), "samples": samples, "seed": seed, "temperature": temperature,
+                        "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens, "stop": stop})
+
+
 def require_open(split: str, purpose: str, *, plan_sha256: str | None = None, reopen: str | None = None,
                  argv: list[str] | None = None, ledger: str | Path | None = None) -> Opening:
     """Grant an opening of sealed `split` for a stated purpose, or raise SealedSplitError.
@@ -322,6 +346,8 @@ __all__ = [
     "LINE_FIELDS",
     "Opening",
     "SealedSplitError",
+    "check_opening_request",
+    "evaluation_plan_sha256",
     "first_lines",
     "format_lines",
     "is_sealed",

@@ -16,7 +16,7 @@ import torch
 from glm53_flash.core.runtime import autocast
 from glm53_flash.data.tokenizer import ByteTokenizer
 
-STOP_RULES = ("eos", "none")  # or a stop predicate: see `generate`
+GENERIC_STOPS = ("eos", "none")  # or a stop predicate: see `generate`
 FINISH_REASONS = ("eos", "cap")  # or the name of the stop predicate that ended the row
 DEFAULT_BATCH_ROWS = 512
 
@@ -144,10 +144,10 @@ def _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p
                               or not 0.0 < float(top_p) <= 1.0):
         raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
     if isinstance(stop, str):
-        if stop not in STOP_RULES:
-            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)} or a stop predicate, got {stop!r}")
+        if stop not in GENERIC_STOPS:
+            raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a stop predicate, got {stop!r}")
     elif not (callable(stop) and isinstance(getattr(stop, "name", None), str)):
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)} or a callable with a `name`, got {stop!r}")
+        raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a callable with a `name`, got {stop!r}")
     if keys is not None:
         if isinstance(keys, str) or len(keys) != len(prompts):
             raise ValueError(f"keys must be a list with one string per prompt ({len(prompts)})")
@@ -437,7 +437,7 @@ __all__ = [
     "Completion",
     "DEFAULT_BATCH_ROWS",
     "FINISH_REASONS",
-    "STOP_RULES",
+    "GENERIC_STOPS",
     "generate",
     "gumbel_noise",
     "mask_logits",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
-from glm53_flash.evaluation.config import EvalConfig
+from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE, EvalConfig
 from glm53_flash.core.receipts import provenance, read_json, write_json
 from glm53_flash.tasks import FAMILY_NAMES, frozen_tasks, parse_families
 from glm53_flash.train.config import SelectConfig
@@ -28,7 +28,8 @@ SUMMARY_FILE = "summary.json"
 
 # The headline's RL budget and hyperparameters are the original's (seed-README "Result"), shared by
 # both arms; the arms differ only in the switches below.
-_HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, tasks_per_family=32, temperature=0.35,
+_HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, tasks_per_family=32,
+                    temperature=SAMPLING_TEMPERATURE,
                     learning_rate=5e-5, train_scope="last-block-head", reward_mode="binary", prompts_per_update=1)
 
 # The headline's two arms. "ours" is every stage config at its default (our fixes); "faithful" turns
@@ -67,7 +68,7 @@ PLANS: dict[str, ReproducePlan] = {
         preset="flash", pretrain=dict(steps=100, checkpoints=(25, 50, 75, 100), batch_size=32, sequence_length=128,
                                       learning_rate=3e-4),
         rl=_HEADLINE_RL, rl_seeds=(31415, 27182, 16180), families="increment,double,even", max_new_tokens=48,
-        eval_temperature=0.35, dev_per_family=4, dev_samples=8, confirm_greedy_per_family=8,
+        eval_temperature=SAMPLING_TEMPERATURE, dev_per_family=4, dev_samples=8, confirm_greedy_per_family=8,
         confirm_sampled_per_family=8, confirm_samples=8, holdout_greedy_per_family=32,
         holdout_sampled_per_family=8),
     # A small model and few steps: the test suite's end-to-end run and a first look in about a minute.
@@ -76,7 +77,7 @@ PLANS: dict[str, ReproducePlan] = {
                                      learning_rate=3e-3),
         rl={**_HEADLINE_RL, "groups": 8, "checkpoints": (4, 8), "group_size": 8, "tasks_per_family": 4,
             "learning_rate": 1e-3},
-        rl_seeds=(31415,), families="increment,double,even", max_new_tokens=24, eval_temperature=0.35,
+        rl_seeds=(31415,), families="increment,double,even", max_new_tokens=24, eval_temperature=SAMPLING_TEMPERATURE,
         dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4, confirm_sampled_per_family=2,
         confirm_samples=4, holdout_greedy_per_family=4, holdout_sampled_per_family=2),
 }
@@ -340,33 +341,25 @@ def _finished(run_dir: Path) -> bool:
 
 def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],
                      opening, device: str, arm: str) -> None:
-    """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`."""
-    from glm53_flash.evaluation.evaluate import evaluate_greedy, evaluate_sampled
+    """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`
+    (evaluate.run_eval: every field of the plan's EvalConfigs is honoured)."""
+    from glm53_flash.evaluation.evaluate import run_eval
     from glm53_flash.model.lm import load_pretrained
     from glm53_flash.verifier import Verifier
 
     greedy_cfg, sampled_cfg = configs
-    greedy_tasks = frozen_tasks(greedy_cfg.split, greedy_cfg.per_family, families=parse_families(greedy_cfg.families))
-    sampled_tasks = frozen_tasks(sampled_cfg.split, sampled_cfg.per_family,
-                                 families=parse_families(sampled_cfg.families))
-    with Verifier() as verifier:
+    with Verifier(workers=sampled_cfg.workers) as verifier:
         for name, checkpoint in checkpoints.items():
             greedy_path, sampled_path = receipt_pair(directory, name, sampled_cfg.samples)
             if greedy_path.exists() and sampled_path.exists():
                 continue
             _log(f"[{arm}] {greedy_cfg.split} split: evaluating {name} ({checkpoint})")
             model, meta = load_pretrained(checkpoint, device)
-            common = dict(verifier=verifier, checkpoint=str(checkpoint), checkpoint_sha256=meta["weights_sha256"],
-                          opening=opening)
-            if not greedy_path.exists():
-                opening.write_receipt(greedy_path, evaluate_greedy(
-                    model, greedy_tasks, max_new_tokens=greedy_cfg.max_new_tokens, stop=greedy_cfg.stop,
-                    seed=greedy_cfg.seed, **common))
-            if not sampled_path.exists():
-                opening.write_receipt(sampled_path, evaluate_sampled(
-                    model, sampled_tasks, samples=sampled_cfg.samples, temperature=sampled_cfg.temperature,
-                    max_new_tokens=sampled_cfg.max_new_tokens, stop=sampled_cfg.stop, seed=sampled_cfg.seed,
-                    **common))
+            for path, cfg in ((greedy_path, greedy_cfg), (sampled_path, sampled_cfg)):
+                if not path.exists():
+                    opening.write_receipt(path, run_eval(
+                        replace(cfg, checkpoint=str(checkpoint), device=device), model=model,
+                        checkpoint_sha256=meta["weights_sha256"], verifier=verifier, opening=opening, progress=False))
 
 
 def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") -> dict | None:

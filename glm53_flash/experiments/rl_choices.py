@@ -15,10 +15,12 @@ import shutil
 import time
 from pathlib import Path
 
+from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.experiments.study import level_power
 
 STUDY = "rl-choices"
-BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1, "temperature": 0.35}
+BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1,
+            "temperature": SAMPLING_TEMPERATURE}
 ARMS: dict[str, dict] = {
     "baseline": {},
     "partial": {"reward_mode": "case-fraction"},
@@ -208,7 +210,7 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
             started = time.perf_counter()
             train_rl(RLConfig(initial_checkpoint=checkpoint, output=str(Path(tmp) / "probe"), groups=1,
                               checkpoints=(1,), group_size=8, max_new_tokens=RECIPE["max_new_tokens"],
-                              temperature=0.35, learning_rate=RECIPE["learning_rate"],
+                              temperature=SAMPLING_TEMPERATURE, learning_rate=RECIPE["learning_rate"],
                               train_scope=RECIPE["train_scope"], reward_mode="binary", families=RECIPE["families"],
                               tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, quiet=True))
             per_rollout = (time.perf_counter() - started) / 8

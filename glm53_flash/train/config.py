@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from glm53_flash.model.config import PRESETS, ModelConfig
 from glm53_flash.core.options import option
 from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.evaluation.config import (  # noqa: F401 - shared with evaluation
+    EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
+)
 from glm53_flash.tasks import MAX_NEW_TOKENS, SUITES, parse_families
 
 SCHEDULES = ("constant", "cosine")
@@ -32,7 +35,7 @@ def rename_legacy_values(values: dict, prefix: str = "") -> dict:
 # The pretraining-data study's learning rate (the original miniature study's): engine.STUDY, the study's
 # --learning-rate default and its RunConfig.
 STUDY_LEARNING_RATE = 8e-4
-STOP_RULES = ("parse", "eos")
+RL_STOPS = ("parse", "eos")
 REWARD_CASES = ("three", "strong", "sample-K")
 
 
@@ -183,7 +186,7 @@ class RLConfig:
     eos_handling: str = option("append", choices=EOS_HANDLING,
                                help="'append': train parse-stopped completions with EOS; 'omit': without "
                                     "(the original)")
-    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=STOP_RULES)
+    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=RL_STOPS)
     prompts_per_update: int = option(1, help="groups per optimizer step")
     kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy")
     warmup: int = option(0, help="linear LR warmup, in updates")
@@ -224,7 +227,7 @@ class RLConfig:
              f"--loss-normalization must be one of {', '.join(LOSS_NORMALIZATIONS)}"),
             (self.logprob_source in LOGPROB_SOURCES, f"--logprob-source must be one of {', '.join(LOGPROB_SOURCES)}"),
             (self.eos_handling in EOS_HANDLING, f"--eos-handling must be one of {', '.join(EOS_HANDLING)}"),
-            (self.stop in STOP_RULES, f"--stop must be one of {', '.join(STOP_RULES)}"),
+            (self.stop in RL_STOPS, f"--stop must be one of {', '.join(RL_STOPS)}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -252,10 +255,10 @@ class SelectConfig:
     per_family: int | None = option(None, help="tasks per family (a compositions split has one task per behaviour)",
                                     default_text="4 on dev")
     families: str | None = option(None, help="comma list of families", default_text="the run's families")
-    temperature: float = option(0.35, help="sampling temperature (with --samples > 1)")
+    temperature: float = option(SAMPLING_TEMPERATURE, help="sampling temperature (with --samples > 1)")
     max_new_tokens: int | None = option(None, help="completion length cap", default_text="48; 64 on compositions.dev")
-    seed: int = option(8675309, help="seed of the samples' random streams")
-    stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=("parse", "eos", "none"))
+    seed: int = option(SAMPLED_SEED, help="seed of the samples' random streams")
+    stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=EVAL_STOP_CHOICES)
     device: str = option("cpu", help="where to evaluate", choices=DEVICE_CHOICES)
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from glm53_flash.core.options import identity_record
 from glm53_flash.core.receipts import sha256_json
-from glm53_flash.evaluation.config import EvalConfig
+from glm53_flash.evaluation.config import GREEDY_SEED, SAMPLED_SEED, EvalConfig  # noqa: F401 - re-exported
 from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig, rename_legacy_values
 
 # Fields a stage fills in at run time (paths, the device, progress): not part of a plan's identity.
@@ -115,7 +115,6 @@ def _nested_from_flat(flat: dict) -> dict:
     return plan.to_dict()
 
 
-GREEDY_SEED, SAMPLED_SEED = 2026, 8675309  # evaluate.GREEDY_DEFAULTS / SAMPLED_DEFAULTS (torch-free here)
 
 
 def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...], families: str,

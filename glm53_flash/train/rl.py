@@ -57,7 +57,7 @@ from glm53_flash.train.config import (  # noqa: F401 - re-exported: the config a
     LOGPROB_SOURCES,
     LOSS_NORMALIZATIONS,
     REWARD_MODES,
-    STOP_RULES,
+    RL_STOPS,
     reward_case_count,
     TRAIN_SCOPES,
     RLConfig,

@@ -8,6 +8,7 @@ so selection never prefers more training without evidence.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from glm53_flash.core.options import config_record
@@ -42,20 +43,21 @@ def run_families(run_dir: Path) -> str:
     return ""
 
 
+def select_checkpoint(run_dir: str | Path, **options) -> dict:
+    """`select_from_config` of SelectConfig(run=run_dir, **options): the knobs and their defaults are
+    SelectConfig's, declared once."""
+    return select_from_config(SelectConfig(run=str(run_dir), **options))
+
+
 def select_from_config(cfg: SelectConfig) -> dict:
-    """`select_checkpoint` with every knob from a SelectConfig (`glm53 select`, the reproduce plan)."""
-    options = config_record(cfg)
-    return select_checkpoint(options.pop("run"), **options)
-
-
-def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int = 8, per_family: int | None = None,
-                      families: str | None = None, temperature: float = 0.35, max_new_tokens: int | None = None,
-                      seed: int = 8675309, stop: str = "parse", device: str = "cpu", output: str | None = None,
-                      force: bool = False, quiet: bool = False) -> dict:
+    """Evaluate every checkpoint of cfg.run on cfg.split and write the selection receipt (`glm53 select`,
+    the reproduce plan's selection stages)."""
     from glm53_flash.evaluation.evaluate import evaluate_greedy, evaluate_sampled
     from glm53_flash.verifier import Verifier
 
-    run_dir = Path(run_dir)
+    run_dir, split, samples, per_family, families = Path(cfg.run), cfg.split, cfg.samples, cfg.per_family, cfg.families
+    temperature, max_new_tokens, seed, stop, device = cfg.temperature, cfg.max_new_tokens, cfg.seed, cfg.stop, cfg.device
+    output, force, quiet = cfg.output, cfg.force, cfg.quiet
     if split not in DEV_SPLITS.values():  # choosing by a sealed split would spend it; rl is what the model trained on
         raise ValueError(f"--split {split!r} cannot be used for selection; allowed: {', '.join(DEV_SPLITS.values())}")
     suite = suite_of(split)
@@ -97,10 +99,7 @@ def select_checkpoint(run_dir: str | Path, *, split: str = "dev", samples: int =
                       "max_new_tokens": max_new_tokens, "per_family": per_family,
                       "families": family_text or "all", "seed": seed, "stop": stop},
         "selected": best, "checkpoints": entries, "provenance": provenance(device=device),
-        "run_config": config_record(SelectConfig(
-            run=str(run_dir), split=split, samples=samples, per_family=per_family, families=families,
-            temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, stop=stop, device=device,
-            output=output, force=force, quiet=quiet)),
+        "run_config": config_record(replace(cfg, run=str(run_dir), per_family=per_family, max_new_tokens=max_new_tokens)),
     }
     write_json(out, result)
     return result
