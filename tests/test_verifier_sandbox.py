@@ -386,3 +386,24 @@ def test_tasks_whose_expected_values_cannot_be_carried_are_refused(verifier):
                       (Case((1,), "a" * 10**5),))
     with pytest.raises(ValueError, match="too large"):
         verifier.evaluate(huge, huge.reference_source)
+
+
+def test_a_set_order_dependent_program_gets_the_same_verdict_in_every_fresh_pool():
+    """Every worker runs with one hash seed (sandbox.HASH_SEED), so set and dict order, and so any verdict
+    that depends on it, are the same in every pool and on every run. The program passes only if the
+    order of an eight-letter set is the one a Python with that seed prints; with random hashes it would
+    fail in almost every pool."""
+    from glm53_flash.verifier.sandbox import HASH_SEED
+
+    letters = "{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'}"
+    expected = subprocess.run([sys.executable, "-c", f"print(str({letters}))"], capture_output=True, text=True,
+                              env={"PYTHONHASHSEED": str(HASH_SEED), "PATH": os.environ.get("PATH", "")},
+                              check=True).stdout.strip()
+    task = task_by_id("dev-reverse-000")
+    source = program(task, f"return text[::-1] if str({letters}) == {expected!r} else text")
+    verdicts, seeds = [], set()
+    for _ in range(3):
+        with Verifier(workers=1) as pool:
+            verdicts.append(pool.evaluate(task, source).status)
+            seeds.add(pool.isolation.get("hash_seed"))
+    assert verdicts == ["passed"] * 3 and seeds == {HASH_SEED}

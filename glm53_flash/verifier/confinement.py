@@ -1,7 +1,7 @@
 """Kernel confinement for sandbox children: namespaces, an unprivileged uid, no capabilities,
 `PR_SET_NO_NEW_PRIVS`, a seccomp filter and a private empty working directory.
 
-Standard library and ctypes only: the worker imports this file with `-I -S` (no site-packages). Every
+Standard library and ctypes only: the worker imports this file with `-s -S` (no site-packages). Every
 layer is tried independently; what the host refuses is recorded in an `Isolation` report instead of
 failing, so the caller can warn once, stamp every receipt with the level reached and, when asked,
 refuse to run below full isolation.
@@ -268,7 +268,15 @@ class Isolation:
     def to_dict(self) -> dict:
         missing = [name for name in LAYERS if self.layers[name] is False]
         return {"level": "full" if not missing else "partial", "missing": missing,
-                "layers": dict(self.layers), "notes": list(self.notes)}
+                "layers": dict(self.layers), "notes": list(self.notes), "hash_seed": hash_seed()}
+
+
+def hash_seed() -> int | None:
+    """The fixed hash seed this interpreter runs with, or None when its hashes are randomised."""
+    seed = os.environ.get("PYTHONHASHSEED")
+    if sys.flags.ignore_environment or seed in (None, "random"):
+        return None
+    return int(seed)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ MAX_ATTEMPTS = 2
 HELLO_TIMEOUT_SECONDS = 30.0
 
 _OPEN_VERIFIERS: "weakref.WeakSet[Verifier]" = weakref.WeakSet()
+# The hash seed of every worker (and so of every child it forks): str/bytes hashes, set and dict
+# iteration order are the same in every pool and on every run.
+HASH_SEED = 0
 # The weakest isolation any worker of this process reported (None before the first one started).
 _OBSERVED_ISOLATION: dict = {}
 _WARNED: set = set()
@@ -480,15 +483,20 @@ class Verifier:
         # Resolve every library symbol when the worker starts: lazily bound, each symbol a child
         # calls first would be looked up again in every child, writing to shared pages.
         env["LD_BIND_NOW"] = "1"
+        # One hash seed for every worker of every pool, so a program whose output depends on set or
+        # dict order (str({'x', 'y'})) gets the same verdict on every run (recorded: isolation's
+        # `hash_seed`). -I would ignore it (it implies -E); the environment is built here from nothing,
+        # so -s -S (and the worker's own sys.path) keep what -I kept.
+        env["PYTHONHASHSEED"] = str(HASH_SEED)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = json.loads(self._worker_config)
         config["channel"] = theirs.fileno()
-        # -I -S: no user site, no site-packages, no PYTHON* variables, script dir not on sys.path;
-        # the worker needs only the standard library. New session: a terminal Ctrl-C reaches the
+        # -s -S: no user site, no site-packages (the worker needs only the standard library); the only
+        # PYTHON* variable is the hash seed above. New session: a terminal Ctrl-C reaches the
         # parent only, which then stops the workers in order (see _kill_worker).
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-W", "ignore", str(WORKER_SCRIPT), json.dumps(config)],
+                [sys.executable, "-s", "-S", "-W", "ignore", str(WORKER_SCRIPT), json.dumps(config)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, start_new_session=True,
                 close_fds=True, pass_fds=(theirs.fileno(),),
             )

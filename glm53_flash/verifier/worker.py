@@ -1,6 +1,6 @@
 """The sandbox worker (launcher, zygote, child) and the value wire format it shares with the caller.
 
-Run as a script (`python -I -S worker.py CONFIG`), the launcher creates the namespaces
+Run as a script (`python -s -S worker.py CONFIG`, PYTHONHASHSEED fixed), the launcher creates the namespaces
 (confinement.py) and forks the zygote, which is PID 1 of the new PID namespace and talks to the
 caller over a Unix socket. Per candidate the caller makes two fresh pipes, writes the request into
 one, and passes the child's ends to the zygote (`SCM_RIGHTS`); the zygote forks a child on them,
