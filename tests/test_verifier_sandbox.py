@@ -407,3 +407,60 @@ def test_a_set_order_dependent_program_gets_the_same_verdict_in_every_fresh_pool
             verdicts.append(pool.evaluate(task, source).status)
             seeds.add(pool.isolation.get("hash_seed"))
     assert verdicts == ["passed"] * 3 and seeds == {HASH_SEED}
+
+
+def _flood_frame(members: int) -> str:
+    """A three-case result frame whose first case is a set of `members` integers with one hash
+    (k * (2**61 - 1)); the other two cases failed."""
+    flood = '["S",' + ",".join(str(k * (2 ** 61 - 1)) for k in range(members)) + "]"
+    return '{"s":"ran","c":[[1,' + flood + '],[0,"x"],[0,"x"]]}'
+
+
+@pytest.mark.parametrize("members", [20_000, 40_000])
+def test_a_hash_flooding_result_frame_costs_the_caller_little(members):
+    """The caller's side alone: a frame of colliding set members is compared on its wire form (never
+    rebuilt as a set) or, past what an honest child can write, refused unread."""
+    from glm53_flash.verifier import sandbox
+    from glm53_flash.verifier import worker as wire
+
+    task = task_of("double")
+    frame = _flood_frame(members).encode()
+    job = sandbox._Job(index=0, cases=tuple(task.cases), body=b"")
+    run = sandbox._Run(job=job, request_fd=None, result_fd=None, pending=memoryview(b""), chunks=[frame],
+                       size=len(frame), status=(0, False))
+    fake = sandbox.Verifier.__new__(sandbox.Verifier)
+    fake._limits_dict = {"wall": 1.0, "cpu": 1.0, "out": 2 ** 28}
+    fake.limits = sandbox.SandboxLimits()
+    start = time.process_time()
+    verdict = sandbox.Verifier._verdict(fake, run)
+    assert time.process_time() - start < 1.0
+    assert not verdict.passed
+    if len(frame) > wire.result_frame_bytes(3):
+        assert verdict.status == "limit" and "unreadable" in verdict.message
+    else:
+        assert verdict.status == "failed" and "too large to show" in verdict.message
+
+
+def test_without_policy_a_hash_flooding_child_gets_no_pass_and_the_pool_keeps_its_pace():
+    frame = _flood_frame(20_000)
+    body = (f"os = B['__import__']('os')\nos.write(3, {frame!r}.encode())\nos._exit(0)")
+    with Verifier(workers=1, output_bytes=256 * 2 ** 20) as pool:
+        task = task_of("double")
+        start = time.monotonic()
+        result = pool._evaluate_unchecked(task, program(task, ESCAPE + "\n" + body))
+        assert time.monotonic() - start < 5.0
+        assert result.status == "failed" and "too large to show" in result.message
+        assert pool.evaluate(task, task.reference_source).passed
+
+
+def test_wire_comparison_keeps_pythons_equality():
+    """matches_wire is decode_value(...) == expected for the shapes a task can expect."""
+    from glm53_flash.verifier import worker as wire
+
+    values = [1, True, 1.0, "a", [1, 2], (1, 2), {1, 2}, frozenset({1, 2}), {"a": [1]}, {1: {2: 3}}, [1.0, 2],
+              {(1, 2), (2, 1)}, b"x", None, [], {}, set(), -2 ** 70, [[1], [2, [3]]], {"a": 1, "b": 2}]
+    for actual in values:
+        encoded = wire.encode_value(actual)
+        for expected in values:
+            assert wire.matches_wire(encoded, expected) == (actual == expected), (actual, expected)
+    assert not wire.matches_wire(["S", 1, 1], {1, 2})  # a hostile duplicate is never a pass

@@ -27,7 +27,7 @@ from pathlib import Path
 from glm53_flash.core import receipts
 from glm53_flash.verifier import confinement
 from glm53_flash.verifier import worker as wire
-from glm53_flash.verifier.evaluation import Evaluation, mismatch_message, result_matches
+from glm53_flash.verifier.evaluation import Evaluation, mismatch_message
 from glm53_flash.verifier.policy import check_policy
 
 WORKER_SCRIPT = Path(wire.__file__).resolve()
@@ -276,6 +276,8 @@ class Verifier:
         if reason is not None:
             return Evaluation.limit(reason, total)
         try:
+            if len(payload) > wire.result_frame_bytes(total):  # more than an honest child can write
+                raise wire.ProtocolError("result frame larger than any honest result")
             outcome = json.loads(payload)
             state = outcome["s"]
             if state == "invalid":
@@ -290,10 +292,11 @@ class Verifier:
                 if ok != 1:
                     first_failure = first_failure or f"case {number}/{total}: {str(data)[:wire.MESSAGE_CHARS]}"
                     continue
-                actual = wire.decode_value(data)
-                if result_matches(actual, case.expected):
+                # Compared on the wire form: the child's sets and dicts are never rebuilt here.
+                if wire.wire_type(data) is type(case.expected) and wire.matches_wire(data, case.expected):
                     tests_passed += 1
                 elif not first_failure:
+                    actual = wire.preview_value(data)
                     if isinstance(actual, wire.Unsupported):
                         first_failure = f"case {number}/{total}: returned an {actual.reason}"
                     else:

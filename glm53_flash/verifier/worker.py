@@ -251,6 +251,92 @@ def decode_value(data, max_depth: int = MAX_DEPTH + 1):
     raise ProtocolError(f"bad wire tag {tag!r}")
 
 
+# The caller's side of a result: compared with the expected value and previewed for messages without
+# rebuilding the child's sets and dicts, whose members the child chose (a set of integers with one
+# hash made rebuilding it quadratic). Work is linear in the frame, plus the square of the expected
+# value's size (which the task, not the child, decides).
+_WIRE_TYPES = {"L": list, "T": tuple, "S": set, "F": frozenset, "D": dict, "I": int, "R": float, "C": complex,
+               "B": bytes, "A": bytearray, "E": type(Ellipsis)}
+PREVIEW_NODES = 256  # a result with more wire nodes is described, not decoded, in messages
+
+
+def wire_type(data) -> type:
+    """The Python type a wire value decodes to (Unsupported for ["X", ...])."""
+    if type(data) is not list:
+        return type(data)
+    if not data or type(data[0]) is not str or (data[0] not in _WIRE_TYPES and data[0] != "X"):
+        raise ProtocolError("bad wire value")
+    return Unsupported if data[0] == "X" else _WIRE_TYPES[data[0]]
+
+
+def matches_wire(data, expected, max_depth: int = MAX_DEPTH + 1) -> bool:
+    """`decode_value(data) == expected` (Python's ==, so 1 == 1.0 inside containers and {1} ==
+    frozenset({1})), computed on the wire form: a set or dict is matched member by member against the
+    expected one's, never built from the child's members."""
+    if max_depth <= 0:
+        raise ProtocolError("wire value nested too deeply")
+    kind = type(data)
+    if data is None or kind is bool or kind is int or kind is str:
+        return type(expected) in (type(None), bool, int, float, complex, str) and data == expected
+    tag = wire_type(data)
+    items = data[1:]
+    if tag in (list, tuple):
+        return (type(expected) is tag and len(items) == len(expected)
+                and all(matches_wire(a, e, max_depth - 1) for a, e in zip(items, expected)))
+    if tag in (set, frozenset):
+        if type(expected) not in (set, frozenset) or len(items) != len(expected):
+            return False
+        return _pairs_match([(item, None) for item in items], [(e, None) for e in expected], max_depth)
+    if tag is dict:
+        if type(expected) is not dict or len(items) % 2 or len(items) // 2 != len(expected):
+            return False
+        pairs = [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+        return _pairs_match(pairs, list(expected.items()), max_depth)
+    if tag is Unsupported:
+        return False
+    return decode_value(data, max_depth) == expected  # a scalar: linear in its text
+
+
+def _pairs_match(actual: list, expected: list, max_depth: int) -> bool:
+    """Every actual (member, value) equals a distinct expected one (the value compared when present)."""
+    unmatched = list(range(len(expected)))
+    for member, value in actual:
+        for position, index in enumerate(unmatched):
+            key, item = expected[index]
+            if matches_wire(member, key, max_depth - 1) and (value is None or matches_wire(value, item, max_depth - 1)):
+                del unmatched[position]
+                break
+        else:
+            return False
+    return not unmatched
+
+
+def result_frame_bytes(cases: int) -> int:
+    """The most bytes an honest child's result frame can take for `cases` cases: each value within
+    VALUE_BUDGET (at most 12 bytes of ASCII JSON per unit: a surrogate pair's two escapes), each
+    error message within MESSAGE_CHARS, plus the envelope. The caller refuses a larger frame unread."""
+    return 256 + cases * 12 * (VALUE_BUDGET + MESSAGE_CHARS + 64)
+
+
+def wire_nodes(data, limit: int) -> int:
+    """The number of nodes in a wire value, counted up to `limit` (iteratively: no recursion)."""
+    count, stack = 0, [data]
+    while stack and count < limit:
+        node = stack.pop()
+        count += 1
+        if type(node) is list:
+            stack.extend(node[1:])
+    return count
+
+
+def preview_value(data):
+    """The decoded value for a message when it is small; else an Unsupported naming its type and size."""
+    if wire_nodes(data, PREVIEW_NODES + 1) <= PREVIEW_NODES:
+        return decode_value(data)
+    kind = wire_type(data)
+    return Unsupported(f"{kind.__name__} too large to show ({len(data) - 1:,} items at the top)")
+
+
 def describe_exception(exc: BaseException) -> str:
     """'TypeName: text', short; str() of a hostile exception may itself fail or be huge."""
     try:
