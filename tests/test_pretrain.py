@@ -155,6 +155,26 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         pretrain(tiny_cfg(out, steps=2, checkpoints=(2,), resume=True, learning_rate=1e-3))
 
 
+def test_sizes_are_checked_against_the_context_and_the_memory_before_anything_is_written(tmp_path, capsys):
+    """A length past the model's context and a step larger than the free memory are one-line errors with
+    no run directory left behind (a length of 100,000 once ran until the kernel killed it at 24 GB)."""
+    from glm53_flash.cli import main
+
+    for length, words in (("100000", "exceeds the tiny model's context (192 tokens)"),
+                          ("193", "exceeds the tiny model's context")):
+        out = tmp_path / f"run-{length}"
+        assert main(["pretrain", "--preset", "tiny", "--steps", "2", "--sequence-length", length,
+                     "--output", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    cfg = tiny_cfg(tmp_path / "big", batch_size=4096)
+    with pytest.raises(ValueError, match="needs about .* GiB, more than the 1.0 GiB this machine has free"):
+        cfg.check_sizes(available=2**30)
+    tiny_cfg(tmp_path / "small").check_sizes(available=2**30)  # the tests' own size fits a gigabyte
+    longer = tiny_cfg(tmp_path / "longer", sequence_length=256, model_overrides={"max_sequence_length": 256})
+    longer.check_sizes()  # a longer context asked for on purpose
+
+
 def test_divergence_stops_and_names_last_good_checkpoint(tmp_path):
     with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*Last good checkpoint: .*checkpoint-"):
         pretrain(tiny_cfg(tmp_path / "run", steps=40, checkpoints=(1,), learning_rate=1e20))

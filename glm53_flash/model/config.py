@@ -99,6 +99,19 @@ class ModelConfig:
             + self.experts * self.dim + 4 * self.streams * self.streams * self.dim
         return self.vocab_size * self.dim + self.layers * per_layer
 
+    def training_bytes(self, batch_size: int, sequence_length: int) -> int:
+        """An upper estimate of the memory one fp32 training step needs on the CPU (weights, gradients,
+        AdamW's two moments, activations kept for the backward, the sparse layers' T x T scores, the
+        logits), from the shapes alone. Measured on the flash model (2 cores, ru_maxrss over the
+        process's start): 0.51 MB per token at 8 x 64, 8 x 192 and 32 x 192; this charges 0.59."""
+        tokens = batch_size * sequence_length
+        sparse_layers = sum(self.is_sparse_layer(i) for i in range(self.layers))
+        weights = 4 * 4 * self.approximate_parameters()
+        activations = tokens * self.layers * self.dim * 256
+        scores = batch_size * sparse_layers * self.heads * sequence_length * sequence_length * 12
+        logits = tokens * self.vocab_size * 12
+        return weights + activations + scores + logits
+
     @property
     def head_dim(self) -> int:
         return self.dim // self.heads

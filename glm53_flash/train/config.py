@@ -39,6 +39,18 @@ RL_STOPS = ("parse", "eos")
 REWARD_CASES = ("three", "strong", "sample-K")
 
 
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def reward_case_count(text: str) -> int | None:
     """K of 'sample-K'; None for 'three' and 'strong'; ValueError for anything else."""
     if text in ("three", "strong"):
@@ -130,6 +142,24 @@ class PretrainConfig:
             raise ValueError(f"--schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
         if self.warmup < 0 or not self.learning_rate > 0:
             raise ValueError("--warmup must be >= 0 and --learning-rate > 0")
+        self.check_sizes(world_size)
+
+    def check_sizes(self, world_size: int = 1, available: int | None = None) -> None:
+        """The sizes a user gives against the model's context and the machine's memory, before anything
+        is written: a sequence longer than the preset's context needs the context raised on purpose
+        (model_overrides max_sequence_length), and a step whose estimated memory (ModelConfig.
+        training_bytes, per rank) exceeds what the machine has free is refused."""
+        preset = ModelConfig.preset(self.preset, **self.model_overrides)
+        if self.sequence_length > preset.max_sequence_length:
+            raise ValueError(f"--sequence-length {self.sequence_length} exceeds the {self.preset} model's context "
+                             f"({preset.max_sequence_length} tokens); raise the context on purpose with the "
+                             f"model override max_sequence_length={self.sequence_length}")
+        needed = self.model_config().training_bytes(self.batch_size // world_size, self.sequence_length)
+        available = available_memory_bytes() if available is None else available
+        if available is not None and needed > available:
+            raise ValueError(f"a training step of batch {self.batch_size} x {self.sequence_length} needs about "
+                             f"{needed / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB this machine has "
+                             f"free; lower --batch-size or --sequence-length")
 
     def model_config(self) -> ModelConfig:
         base = ModelConfig.preset(self.preset, **self.model_overrides)
