@@ -543,3 +543,16 @@ def test_notes_history_skips_unchanged_saves_and_rolls_over(tmp_path, monkeypatc
     assert (tmp_path / "text-edits.history.jsonl").stat().st_size <= 200
     assert store.read("text-edits")["edits"]["result/title"].startswith("version 5")
     assert store.history("text-edits")[-1]["edits"]["result/title"].startswith("version 5")
+
+
+@pytest.mark.parametrize("path", ["/api/feedback", "/api/text-edits", "/api/generate"])
+def test_a_lone_surrogate_in_a_body_is_a_400_with_nothing_written(server, path):
+    """JSON's \\ud800 escape spells a lone surrogate: valid JSON, not text. Every route refuses it as a
+    400 (it once gave 500 and left an empty history file) and no note file changes."""
+    before = notes_files(server)
+    for body in (b'{"feedback": {"k": "\\ud800"}}', b'{"edits": {"\\udfff": "x"}}', b'{"prompt": "def f(x):\\ud800"}'):
+        status, reply = request(server, "POST", path, body)
+        assert status == 400 and b"lone surrogate" in reply, (path, body, reply)
+    status, reply = request(server, "POST", path, b'{"feedback": "\xff"}')  # raw bytes that are not UTF-8
+    assert status == 400
+    assert notes_files(server) == before

@@ -78,6 +78,25 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _is_text(document) -> bool:
+    """Whether every string of a parsed JSON document (keys too) is text that UTF-8 can store: JSON's
+    \\uXXXX escapes can spell a lone surrogate, which json.loads accepts and no file can hold."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
+
+
 class RequestRefused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -376,9 +395,12 @@ class SlideServer:
         if len(data) != length:
             raise RequestRefused(400, "the body is shorter than its Content-Length")
         try:
-            return json.loads(data.decode("utf-8"))
+            document = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise RequestRefused(400, "the body is not valid UTF-8 JSON (or nests too deeply)") from None
+        if not _is_text(document):
+            raise RequestRefused(400, "the body holds a lone surrogate escape (such as \\ud800), which is not text")
+        return document
 
     def error(self, status: int, message: str, headers: dict | None = None) -> Response:
         self.refusals[status] += 1
