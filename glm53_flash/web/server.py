@@ -130,24 +130,61 @@ class GuardedH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _deadline_phase: str | None = None
     _draining: bool = False  # refused: what the client still sends is read and dropped until it closes
+    _served: bool = False  # a response below 400 went out on this connection (its client holds the token)
     LINGER_SECONDS = 1.0
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        opened = self.slide_server.open_connections
+        opened[self] = None  # insertion order: the oldest first
+        if len(self.connections) > self.max_connections and not self._evict_one():
             self._refuse_raw(503, f"the server already holds {self.max_connections} connections; try again shortly")
             return
         self._sync_deadline()
 
+    def _evict_one(self) -> bool:
+        """Make room at the cap by closing the oldest connection whose request head has not arrived
+        (idle, or headers trickling in), those of clients never served first: a flood of idle or
+        reconnecting connections, which never gets past the token, cannot keep out a client that has
+        it, whose request head arrives at once. False when every other connection is busy."""
+        candidates = [c for c in self.slide_server.open_connections
+                      if c is not self and not c._draining and c.cycle is None and c.conn.their_state is h11.IDLE]
+        if not candidates:
+            return False
+        victim = min(candidates, key=lambda c: c._served)  # the oldest never-served one, else the oldest
+        self.slide_server.evictions += 1
+        victim._cancel_deadline()
+        victim._draining = True
+        victim.transport.close()  # it asked nothing, so nothing is answered; the slot frees at once
+        return True
+
     def connection_lost(self, exc) -> None:
         self._cancel_deadline()
+        self.slide_server.open_connections.pop(self, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._draining:
             return
         super().data_received(data)
+        self._watch_status()
         self._sync_deadline()
+
+    def _watch_status(self) -> None:
+        """Mark this connection served when its request's answer starts below 400 (the client had the
+        token). The cycle's task has not run yet when the request head is handled, so it sends through this."""
+        cycle = self.cycle
+        if cycle is None or getattr(cycle, "_status_watched", False):
+            return
+        send = cycle.send
+
+        async def watched(message, _send=send, protocol=self):
+            if message.get("type") == "http.response.start" and message.get("status", 500) < 400:
+                protocol._served = True
+            await _send(message)
+
+        cycle.send = watched
+        cycle._status_watched = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -277,6 +314,8 @@ class SlideServer:
         self.cookie_name = f"{COOKIE_PREFIX}{self.server_address[1]}"
         self.notes = NotesStore(notes_dir)
         self.refusals: Counter[int] = Counter()  # refused requests by status, for the operator and tests
+        self.open_connections: dict = {}  # the protocols of the open connections, the oldest first
+        self.evictions = 0  # connections closed to make room at the cap
         bound_port = self.server_address[1]
         # a wildcard bind has no name of its own: the names clients may use come from --allowed-host
         names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
@@ -374,7 +413,7 @@ class SlideServer:
         if not self.token_matches(request.headers.get(TOKEN_HEADER)):
             raise RequestRefused(403, f"missing or wrong {TOKEN_HEADER}; reload the page from this server")
 
-    async def read_json(self, request: Request):
+    async def read_json(self, request: Request, stored: bool = True):
         if "transfer-encoding" in request.headers:
             raise RequestRefused(400, "Transfer-Encoding is not accepted; send a Content-Length")
         lengths = request.headers.getlist("content-length")
@@ -398,7 +437,7 @@ class SlideServer:
             document = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise RequestRefused(400, "the body is not valid UTF-8 JSON (or nests too deeply)") from None
-        if not _is_text(document):
+        if stored and not _is_text(document):  # what is stored must be text; the playground names its own rule
             raise RequestRefused(400, "the body holds a lone surrogate escape (such as \\ud800), which is not text")
         return document
 
@@ -494,7 +533,7 @@ def build_app(server: SlideServer):
 
     async def generate(request: Request):
         server.check_write(request)
-        body = await server.read_json(request)
+        body = await server.read_json(request, stored=False)  # nothing is stored; prepare() checks each field
         playground = server.playground
         try:
             prepared = playground.prepare(body)
