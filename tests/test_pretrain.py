@@ -137,6 +137,12 @@ def test_corrupt_or_missing_files_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "nowhere")
     with pytest.raises(FileExistsError):
         save_checkpoint(good, model, {})
+    run = tmp_path / "run"  # a run directory given where a checkpoint belongs: its checkpoints are named
+    save_checkpoint(run / "checkpoint-0000", model, {"step": 0})
+    save_checkpoint(run / "checkpoint-0002", model, {"step": 2})
+    with pytest.raises(CheckpointError, match=r"is a run directory, not a checkpoint: give one of its checkpoints "
+                                              r"\(checkpoint-0000, checkpoint-0002\), e.g. .*checkpoint-0002"):
+        load_checkpoint(run)
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):
@@ -173,6 +179,9 @@ def test_sizes_are_checked_against_the_context_and_the_memory_before_anything_is
     tiny_cfg(tmp_path / "small").check_sizes(available=2**30)  # the tests' own size fits a gigabyte
     longer = tiny_cfg(tmp_path / "longer", sequence_length=256, model_overrides={"max_sequence_length": 256})
     longer.check_sizes()  # a longer context asked for on purpose
+    with pytest.raises(ValueError, match="--compile is for CUDA"):
+        pretrain(tiny_cfg(tmp_path / "compiled", compile=True))
+    assert not (tmp_path / "compiled").exists()
 
 
 def test_divergence_stops_and_names_last_good_checkpoint(tmp_path):
@@ -291,8 +300,10 @@ def test_ctrl_c_marks_the_run_interrupted_and_the_printed_command_resumes_it(tmp
     receipt = json.loads((out / "training-receipt.json").read_text())
     assert receipt["status"] == "interrupted" and receipt["resumes_from_step"] == 3
     printed = capsys.readouterr().err
-    command = printed.split("interrupted; resume with: ", 1)[1].strip()
+    command, note = printed.split("interrupted; resume with: ", 1)[1].strip().splitlines()
     assert command == receipt["resume_command"] and command.endswith("--resume")
+    # steps 1-4 finished, the checkpoint is at 3: the resumed run trains step 4 again, and says so
+    assert note == "(the last checkpoint is at step 3: the resumed run trains step 4 again)"
     words = shlex.split(command)
     assert words[:2] == ["glm53", "pretrain"] and "--learning-rate" in words
     monkeypatch.setattr(pretrain_module.Pretrainer, "train_step", real_step)

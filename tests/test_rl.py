@@ -277,6 +277,26 @@ def test_select_command_writes_a_receipt(checkpoint, tmp_path):
         select_checkpoint(run, split="rl", force=True)
 
 
+def test_a_tie_of_zeros_is_said_and_scores_are_words(checkpoint, tmp_path, capsys):
+    """An untrained tiny run scores 0 everywhere: the tie rule picks step 0, the initialisation, and
+    `glm53 select` says that no evaluation supports it; scores print as words, not one-element lists."""
+    from glm53_flash.cli import main
+    from glm53_flash.train.select import format_score, tie_of_zeros_note
+
+    run = tmp_path / "run"
+    train_rl(rl_cfg(checkpoint, run, groups=2, checkpoints=(1,)))
+    assert main(["select", "--run", str(run), "--samples", "2", "--per-family", "1", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    receipt = json.loads((run / "selection-dev.json").read_text())
+    assert all(not any(e["score"]) for e in receipt["checkpoints"])  # 4 new tokens of a random model solve nothing
+    assert "note: every checkpoint scored 0, so the tie rule picks the earliest (the untrained initialisation)" in out
+    assert receipt["tie_of_zeros"] and receipt["selected"]["step"] == 0
+    assert "exact rollouts" in out and "[" not in out.split("selected")[0]
+    assert format_score([3, 7], sampled=False) == "3 tasks solved, 7 tests passed"
+    assert tie_of_zeros_note([{"step": 0, "score": [0]}, {"step": 5, "score": [1]}]) is None
+    assert "step 5" in tie_of_zeros_note([{"step": 5, "score": [0, 0]}, {"step": 9, "score": [0, 0]}])
+
+
 def test_rl_refuses_too_few_groups_per_rank_a_second_writer_and_marks_an_interrupted_run(
         checkpoint, tmp_path, capsys, monkeypatch):
     import shlex

@@ -73,11 +73,15 @@ def run_rl(args: argparse.Namespace) -> int:
 
 def run_select(args: argparse.Namespace) -> int:
     from glm53_flash.train.config import SelectConfig
+    from glm53_flash.train.select import format_score
     from glm53_flash.train.select import select_from_config
 
     result = select_from_config(from_arguments(SelectConfig, args))
     best = result["selected"]
-    print(f"selected {best['checkpoint']} (score {best['score']}; rule: {result['rule']})")
+    sampled = result["inference"]["samples"] > 1
+    print(f"selected {best['checkpoint']} ({format_score(best['score'], sampled)}; rule: {result['rule']})")
+    if result.get("tie_of_zeros"):
+        print(f"note: {result['tie_of_zeros']}")
     return 0
 
 

@@ -72,6 +72,11 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     meta_path = directory / METADATA_FILE
     if not meta_path.is_file():
+        inside = sorted(p.name for p in directory.iterdir() if p.is_dir() and (p / METADATA_FILE).is_file())
+        if inside:  # a run directory: name the checkpoints it holds
+            listed = ", ".join(inside[:6]) + (", ..." if len(inside) > 6 else "")
+            raise CheckpointError(f"{directory} is a run directory, not a checkpoint: give one of its checkpoints "
+                                  f"({listed}), e.g. {directory / inside[-1]}")
         raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
     meta = read_json(meta_path, CheckpointError, f"checkpoint {directory}: {METADATA_FILE} is corrupt")
     files = meta.get("files", {}) if isinstance(meta, dict) else None

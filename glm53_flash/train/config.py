@@ -111,7 +111,7 @@ class PretrainConfig:
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
     resume: bool = option(False, help="continue the run in --output from its last checkpoint; with a "
                                         "different --steps, extend (or shorten) it when its LR schedule allows")
-    compile: bool = option(False, help="torch.compile the model")
+    compile: bool = option(False, help="torch.compile the model (CUDA only; refused on the CPU)")
     quiet: bool = option(False, help=QUIET_HELP)
     tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
     wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")

@@ -37,7 +37,7 @@ from glm53_flash.train.loop import (  # noqa: F401 - parameter_groups and Traini
 )
 from glm53_flash.train.loop import make_optimizer as make_recipe_optimizer
 from glm53_flash.train.rundir import (AlreadyFinished, RunInUse, RunLock, check_resume_config, config_defaults, finished_receipt,
-                     interruptible, resume_command)
+                     interruptible, redo_note, resume_command)
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -94,6 +94,9 @@ class Pretrainer:
             self.device = torch.device("cuda", self.ctx.local_rank)
             torch.cuda.set_device(self.device)
         cfg.validate(self.ctx.world_size)
+        if cfg.compile and self.device.type == "cpu":
+            raise ValueError("--compile is for CUDA: on the CPU torch.compile spends longer compiling than a short "
+                             "run trains and its kernels step around ours; leave it off on the CPU")
         if self.ctx.is_main:
             check_live_logging(cfg.tensorboard, cfg.wandb)
         self.recipe = update_recipe(cfg)
@@ -315,6 +318,11 @@ class Pretrainer:
                 "resume_command": self.resume_hint(),
                 "resumes_from_step": saved[-1]["step"] if saved else None})
 
+    def _redo_note(self) -> str | None:
+        saved = [c["step"] for c in self.checkpoints if c["weights_sha256"] is not None]
+        done = self.metrics_rows[-1]["step"] if self.metrics_rows else 0
+        return redo_note(done, max(saved) if saved else None)
+
     def run(self) -> dict:
         cfg = self.cfg
         self.data_hash = data_sha256(cfg)
@@ -322,7 +330,8 @@ class Pretrainer:
         self.acquire_lock()
         sink = None
         try:
-            with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main):
+            with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main,
+                               redo=self._redo_note):
                 self.prepare()
                 done = (finished_receipt(self.out / RECEIPT_FILE, ("steps", cfg.steps), self.checkpoints)
                         if self.start_step >= cfg.steps else None)

@@ -72,7 +72,7 @@ from glm53_flash.train.engine import RL as RL_RECIPE
 from glm53_flash.train.engine import make_optimizer, optimizer_step, set_learning_rate
 from glm53_flash.train.loop import MetricsSink, check_live_logging, progress_bar
 from glm53_flash.train.rundir import (AlreadyFinished, check_resume_config, config_defaults, finished_receipt, interruptible,
-                     resume_command)
+                     redo_note, resume_command)
 
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -295,6 +295,10 @@ class RLTrainer:
 
     def resume_hint(self) -> str:
         return resume_command("rl", self.cfg, extra=["--resume"])
+
+    def _redo_note(self) -> str | None:
+        saved = [c["group"] for c in getattr(self, "checkpoints", []) if c.get("weights_sha256") is not None]
+        return redo_note(self.done_groups, max(saved) if saved else None, unit="group")
 
     def verifier_workers(self) -> int | None:
         """--verifier-workers, or by default the CPUs shared out among the ranks of one machine."""
@@ -529,7 +533,8 @@ class RLTrainer:
         lock = lock_on_main(ctx, self.out, self.device)
         result: dict = {}
         try:
-            with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main):
+            with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main,
+                               redo=self._redo_note):
                 self.prepare()
                 done = (finished_receipt(self.out / RECEIPT_FILE, ("groups", cfg.groups), self.checkpoints)
                         if self.done_groups >= cfg.groups else None)

@@ -193,6 +193,15 @@ def command_prefix(command: str) -> list[str]:
     return ["glm53", command]
 
 
+def redo_note(done: int, saved: int | None, unit: str = "step") -> str | None:
+    """What a resumed run repeats: the units after the last checkpoint (`saved`) up to `done`."""
+    saved = 0 if saved is None else saved
+    if done <= saved:
+        return None
+    span = f"{unit} {done}" if done == saved + 1 else f"{unit}s {saved + 1}-{done}"
+    return f"(the last checkpoint is at {unit} {saved}: the resumed run trains {span} again)"
+
+
 def resume_command(command: str, config, skip: tuple[str, ...] = ("resume",), extra: list[str] = ()) -> str:
     """The command line that continues `config`'s run: every flag whose value differs from its
     default, then `extra` (for example `--resume`)."""
@@ -223,9 +232,11 @@ def _raise_terminated(signum, frame):
 
 
 @contextlib.contextmanager
-def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: bool = True):
+def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: bool = True,
+                  redo: Callable[[], str | None] | None = None):
     """Ctrl-C and SIGTERM end the block the same way: `on_interrupt()` (mark the receipt), then
-    "interrupted; resume with: ..." on stderr, then the KeyboardInterrupt goes on."""
+    "interrupted; resume with: ..." on stderr (and `redo()`, what the resumed run will do again: the
+    work since the last checkpoint), then the KeyboardInterrupt goes on."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
@@ -241,6 +252,9 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
                 signal.signal(signal.SIGINT, previous_int)
             if announce:
                 print(f"interrupted; resume with: {resume_hint}", file=sys.stderr, flush=True)
+                note = redo() if redo is not None else None
+                if note:
+                    print(note, file=sys.stderr, flush=True)
         raise
     finally:
         if main:
@@ -249,4 +263,4 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
 
 __all__ = ["LOCK_FILE", "AlreadyFinished", "RunInUse", "RunLock", "Terminated", "check_resume_config",
            "command_prefix", "config_defaults", "finished_receipt", "holds_a_run", "interruptible",
-           "resume_command"]
+           "redo_note", "resume_command"]

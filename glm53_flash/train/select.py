@@ -28,6 +28,24 @@ def selection_score(receipt: dict, sampled: bool) -> tuple:
     return (summary["tasks_solved"], summary["tests_passed"])
 
 
+def format_score(score, sampled: bool) -> str:
+    """A score as words: '12 exact rollouts' or '3 tasks solved, 7 tests passed'."""
+    if sampled:
+        return f"{score[0]} exact rollouts"
+    return f"{score[0]} tasks solved, {score[1]} tests passed"
+
+
+def tie_of_zeros_note(entries: list[dict]) -> str | None:
+    """What to say when every checkpoint scored nothing: the tie rule then picks the earliest, which is
+    a choice by the rule, not by evidence (and, for a run's step 0, the untrained initialisation)."""
+    if any(any(part for part in entry["score"]) for entry in entries):
+        return None
+    earliest = min(entries, key=lambda e: e["step"])
+    what = "the untrained initialisation" if earliest["step"] == 0 else f"step {earliest['step']}"
+    return (f"every checkpoint scored 0, so the tie rule picks the earliest ({what}); no evaluation "
+            f"supports it over the others")
+
+
 def best_entry(entries: list[dict]) -> dict:
     """The highest score; among equal scores, the earliest step."""
     return max(entries, key=lambda e: (tuple(e["score"]), -e["step"]))
@@ -90,15 +108,16 @@ def select_from_config(cfg: SelectConfig) -> dict:
                             "score": list(selection_score(receipt, sampled)), "summary": receipt["summary"],
                             "pass_at_k": receipt.get("pass_at_k"), "receipt": str(eval_path)})
             if not quiet:
-                print(f"  {path.name}: score {entries[-1]['score']}", flush=True)
+                print(f"  {path.name}: {format_score(entries[-1]['score'], sampled)}", flush=True)
     best = best_entry(entries)
+    note = tie_of_zeros_note(entries)
     result = {
         "schema_version": "1.0", "status": "complete", "run": str(run_dir), "split": split,
         "rule": RULE_SAMPLED if sampled else RULE_GREEDY,
         "inference": {"samples": samples, "temperature": temperature if sampled else None,
                       "max_new_tokens": max_new_tokens, "per_family": per_family,
                       "families": family_text or "all", "seed": seed, "stop": stop},
-        "selected": best, "checkpoints": entries, "provenance": provenance(device=device),
+        "selected": best, "tie_of_zeros": note, "checkpoints": entries, "provenance": provenance(device=device),
         "run_config": config_record(replace(cfg, run=str(run_dir), per_family=per_family, max_new_tokens=max_new_tokens)),
     }
     write_json(out, result)
