@@ -13,9 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $(STAMP)
 
-# results/ledger.jsonl records the committed headline's openings of the sealed splits, so running the
-# same plans again is a reopening: it goes ahead with this reason, recorded in the ledger (a plan the
-# ledger has never seen opens them for the first time, with no reason recorded).
+# The demo records its openings of the sealed splits in its own ledger (runs/demo/ledger.jsonl), so the
+# tracked results/ledger.jsonl stays as it is; running the same plans again with that ledger is a
+# reopening, which goes ahead with this reason (recorded there too).
 REOPEN ?= make demo: a rerun of the committed headline's plan
 demo: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo --reopen "$(REOPEN)"

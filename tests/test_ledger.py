@@ -169,3 +169,37 @@ def test_opening_is_frozen():
     opening = Opening("final", "p", "id", "t", ("glm53",), None, None, ledger_path())
     with pytest.raises(AttributeError):
         opening.purpose = "other"
+
+
+def test_every_committed_sealed_receipt_is_vouched_for_by_the_committed_ledger():
+    """Reports, the deck and the docs read results/: each sealed-split receipt there is one the committed
+    ledger recorded, byte for byte."""
+    from glm53_flash.evaluation.ledger import committed_ledger, repository_root, unvouched_receipts
+
+    root = repository_root()
+    assert committed_ledger() == root / "results" / "ledger.jsonl"
+    assert unvouched_receipts(root / "results") == []
+
+
+def test_a_receipt_the_ledger_does_not_hold_is_named(tmp_path):
+    from glm53_flash.evaluation.ledger import unvouched_receipts
+
+    receipt = tmp_path / "arm" / "confirm" / "x.json"
+    receipt.parent.mkdir(parents=True)
+    receipt.write_text(json.dumps({"split": "confirm", "sealed_opening": {"opening_id": "abc"}}))
+    (tmp_path / "dev.json").write_text(json.dumps({"split": "dev"}))
+    other = tmp_path / "other-ledger.jsonl"
+    other.write_text("")
+    assert unvouched_receipts(tmp_path, other) == [receipt]
+
+
+def test_a_pipeline_run_records_its_openings_in_its_own_ledger_by_default(tmp_path, monkeypatch):
+    """`make demo` and every user's `glm53 reproduce` leave results/ledger.jsonl (a tracked file) as it
+    is: their openings go to OUTPUT/ledger.jsonl unless --ledger (or $GLM53_LEDGER) names another."""
+    from glm53_flash.experiments.reproduce import run_ledger
+
+    monkeypatch.delenv("GLM53_LEDGER")
+    assert run_ledger(tmp_path / "demo") == tmp_path / "demo" / "ledger.jsonl"
+    assert run_ledger(tmp_path / "demo", "results/ledger.jsonl") == Path("results/ledger.jsonl")
+    monkeypatch.setenv("GLM53_LEDGER", str(tmp_path / "mine.jsonl"))
+    assert run_ledger(tmp_path / "demo") == tmp_path / "mine.jsonl"

@@ -63,6 +63,8 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
     assert comparison["over_pretraining_seeds"]["pretrain_seeds"] == [42]
     report = (out / "REPORT.md").read_text()
     assert "Reproduction of the original's 16/24 is not tested" in report and "Holm" in report and "make seeds" in report
+    # its openings went to the test's own ledger, so the committed one vouches for none of its receipts
+    assert "Not vouched for by the committed ledger" in report
     # one pretraining seed: no spread to test equivalence with, and the plan said so before it ran
     assert comparison["faithful_equivalent_to_original"]["p"] is None
     analysis = json.loads((out / "analysis-plan.json").read_text())

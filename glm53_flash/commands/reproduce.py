@@ -18,7 +18,7 @@ def register(sub) -> None:
                                    "pretrain -> dev selection -> RL per seed -> dev selection -> the confirm and "
                                    "holdout splits -> paired statistics -> REPORT.md, then the two-arm report. "
                                    "Rerun the same command to resume. Each sealed split is opened once per plan "
-                                   "and recorded in the ledger.")
+                                   "and recorded in the run's ledger (see --ledger).")
     p.add_argument("--output", required=True)
     p.add_argument("--preset", choices=sorted(PLANS), default="headline")
     p.add_argument("--rl-seeds", default=None, help="comma-separated RL seeds (default: the preset's)")
@@ -30,6 +30,10 @@ def register(sub) -> None:
     p.add_argument("--reopen", metavar="REASON", default=None,
                    help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
+    p.add_argument("--ledger", metavar="PATH", default=None,
+                   help="the ledger this run records its sealed openings in (default: $GLM53_LEDGER, else "
+                        "OUTPUT/ledger.jsonl, a ledger of the run's own; results/ledger.jsonl adds them to the "
+                        "committed one)")
     p.add_argument("--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress bars (also off when stderr is not a terminal)")
     p.add_argument("--reports-only", action="store_true",
@@ -53,7 +57,7 @@ def _run_reproduce(args) -> int:
     summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
                         progress=not args.quiet, reopen=args.reopen,
                         extra_pretrain_seeds=parse_int_list(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
-                        arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
+                        arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), ledger=args.ledger)
     print()
     print("\n".join(arm_table(summary)))
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")

@@ -220,6 +220,35 @@ _GRANTED: dict[tuple, Opening] = {}
 _ACTIVE: dict[tuple[str, str], Opening] = {}
 
 
+def committed_ledger() -> Path | None:
+    """results/ledger.jsonl of the checkout that holds this package (None outside a checkout): the one
+    ledger whose lines the committed reports trust."""
+    root = repository_root()
+    return root / "results" / "ledger.jsonl" if root is not None else None
+
+
+def unvouched_receipts(directory: str | Path, ledger: str | Path | None = None) -> list[Path]:
+    """The sealed-split receipts under `directory` whose sha256 the ledger (default: the committed one)
+    does not hold: opened under another ledger, changed since, or never recorded."""
+    import hashlib
+
+    where = Path(ledger) if ledger is not None else committed_ledger()
+    held = {line.get("receipt_sha256") for line in read_ledger(where)} if where is not None and where.is_file() else set()
+    found = []
+    for path in sorted(Path(directory).rglob("*.json")):
+        data = path.read_bytes()
+        if b'"sealed_opening"' not in data:
+            continue
+        try:
+            receipt = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(receipt, dict) and receipt.get("sealed_opening") and \
+                hashlib.sha256(data).hexdigest() not in held:
+            found.append(path)
+    return found
+
+
 def check_opening_request(split: str, open_sealed: str | None, reopen: str | None) -> None:
     """The sealed-split rules of a command that evaluates (`glm53 eval`), checked before anything is
     loaded or written: a sealed split needs a stated purpose (--open-sealed), and --open-sealed and
@@ -347,6 +376,8 @@ __all__ = [
     "Opening",
     "SealedSplitError",
     "check_opening_request",
+    "committed_ledger",
+    "unvouched_receipts",
     "evaluation_plan_sha256",
     "first_lines",
     "format_lines",

@@ -141,17 +141,19 @@ def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, 
 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
               device: str = "cpu", progress: bool = True, reopen: str | None = None,
-              extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS)) -> dict:
+              extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
+              ledger: str | Path | None = None) -> dict:
     """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
     and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
-    recorded in the ledger; a plan that already opened one (in this or another directory) is refused
-    unless `reopen` gives the reason. Every opening is asked for before any stage runs."""
+    recorded in the ledger (`run_ledger`: by default the run's own); a plan that already opened one
+    there is refused unless `reopen` gives the reason. Every opening is asked for before any stage runs."""
     out = Path(output)
     if (out / "plan.json").exists():
         raise ValueError(f"{out} holds a one-arm run of an older version (plan.json at its top); "
                          "use a new --output")
     runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms))
-    openings = {run.directory: _require_openings(run, reopen) for run in runs}
+    where = run_ledger(out, ledger)
+    openings = {run.directory: _require_openings(run, reopen, where) for run in runs}
     state_analysis(out, runs)
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
@@ -227,9 +229,24 @@ def _receipt_paths(directory: Path, plan: ReproducePlan, split: str) -> list[Pat
     return [path for name in checkpoint_names(plan) for path in receipt_pair(directory / split, name, k)]
 
 
-def _require_openings(run: ArmRun, reopen: str | None) -> dict:
+def run_ledger(output: str | Path, chosen: str | Path | None = None) -> Path:
+    """Where a pipeline run records its openings: `chosen` (`--ledger`), else $GLM53_LEDGER, else a
+    ledger of the run's own (OUTPUT/ledger.jsonl), so a user's runs never add lines to the committed
+    results/ledger.jsonl unless they ask to (`--ledger results/ledger.jsonl`)."""
+    import os
+
+    from glm53_flash.evaluation import ledger
+
+    if chosen is not None:
+        return Path(chosen)
+    if os.environ.get(ledger.LEDGER_ENV):
+        return Path(os.environ[ledger.LEDGER_ENV])
+    return Path(output) / "ledger.jsonl"
+
+
+def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None) -> dict:
     """An opening of each sealed split whose receipts are not all written yet (refused before any
-    stage runs, so a refusal costs nothing and writes nothing)."""
+    stage runs, so a refusal costs nothing and writes nothing), recorded in ledger `where`."""
     from glm53_flash.evaluation import ledger
 
     openings = {}
@@ -237,9 +254,9 @@ def _require_openings(run: ArmRun, reopen: str | None) -> dict:
     for split in sealed_stages(run.plan):
         if not all(path.exists() for path in _receipt_paths(run.directory, run.plan, split)):
             # a reason to reopen is recorded only where there is something to reopen
-            earlier = reopen is not None and ledger.plan_openings(split, identity)
+            earlier = reopen is not None and ledger.plan_openings(split, identity, where)
             openings[split] = ledger.require_open(split, PURPOSES[split], plan_sha256=identity,
-                                                  reopen=reopen if earlier else None)
+                                                  reopen=reopen if earlier else None, ledger=where)
     return openings
 
 
@@ -381,11 +398,15 @@ def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") 
     return arms
 
 
-def ledger_lines_for(plan: ReproducePlan, split: str = "confirm") -> list[dict]:
+def ledger_lines_for(plan: ReproducePlan, split: str = "confirm", directory: Path | None = None) -> list[dict]:
+    """The ledger lines of `plan`'s openings of `split`: from the run's own ledger when the run (an arm
+    directory or the run above it) has one, else from the default ledger (run_ledger)."""
     from glm53_flash.evaluation.ledger import ledger_lines
 
+    own = [d / "ledger.jsonl" for d in ((directory, directory.parent) if directory is not None else ())]
+    where = next((path for path in own if path.is_file()), None)
     identity = plan_sha256(plan)
-    return [line for line in ledger_lines(split) if line["plan_sha256"] == identity]
+    return [line for line in ledger_lines(split, where) if line["plan_sha256"] == identity]
 
 
 def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
@@ -452,13 +473,13 @@ def build_summary(out: Path) -> dict:
         "last_selection_utc": last_selection, "first_confirm_utc": first_opened["confirm"],
         # Every opening of the confirm split for this plan, from the ledger (any directory, any machine
         # whose ledger this is): more than one opening means the split was not held out for this plan.
-        "ledger": ledger_lines_for(plan),
+        "ledger": ledger_lines_for(plan, directory=out),
     }
     if "holdout" in first_opened:
         summary["holdout"] = {
             "seeds": split_results(out, plan, "holdout"), "strong_tests": strong_test_summary(out, plan, "holdout"),
             "opened_after_selection": first_opened["holdout"] >= last_selection,
-            "first_opened_utc": first_opened["holdout"], "ledger": ledger_lines_for(plan, "holdout"),
+            "first_opened_utc": first_opened["holdout"], "ledger": ledger_lines_for(plan, "holdout", directory=out),
         }
     return summary
 

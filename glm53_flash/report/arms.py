@@ -351,9 +351,17 @@ def build_headline_report(out: str | Path) -> Path:
         if plan.is_file():
             seconds = json.loads(plan.read_text()).get("stage_seconds", {})
             stage_rows.append([path.name, f"{sum(seconds.values()):.0f}"])
+    from glm53_flash.evaluation.ledger import unvouched_receipts
+
+    unvouched = unvouched_receipts(out)
+    vouching = [] if not unvouched else [
+        f"**Not vouched for by the committed ledger:** {len(unvouched)} sealed-split receipt(s) here are not in "
+        "results/ledger.jsonl (opened under another ledger, such as this run's own, or changed since), for "
+        "example `" + str(unvouched[0].relative_to(out)) + "`. Their figures are this run's, not the project's.", ""]
     lines = [
         f"# Headline experiment, two arms ({summary['preset']} preset)",
         "",
+        *vouching,
         "Every number below is read from `summary.json`, which `glm53 reproduce` computes from the receipts in "
         "the run directories (`faithful/`, `ours/`, and `ARM-pretrain-SEED/` for the extra pretraining seeds). "
         "Each run directory has its own REPORT.md.",
