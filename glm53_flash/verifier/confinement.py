@@ -107,6 +107,12 @@ DENIED_SYSCALLS = {
     "semop": 65, "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
     "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
     "mq_getsetattr": 245, "ioctl": 16, "sync": 162, "syncfs": 306,
+    # descriptors and kernel objects made without opening a file (with fds 0-2 closed, a pipe or an
+    # eventfd would take their numbers), POSIX timers (a storm of them held ~38 MB of kernel memory per
+    # child, outside RLIMIT_AS), the LDT and membarrier
+    "pipe": 22, "pipe2": 293, "eventfd": 284, "eventfd2": 290, "timerfd_create": 283, "epoll_create": 213,
+    "epoll_create1": 291, "signalfd": 282, "signalfd4": 289, "timer_create": 222, "modify_ldt": 154,
+    "membarrier": 324,
     # kernel facilities with a history of escapes
     "add_key": 248, "request_key": 249, "keyctl": 250, "perf_event_open": 298, "memfd_create": 319,
     "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
