@@ -247,6 +247,14 @@ def test_bad_inputs(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="is not a 'flash' model"):
         train_rl(rl_cfg(checkpoint, tmp_path / "e", preset="flash"))
     train_rl(rl_cfg(checkpoint, tmp_path / "f", preset="tiny", groups=1, checkpoints=()))
+    # the checkpoint's context is 128 tokens: a cap that cannot fit after the prompt is refused, unwritten
+    with pytest.raises(ValueError, match="exceeds the checkpoint's context \\(128 tokens\\)"):
+        train_rl(rl_cfg(checkpoint, tmp_path / "g", max_new_tokens=120))
+    assert not (tmp_path / "g").exists()
+    trainer = RLTrainer(rl_cfg(checkpoint, tmp_path / "h", group_size=64, prompts_per_update=4, groups=4, checkpoints=(4,)))
+    with pytest.raises(ValueError, match="an update of 256 sequences needs about .* GiB, more than"):
+        trainer.check_sizes(available=2**20)
+    assert not (tmp_path / "h").exists()
 
 
 def test_selection_rule_prefers_score_then_earlier():

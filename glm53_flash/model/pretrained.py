@@ -96,6 +96,10 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
 
 def load_config(directory: str | Path) -> ModelConfig:
     path = Path(directory) / CONFIG_FILE
+    if not Path(directory).is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    if not path.is_file() and not (Path(directory) / METADATA_FILE).is_file():
+        read_metadata(directory, verify=False)  # names the checkpoints of a run directory, or says what is missing
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
     if path.stat().st_size > MAX_CONFIG_BYTES:

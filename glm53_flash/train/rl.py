@@ -306,8 +306,31 @@ class RLTrainer:
             return self.cfg.verifier_workers
         return max(1, (os.cpu_count() or 1) // self.ctx.world_size)
 
+    def check_sizes(self, available: int | None = None) -> None:
+        """Before the run directory is touched: the longest prompt plus --max-new-tokens fits the
+        checkpoint's context, and an update's sequences (group size x prompts per update, each at most
+        the context) fit the machine's free memory (ModelConfig.training_bytes)."""
+        from glm53_flash.train.checkpoint import load_config
+        from glm53_flash.train.config import available_memory_bytes
+
+        cfg = self.cfg
+        model_cfg = load_config(cfg.initial_checkpoint)
+        longest = max(len(_TOK.encode(t.prompt, bos=True)) for t in self.tasks)
+        if longest + cfg.max_new_tokens > model_cfg.max_sequence_length:
+            raise ValueError(f"the longest training prompt is {longest} tokens; with --max-new-tokens "
+                             f"{cfg.max_new_tokens} it exceeds the checkpoint's context "
+                             f"({model_cfg.max_sequence_length} tokens)")
+        rows = cfg.group_size * -(-cfg.prompts_per_update // self.ctx.world_size)
+        needed = model_cfg.training_bytes(rows, longest + cfg.max_new_tokens)
+        available = available_memory_bytes() if available is None else available
+        if available is not None and needed > available:
+            raise ValueError(f"an update of {rows} sequences needs about {needed / 2**30:.1f} GiB, more than the "
+                             f"{available / 2**30:.1f} GiB this machine has free; lower --group-size or "
+                             f"--prompts-per-update")
+
     def prepare(self) -> None:
         cfg = self.cfg
+        self.check_sizes()
         exists = prepare_run_directory(self.out, cfg.resume)
         self.model, meta = load_checkpoint(cfg.initial_checkpoint, self.device)
         if cfg.preset is not None:
