@@ -30,8 +30,9 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)
 
 class Parser(argparse.ArgumentParser):
     """argparse with the behaviour a user expects: flags must be spelled out (`--step 3` is not
-    `--steps 3`), an unknown flag is reported with the usage of the command it was given to, and a
-    misspelt command, choice or flag gets a "did you mean". Subcommands inherit the class."""
+    `--steps 3`), an error is one line naming the (sub)command it was given to, then a pointer to its
+    --help (not the whole usage), and a misspelt command, choice or flag gets a "did you mean".
+    Subcommands inherit the class."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
@@ -60,7 +61,8 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
             if close:
                 message += f"; did you mean {close[0]!r}?"
-        super().error(message)
+        # The one useful line first, then where the flags are: not the whole usage block above it.
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag)\n")
 
 
 ROOT_PROG = "glm53"

@@ -19,19 +19,19 @@ def _error(argv, capsys) -> str:
 
 def test_a_flag_prefix_is_not_taken_for_the_flag(capsys):
     err = _error(["pretrain", "--output", "unused", "--step", "3"], capsys)
-    assert "unrecognized arguments: --step 3" in err and "did you mean --steps?" in err
-    assert err.startswith("usage: glm53 pretrain")  # the subcommand's usage, not the top level's
+    assert err.splitlines() == ["glm53 pretrain: error: unrecognized arguments: --step 3 (did you mean --steps?)",
+                                "(`glm53 pretrain --help` lists every flag)"]  # the error first, no usage block
 
 
 def test_a_typo_in_a_nested_command_shows_that_command_usage(capsys):
     err = _error(["experiment", "rl-choices", "--output", "x", "--checkpoint", "c", "--armz", "a"], capsys)
-    assert err.startswith("usage: glm53 experiment rl-choices") and "did you mean --arms?" in err
+    assert err.startswith("glm53 experiment rl-choices: error:") and "did you mean --arms?" in err
 
 
 def test_misspelt_commands_and_choices_get_a_suggestion(capsys):
     assert "did you mean 'eval'?" in _error(["evl"], capsys)
     err = _error(["pretrain", "--output", "x", "--preset", "tny"], capsys)
-    assert "did you mean 'tiny'?" in err and err.startswith("usage: glm53 pretrain")
+    assert "did you mean 'tiny'?" in err and err.startswith("glm53 pretrain: error:") and len(err.splitlines()) == 2
     assert "did you mean" not in _error(["zzzzzz"], capsys)  # nothing close: no guess
 
 
@@ -112,3 +112,31 @@ def test_every_command_pins_its_commit(monkeypatch, capsys):
     assert main(["ledger"]) == 0
     capsys.readouterr()
     assert receipts._launch_commit == {"commit": receipts.git_commit()}
+
+
+def _commands(parser, prefix=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _commands(sub, (*prefix, name))
+
+
+def test_every_command_has_a_description_and_one_device_default():
+    """`glm53 X --help` says what X does, and every --device defaults to the same choice."""
+    import argparse
+
+    from glm53_flash.cli import build_parser
+
+    missing, devices = [], {}
+    for name, sub in _commands(build_parser()):
+        has_commands = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
+        if not has_commands and not (sub.description or "").strip():
+            missing.append(" ".join(name))
+        for action in sub._actions:
+            if "--device" in action.option_strings:
+                devices[" ".join(name)] = action.default
+    assert missing == []
+    assert set(devices.values()) == {"auto"}, devices

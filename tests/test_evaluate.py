@@ -436,3 +436,25 @@ def test_the_pipeline_evaluates_its_sealed_splits_through_run_eval(monkeypatch, 
     reproduce._evaluate_sealed(tmp_path, (greedy, sampled), {"rl-1": str(checkpoint)}, Opening(), "cpu", "ours")
     assert [(c.samples, c.batch_rows, c.top_k, c.checkpoint) for c in seen] == [
         (1, 7, None, str(checkpoint)), (sampled.samples, sampled.batch_rows, 5, str(checkpoint))]
+
+
+def test_cli_generate_reads_the_prompt_from_a_file_or_standard_input(checkpoint, tmp_path, capsys, monkeypatch):
+    """--prompt-file PATH and --prompt-file - give the same completions as --prompt with the same text,
+    newlines and all; a file that is not UTF-8 is a one-line error."""
+    import io
+    import sys
+
+    text = "def f(x):\n    y = 'é'\n"
+    path = tmp_path / "prompt.txt"
+    path.write_text(text, encoding="utf-8")
+    common = ["generate", "--checkpoint", str(checkpoint), "--max-new-tokens", "4", "--json", "--device", "cpu"]
+    assert main([*common, "--prompt", text]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert main([*common, "--prompt-file", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == direct
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main([*common, "--prompt-file", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == direct
+    (tmp_path / "latin1.txt").write_bytes(b"def f(x):\xe9")
+    assert main([*common, "--prompt-file", str(tmp_path / "latin1.txt")]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err

@@ -28,7 +28,7 @@ VARIANTS: dict[str, dict] = {
 
 
 def run(preset: str = "flash", steps: int = 60, batch_size: int = 16, seeds=(1,), tail: int = 10,
-        variants=tuple(VARIANTS), device: str = "cpu", output: str | None = None) -> dict:
+        variants=tuple(VARIANTS), device: str = "auto", output: str | None = None) -> dict:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:

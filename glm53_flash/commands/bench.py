@@ -8,7 +8,7 @@ from pathlib import Path
 
 from glm53_flash.model.config import PRESETS
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.commands.verify import add_limit_flags
 
@@ -24,9 +24,11 @@ def register(bench_sub) -> None:
 
 def _add_model_and_architecture(bench_sub) -> None:
     parser = bench_sub.add_parser(
-        "model", help="training FLOP/s vs matmul peak, cached decode vs re-forward, peak memory")
+        "model", help="training FLOP/s vs matmul peak, cached decode vs re-forward, peak memory",
+        description="Time a preset's training step against the machine's measured matmul peak, its cached decode "
+                    "step against re-running the whole prefix, and its peak memory; writes a JSON receipt.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
-    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5, help="timed training steps (the minimum is reported)")
@@ -40,13 +42,15 @@ def _add_model_and_architecture(bench_sub) -> None:
     parser.set_defaults(func=lambda a: _run_model(a))
 
     arch = bench_sub.add_parser(
-        "architecture", help="loss after a short pretraining run for each variant of the original's flaws")
+        "architecture", help="loss after a short pretraining run for each variant of the original's flaws",
+        description="Pretrain each variant (the original's switches one at a time, and our defaults) for a few "
+                    "steps from the same seeds and compare the final losses, paired by seed; writes a JSON receipt.")
     arch.add_argument("--preset", choices=sorted(PRESETS), default="flash")
     arch.add_argument("--steps", type=int, default=60)
     arch.add_argument("--batch-size", type=int, default=16)
     arch.add_argument("--seeds", default="1", help="comma-separated initialisation seeds (paired across variants)")
     arch.add_argument("--variants", default="", help="comma-separated subset (default: all)")
-    arch.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    arch.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     arch.add_argument("--output", default="runs/bench/architecture.json", help="JSON receipt path")
     arch.set_defaults(func=_run_architecture)
 
@@ -79,7 +83,7 @@ def _add_bench_decode(bench_sub) -> None:
                     "a full forward over the whole sequence per token, no cache) on the flash model with seeded "
                     "random weights; then the wall time of a sampled evaluation (dev, 8 per family x 8 "
                     "samples; the original timed confirm, which is sealed here). Random weights rarely stop early, so both run (nearly) to the token cap.")
-    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     parser.add_argument("--preset", default="flash", help="model preset (default flash)")
     parser.add_argument("--per-family", type=int, default=3, help="confirm tasks per family (default 3: 24 tasks)")
     parser.add_argument("--samples", type=int, default=16, help="samples per task (default 16)")
@@ -113,7 +117,7 @@ def _add_bench_scaling(bench_sub) -> None:
                     "one forward + backward per sequence length, and one cached single-token decode step per "
                     "position. Writes a JSON receipt and a two-panel log-log chart with the crossover, if any.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
-    parser.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     parser.add_argument("--batch-size", type=int, default=4, help="training batch (default 4)")
     parser.add_argument("--sequence-lengths", default="128,256,512,1024",
                         help="comma-separated training lengths (default 128,256,512,1024)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from glm53_flash.evaluation.config import (EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
                                            EvalConfig)
 from glm53_flash.core.options import add_arguments, from_arguments
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 
 STOP_CHOICES = EVAL_STOP_CHOICES
 
@@ -35,7 +35,7 @@ def _add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep this much probability")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="cap on generated tokens (default 48)")
     parser.add_argument("--batch-rows", type=int, default=512, help="most rows in one forward (default 512)")
-    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
 
 
 def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
@@ -64,6 +64,9 @@ def _add_generate(sub) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text (use $'...' in bash for newlines)")
+    source.add_argument("--prompt-file", metavar="PATH",
+                        help="read the prompt from this UTF-8 file, or from standard input with '-' (no shell "
+                             "quoting, no argument-length limit)")
     source.add_argument("--task-id", help="a frozen task id, e.g. dev-double-000")
     parser.add_argument("--samples", type=int, default=1, help="continuations to draw (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
@@ -83,6 +86,28 @@ def _resolve_temperature(value: float | None, samples: int) -> float:
     return value
 
 
+def _read_prompt_file(path: str) -> str:
+    """The prompt of --prompt-file: a UTF-8 file, or standard input for '-', read whole (at most a few
+    times the prompt limit, so a wrong file is refused before it fills memory)."""
+    import sys
+
+    from glm53_flash.data.tokenizer import MAX_PROMPT_CHARS
+
+    most = 4 * MAX_PROMPT_CHARS + 1
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(most)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(most)
+    except OSError as error:
+        raise ValueError(f"--prompt-file {path}: {error.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--prompt-file {path} is not UTF-8 text (byte {error.start + 1})") from None
+
+
 def _run_generate(args) -> int:
     from glm53_flash.evaluation.sampling import generate
     from glm53_flash.evaluation.stop import coding_stop
@@ -92,6 +117,8 @@ def _run_generate(args) -> int:
     stop = args.stop or ("parse" if task else "eos")
     if stop == "parse" and task is None:
         raise ValueError("--stop parse needs --task-id (the parse rule checks the task's program)")
+    if args.prompt_file is not None:
+        args.prompt = _read_prompt_file(args.prompt_file)
     if task is None:
         from glm53_flash.data.tokenizer import check_prompt  # the playground's rules too, so both refuse the same prompts
 

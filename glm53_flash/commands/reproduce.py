@@ -6,7 +6,7 @@ from pathlib import Path
 
 from glm53_flash.experiments.reproduce import ARMS, PLANS, reproduce
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--extra-pretrain-seeds", default="", metavar="SEEDS",
                    help="comma-separated pretraining seeds to run besides the plan's own, each arm with the first "
                         "RL seed only (`make seeds`: 1,2)")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     p.add_argument("--reopen", metavar="REASON", default=None,
                    help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from glm53_flash.core.options import add_arguments, config_record, from_arguments
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.vision.run_config import PilotCommandConfig, PilotConfig, VisionTrainCommandConfig, VisionTrainConfig
 from glm53_flash.commands.train import add_no_progress_alias
 
@@ -167,7 +167,7 @@ def _add_predict(sub) -> None:
                        description="Resizes any RGB image to the model's 32x32 input and prints the predicted digit.")
     p.add_argument("--weights", required=True, help="a directory written with --save-weights")
     p.add_argument("image", help="image file (PNG, JPEG, ...)")
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     p.add_argument("--json", action="store_true", help="print the prediction and its top-3 ids as JSON")
     p.set_defaults(func=run_predict)
 
@@ -189,7 +189,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _add_render(sub) -> None:
-    p = sub.add_parser("render", help="draw one generated seven-segment digit to an image file")
+    p = sub.add_parser("render", help="draw one generated seven-segment digit to an image file",
+                       description="Draw one generated seven-segment digit (the vision task's images) to an image "
+                                   "file, for `glm53 vision predict` or to look at.")
     p.add_argument("digit", type=int, help="0-9")
     p.add_argument("path", help="output image file (.png)")
     p.add_argument("--seed", type=int, default=0)
@@ -212,7 +214,9 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def _add_report(sub) -> None:
-    p = sub.add_parser("report", help="summary.json, REPORT.md and a chart from vision receipts")
+    p = sub.add_parser("report", help="summary.json, REPORT.md and a chart from vision receipts",
+                       description="Build summary.json, REPORT.md and a chart from the receipts of `glm53 vision "
+                                   "train` (and optionally `pilot`); every figure comes from them.")
     p.add_argument("--train", required=True, help="receipt.json of `glm53 vision train` (both architectures)")
     p.add_argument("--pilot", help="receipt.json of `glm53 vision pilot`")
     p.add_argument("--output", default="results/vision")

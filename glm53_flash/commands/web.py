@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.web import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS
 
 DEFAULT_RUNS = "results"
@@ -15,14 +16,19 @@ def register(sub) -> None:
     slides = sub.add_parser("slides", help="the course deck, built from receipts")
     slides_sub = slides.add_subparsers(dest="slides_command", metavar="ACTION")
     slides.set_defaults(func=lambda args: slides.print_help() or 2)
-    build = slides_sub.add_parser("build", help="write the self-contained HTML deck")
+    build = slides_sub.add_parser("build", help="write the self-contained HTML deck",
+                                  description="Write the course deck as one self-contained HTML file, its charts "
+                                              "drawn from the committed results (or a reproduce run directory).")
     build.add_argument("--runs", default=DEFAULT_RUNS,
                        help="results directory (holds headline/summary.json) or a reproduce run directory "
                             f"(default {DEFAULT_RUNS})")
     build.add_argument("--output", default="slides/index.html", help="the HTML file to write (default slides/index.html)")
     build.set_defaults(func=_run_build)
 
-    serve = sub.add_parser("serve", help="serve the deck, its notes and the live playground on this machine")
+    serve = sub.add_parser("serve", help="serve the deck, its notes and the live playground on this machine",
+                           description="Serve the deck, its notes and text edits (with history) and the live "
+                                       "playground (a checkpoint generating, the verifier judging each case) on "
+                                       "loopback; every request needs the launch token printed at start.")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     serve.add_argument("--allow-remote", action="store_true",
@@ -36,7 +42,8 @@ def register(sub) -> None:
     serve.add_argument("--notes", default=DEFAULT_NOTES,
                        help=f"directory for feedback notes and text edits (default {DEFAULT_NOTES}; never served)")
     serve.add_argument("--generations-per-minute", type=int, default=12, help="playground rate limit (default 12)")
-    serve.add_argument("--device", default="cpu", help="device for the playground model (default cpu)")
+    serve.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE,
+                       help=f"device for the playground model (default {DEFAULT_DEVICE}: CUDA, then MPS, then the CPU)")
     serve.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
                        help=f"open connections at most; past that requests answer 503 (default {MAX_CONNECTIONS})")
     serve.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT,

@@ -9,6 +9,7 @@ import contextlib
 import random
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+DEFAULT_DEVICE = "auto"  # every command's --device default: CUDA, then MPS, then the CPU
 
 
 def resolve_device(name: str = "auto"):

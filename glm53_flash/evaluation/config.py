@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.tasks import EVAL_SPLITS, MAX_NEW_TOKENS, suite_of
 
 # Stop rules, one name per meaning: sampling.GENERIC_STOPS (eos, none: any text), EVAL_STOP_CHOICES (those
@@ -46,7 +46,7 @@ class EvalConfig:
     max_new_tokens: int | None = option(None, help="cap on generated tokens",
                                         default_text="48; 64 on a compositions split")
     batch_rows: int = option(512, help="most rows in one forward")
-    device: str = option("auto", help="where to run the model", choices=DEVICE_CHOICES)
+    device: str = option(DEFAULT_DEVICE, help="where to run the model", choices=DEVICE_CHOICES)
     open_sealed: str | None = option(None, metavar="PURPOSE",
                                      help="open a sealed split (final, confirm, holdout) for this stated purpose; "
                                           "the receipt is recorded in the ledger (glm53 ledger)",

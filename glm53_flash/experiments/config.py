@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from glm53_flash.core.argtypes import comma_ints
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.train.config import STUDY_LEARNING_RATE, LiveLoggingConfig
 from glm53_flash.experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
 from glm53_flash.experiments.rl_choices import ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
@@ -58,7 +58,7 @@ class StudyConfig(LiveLoggingConfig):
     shard: tuple[int, int] = option((0, 1), parse=parse_shard, metavar="I/N", default_text="0/1, the whole plan",
                                     help="run only every N-th unit of the plan starting at I (split a study "
                                          "across machines)")
-    device: str = option("cpu", choices=DEVICE_CHOICES,
+    device: str = option(DEFAULT_DEVICE, choices=DEVICE_CHOICES,
                          help="where each run trains (with cuda, --workers processes share the GPU)")
 
     def validate(self) -> None:

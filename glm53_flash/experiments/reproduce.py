@@ -140,13 +140,16 @@ def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, 
 
 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
-              device: str = "cpu", progress: bool = True, reopen: str | None = None,
+              device: str = "auto", progress: bool = True, reopen: str | None = None,
               extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
               ledger: str | Path | None = None) -> dict:
     """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
     and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
     recorded in the ledger (`run_ledger`: by default the run's own); a plan that already opened one
     there is refused unless `reopen` gives the reason. Every opening is asked for before any stage runs."""
+    from glm53_flash.core.runtime import resolve_device
+
+    device = str(resolve_device(device))
     out = Path(output)
     if (out / "plan.json").exists():
         raise ValueError(f"{out} holds a one-arm run of an older version (plan.json at its top); "

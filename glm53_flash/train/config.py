@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from glm53_flash.model.config import PRESETS, ModelConfig
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.evaluation.config import (  # noqa: F401 - shared with evaluation
     EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
 )
@@ -100,7 +100,7 @@ class PretrainConfig:
     tasks: str = option("families", choices=SUITES, neutral=True,
                         help="task suite of the pretraining stream: families (the original's eight families and "
                              "stream) or compositions (the compositions suite's pretraining behaviours)")
-    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    device: str = option(DEFAULT_DEVICE, help="where to train", choices=DEVICE_CHOICES)
     preset: str = option("flash", help="model preset", choices=tuple(sorted(PRESETS)))
     warmup: int = option(0, help="linear warmup steps")
     schedule: str = option("constant", help="learning-rate schedule after warmup", choices=SCHEDULES)
@@ -205,7 +205,7 @@ class RLConfig:
                                     "group; every rollout that passes is also judged on the strong set (the receipt's "
                                     "reward hacking)")
     seed: int = option(31415, help="seed of the rollouts' random streams and the task order")
-    device: str = option("auto", help="where to train", choices=DEVICE_CHOICES)
+    device: str = option(DEFAULT_DEVICE, help="where to train", choices=DEVICE_CHOICES)
     preset: str | None = option(None, help="refuse a checkpoint whose model is not this preset",
                                 choices=tuple(sorted(PRESETS)))
     logprob_source: str = option("sampler", choices=LOGPROB_SOURCES,
@@ -289,7 +289,7 @@ class SelectConfig:
     max_new_tokens: int | None = option(None, help="completion length cap", default_text="48; 64 on compositions.dev")
     seed: int = option(SAMPLED_SEED, help="seed of the samples' random streams")
     stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=EVAL_STOP_CHOICES)
-    device: str = option("cpu", help="where to evaluate", choices=DEVICE_CHOICES)
+    device: str = option(DEFAULT_DEVICE, help="where to evaluate", choices=DEVICE_CHOICES)
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")
     quiet: bool = option(False, help="no line per checkpoint; --no-progress is the same")

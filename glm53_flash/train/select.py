@@ -76,6 +76,9 @@ def select_from_config(cfg: SelectConfig) -> dict:
     run_dir, split, samples, per_family, families = Path(cfg.run), cfg.split, cfg.samples, cfg.per_family, cfg.families
     temperature, max_new_tokens, seed, stop, device = cfg.temperature, cfg.max_new_tokens, cfg.seed, cfg.stop, cfg.device
     output, force, quiet = cfg.output, cfg.force, cfg.quiet
+    from glm53_flash.core.runtime import resolve_device
+
+    device = str(resolve_device(device))
     if split not in DEV_SPLITS.values():  # choosing by a sealed split would spend it; rl is what the model trained on
         raise ValueError(f"--split {split!r} cannot be used for selection; allowed: {', '.join(DEV_SPLITS.values())}")
     suite = suite_of(split)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from glm53_flash.core.argtypes import comma_ints
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.train.config import ProgressConfig
 from glm53_flash.vision.config import ARCHITECTURES, check_architecture
 
@@ -49,7 +49,7 @@ class VisionTrainConfig:
     weight_decay: float = option(0.01, flag=False, help=f"AdamW weight decay {RECIPE_HELP}")
     grad_clip: float = option(1.0, flag=False, help=f"clip the gradient's global norm to this {RECIPE_HELP}")
     smoke_test: bool = option(False, help="cap at 40 steps, batch 20, 100 held-out images")
-    device: str = option("cpu", choices=DEVICE_CHOICES,
+    device: str = option(DEFAULT_DEVICE, choices=DEVICE_CHOICES,
                          help="where to train: the miniature is too small to gain from an accelerator")
     threads: int | None = option(1, help="CPU threads while training")  # None (library only): torch's own count
     progress: bool = option(True, flag=False, help="progress bar (the command's --quiet turns it off)")
@@ -106,7 +106,7 @@ class PilotConfig:
     max_seconds: float = option(540.0, help="stop training before a step past this")
     weight_decay: float = option(0.01, flag=False, help=f"AdamW weight decay {RECIPE_HELP}")
     grad_clip: float = option(1.0, flag=False, help=f"clip the gradient's global norm to this {RECIPE_HELP}")
-    device: str = option("auto", choices=DEVICE_CHOICES, help="where to train")
+    device: str = option(DEFAULT_DEVICE, choices=DEVICE_CHOICES, help="where to train")
     progress: bool = option(True, flag=False, help="progress bar (the command's --quiet turns it off)")
 
     def validate(self) -> None:

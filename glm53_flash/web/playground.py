@@ -84,7 +84,7 @@ class RateLimiter:
 class Playground:
     """A loaded checkpoint, a verifier pool and the limits that guard them."""
 
-    def __init__(self, checkpoint: str | Path | None, *, per_minute: int = 12, device: str = "cpu") -> None:
+    def __init__(self, checkpoint: str | Path | None, *, per_minute: int = 12, device: str = "auto") -> None:
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.limiter = RateLimiter(per_minute)
         self._busy = threading.Lock()
@@ -97,7 +97,9 @@ class Playground:
 
             if not self.checkpoint.is_dir():
                 raise FileNotFoundError(f"--checkpoint {self.checkpoint} is not a directory")
-            self.model, self.metadata = load_pretrained(self.checkpoint, device)
+            from glm53_flash.core.runtime import resolve_device
+
+            self.model, self.metadata = load_pretrained(self.checkpoint, resolve_device(device))
             self.model.eval()
             self.verifier = Verifier(workers=1)
 
