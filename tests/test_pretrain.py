@@ -418,3 +418,34 @@ def test_progress_in_a_log_is_a_line_per_tenth_with_the_steps_metrics():
     later.update(5)
     later.close()
     assert resumed.getvalue().startswith("progress: 20/20 step (100%)")
+
+
+def test_validation_every_n_steps_and_namespaced_live_tags(tmp_path):
+    """--eval-every N adds val_loss to every N-th row of metrics.jsonl, leaves the training numbers as
+    they are, and the live loggers get namespaced tags (train/loss, val/loss; step is the x axis)."""
+    from glm53_flash.train.loop import MetricsSink
+
+    plain = pretrain(tiny_cfg(tmp_path / "plain", steps=4, checkpoints=(4,)))
+    checked = pretrain(tiny_cfg(tmp_path / "checked", steps=4, checkpoints=(4,), eval_every=2, eval_batches=1))
+    rows = [json.loads(line) for line in (tmp_path / "checked" / "metrics.jsonl").read_text().splitlines()]
+    assert ["val_loss" in r for r in rows] == [False, True, False, True]
+    assert all(4.0 < r["val_loss"] < 7.0 for r in rows if "val_loss" in r)
+    assert curve(tmp_path / "plain") == curve(tmp_path / "checked")
+    assert plain["checkpoints"][-1]["weights_sha256"] == checked["checkpoints"][-1]["weights_sha256"]
+
+    class Writer:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, step))
+
+    sink = MetricsSink()
+    sink.writer = Writer()
+    sink.write(rows[1], rows[1]["step"])
+    tags = {tag for tag, _ in sink.writer.scalars}
+    assert {"train/loss", "train/grad_norm", "val/loss"} <= tags and not any(t.endswith("/step") for t in tags)
+    rl = MetricsSink(namespace="rl")
+    rl.writer = Writer()
+    rl.write({"first_group": 1, "last_group": 1, "mean_reward": 0.5}, 1)
+    assert rl.writer.scalars == [("rl/mean_reward", 1)]

@@ -112,6 +112,9 @@ class PretrainConfig:
     resume: bool = option(False, help="continue the run in --output from its last checkpoint; with a "
                                         "different --steps, extend (or shorten) it when its LR schedule allows")
     compile: bool = option(False, help="torch.compile the model (CUDA only; refused on the CPU)")
+    eval_every: int = option(0, neutral=True, help="every N steps, the loss on held-out batches of the stream "
+                                                   "(val_loss in metrics.jsonl, val/loss live); 0 = never")
+    eval_batches: int = option(2, neutral=True, help="held-out batches (of --batch-size sequences) per validation")
     quiet: bool = option(False, help=QUIET_HELP)
     tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
     wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")
@@ -142,6 +145,8 @@ class PretrainConfig:
             raise ValueError(f"--schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
         if self.warmup < 0 or not self.learning_rate > 0:
             raise ValueError("--warmup must be >= 0 and --learning-rate > 0")
+        if self.eval_every < 0 or self.eval_batches < 1:
+            raise ValueError("--eval-every must be >= 0 and --eval-batches >= 1")
         self.check_sizes(world_size)
 
     def check_sizes(self, world_size: int = 1, available: int | None = None) -> None:

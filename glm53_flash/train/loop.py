@@ -152,6 +152,10 @@ def check_live_logging(tensorboard: str | None, wandb: str | None) -> None:
         raise ValueError("--wandb needs the wandb package (pip install wandb)")
 
 
+# Row fields that are the x axis (the step a live logger is given), not a curve of their own.
+UNLOGGED = ("step", "first_group", "last_group")
+
+
 class MetricsSink:
     """Where a run's per-step metrics go: `metrics.jsonl` (one JSON row per step, always, when a
     path is given) and, when asked, TensorBoard (`--tensorboard DIR`) and Weights & Biases
@@ -160,10 +164,11 @@ class MetricsSink:
 
     def __init__(self, jsonl_path=None, *, tensorboard: str | None = None, wandb: str | None = None,
                  run_name: str | None = None, config: dict | None = None, resumed_at: int | None = None,
-                 prefix: str = "") -> None:
+                 prefix: str = "", namespace: str = "train") -> None:
         check_live_logging(tensorboard, wandb)
         self.jsonl_path = jsonl_path
         self.prefix = prefix
+        self.namespace = namespace
         self.writer = None
         self.wandb_run = None
         if tensorboard:
@@ -183,13 +188,20 @@ class MetricsSink:
 
             with open(self.jsonl_path, "a") as handle:
                 handle.write(json.dumps(row, sort_keys=True) + "\n")
-        numbers = {self.prefix + k: float(v) for k, v in row.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+        numbers = {self.prefix + self.tag(k): float(v) for k, v in row.items()
+                   if k not in UNLOGGED and isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.writer is not None:
             for key, value in numbers.items():
                 self.writer.add_scalar(key, value, step)
         if self.wandb_run is not None:
             self.wandb_run.log(numbers, step=step)
+
+    def tag(self, key: str) -> str:
+        """The live loggers' name of a metrics field: namespaced, `val_loss` -> `val/loss`, `loss` ->
+        `train/loss` (RL's rows: `rl/...`)."""
+        if key.startswith("val_"):
+            return "val/" + key[len("val_"):]
+        return f"{self.namespace}/{key}"
 
     def close(self) -> None:
         if self.writer is not None:

@@ -40,6 +40,8 @@ from glm53_flash.train.rundir import (AlreadyFinished, RunInUse, RunLock, check_
                      interruptible, redo_note, resume_command)
 
 RUN_FILE = "run.json"
+# Validation batches come from the stream drawn with data_seed + this offset (`--eval-every`).
+VALIDATION_SEED_OFFSET = 1_000_003
 METRICS_FILE = "metrics.jsonl"
 RECEIPT_FILE = "training-receipt.json"
 # Fields that must match for --resume to continue a run (steps and checkpoints may change when the
@@ -306,6 +308,25 @@ class Pretrainer:
                 "lr": lr, "tokens": tokens, "tokens_seen": sum(r["tokens"] for r in self.metrics_rows) + tokens,
                 "tokens_per_second": tokens / seconds, "seconds": seconds, "data_seconds": data_seconds}
 
+    def validation_loss(self) -> float:
+        """Token-mean cross-entropy on `eval_batches` held-out batches of the stream (its examples drawn
+        with seed data_seed + VALIDATION_SEED_OFFSET, so no training batch is among them), without
+        gradients and without touching any random state the training uses; every rank computes the
+        same value."""
+        cfg = self.cfg
+        total, tokens = 0.0, 0
+        with torch.no_grad():
+            for batch in range(cfg.eval_batches):
+                inputs, labels = rows_to_batch(pretraining_rows(batch * cfg.batch_size, cfg.batch_size,
+                                                                cfg.sequence_length,
+                                                                cfg.data_seed + VALIDATION_SEED_OFFSET, cfg.tasks))
+                logits = self.raw_model(inputs.to(self.device)).logits
+                total += float(torch.nn.functional.cross_entropy(
+                    logits.float().flatten(0, 1), labels.to(self.device).flatten(), ignore_index=IGNORE_INDEX,
+                    reduction="sum"))
+                tokens += int((labels != IGNORE_INDEX).sum())
+        return total / tokens
+
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.session_start
 
@@ -352,6 +373,8 @@ class Pretrainer:
                     except TrainingDiverged as error:
                         raise TrainingDiverged(f"training diverged at {error}; stopped. Last good checkpoint: "
                                                f"{last_good[0]}") from None
+                    if cfg.eval_every and (index + 1) % cfg.eval_every == 0:
+                        row["val_loss"] = self.validation_loss()
                     if self.ctx.is_main:
                         self.metrics_rows.append(row)
                     return row

@@ -570,7 +570,7 @@ class RLTrainer:
                                        unit="group")
                     self.sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
                                             run_name=self.out.name, config=config_record(cfg),
-                                            resumed_at=self.done_groups or None)
+                                            resumed_at=self.done_groups or None, namespace="rl")
                 try:
                     with Verifier(workers=self.verifier_workers()) as verifier:
                         while self.done_groups < cfg.groups:
