@@ -15,6 +15,7 @@ GROUPS = (
     ("verify", "glm53 verify"),
     ("reproduce", "glm53 reproduce"),
     ("experiments", "glm53 experiment, analyze"),
+    ("report", "glm53 report"),
     ("web", "glm53 slides, serve"),
     ("docs", "glm53 docs check, bind"),
     ("vision", "glm53 vision"),
