@@ -171,3 +171,38 @@ def test_bench_scaling_bad_input_is_a_clear_error():
         scaling.run(preset="tiny", sequence_lengths=(32, 16), output=None)
     with pytest.raises(ValueError, match="--decode-repeats must be at least 1"):
         scaling.run(preset="tiny", decode_repeats=0, output=None)
+
+
+def test_bench_contention_receipt_on_the_tiny_preset(tmp_path):
+    """Quiet and busy, fixed and adaptive, in one process; its competitor is gone afterwards."""
+    from glm53_flash.benchmarks.contention import run
+
+    receipt = run(preset="tiny", batch_size=2, sequence_length=32, steps=1, decode_batch=2, decode_tokens=2,
+                  output=str(tmp_path / "contention.json"), quiet=True)
+    assert set(receipt["runs"]) == {"quiet_fixed", "quiet_adaptive", "busy_fixed", "busy_adaptive"}
+    assert len(receipt["runs"]["busy_adaptive"]["train_step_seconds"]) == 2  # one step to learn from, one timed
+    assert all(value > 0 for value in receipt["ratios"].values())
+    assert json.loads((tmp_path / "contention.json").read_text())["kind"] == "bench-contention"
+
+
+def test_the_thread_governor_follows_the_free_cores(monkeypatch):
+    """Scripted /proc/stat readings: a machine as busy as two cores while this process used one leaves
+    one core free (one thread); quiet again, back to the count it started with; never below one."""
+    import torch
+
+    from glm53_flash.core import runtime
+
+    threads = torch.get_num_threads()
+    set_to = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: set_to.append(n))
+    governor = runtime.ThreadGovernor(most=2)
+    governor.cores = 2
+    # (machine busy, machine total jiffies), this process's CPU seconds, wall seconds
+    readings = iter([((200.0, 200.0), 1.0, 1.0),   # both cores busy, one of them ours: one free
+                     ((300.0, 400.0), 2.0, 2.0),   # half the machine busy, all of it ours: two free
+                     ((500.0, 600.0), 2.0, 3.0)])  # both busy, none ours: still one thread at least
+    governor._mark = ((0.0, 0.0), 0.0, 0.0)
+    monkeypatch.setattr(governor, "_sample", lambda: next(readings))
+    assert [governor.after_step() for _ in range(3)] == [1, 2, 1]
+    assert set_to == [1, 2, 1] and governor.changes == 3
+    assert torch.get_num_threads() == threads

@@ -449,3 +449,12 @@ def test_validation_every_n_steps_and_namespaced_live_tags(tmp_path):
     rl.writer = Writer()
     rl.write({"first_group": 1, "last_group": 1, "mean_reward": 0.5}, 1)
     assert rl.writer.scalars == [("rl/mean_reward", 1)]
+
+
+def test_adapt_threads_records_the_count_each_step_ran_with(tmp_path):
+    pretrain(tiny_cfg(tmp_path / "run", steps=2, checkpoints=(2,), adapt_threads=True))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(isinstance(r["threads"], int) and r["threads"] >= 1 for r in rows)
+    pretrain(tiny_cfg(tmp_path / "plain", steps=2, checkpoints=(2,)))
+    assert "threads" not in (tmp_path / "plain" / "metrics.jsonl").read_text()  # off by default
+

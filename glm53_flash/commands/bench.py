@@ -19,7 +19,33 @@ def register(bench_sub) -> None:
     _add_model_and_architecture(bench_sub)
     _add_bench_decode(bench_sub)
     _add_bench_scaling(bench_sub)
+    _add_bench_contention(bench_sub)
     add_bench_verify_parser(bench_sub)
+
+
+def _add_bench_contention(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "contention", help="training and decode steps quiet and beside a busy process, fixed and adaptive threads",
+        description="Time the training step and a run of cached decode steps on the CPU: quiet, then beside one "
+                    "CPU-bound process this benchmark starts (its own session, bounded in time, killed after), "
+                    "each with the thread count fixed and with --adapt-threads' governor; the ratios come from "
+                    "one process. Writes a JSON receipt.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per condition (the median is reported)")
+    parser.add_argument("--decode-batch", type=int, default=16)
+    parser.add_argument("--decode-tokens", type=int, default=16, help="decode steps timed together")
+    parser.add_argument("--output", default="runs/bench/contention.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_contention)
+
+
+def _run_bench_contention(args) -> int:
+    from glm53_flash.benchmarks.contention import run
+
+    run(preset=args.preset, batch_size=args.batch_size, sequence_length=args.sequence_length, steps=args.steps,
+        decode_batch=args.decode_batch, decode_tokens=args.decode_tokens, output=args.output)
+    return 0
 
 
 def _add_model_and_architecture(bench_sub) -> None:

@@ -101,3 +101,73 @@ def retain_freed_memory(environ=None) -> str:
 def malloc_tuning() -> str | None:
     """What retain_freed_memory did in this process, or None when nothing called it (library use)."""
     return _malloc_tuning
+
+
+# ----------------------------------------------------------------------------------- a shared machine
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat, or None where it cannot be read."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = values[3] + values[4]
+    return float(sum(values) - idle), float(sum(values))
+
+
+class ThreadGovernor:
+    """Math-library threads that follow the free cores (`--adapt-threads`). torch's threads spin-wait
+    between their many short parallel regions, so a step whose threads outnumber the cores left free
+    stalls whenever one is descheduled: with one CPU-bound process beside it, a flash pretraining step
+    on 2 cores took 9x as long with 2 threads and 1.6x with 1 (measured while building; `glm53 bench
+    contention` repeats it). After each step the governor reads how busy the machine was during it
+    (/proc/stat) less this process's own share (its CPU time), and sets the thread count to the cores
+    the others left free, between 1 and the count it started with.
+
+    Off by default: the thread count changes the last bits of the math library's sums, so a run that
+    adapts is not bit-identical to one that did not (its metrics rows record `threads`)."""
+
+    def __init__(self, most: int | None = None) -> None:
+        import os
+
+        import torch
+
+        self.torch = torch
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.most = max(1, most or torch.get_num_threads())
+        self.threads = torch.get_num_threads()
+        self.changes = 0
+        self._mark = self._sample()
+
+    def _sample(self):
+        import time
+
+        return cpu_times(), time.process_time(), time.monotonic()
+
+    def others(self) -> float | None:
+        """Cores' worth of CPU the other processes used since the last call (None: unknown)."""
+        (machine, mine, wall), previous = self._sample(), self._mark
+        self._mark = (machine, mine, wall)
+        if machine is None or previous[0] is None:
+            return None
+        busy, total = machine[0] - previous[0][0], machine[1] - previous[0][1]
+        elapsed = wall - previous[2]
+        if total <= 0 or elapsed <= 0:
+            return None
+        return max(0.0, busy / total * self.cores - (mine - previous[1]) / elapsed)
+
+    def after_step(self) -> int:
+        """Set the thread count for the next step; returns it."""
+        others = self.others()
+        if others is not None:
+            target = max(1, min(self.most, round(self.cores - others)))
+            if target != self.threads:
+                self.torch.set_num_threads(target)
+                self.threads = target
+                self.changes += 1
+        return self.threads

@@ -115,6 +115,9 @@ class PretrainConfig:
     eval_every: int = option(0, neutral=True, help="every N steps, the loss on held-out batches of the stream "
                                                    "(val_loss in metrics.jsonl, val/loss live); 0 = never")
     eval_batches: int = option(2, neutral=True, help="held-out batches (of --batch-size sequences) per validation")
+    adapt_threads: bool = option(False, neutral=True,
+                                 help="on the CPU, follow the free cores with the math threads after each step "
+                                      "(fast beside another busy process; not bit-identical to a run without it)")
     quiet: bool = option(False, help=QUIET_HELP)
     tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
     wandb: str | None = option(None, help=WANDB_HELP, metavar="PROJECT")

@@ -115,12 +115,16 @@ class StepLoop:
     at_steps: Iterable[tuple[Collection[int], Callable[[int], None]]] = ()
     bar: object = None
     postfix: Callable[[dict], dict] | None = None
+    governor: object = None  # a runtime.ThreadGovernor: the thread count follows the free cores
 
     def run(self) -> None:
         actions = list(self.at_steps)
         try:
             for index in range(self.start, self.stop):
                 row = self.step(index)
+                if self.governor is not None:
+                    row["threads"] = self.governor.threads  # the count this step ran with
+                    self.governor.after_step()
                 done = index + 1
                 if self.sink is not None:
                     self.sink.write(row, done)
