@@ -9,7 +9,6 @@ may differ)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import tempfile
@@ -19,11 +18,10 @@ FIXTURE = Path(__file__).with_name("fixtures") / "training.json"
 
 
 def _state_sha256(model) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
+    """sha256 of every tensor of the state dict, by name (the study's weights_sha256)."""
+    from glm53_flash.experiments.pretraining_data import weights_sha256
+
+    return weights_sha256(model)
 
 
 TIMING = ("seconds", "time", "per_second", "rss", "elapsed", "utc")
