@@ -98,6 +98,16 @@ def _quiet_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
+def _rank() -> int:
+    """This process's rank under torchrun (0 outside it)."""
+    import os
+
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -121,7 +131,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except (CommandError, ValueError, FileExistsError, FileNotFoundError) as error:
-        print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
+        if _rank() == 0:  # under torchrun every rank meets the same bad input: one line, from rank 0
+            print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"glm53 {args.command}: interrupted", file=sys.stderr)

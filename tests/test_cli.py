@@ -140,3 +140,12 @@ def test_every_command_has_a_description_and_one_device_default():
                 devices[" ".join(name)] = action.default
     assert missing == []
     assert set(devices.values()) == {"auto"}, devices
+
+
+def test_under_torchrun_a_bad_input_is_one_line_from_rank_0(monkeypatch, capsys, tmp_path):
+    """Every rank meets the same bad input; only rank 0 prints it (each rank still exits 2)."""
+    argv = ["pretrain", "--preset", "tiny", "--output", str(tmp_path / "x"), "--sequence-length", "1000"]
+    monkeypatch.setenv("RANK", "1")
+    assert main(argv) == 2 and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert main(argv) == 2 and "exceeds the tiny model's context" in capsys.readouterr().err
