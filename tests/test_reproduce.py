@@ -6,8 +6,51 @@ import pytest
 from glm53_flash.experiments.reproduce import reproduce
 
 
+def sealed_quick():
+    """The quick plan with its confirm and holdout stages on the sealed splits themselves (the preset
+    evaluates dev in their place, opening nothing): the pipeline's sealed path, for the tests."""
+    from dataclasses import replace
+
+    from glm53_flash.experiments.reproduce import PLANS
+
+    plan = PLANS["quick"]
+    return replace(plan, **{name: replace(getattr(plan, name), split=split) for name, split in (
+        ("confirm_greedy", "confirm"), ("confirm_sampled", "confirm"), ("holdout_greedy", "holdout"),
+        ("holdout_sampled", "holdout"))})
+
+
+@pytest.fixture
+def sealed_plans(monkeypatch):
+    from glm53_flash.experiments import reproduce as module
+
+    monkeypatch.setitem(module.PLANS, "quick", sealed_quick())
+
+
+def test_the_quick_preset_is_a_smoke_test_that_opens_no_sealed_split(tmp_path, monkeypatch):
+    from glm53_flash.evaluation import ledger
+    from glm53_flash.evaluation import evaluate
+    from glm53_flash.experiments import reproduce as module
+
+    plan = module.PLANS["quick"]
+    assert {cfg.split for cfg in (plan.confirm_greedy, plan.confirm_sampled, plan.holdout_greedy,
+                                  plan.holdout_sampled)} == {"dev"}
+    run = next(r for r in module.arm_runs(tmp_path / "smoke", "quick") if r.arm == "ours")
+    monkeypatch.setattr(ledger, "require_open", lambda *a, **k: pytest.fail("a smoke plan asked for an opening"))
+    assert module._require_openings(run, None) == {}
+    from glm53_flash.model import lm
+
+    monkeypatch.setattr(evaluate, "run_eval", lambda cfg, **kw: {"split": cfg.split, "opening": kw["opening"]})
+    monkeypatch.setattr(lm, "load_pretrained", lambda checkpoint, device: (None, {"weights_sha256": "0" * 64}))
+    monkeypatch.setattr(module, "_log", lambda message: None)
+    module._evaluate_sealed(tmp_path / "confirm", module.sealed_stages(plan)["confirm"], {"before": "ckpt"}, None,
+                            "cpu", "ours")
+    written = sorted(p.name for p in (tmp_path / "confirm").iterdir())
+    assert written == ["before-greedy.json", "before-pass4.json"]
+    assert json.loads((tmp_path / "confirm" / written[0]).read_text()) == {"split": "dev", "opening": None}
+
+
 @pytest.mark.slow
-def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys):
+def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed_plans):
     out = tmp_path / "demo"
     summary = reproduce(out, preset="quick", progress=False)
     assert set(summary["arms"]) == {"faithful", "ours"}
@@ -193,7 +236,8 @@ def test_corrupt_plans_are_one_line_errors(tmp_path):
         reproduce(tmp_path, preset="quick", progress=False, arms=("ours",))
 
 
-def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confirm(tmp_path, monkeypatch):
+def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confirm(tmp_path, monkeypatch,
+                                                                                   sealed_plans):
     """The plan's first run opened confirm (recorded in the ledger); another run of the same plan is
     refused before any stage runs, and goes ahead, recorded, with a reason."""
     import pytest

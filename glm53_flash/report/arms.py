@@ -354,7 +354,11 @@ def build_headline_report(out: str | Path) -> Path:
     from glm53_flash.evaluation.ledger import unvouched_receipts
 
     unvouched = unvouched_receipts(out)
-    vouching = [] if not unvouched else [
+    stand_in = {arm.get("sealed_stand_in") for arm in summary.get("arms", {}).values()} - {None}
+    vouching = [f"**A smoke test:** this preset's confirm and holdout stages evaluated the {', '.join(sorted(stand_in))} "
+                "split instead, so no sealed split was opened; its figures say nothing about held-out tasks.", ""] \
+        if stand_in else []
+    vouching += [] if not unvouched else [
         f"**Not vouched for by the committed ledger:** {len(unvouched)} sealed-split receipt(s) here are not in "
         "results/ledger.jsonl (opened under another ledger, such as this run's own, or changed since), for "
         "example `" + str(unvouched[0].relative_to(out)) + "`. Their figures are this run's, not the project's.", ""]

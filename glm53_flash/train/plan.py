@@ -121,18 +121,21 @@ def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...
               max_new_tokens: int, eval_temperature: float, dev_per_family: int, dev_samples: int,
               confirm_greedy_per_family: int, confirm_sampled_per_family: int, confirm_samples: int,
               holdout_greedy_per_family: int | None = None,
-              holdout_sampled_per_family: int | None = None) -> ReproducePlan:
+              holdout_sampled_per_family: int | None = None, sealed_stand_in: str | None = None) -> ReproducePlan:
     """A plan from the values that differ from each stage's defaults; values shared by several stages
     (the trained families, the completion cap, the evaluation temperature) are given once here. The
-    holdout stages evaluate like the confirm ones, on their own number of tasks."""
+    holdout stages evaluate like the confirm ones, on their own number of tasks. `sealed_stand_in`
+    (a smoke test's plan) names an unsealed split the confirm and holdout stages evaluate instead, so
+    the plan opens no sealed split."""
+    confirm_split, holdout_split = (sealed_stand_in, sealed_stand_in) if sealed_stand_in else ("confirm", "holdout")
     evaluation = dict(temperature=eval_temperature, max_new_tokens=max_new_tokens)
     selection = dict(split="dev", samples=dev_samples, per_family=dev_per_family, **evaluation)
     holdout = {}
     if holdout_greedy_per_family is not None:
         holdout = dict(
-            holdout_greedy=EvalConfig(checkpoint="", split="holdout", output="", per_family=holdout_greedy_per_family,
+            holdout_greedy=EvalConfig(checkpoint="", split=holdout_split, output="", per_family=holdout_greedy_per_family,
                                       families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
-            holdout_sampled=EvalConfig(checkpoint="", split="holdout", output="",
+            holdout_sampled=EvalConfig(checkpoint="", split=holdout_split, output="",
                                        per_family=holdout_sampled_per_family, families="", samples=confirm_samples,
                                        seed=SAMPLED_SEED, **evaluation))
     return ReproducePlan(
@@ -141,9 +144,9 @@ def make_plan(*, preset: str, pretrain: dict, rl: dict, rl_seeds: tuple[int, ...
         rl=RLConfig(initial_checkpoint="", output="", families=families, max_new_tokens=max_new_tokens, **rl),
         rl_seeds=tuple(rl_seeds),
         select_rl=SelectConfig(run="", families=families, **selection),
-        confirm_greedy=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_greedy_per_family,
+        confirm_greedy=EvalConfig(checkpoint="", split=confirm_split, output="", per_family=confirm_greedy_per_family,
                                   families=families, samples=1, seed=GREEDY_SEED, max_new_tokens=max_new_tokens),
-        confirm_sampled=EvalConfig(checkpoint="", split="confirm", output="", per_family=confirm_sampled_per_family,
+        confirm_sampled=EvalConfig(checkpoint="", split=confirm_split, output="", per_family=confirm_sampled_per_family,
                                    families="", samples=confirm_samples, seed=SAMPLED_SEED, **evaluation),
         **holdout)
 
