@@ -169,15 +169,17 @@ def _run_eval(args) -> int:
     cfg = args.resolved()
     model, metadata = _load_model(cfg.checkpoint, cfg.device)
     opening = None
+    tasks = eval_tasks(cfg)
     if ledger.is_sealed(cfg.split):
         plan = ledger.evaluation_plan_sha256(
             checkpoint_sha256=metadata.get("weights_sha256"), split=cfg.split,
-            task_ids=[t.task_id for t in eval_tasks(cfg)], samples=cfg.samples, seed=cfg.seed,
+            task_ids=[t.task_id for t in tasks], samples=cfg.samples, seed=cfg.seed,
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
             stop=cfg.stop)
         opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen)
     try:
-        receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening)
+        receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening,
+                           tasks=tasks)
         receipt["run_config"] = config_record(args)
         if opening is None:
             write_json(cfg.output, receipt)

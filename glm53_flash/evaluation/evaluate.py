@@ -171,17 +171,20 @@ def evaluate_sampled(
 
 
 def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = None, verifier=None,
-             opening: "ledger.Opening | None" = None, progress: bool | None = None) -> dict:
+             opening: "ledger.Opening | None" = None, progress: bool | None = None,
+             tasks: list | None = None) -> dict:
     """The evaluation an EvalConfig describes, every field honoured (split, families, per_family,
     samples, seed, stop, temperature, top_k, top_p, max_new_tokens, batch_rows, workers, device): the
     receipt of `evaluate_greedy` (one sample) or `evaluate_sampled`. Loads cfg.checkpoint on cfg.device
     unless `model` is given (then `checkpoint_sha256` names its weights); starts a Verifier with
     cfg.workers unless one is given; progress follows cfg.quiet unless given. A sealed split needs
-    `opening` (ledger.require_open). `glm53 eval` and `glm53 reproduce` both run their evaluations here."""
+    `opening` (ledger.require_open). `tasks`: `eval_tasks(cfg)` when the caller has built them already
+    (a compositions split takes seconds to build). `glm53 eval` and `glm53 reproduce` both run their
+    evaluations here."""
     from glm53_flash.verifier import Verifier
 
     cfg = cfg.resolved()
-    tasks = eval_tasks(cfg)
+    tasks = eval_tasks(cfg) if tasks is None else tasks
     if model is None:
         from glm53_flash.core.runtime import resolve_device
         from glm53_flash.model.lm import load_pretrained

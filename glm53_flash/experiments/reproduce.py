@@ -366,11 +366,12 @@ def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], ch
                      opening, device: str, arm: str) -> None:
     """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`
     (evaluate.run_eval: every field of the plan's EvalConfigs is honoured)."""
-    from glm53_flash.evaluation.evaluate import run_eval
+    from glm53_flash.evaluation.evaluate import eval_tasks, run_eval
     from glm53_flash.model.lm import load_pretrained
     from glm53_flash.verifier import Verifier
 
     greedy_cfg, sampled_cfg = configs
+    stages = [(cfg, eval_tasks(cfg)) for cfg in configs]  # the tasks built once, for every checkpoint
     with Verifier(workers=sampled_cfg.workers) as verifier:
         for name, checkpoint in checkpoints.items():
             greedy_path, sampled_path = receipt_pair(directory, name, sampled_cfg.samples)
@@ -378,11 +379,11 @@ def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], ch
                 continue
             _log(f"[{arm}] {greedy_cfg.split} split: evaluating {name} ({checkpoint})")
             model, meta = load_pretrained(checkpoint, device)
-            for path, cfg in ((greedy_path, greedy_cfg), (sampled_path, sampled_cfg)):
+            for path, (cfg, tasks) in zip((greedy_path, sampled_path), stages):
                 if not path.exists():
                     receipt = run_eval(replace(cfg, checkpoint=str(checkpoint), device=device), model=model,
                                        checkpoint_sha256=meta["weights_sha256"], verifier=verifier,
-                                       opening=opening, progress=False)
+                                       opening=opening, progress=False, tasks=tasks)
                     if opening is None:  # a smoke plan's stand-in split: not sealed, not in any ledger
                         write_json(path, receipt)
                     else:

@@ -50,8 +50,7 @@ class VerifierReward:
         tasks = [task_by_id(str(identifier)) for identifier in task_id]
         if prompts is not None:
             for prompt, task in zip(prompts, tasks):
-                text = completion_text(prompt) if not isinstance(prompt, str) else prompt
-                if text != task.prompt:
+                if completion_text(prompt) != task.prompt:
                     raise ValueError(f"the prompt given for {task.task_id} is not that task's prompt")
         if self._verifier is None:
             self._verifier = Verifier(workers=self.workers)

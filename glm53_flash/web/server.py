@@ -80,7 +80,8 @@ def is_loopback(host: str) -> bool:
 
 def _is_text(document) -> bool:
     """Whether every string of a parsed JSON document (keys too) is text that UTF-8 can store: JSON's
-    \\uXXXX escapes can spell a lone surrogate, which json.loads accepts and no file can hold."""
+    backslash-u escapes (such as \\ud800) can spell a lone surrogate, which json.loads accepts and no
+    file can hold."""
     stack = [document]
     while stack:
         value = stack.pop()
