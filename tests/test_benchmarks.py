@@ -9,7 +9,7 @@ from glm53_flash.model import kernels
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     output = tmp_path / "model.json"
     run(preset="tiny", device_name="cpu", batch_size=2, seq_len=64, steps=1, warmup=1, decode_batch=2,
-        prompt_len=4, decode_total=12, reforward_every=3, output=str(output))
+        prompt_len=4, decode_total=12, reforward_every=3, output=str(output), precision_rounds=2)
     receipt = json.loads(output.read_text())
     training, decode = receipt["training"], receipt["decode"]
     assert training["tokens_per_second"] > 0 and 0 < training["fraction_of_matmul_peak"]
@@ -35,7 +35,15 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
         assert kernels.ENABLED  # switched back on after the comparison
     else:
         assert eager is None
+    compared = training["precision_comparison"]  # both precisions' steps and peaks, interleaved
+    assert compared["rounds"] == 2 and len(compared["fp32"]["step_seconds"]) == 2
+    assert compared["bf16_speedup_of_min"] == compared["fp32"]["step_seconds_min"] / compared["bf16"]["step_seconds_min"]
+    assert compared["precisions"]["bf16"]["name"] == "bf16" and compared["precisions"]["fp32"]["name"] == "fp32"
+    for name in ("fp32", "bf16"):
+        own = compared[name]
+        assert own["fraction_of_own_peak"] == own["training_flops_per_second"] / own["matmul_peak_flops_per_second"]
     printed = capsys.readouterr()
+    assert "training, bf16 vs fp32" in printed.out and "GEMM peaks, bf16 / fp32" in printed.out
     assert "decode speedup" in printed.out and "step floor: GEMMs only" in printed.out
     assert ("training, kernels vs eager" in printed.out) is kernels.available()
     assert "[bench model" in printed.err and "decode step floors" in printed.err
@@ -206,3 +214,26 @@ def test_the_thread_governor_follows_the_free_cores(monkeypatch):
     assert [governor.after_step() for _ in range(3)] == [1, 2, 1]
     assert set_to == [1, 2, 1] and governor.changes == 3
     assert torch.get_num_threads() == threads
+
+
+def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):
+    from glm53_flash.benchmarks.precision import run as run_precision
+
+    output = tmp_path / "precision.json"
+    result = run_precision(preset="tiny", device_name="cpu", steps=10, batch_size=2, seq_len=128, output=str(output))
+    receipt = json.loads(output.read_text())
+    assert receipt["steps"] == 10 and len(receipt["loss_fp32"]) == len(receipt["loss_bf16"]) == 10
+    assert receipt["loss_fp32"] != receipt["loss_bf16"]  # the bf16 products did change the run
+    a, b = sum(receipt["loss_fp32"]) / 10, sum(receipt["loss_bf16"]) / 10
+    assert abs(receipt["max_relative_difference_of_window_means"] - abs(b - a) / a) < 1e-12
+    assert receipt["within_tolerance"] == (receipt["max_relative_difference_of_window_means"] <= receipt["tolerance"])
+    assert receipt["precisions"]["bf16"]["name"] == "bf16" and result["bf16_speedup_of_median"] > 0
+    assert "largest difference" in capsys.readouterr().out
+
+
+def test_bench_precision_refuses_too_few_steps():
+    import pytest
+    from glm53_flash.benchmarks.precision import run as run_precision
+
+    with pytest.raises(ValueError, match="at least 10"):
+        run_precision(preset="tiny", device_name="cpu", steps=3)

@@ -21,13 +21,14 @@ def timed_runs(fn, device: torch.device, warmup: int, repeats: int) -> list[floa
     return times
 
 
-def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int = 5) -> dict:
-    """Best fp32 GEMM rate over a few square sizes: the denominator of training efficiency."""
+def measure_matmul_peak(device: torch.device, sizes=(1024, 2048), repeats: int = 5,
+                        dtype: torch.dtype = torch.float32) -> dict:
+    """Best GEMM rate in `dtype` over a few square sizes: the denominator of training efficiency."""
     best = 0.0
     per_size = {}
     for n in sizes:
-        a = torch.randn(n, n, device=device)
-        b = torch.randn(n, n, device=device)
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
         rate = 2 * n**3 / min(timed_runs(lambda: a @ b, device, warmup=2, repeats=repeats))
         per_size[str(n)] = rate
         best = max(best, rate)

@@ -14,6 +14,7 @@ from glm53_flash.data.batches import pretraining_batch
 from glm53_flash.model import GLM53Flash, kernels
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
 from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.model.precision import resolve_precision
 from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
 from glm53_flash.benchmarks.common import measure_matmul_peak, print_table, synchronize, timed_runs
 
@@ -34,11 +35,7 @@ def bench_training(model, device, batch_size, seq_len, steps, warmup):
     # The step pretraining takes: the engine's PRETRAINING recipe (decay on matrices only, the fused
     # AdamW kernel where torch has one, bf16 autocast on CUDA, clipping) through language_model_update.
     optimizer = make_optimizer(model, PRETRAINING)
-    try:
-        batch, data = pretraining_batch(0, batch_size, seq_len), "task stream, batch 0"
-    except ValueError:  # a sequence shorter than the task examples (tiny presets): throughput is the same
-        tokens = torch.randint(4, 260, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
-        batch, data = (tokens[:, :-1], tokens[:, 1:]), "uniform random bytes (task examples do not fit)"
+    batch, data = _training_batch(batch_size, seq_len)
     inputs, labels = (t.to(device) for t in batch)
     model.train()
 
@@ -83,6 +80,58 @@ def eager_comparison(step, device, rounds: int) -> dict:
             "kernels_step_seconds_min": fused, "kernels_step_seconds_median": sorted(times[True])[rounds // 2],
             "eager_step_seconds_min": eager, "eager_step_seconds_median": sorted(times[False])[rounds // 2],
             "speedup_of_min": eager / fused}
+
+
+PRECISION_WARMUP = 12  # bf16 steps before timing: oneDNN compiles a kernel per new product shape (model/moe.py)
+
+
+def precision_comparison(model, device, batch_size, seq_len, rounds: int, warmup: int = PRECISION_WARMUP) -> dict:
+    """The same training step in fp32 and in bf16 (model/precision.py), with the fp32 and bf16 GEMM peaks,
+    interleaved round by round in this process (peak fp32, peak bf16, one fp32 step, one bf16 step), so
+    that every ratio comes from one run under one load. The steps train the bench's model in turn."""
+    optimizer = make_optimizer(model, PRETRAINING)
+    inputs, labels = (t.to(device) for t in _training_batch(batch_size, seq_len)[0])
+    model.train()
+    precisions = {name: resolve_precision(name, device) for name in ("fp32", "bf16")}
+
+    def step(name):
+        return lambda: language_model_update(model, optimizer, inputs, labels, PRETRAINING,
+                                             precision=precisions[name])
+
+    timed_runs(step("bf16"), device, warmup, 0)
+    times = {"fp32": [], "bf16": []}
+    peaks = {"fp32": [], "bf16": []}
+    for _ in range(rounds):
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            peaks[name].append(measure_matmul_peak(device, repeats=3, dtype=dtype)["flops_per_second"])
+        for name in ("fp32", "bf16"):
+            times[name] += timed_runs(step(name), device, 0, 1)
+    flops_per_token = training_flops_per_token(model, seq_len)
+    tokens = batch_size * seq_len
+    record = {"rounds": rounds, "bf16_warmup_steps": warmup,
+              "order": "per round: fp32 peak, bf16 peak, one fp32 step, one bf16 step",
+              "precisions": {name: p.record() for name, p in precisions.items()}}
+    for name in ("fp32", "bf16"):
+        best = min(times[name])
+        record[name] = {"step_seconds_min": best, "step_seconds_median": sorted(times[name])[rounds // 2],
+                        "step_seconds": times[name], "matmul_peak_flops_per_second": max(peaks[name]),
+                        "training_flops_per_second": flops_per_token * tokens / best}
+        record[name]["fraction_of_own_peak"] = (record[name]["training_flops_per_second"]
+                                                / record[name]["matmul_peak_flops_per_second"])
+    record["bf16_speedup_of_min"] = record["fp32"]["step_seconds_min"] / record["bf16"]["step_seconds_min"]
+    record["bf16_speedup_of_median"] = record["fp32"]["step_seconds_median"] / record["bf16"]["step_seconds_median"]
+    record["peak_ratio_bf16_to_fp32"] = (record["bf16"]["matmul_peak_flops_per_second"]
+                                         / record["fp32"]["matmul_peak_flops_per_second"])
+    record["bf16_fraction_of_bf16_peak"] = record["bf16"]["fraction_of_own_peak"]
+    return record
+
+
+def _training_batch(batch_size, seq_len):
+    try:
+        return pretraining_batch(0, batch_size, seq_len), "task stream, batch 0"
+    except ValueError:  # a sequence shorter than the task examples (tiny presets): throughput is the same
+        tokens = torch.randint(4, 260, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
+        return (tokens[:, :-1], tokens[:, 1:]), "uniform random bytes (task examples do not fit)"
 
 
 @torch.inference_mode()
@@ -216,7 +265,8 @@ def stage(what: str) -> None:
 
 def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, seq_len: int = 128,
         steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_len: int = 64,
-        decode_total: int | None = None, reforward_every: int = 1, output: str | None = None) -> dict:
+        decode_total: int | None = None, reforward_every: int = 1, output: str | None = None,
+        precision_rounds: int = 5) -> dict:
     device = resolve_device(device_name)
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
@@ -247,6 +297,10 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
+    if precision_rounds and device.type in ("cpu", "cuda"):
+        stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both peaks "
+              "and one fp32 and one bf16 step")
+        training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len, precision_rounds)
     stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_len} -> {decode_total} tokens, twice")
     decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
     stage("decode step floors")
@@ -280,6 +334,14 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
         *([("training, kernels vs eager", f"{e['kernels_step_seconds_min']:.3f} s vs {e['eager_step_seconds_min']:.3f} s "
                                             f"per step ({e['speedup_of_min']:.2f}x, min of {e['rounds']} alternating)")]
           if (e := training.get("eager_comparison")) else []),
+        *([("training, bf16 vs fp32", f"{c['bf16']['step_seconds_min']:.3f} s vs {c['fp32']['step_seconds_min']:.3f} s "
+                                        f"per step ({c['bf16_speedup_of_min']:.2f}x, min of {c['rounds']} alternating)"),
+           ("GEMM peaks, bf16 / fp32", f"{c['bf16']['matmul_peak_flops_per_second'] / 1e9:.0f} / "
+                                      f"{c['fp32']['matmul_peak_flops_per_second'] / 1e9:.0f} GFLOP/s "
+                                      f"({c['peak_ratio_bf16_to_fp32']:.1f}x)"),
+           ("training FLOP/s / own peak", f"bf16 {100 * c['bf16']['fraction_of_own_peak']:.1f}%, "
+                                         f"fp32 {100 * c['fp32']['fraction_of_own_peak']:.1f}%")]
+          if (c := training.get("precision_comparison")) else []),
         ("training peak memory", f"{training['peak_memory_bytes'] / gib:.2f} GiB ({training['peak_memory_kind']})"),
         ("decode, cached", f"{decode['cached_tokens_per_second']:.0f} tokens/s "
                            f"(batch {decode_batch}, {prompt_len} -> {decode['total_length']}, best of "

@@ -20,7 +20,32 @@ def register(bench_sub) -> None:
     _add_bench_decode(bench_sub)
     _add_bench_scaling(bench_sub)
     _add_bench_contention(bench_sub)
+    _add_bench_precision(bench_sub)
     add_bench_verify_parser(bench_sub)
+
+
+def _add_bench_precision(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "precision", help="the same pretraining in fp32 and bf16: loss curves, their difference, step times",
+        description="Pretrain one preset from the same weights on the same batches in fp32 and in bf16, a step of "
+                    "each in turn in one process; reports both loss curves, the largest difference of their "
+                    "10-step means against the stated tolerance, and the median step times. Writes a JSON receipt.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=42, help="initialisation seed (both runs)")
+    parser.add_argument("--output", default="runs/bench/precision.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_precision)
+
+
+def _run_bench_precision(args) -> int:
+    from glm53_flash.benchmarks.precision import run
+
+    run(preset=args.preset, device_name=args.device, steps=args.steps, batch_size=args.batch_size,
+        seq_len=args.sequence_length, seed=args.seed, output=args.output)
+    return 0
 
 
 def _add_bench_contention(bench_sub) -> None:
@@ -64,6 +89,9 @@ def _add_model_and_architecture(bench_sub) -> None:
                         help="total length to decode to (default: the preset's max_sequence_length)")
     parser.add_argument("--reforward-every", type=int, default=1,
                         help="time the re-forward baseline at every N-th length and interpolate (1 = all)")
+    parser.add_argument("--precision-rounds", type=int, default=5,
+                        help="rounds of the fp32 and bf16 GEMM peaks and one fp32 and one bf16 training step, "
+                             "interleaved (0 = skip the precision comparison)")
     parser.add_argument("--output", default="runs/bench/model.json", help="JSON receipt path")
     parser.set_defaults(func=lambda a: _run_model(a))
 
@@ -87,7 +115,7 @@ def _run_model(a) -> int:
     run(
         preset=a.preset, device_name=a.device, batch_size=a.batch_size, seq_len=a.sequence_length,
         steps=a.steps, decode_batch=a.decode_batch, prompt_len=a.prompt_length, decode_total=a.decode_length,
-        reforward_every=a.reforward_every, output=a.output)
+        reforward_every=a.reforward_every, output=a.output, precision_rounds=a.precision_rounds)
     return 0
 
 

@@ -10,6 +10,9 @@ import random
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_DEVICE = "auto"  # every command's --device default: CUDA, then MPS, then the CPU
+PRECISIONS = ("fp32", "bf16", "auto")  # resolved by model/precision.py
+PRECISION_HELP = ("fp32, bf16 (the weight products in bf16 with float32 everything else on the CPU; autocast "
+                  "on CUDA) or auto: bf16 where the device accelerates it (AVX512-BF16/AMX CPUs, CUDA with bf16)")
 
 
 def resolve_device(name: str = "auto"):

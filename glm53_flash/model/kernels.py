@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from glm53_flash.model.precision import mixed_linear
 from glm53_flash.core import receipts
 
 SOURCE = Path(__file__).with_name("kernels.c")
@@ -305,12 +306,12 @@ def _serves(x: torch.Tensor, weight: torch.Tensor, rows: int, limit: int) -> boo
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight) without bias; by the kernel where it serves (its own dispatch: any input)."""
-    if not ENABLED or torch.is_grad_enabled():  # training: straight to torch
-        return F.linear(x, weight)
+    if not ENABLED or torch.is_grad_enabled():  # training: straight to torch (in the run's product dtype)
+        return mixed_linear(x, weight)
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     if not _serves(x, weight, rows, MAX_ROWS) or weight.dim() != 2 or weight.shape[1] != k:
-        return F.linear(x, weight)
+        return mixed_linear(x, weight)
     x = x.contiguous()  # held here: the library reads it below (a no-op for the usual contiguous x)
     out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype)
     _call("linear", x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, weight.shape[0], k)

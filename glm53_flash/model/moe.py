@@ -23,6 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from glm53_flash.model import kernels
 from glm53_flash.model.kernels import Linear
+from glm53_flash.model.precision import mixed_grouped_mm, mixed_linear, mixed_matmul, product_dtype
 
 
 class _SwiGLUActivation(torch.autograd.Function):
@@ -77,7 +78,7 @@ def swiglu_activation(h: torch.Tensor) -> torch.Tensor:
 
 def swiglu(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     """SwiGLU with one routed expert's weights: gate_up [2H, D] (nn.Linear layout), down [H, D] (x @ W)."""
-    return torch.matmul(swiglu_activation(F.linear(x, gate_up)), down)
+    return mixed_matmul(swiglu_activation(mixed_linear(x, gate_up)), down)
 
 
 class SwiGLU(nn.Module):
@@ -114,6 +115,7 @@ GROUPED_MM_ENABLED = hasattr(F, "grouped_mm")
 # experts, up to 5x slower when identical rows, e.g. one prompt's samples before they diverge, all
 # pick the same two experts). A switch for tests and benchmarks, like GROUPED_MM_ENABLED.
 PADDED_MAX_ROWS = 512
+PRODUCT_BLOCK = 128  # run_blocked rounds each expert's row count up to a multiple of this
 PADDED_ENABLED = True
 
 
@@ -175,8 +177,8 @@ class MixtureOfExperts(nn.Module):
         multiply by a ones tensor or call `.contiguous()` on it first.)"""
         if grouped_mm_usable(rows, self.expert_gate_up, self.grouped_aligned):
             offsets = counts.cumsum(0).to(torch.int32)
-            hidden = F.grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offs=offsets)
-            return F.grouped_mm(swiglu_activation(hidden), self.expert_down, offs=offsets)
+            hidden = mixed_grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offsets)
+            return mixed_grouped_mm(swiglu_activation(hidden), self.expert_down, offsets)
         # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
         sizes = counts.tolist()  # the layer's single host sync
         ups, downs = self.expert_gate_up.unbind(0), self.expert_down.unbind(0)
@@ -197,6 +199,26 @@ class MixtureOfExperts(nn.Module):
         out = torch.bmm(swiglu_activation(hidden), self.expert_down)
         return out.view(self.experts * capacity, dim).index_select(0, flat)
 
+    def run_blocked(self, rows: torch.Tensor, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """rows [M, D] sorted by expert, counts [E] -> each row through its expert by the grouped kernel in
+        `dtype` (bf16 products on the CPU, model/precision.py), with every expert's rows padded to a
+        multiple of PRODUCT_BLOCK. oneDNN compiles a bf16 kernel for every new matrix shape (1-2 ms
+        each, measured), so grouped products whose row counts follow the routing cost more than they save
+        (measured: a flash step slower than float32); rounded counts take a few dozen shapes, compiled
+        once, and the padded buffer a few sizes, which the allocator reuses. Padding rows are zeros, give
+        zeros through SwiGLU, are never read back, and so add nothing to any gradient."""
+        m, dim = rows.shape
+        padded_counts = (counts + (PRODUCT_BLOCK - 1)) // PRODUCT_BLOCK * PRODUCT_BLOCK
+        ends = padded_counts.cumsum(0)
+        shift = (ends - padded_counts) - (counts.cumsum(0) - counts)  # padded start - packed start, per expert
+        flat = shift.repeat_interleave(counts) + torch.arange(m, device=rows.device)
+        padded = rows.new_zeros(int(ends[-1]), dim, dtype=dtype).index_copy(0, flat, rows.to(dtype))
+        offsets = ends.to(torch.int32)
+        hidden = F.grouped_mm(padded, self.expert_gate_up.to(dtype).transpose(1, 2), offs=offsets)
+        activated = swiglu_activation(hidden.float()).to(dtype)
+        out = F.grouped_mm(activated, self.expert_down.to(dtype), offs=offsets)
+        return out.index_select(0, flat).float()
+
     def run_skinny(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the skinny C
         kernels (model/kernels.py): one call per projection, each expert's weights read once, no
@@ -213,6 +235,9 @@ class MixtureOfExperts(nn.Module):
         slots = rows.shape[0]
         if kernels.grouped_serves(rows, self.expert_gate_up, self.expert_down):
             return self.run_skinny(rows, counts)
+        dtype = product_dtype()
+        if dtype is not None and rows.dtype == torch.float32 and rows.is_cpu and GROUPED_MM_ENABLED:
+            return self.run_blocked(rows, counts, dtype)
         capacity = int(counts.max()) if padded_usable(rows, slots) else 0  # CPU: no device sync
         if capacity and padding_pays(self.experts, capacity, slots):
             return self.run_padded(rows, counts, capacity)

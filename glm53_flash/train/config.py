@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from glm53_flash.model.config import PRESETS, ModelConfig
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.evaluation.config import (  # noqa: F401 - shared with evaluation
     EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
 )
@@ -115,6 +115,8 @@ class PretrainConfig:
     eval_every: int = option(0, neutral=True, help="every N steps, the loss on held-out batches of the stream "
                                                    "(val_loss in metrics.jsonl, val/loss live); 0 = never")
     eval_batches: int = option(2, neutral=True, help="held-out batches (of --batch-size sequences) per validation")
+    precision: str | None = option(None, neutral=True, choices=PRECISIONS, help=PRECISION_HELP,
+                                   default_text="fp32 on the CPU, bf16 autocast on CUDA (what earlier runs did)")
     adapt_threads: bool = option(False, neutral=True,
                                  help="on the CPU, follow the free cores with the math threads after each step "
                                       "(fast beside another busy process; not bit-identical to a run without it)")

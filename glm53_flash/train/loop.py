@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.core.progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
 from glm53_flash.core.runtime import autocast
+from glm53_flash.model.precision import compute_in
 from glm53_flash.train.engine import (  # noqa: F401 - re-exported: the recipes and the optimizer live in the engine
     OPTIMIZER_KERNELS, PRETRAINING, STUDY, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
     parameter_groups, set_learning_rate,
@@ -47,7 +48,7 @@ class UpdateResult:
 def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                           labels: torch.Tensor, recipe: UpdateRecipe, *, learning_rate: float | None = None,
                           tokens: int | None = None, train_model: torch.nn.Module | None = None,
-                          ctx=None) -> UpdateResult:
+                          ctx=None, precision=None) -> UpdateResult:
     """One AdamW update on (inputs, labels) of the token-mean cross-entropy + balance term.
 
     `model` is the plain module (its parameters are clipped, its config gives the balance weight);
@@ -55,6 +56,8 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     (`ctx` enabled) each rank holds a slice of the batch and `tokens` counts the whole batch's
     targets: each rank's objective is its share of the global token mean, times the world size
     because DDP averages gradients; the balance statistics are summed across ranks inside the MoE.
+    `precision` (a model/precision.Precision) is the forward's; None: the recipe's (bf16 autocast on CUDA
+    where `mixed_precision`, float32 elsewhere). A recipe without mixed precision stays float32 always.
     """
     world = ctx.world_size if ctx is not None else 1
     distributed = ctx is not None and ctx.enabled
@@ -63,8 +66,13 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     if learning_rate is not None:
         set_learning_rate(optimizer, learning_rate)
     forward = train_model if train_model is not None else model
-    precision = autocast(inputs.device) if recipe.mixed_precision else _no_autocast()
-    with precision:
+    if not recipe.mixed_precision:
+        context = _no_autocast()
+    elif precision is not None:
+        context = compute_in(precision, inputs.device)
+    else:
+        context = autocast(inputs.device)
+    with context:
         out = forward(inputs, balance_reduce=ctx.all_sum if distributed else None)
         ce_sum = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
                                  reduction="sum")

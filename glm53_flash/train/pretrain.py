@@ -25,6 +25,7 @@ from glm53_flash.model import GLM53Flash
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json, write_text
 from glm53_flash.core.options import config_record
 from glm53_flash.core.runtime import resolve_device
+from glm53_flash.model.precision import resolve_precision
 from glm53_flash.train.config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
 from glm53_flash.train.checkpoint import (
     checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
@@ -102,6 +103,7 @@ class Pretrainer:
         if self.ctx.is_main:
             check_live_logging(cfg.tensorboard, cfg.wandb)
         self.recipe = update_recipe(cfg)
+        self.precision = resolve_precision(cfg.precision, self.device)
         self.rows_per_rank = cfg.batch_size // self.ctx.world_size
         self.metrics_rows: list[dict] = []
         self.checkpoints: list[dict] = []
@@ -270,6 +272,7 @@ class Pretrainer:
             "run_config": config_record(cfg),
             "tokens_seen": sum(r["tokens"] for r in self.metrics_rows),
             "elapsed_seconds": round(elapsed, 3), "device": str(self.device),
+            "precision": self.precision.record(),
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
             "peak_rss_bytes": peak_rss_bytes(),
             "data": self.data_record(),
@@ -298,7 +301,7 @@ class Pretrainer:
         try:
             result = language_model_update(self.raw_model, self.optimizer, inputs, labels, self.recipe,
                                            learning_rate=lr, tokens=tokens, train_model=self.train_model,
-                                           ctx=self.ctx)
+                                           ctx=self.ctx, precision=self.precision)
         except TrainingDiverged as error:
             raise TrainingDiverged(f"step {step + 1}: {error}") from None
         if self.device.type == "cuda":
