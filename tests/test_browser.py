@@ -122,10 +122,16 @@ def test_a_note_saved_in_the_page_survives_a_server_restart(browser, deck_html, 
 
 
 def sized(driver, width: int, height: int) -> None:
-    """Make the page's viewport exactly width x height CSS pixels."""
+    """Make the page's viewport exactly width x height CSS pixels. The window's frame is measured and
+    corrected for a few times: a resize can land after the size is read (seen when shrinking from
+    1920 x 1080), so one correction from a stale reading is not enough."""
     driver.set_window_size(width, height)
-    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
-    driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+    for _ in range(5):
+        inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+        if inner == [width, height]:
+            return
+        outer = driver.get_window_size()
+        driver.set_window_size(outer["width"] + width - inner[0], outer["height"] + height - inner[1])
     assert driver.execute_script("return [window.innerWidth, window.innerHeight]") == [width, height]
 
 

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.model import GLM53Flash, kernels
 from glm53_flash.model.config import PRESETS
-from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
-from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_grouped_mm, mixed_linear,
+from glm53_flash.model.moe import MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions
+from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_linear,
                                          product_dtype, resolve_precision)
 from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
 
@@ -97,17 +97,6 @@ def test_bf16_products_round_both_operands_and_hand_back_float32():
     assert not torch.equal(out, F.linear(x, w))
 
 
-def test_bf16_grouped_products_match_the_per_group_products():
-    rows, weight = torch.randn(40, 32), torch.randn(3, 32, 16)
-    offsets = torch.tensor([10, 25, 40], dtype=torch.int32)
-    with compute_in(BF16, "cpu"):
-        out = mixed_grouped_mm(rows, weight, offsets)
-    starts = [0, 10, 25]
-    for e, (lo, hi) in enumerate(zip(starts, offsets.tolist())):
-        expected = rows[lo:hi].bfloat16().float() @ weight[e].bfloat16().float()
-        torch.testing.assert_close(out[lo:hi], expected, rtol=1e-2, atol=1e-2)
-
-
 def test_bf16_experts_equal_the_dense_reference_and_padding_adds_no_gradient():
     torch.manual_seed(3)
     moe = MixtureOfExperts(32, 32, 4, 2)
@@ -130,6 +119,19 @@ def test_bf16_experts_equal_the_dense_reference_and_padding_adds_no_gradient():
     for got, want in zip(bf16_grads, [moe.expert_gate_up.grad, moe.expert_down.grad, x32.grad]):
         cosine = F.cosine_similarity(got.flatten(), want.flatten(), dim=0)
         assert cosine > 0.99, float(cosine)
+
+
+def test_padded_positions_place_each_experts_rows_at_its_padded_start():
+    counts = torch.tensor([2, 0, 3])
+    assert padded_positions(counts, torch.tensor([0, 4, 8])).tolist() == [0, 1, 8, 9, 10]
+
+
+def test_blocked_experts_serve_only_bf16_products_on_aligned_dims():
+    rows = torch.randn(6, 32)
+    assert blocked_usable(rows, MixtureOfExperts(32, 32, 4, 2)) is None  # outside compute_in
+    with compute_in(BF16, "cpu"):
+        assert blocked_usable(rows, MixtureOfExperts(32, 32, 4, 2)) == torch.bfloat16
+        assert blocked_usable(torch.randn(6, 36), MixtureOfExperts(36, 36, 4, 2)) is None  # bf16 rows not 16-byte
 
 
 def test_blocked_bf16_experts_equal_the_chunk_loop_at_the_same_rounding_points(monkeypatch):

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from glm53_flash.model import kernels
 from glm53_flash.model.kernels import Linear
-from glm53_flash.model.precision import mixed_grouped_mm, mixed_linear, mixed_matmul, product_dtype
+from glm53_flash.model.precision import mixed_linear, mixed_matmul, product_dtype
 
 
 class _SwiGLUActivation(torch.autograd.Function):
@@ -131,6 +131,25 @@ def padding_pays(experts: int, capacity: int, slots: int) -> bool:
     return padded <= PADDED_MAX_ROWS and 2 * padded <= 3 * slots + 8 * experts
 
 
+def padded_positions(counts: torch.Tensor, padded_starts: torch.Tensor) -> torch.Tensor:
+    """Where each of the M = counts.sum() rows sorted by expert lands when expert e's rows start at
+    padded_starts[e] instead of right after the previous expert's: [M] row indices."""
+    packed_starts = counts.cumsum(0) - counts
+    rows = torch.arange(int(counts.sum()), device=counts.device)
+    return (padded_starts - packed_starts).repeat_interleave(counts) + rows
+
+
+def blocked_usable(rows: torch.Tensor, moe: "MixtureOfExperts") -> torch.dtype | None:
+    """The product dtype `run_blocked` runs in for these rows, or None where it does not serve: it serves
+    float32 CPU rows inside bf16 products (model/precision.py) with the grouped kernel present and
+    16-byte row strides in bf16 (dims multiples of 8)."""
+    dtype = product_dtype()
+    if (dtype is None or not GROUPED_MM_ENABLED or rows.dtype != torch.float32 or not rows.is_cpu
+            or rows.shape[1] % 8 or moe.expert_down.shape[1] % 8):
+        return None
+    return dtype
+
+
 def route_tokens(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k experts per token and gate weights: softmax over the chosen k logits only."""
     top_logits, top_index = router_logits.topk(top_k, dim=-1)
@@ -177,8 +196,8 @@ class MixtureOfExperts(nn.Module):
         multiply by a ones tensor or call `.contiguous()` on it first.)"""
         if grouped_mm_usable(rows, self.expert_gate_up, self.grouped_aligned):
             offsets = counts.cumsum(0).to(torch.int32)
-            hidden = mixed_grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offsets)
-            return mixed_grouped_mm(swiglu_activation(hidden), self.expert_down, offsets)
+            hidden = F.grouped_mm(rows, self.expert_gate_up.transpose(1, 2), offs=offsets)
+            return F.grouped_mm(swiglu_activation(hidden), self.expert_down, offs=offsets)
         # split/unbind (rather than slicing in a loop) keep the backward to one cat/stack each.
         sizes = counts.tolist()  # the layer's single host sync
         ups, downs = self.expert_gate_up.unbind(0), self.expert_down.unbind(0)
@@ -192,8 +211,7 @@ class MixtureOfExperts(nn.Module):
         are never read back. No gradients (see padded_usable)."""
         m, dim = rows.shape
         experts = torch.arange(self.experts, device=rows.device)
-        starts = counts.cumsum(0) - counts
-        flat = (experts * capacity - starts).repeat_interleave(counts) + torch.arange(m, device=rows.device)
+        flat = padded_positions(counts, experts * capacity)
         padded = rows.new_zeros(self.experts * capacity, dim).index_copy_(0, flat, rows)
         hidden = torch.bmm(padded.view(self.experts, capacity, dim), self.expert_gate_up.transpose(1, 2))
         out = torch.bmm(swiglu_activation(hidden), self.expert_down)
@@ -207,11 +225,10 @@ class MixtureOfExperts(nn.Module):
         (measured: a flash step slower than float32); rounded counts take a few dozen shapes, compiled
         once, and the padded buffer a few sizes, which the allocator reuses. Padding rows are zeros, give
         zeros through SwiGLU, are never read back, and so add nothing to any gradient."""
-        m, dim = rows.shape
+        dim = rows.shape[1]
         padded_counts = (counts + (PRODUCT_BLOCK - 1)) // PRODUCT_BLOCK * PRODUCT_BLOCK
         ends = padded_counts.cumsum(0)
-        shift = (ends - padded_counts) - (counts.cumsum(0) - counts)  # padded start - packed start, per expert
-        flat = shift.repeat_interleave(counts) + torch.arange(m, device=rows.device)
+        flat = padded_positions(counts, ends - padded_counts)
         padded = rows.new_zeros(int(ends[-1]), dim, dtype=dtype).index_copy(0, flat, rows.to(dtype))
         offsets = ends.to(torch.int32)
         hidden = F.grouped_mm(padded, self.expert_gate_up.to(dtype).transpose(1, 2), offs=offsets)
@@ -235,8 +252,8 @@ class MixtureOfExperts(nn.Module):
         slots = rows.shape[0]
         if kernels.grouped_serves(rows, self.expert_gate_up, self.expert_down):
             return self.run_skinny(rows, counts)
-        dtype = product_dtype()
-        if dtype is not None and rows.dtype == torch.float32 and rows.is_cpu and GROUPED_MM_ENABLED:
+        dtype = blocked_usable(rows, self)
+        if dtype is not None:
             return self.run_blocked(rows, counts, dtype)
         capacity = int(counts.max()) if padded_usable(rows, slots) else 0  # CPU: no device sync
         if capacity and padding_pays(self.experts, capacity, slots):
@@ -317,5 +334,5 @@ def original_balance_metric(usage_by_layer: torch.Tensor) -> torch.Tensor:
     return experts * ((mean_usage - 1.0 / experts) ** 2).mean()
 
 
-__all__ = ["MixtureOfExperts", "SwiGLU", "dense_moe_reference", "grouped_mm_usable", "original_balance_metric",
-           "padded_usable", "padding_pays", "route_tokens"]
+__all__ = ["MixtureOfExperts", "SwiGLU", "blocked_usable", "dense_moe_reference", "grouped_mm_usable",
+           "original_balance_metric", "padded_positions", "padded_usable", "padding_pays", "route_tokens"]

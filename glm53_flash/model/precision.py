@@ -3,14 +3,15 @@
 What bf16 means depends on the device:
 - **CUDA**: torch's bf16 autocast (what pretraining always used there).
 - **CPU**: the weight products only. Inside `compute_in`, every `nn.Linear`-style product of the model
-  (`mixed_linear`: attention in/out, router, shared expert, tied head) and the routed experts' grouped
-  products (`mixed_grouped_mm`) cast both operands to bf16 and hand back float32; their backward runs in
+  (`mixed_linear`: attention in/out, router, shared expert, tied head) and the routed experts' products
+  (`MixtureOfExperts.run_blocked`) cast both operands to bf16 and hand back float32; their backward runs in
   bf16 too (autograd casts the incoming gradient). Everything else stays float32 where it is now, and
   the C kernels keep serving it: master weights and AdamW state, the losses, the router's softmax, the
   norms, the SwiGLU activation, the residual streams, the linear-attention state and its products, the
   sparse attention's scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs
   run ~7x faster than fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
-  every op's inputs and shuts our float32 kernels off, made the step slower than float32 (docs/BENCHMARKS.md).
+  every op's inputs and shuts our float32 kernels off, made the step slower than float32 (measured while
+  building; docs/ARCHITECTURE.md, "Precision").
 - **Cached decoding on the CPU** steps aside: a decode step of a few rows is bound by reading the
   weights, which the C kernels do in float32 (they have no bf16 weight path); `mixed_linear` leaves a
   call that a C kernel serves to it, so only prefills and full forwards take bf16 products.
@@ -141,13 +142,5 @@ def mixed_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.matmul(x.to(dtype), weight.to(dtype)).float()
 
 
-def mixed_grouped_mm(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """F.grouped_mm(x, weight, offs=offsets) in the product dtype of compute_in (float32 back)."""
-    dtype = _PRODUCT_DTYPE.get()
-    if dtype is None or x.dtype != torch.float32 or not x.is_cpu:
-        return F.grouped_mm(x, weight, offs=offsets)
-    return F.grouped_mm(x.to(dtype), weight.to(dtype), offs=offsets).float()
-
-
 __all__ = ["CPU_BF16_FLAGS", "DECODE_NOTE", "PRECISIONS", "PRECISION_HELP", "Precision",
-           "compute_in", "cpu_bf16_flags", "mixed_grouped_mm", "mixed_linear", "mixed_matmul", "product_dtype", "resolve_precision"]
+           "compute_in", "cpu_bf16_flags", "mixed_linear", "mixed_matmul", "product_dtype", "resolve_precision"]

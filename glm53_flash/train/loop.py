@@ -20,6 +20,7 @@ Both compute the same objective: token-mean cross-entropy over the labels that a
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -29,8 +30,7 @@ import torch.nn.functional as F
 
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.core.progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
-from glm53_flash.core.runtime import autocast
-from glm53_flash.model.precision import compute_in
+from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.train.engine import (  # noqa: F401 - re-exported: the recipes and the optimizer live in the engine
     OPTIMIZER_KERNELS, PRETRAINING, STUDY, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
     parameter_groups, set_learning_rate,
@@ -67,11 +67,9 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
         set_learning_rate(optimizer, learning_rate)
     forward = train_model if train_model is not None else model
     if not recipe.mixed_precision:
-        context = _no_autocast()
-    elif precision is not None:
-        context = compute_in(precision, inputs.device)
+        context = contextlib.nullcontext()
     else:
-        context = autocast(inputs.device)
+        context = compute_in(precision or resolve_precision(None, inputs.device), inputs.device)
     with context:
         out = forward(inputs, balance_reduce=ctx.all_sum if distributed else None)
         ce_sum = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
@@ -93,14 +91,6 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     loss, aux = measured["loss"], measured["aux"]
     return UpdateResult(loss=loss, aux_loss=aux, grad_norm=grad_norm, tokens=tokens,
                         cross_entropy=cross_entropy.detach())
-
-
-class _no_autocast:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # ----------------------------------------------------------------------------------- progress
