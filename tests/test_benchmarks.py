@@ -228,6 +228,13 @@ def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):
     assert abs(receipt["max_relative_difference_of_window_means"] - abs(b - a) / a) < 1e-12
     assert receipt["within_tolerance"] == (receipt["max_relative_difference_of_window_means"] <= receipt["tolerance"])
     assert receipt["precisions"]["bf16"]["name"] == "bf16" and result["bf16_speedup_of_median"] > 0
+    # the yardstick: fp32 from another seed, its gap computed the same way, and the verdict beside it
+    other = receipt["loss_fp32_other_seed"]
+    assert receipt["baseline_seed"] == 43 and len(other) == 10 and other != receipt["loss_fp32"]
+    c = sum(other) / 10
+    assert abs(receipt["seed_max_relative_difference_of_window_means"] - abs(c - a) / a) < 1e-12
+    assert receipt["bf16_within_seed_spread"] == (receipt["max_relative_difference_of_window_means"]
+                                                  <= receipt["seed_max_relative_difference_of_window_means"])
     assert "largest difference" in capsys.readouterr().out
 
 
@@ -237,3 +244,121 @@ def test_bench_precision_refuses_too_few_steps():
 
     with pytest.raises(ValueError, match="at least 10"):
         run_precision(preset="tiny", device_name="cpu", steps=3)
+    with pytest.raises(ValueError, match="must differ from --seed"):
+        run_precision(preset="tiny", device_name="cpu", steps=10, seed=5, baseline_seed=5)
+
+
+def test_the_thread_governor_hands_its_starting_count_back(monkeypatch):
+    """A stage that adapted leaves the next stage of the same process the count it found: restore() and
+    the context manager both set it back, and only when it changed."""
+    import torch
+
+    from glm53_flash.core import runtime
+
+    live = [2]
+    set_to = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: live[0])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (set_to.append(n), live.__setitem__(0, n)))
+    with runtime.ThreadGovernor() as governor:
+        governor.cores = 2
+        governor._mark = ((0.0, 0.0), 0.0, 0.0)
+        monkeypatch.setattr(governor, "_sample", lambda: ((200.0, 200.0), 1.0, 1.0))  # one core taken elsewhere
+        assert governor.after_step() == 1 and live == [1]
+    assert live == [2] and set_to == [1, 2] and governor.threads == 2
+    governor.restore()
+    assert set_to == [1, 2]  # nothing to hand back: no call
+
+
+def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
+    """Two groups of the headline's RL stage from a tiny checkpoint, once per precision: the receipt has
+    each run's seconds split into rollouts and updates, the medians, the speed-up, and the stage's config."""
+    import pytest
+    import torch
+
+    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash.benchmarks.rl import run as run_rl
+    from glm53_flash.train.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    start = tmp_path / "checkpoint-0000"
+    save_checkpoint(start, GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=160)), {"stage": "test"})
+    output = tmp_path / "rl.json"
+    result = run_rl(str(start), rounds=1, groups=2, output=str(output))
+    assert json.loads(output.read_text()) == json.loads(json.dumps(result))
+    assert result["config"]["groups"] == 2 and result["config"]["group_size"] == 16  # the headline's groups
+    for name in ("fp32", "bf16"):
+        (one,) = result["runs"][name]
+        assert one["precision"]["name"] == name
+        assert one["rollout_seconds"] > 0 and one["update_seconds"] >= 0
+        assert one["rollout_seconds"] + one["update_seconds"] <= one["wall_seconds"]
+        assert result["median"][name]["wall_seconds"] == one["wall_seconds"]
+    assert result["bf16_speedup"]["wall_seconds"] == (result["median"]["fp32"]["wall_seconds"]
+                                                      / result["median"]["bf16"]["wall_seconds"])
+    with pytest.raises(ValueError, match="at least 1"):
+        run_rl(str(start), rounds=0)
+    with pytest.raises(FileNotFoundError, match="not a checkpoint directory"):
+        run_rl(str(tmp_path / "missing"))
+
+
+class _CountingGovernor:
+    """Stands in for runtime.ThreadGovernor: counts the steps it is told about, drops to one thread at
+    the first, and hands the starting count back on restore (what the real one does on a busy machine)."""
+
+    made: list = []
+
+    def __init__(self, most=None):
+        import torch
+
+        self.initial = self.threads = torch.get_num_threads()
+        self.steps = self.changes = 0
+        self.restored = False
+        _CountingGovernor.made.append(self)
+
+    def after_step(self):
+        import torch
+
+        self.steps += 1
+        if self.threads != 1:
+            torch.set_num_threads(1)
+            self.threads, self.changes = 1, self.changes + 1
+        return self.threads
+
+    def restore(self):
+        import torch
+
+        torch.set_num_threads(self.initial)
+        self.threads, self.restored = self.initial, True
+
+
+def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_back(tmp_path, monkeypatch):
+    import torch
+
+    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash.core import runtime
+    from glm53_flash.evaluation.evaluate import evaluate_greedy
+    from glm53_flash.tasks import frozen_tasks
+    from glm53_flash.train.checkpoint import save_checkpoint
+    from glm53_flash.train.rl import RLConfig, train_rl
+
+    monkeypatch.setattr(runtime, "ThreadGovernor", _CountingGovernor)
+    _CountingGovernor.made = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(0)
+        model = GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=160)).eval()
+        receipt = evaluate_greedy(model, frozen_tasks("dev", 1, ("increment",)), max_new_tokens=6, adapt_threads=True)
+        (governor,) = _CountingGovernor.made
+        assert governor.steps >= 5 and governor.restored and torch.get_num_threads() == 2  # a call per decode step
+        assert receipt["timing"]["thread_changes"] == 1 and receipt["timing"]["threads_at_end"] == 1
+        start = tmp_path / "checkpoint-0000"
+        save_checkpoint(start, model, {"stage": "test"})
+        train_rl(RLConfig(initial_checkpoint=str(start), output=str(tmp_path / "rl"), groups=2, checkpoints=(),
+                          group_size=2, max_new_tokens=6, device="cpu", quiet=True, verifier_workers=1,
+                          families="increment", adapt_threads=True))
+        governor = _CountingGovernor.made[-1]
+        rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+        assert [row["threads"] for row in rows] == [1, 1]  # the count at each update's end
+        assert governor.steps >= 2 * 5 + 2 and governor.restored and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

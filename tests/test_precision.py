@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.model import GLM53Flash, kernels
+from glm53_flash.model import moe as moe_module
+from glm53_flash.model import precision as precision_module
 from glm53_flash.model.config import PRESETS
 from glm53_flash.model.moe import MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions
 from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_linear,
@@ -23,15 +25,28 @@ FP32 = Precision("fp32", "fp32", "test")
 LOGIT_TOLERANCE = 0.05   # of the largest logit magnitude
 LOSS_TOLERANCE = 0.01    # relative, cross-entropy of a tiny model on random bytes
 CURVE_TOLERANCE = 0.02   # relative, per step of a 20-step tiny training run
+GRADIENT_COSINE = 0.99   # least cosine between a bf16 and the float32 gradient of the same objective
 
 AMX_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile amx_bf16\n"
 PLAIN_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n"
 
 
-def small_model(seed: int = 0) -> GLM53Flash:
+# The tiny models and batches here have fewer rows than bf16 pays for on the CPU (precision.BF16_MIN_ROWS,
+# moe.BLOCKED_MIN_SLOTS); every test but the one that checks those rules runs every product in bf16, so the
+# arithmetic is what it tests.
+MIN_ROWS, MIN_SLOTS = precision_module.BF16_MIN_ROWS, moe_module.BLOCKED_MIN_SLOTS
+
+
+@pytest.fixture(autouse=True)
+def every_product_in_bf16(monkeypatch):
+    monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", 1)
+    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", 1)
+
+
+def small_model(seed: int = 0, context: int = 64) -> GLM53Flash:
     torch.manual_seed(seed)
     # dims that are multiples of 16, so the grouped expert path serves as it does on the flash preset
-    cfg = dataclasses.replace(PRESETS["tiny"], dim=64, heads=4, expert_hidden=64, max_sequence_length=64,
+    cfg = dataclasses.replace(PRESETS["tiny"], dim=64, heads=4, expert_hidden=64, max_sequence_length=context,
                               linear_chunk=16)
     return GLM53Flash(cfg)
 
@@ -118,7 +133,7 @@ def test_bf16_experts_equal_the_dense_reference_and_padding_adds_no_gradient():
     (out32 * torch.linspace(-1, 1, 32)).sum().backward()
     for got, want in zip(bf16_grads, [moe.expert_gate_up.grad, moe.expert_down.grad, x32.grad]):
         cosine = F.cosine_similarity(got.flatten(), want.flatten(), dim=0)
-        assert cosine > 0.99, float(cosine)
+        assert cosine > GRADIENT_COSINE, float(cosine)
 
 
 def test_padded_positions_place_each_experts_rows_at_its_padded_start():
@@ -234,3 +249,121 @@ def test_labels_with_padding_still_count_only_targets():
     result = language_model_update(model, make_optimizer(model, PRETRAINING), ids[:, :-1], labels, PRETRAINING,
                                    precision=BF16)
     assert result.tokens == 2 * 12
+
+
+# ---------------------------------------------------------------------------- RL, evaluation, generation
+
+
+def _spy_products(model, seen: list) -> None:
+    """Record the product dtype every call of the first attention's input projection runs under."""
+    original = model.blocks[0].attention.qkv.forward
+
+    def spy(x):
+        seen.append(product_dtype())
+        return original(x)
+
+    model.blocks[0].attention.qkv.forward = spy
+
+
+def test_rl_log_probs_in_bf16_follow_fp32_on_both_paths():
+    from glm53_flash.train.rl import sequence_logprobs
+
+    model = small_model(seed=10).train()
+    prompt = [1] + [int(t) for t in random_ids(1, 11, seed=11)[0]]
+    sequences = [(prompt, [int(t) for t in random_ids(1, n, seed=20 + n)[0]]) for n in (3, 7, 9)]
+
+    def gradient(logprobs) -> torch.Tensor:
+        model.zero_grad()
+        (-sum(x.sum() for x in logprobs)).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    fp32, _ = sequence_logprobs(model, sequences, 0.8, "sampler", "cpu", precision=FP32)
+    reference = gradient(fp32)
+    seen: list = []
+    _spy_products(model, seen)
+    for share in (True, False):
+        bf16, _ = sequence_logprobs(model, sequences, 0.8, "sampler", "cpu", share_prompts=share, precision=BF16)
+        for a, b in zip(fp32, bf16):
+            assert not torch.equal(a, b)  # bf16 products really ran
+            torch.testing.assert_close(b, a, rtol=0.0, atol=LOGIT_TOLERANCE * 2)
+        mixed = gradient(bf16)  # the policy gradient through the bf16 products points where float32's does
+        assert torch.isfinite(mixed).all() and F.cosine_similarity(mixed, reference, dim=0) > GRADIENT_COSINE
+    assert seen and set(seen) == {torch.bfloat16}
+
+
+def test_rl_runs_in_the_chosen_precision_and_its_receipt_says_so(tmp_path):
+    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.train.checkpoint import save_checkpoint
+    from glm53_flash.train.rl import RLConfig, RLTrainer, train_rl
+
+    start = tmp_path / "checkpoint-0000"
+    save_checkpoint(start, small_model(seed=12, context=128), {"stage": "test"})
+
+    def config(name, precision, **kw):
+        return RLConfig(initial_checkpoint=str(start), output=str(tmp_path / name), groups=2, checkpoints=(),
+                        group_size=4, max_new_tokens=8, temperature=1.0, learning_rate=1e-3, device="cpu",
+                        quiet=True, verifier_workers=1, families="increment,double", precision=precision, **kw)
+
+    receipts = {name: train_rl(config(name, name if name != "default" else None)) for name in ("default", "bf16")}
+    assert receipts["default"]["precision"]["requested"] == "default"
+    assert receipts["default"]["precision"]["name"] == "fp32"
+    assert receipts["bf16"]["precision"]["name"] == "bf16" and receipts["bf16"]["run_config"]["precision"] == "bf16"
+    # One update on a group with a reward spread (a random model's rollouts earn none), in each precision
+    weights = {}
+    for name in ("default", "fp32", "bf16"):
+        trainer = RLTrainer(config(f"update-{name}", name if name != "default" else None))
+        trainer.prepare()
+        seen: list = []
+        _spy_products(trainer.model, seen)
+        task = trainer.tasks[0]
+        completions = generate(trainer.model, [task.prompt], samples=4, max_new_tokens=8, temperature=1.0, seed=1,
+                               precision=trainer.precision)[0]
+        group = {"group": 1, "task": task, "completions": completions, "evaluations": [], "rewards": [1, 0, 0, 0]}
+        assert trainer.update([group], lr=1e-3)["loss"] is not None
+        assert set(seen) == {torch.bfloat16 if name == "bf16" else None}  # rollouts' prefill and the update
+        weights[name] = [p.detach().clone() for p in trainer.model.parameters()]
+    # fp32 stays bit-reproducible (the explicit choice is the CPU's default); bf16 trained too (its
+    # gradient against float32's: test_rl_log_probs_in_bf16_follow_fp32_on_both_paths)
+    assert all(torch.equal(a, b) for a, b in zip(weights["default"], weights["fp32"]))
+    initial = list(small_model(seed=12, context=128).parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(initial, weights["bf16"]))
+
+
+def test_evaluation_and_generation_take_the_precision_and_record_it():
+    from glm53_flash.evaluation import ledger
+    from glm53_flash.evaluation.evaluate import evaluate_greedy
+    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.tasks import frozen_tasks
+
+    model = small_model(seed=13, context=128).eval()
+    seen: list = []
+    _spy_products(model, seen)
+    generate(model, ["def f(x):"], max_new_tokens=3, precision=BF16)
+    assert seen[0] == torch.bfloat16  # the prefill (decode steps may be the float32 C kernels': DECODE_NOTE)
+    tasks = frozen_tasks("dev", 1, ("increment",))
+    chosen = evaluate_greedy(model, tasks, max_new_tokens=4, precision="bf16")
+    default = evaluate_greedy(model, tasks, max_new_tokens=4)
+    assert chosen["inference"]["precision"] == "bf16" and chosen["precision"]["name"] == "bf16"
+    assert "precision" not in default["inference"] and default["precision"]["requested"] == "default"
+    # a sealed evaluation's identity: unchanged for the default (earlier plans), different for a choice
+    common = dict(checkpoint_sha256="w", split="confirm", task_ids=["a"], samples=1, seed=1, temperature=None,
+                  top_k=None, top_p=None, max_new_tokens=4, stop="parse")
+    from glm53_flash.core.receipts import sha256_json
+    assert ledger.evaluation_plan_sha256(**common) == sha256_json({"command": "glm53 eval", **common})
+    assert ledger.evaluation_plan_sha256(**common, precision="bf16") != ledger.evaluation_plan_sha256(**common)
+
+
+def test_products_too_small_to_pay_for_bf16_stay_float32(monkeypatch):
+    monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", MIN_ROWS)
+    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", MIN_SLOTS)
+    weight = torch.randn(24, 16)
+    moe = MixtureOfExperts(32, 32, 4, 2)
+    with compute_in(BF16, "cpu"):
+        for rows in (1, MIN_ROWS - 1):
+            x = torch.randn(rows, 16)
+            assert torch.equal(mixed_linear(x, weight), F.linear(x, weight))  # float32 itself, bit for bit
+        x = torch.randn(2, MIN_ROWS // 2, 16)  # the rows of every leading dim count
+        rounded = F.linear(x.bfloat16(), weight.bfloat16()).float()
+        assert torch.equal(mixed_linear(x, weight), rounded)
+        assert blocked_usable(torch.randn(MIN_SLOTS - 1, 32), moe) is None
+        assert blocked_usable(torch.randn(MIN_SLOTS, 32), moe) == torch.bfloat16

@@ -13,7 +13,8 @@ import torch
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
-from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.core.runtime import resolve_device
+from glm53_flash.model.precision import compute_in
 from glm53_flash.evaluation.config import SAMPLED_DEFAULTS
 from glm53_flash.evaluation.sampling import BANNED_IDS, generate
 from glm53_flash.tasks import frozen_tasks
@@ -38,7 +39,7 @@ def original_generate(model, prompt: str, samples: int, max_new_tokens: int, tem
     rows = torch.tensor([ByteTokenizer().encode(prompt, bos=True)] * samples, dtype=torch.long, device=device)
     recorded: list[list[int]] = [[] for _ in range(samples)]
     for _ in range(max_new_tokens):
-        with autocast(device):
+        with compute_in(None, device):
             logits = model(rows).logits[:, -1].float() / temperature
         logits[:, list(BANNED_IDS) + [ByteTokenizer.eos_id]] = float("-inf")
         chosen = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)

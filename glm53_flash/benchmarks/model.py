@@ -13,8 +13,8 @@ from glm53_flash.model.config import ModelConfig
 from glm53_flash.data.batches import pretraining_batch
 from glm53_flash.model import GLM53Flash, kernels
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
-from glm53_flash.core.runtime import autocast, resolve_device
-from glm53_flash.model.precision import resolve_precision
+from glm53_flash.core.runtime import resolve_device
+from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
 from glm53_flash.benchmarks.common import measure_matmul_peak, print_table, synchronize, timed_runs
 
@@ -170,7 +170,7 @@ def bench_decode(model, device, batch_size, prompt_len, total_len, reforward_eve
         return time.perf_counter() - start, prefill, torch.cat(ids, 1)
 
     cached_runs, measured = [], {length: float("inf") for length in lengths}
-    with autocast(device):
+    with compute_in(None, device):
         model(prompt[:, :8])  # warm-up
         for _ in range(repeats):
             total, prefill, cached_ids = cached_pass()
@@ -242,7 +242,7 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
     def best(fn):
         return min(timed_runs(fn, device, warmup=3, repeats=repeats))
 
-    with autocast(device):
+    with compute_in(None, device):
         read_seconds = best(read_weights)
         products_seconds = best(products)
         torch_products_seconds = products_seconds

@@ -1,6 +1,9 @@
 """`glm53 bench precision`: does a bf16 run follow the fp32 one? The same pretraining (same initial
 weights, same batches of the task stream, the PRETRAINING recipe) run in fp32 and in bf16, step by step
-in turn in one process, with both loss curves, their differences and the step times."""
+in turn in one process, with both loss curves, their differences and the step times. Beside them, the
+yardstick: a third run in fp32 from another initialisation seed (same batches), whose distance from
+the first fp32 run is what a result drawn from one seed already cannot tell apart. bf16 whose gap is
+inside that spread changes nothing a seed's result could show."""
 
 from __future__ import annotations
 
@@ -26,20 +29,31 @@ WINDOW = 10
 TIMING_SKIP = 10  # steps left out of the median step time: the first compile bf16 kernels per new shape (model/moe.py)
 
 
+def _window_means(losses: list[float]) -> list[float]:
+    return [statistics.fmean(losses[i:i + WINDOW]) for i in range(0, len(losses) - WINDOW + 1, WINDOW)]
+
+
+def _worst(reference: list[float], other: list[float]) -> float:
+    return max(abs(b - a) / a for a, b in zip(reference, other))
+
+
 def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batch_size: int = 32,
-        seq_len: int = 128, seed: int = 42, output: str | None = None) -> dict:
+        seq_len: int = 128, seed: int = 42, baseline_seed: int | None = None, output: str | None = None) -> dict:
     if steps < WINDOW:
         raise ValueError(f"--steps must be at least {WINDOW}, got {steps}")
     device = resolve_device(device_name)
     cfg = ModelConfig.preset(preset)
     if seq_len > cfg.max_sequence_length:
         raise ValueError(f"--sequence-length {seq_len} exceeds the {preset} preset's {cfg.max_sequence_length}")
+    baseline_seed = seed + 1 if baseline_seed is None else baseline_seed
+    if baseline_seed == seed:
+        raise ValueError(f"--baseline-seed must differ from --seed ({seed}): it is the other seed's run")
     runs = {}
-    for name in ("fp32", "bf16"):
-        torch.manual_seed(seed)
+    for name, precision, init in (("fp32", "fp32", seed), ("bf16", "bf16", seed), ("fp32_seed", "fp32", baseline_seed)):
+        torch.manual_seed(init)
         model = GLM53Flash(cfg).to(device).train()
         runs[name] = {"model": model, "optimizer": make_optimizer(model, PRETRAINING),
-                      "precision": resolve_precision(name, device), "losses": [], "seconds": []}
+                      "precision": resolve_precision(precision, device), "losses": [], "seconds": []}
     for step in range(steps):
         inputs, labels = (t.to(device) for t in pretraining_batch(step, batch_size, seq_len))
         for name, state in runs.items():
@@ -52,13 +66,13 @@ def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batc
             state["losses"].append(result.loss)
         if (step + 1) % 10 == 0:
             print(f"[bench precision {time.strftime('%H:%M:%S')}] step {step + 1}/{steps}: loss fp32 "
-                  f"{runs['fp32']['losses'][-1]:.4f}, bf16 {runs['bf16']['losses'][-1]:.4f}", file=sys.stderr,
-                  flush=True)
-    fp32, bf16 = runs["fp32"]["losses"], runs["bf16"]["losses"]
-    windows = [(statistics.fmean(fp32[i:i + WINDOW]), statistics.fmean(bf16[i:i + WINDOW]))
-               for i in range(0, steps - WINDOW + 1, WINDOW)]
-    worst_window = max(abs(b - a) / a for a, b in windows)
-    worst_step = max(abs(b - a) / a for a, b in zip(fp32, bf16))
+                  f"{runs['fp32']['losses'][-1]:.4f}, bf16 {runs['bf16']['losses'][-1]:.4f}, fp32 seed "
+                  f"{baseline_seed} {runs['fp32_seed']['losses'][-1]:.4f}", file=sys.stderr, flush=True)
+    fp32, bf16, other = (runs[name]["losses"] for name in ("fp32", "bf16", "fp32_seed"))
+    means = {name: _window_means(runs[name]["losses"]) for name in runs}
+    windows = list(zip(means["fp32"], means["bf16"]))
+    worst_window, worst_step = _worst(means["fp32"], means["bf16"]), _worst(fp32, bf16)
+    seed_window, seed_step = _worst(means["fp32"], means["fp32_seed"]), _worst(fp32, other)
     skip = min(TIMING_SKIP, steps // 2)
     median = {name: statistics.median(state["seconds"][skip:]) for name, state in runs.items()}
     result = {
@@ -72,6 +86,10 @@ def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batc
         "max_relative_difference_per_step": worst_step,
         "final_window_fp32": windows[-1][0], "final_window_bf16": windows[-1][1],
         "within_tolerance": worst_window <= CURVE_TOLERANCE,
+        "baseline_seed": baseline_seed, "loss_fp32_other_seed": other,
+        "seed_max_relative_difference_of_window_means": seed_window,
+        "seed_max_relative_difference_per_step": seed_step, "final_window_fp32_other_seed": means["fp32_seed"][-1],
+        "bf16_within_seed_spread": worst_window <= seed_window,
         "median_step_seconds_after_warmup": median, "steps_skipped_for_timing": skip,
         "bf16_speedup_of_median": median["fp32"] / median["bf16"],
         "provenance": provenance(device=str(device)),
@@ -83,6 +101,10 @@ def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batc
                                                       f"{100 * CURVE_TOLERANCE:.0f}%: "
                                                       f"{'within' if result['within_tolerance'] else 'OUTSIDE'})"),
         ("largest difference (one step)", f"{100 * worst_step:.2f}%"),
+        (f"the same in fp32 from seed {baseline_seed}", f"{100 * seed_window:.2f}% ({WINDOW}-step means), "
+                                                        f"{100 * seed_step:.2f}% (one step): bf16 "
+                                                        f"{'inside' if result['bf16_within_seed_spread'] else 'OUTSIDE'}"
+                                                        f" the seed spread"),
         ("median step after warm-up", f"fp32 {median['fp32']:.3f} s, bf16 {median['bf16']:.3f} s "
                                       f"({result['bf16_speedup_of_median']:.2f}x)"),
     ], title=f"glm53 bench precision  preset={preset}  steps={steps}")

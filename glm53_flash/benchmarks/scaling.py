@@ -33,7 +33,8 @@ from glm53_flash.model.lm import ModelCache
 from glm53_flash.model.sparse_attention import SparseAttention, SparseKV, sparse_mask
 from glm53_flash.core.argtypes import parse_int_list
 from glm53_flash.core.receipts import provenance, write_json
-from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.core.runtime import resolve_device
+from glm53_flash.model.precision import compute_in
 from glm53_flash.benchmarks.common import print_table, synchronize, timed_runs
 
 VARIANTS = ("hybrid", "dense")
@@ -129,7 +130,7 @@ def bench_training(models, device, batch_size, lengths, warmup, repeats) -> list
         inputs, labels = batches[length]
 
         def run():
-            with autocast(device):
+            with compute_in(None, device):
                 out = model(inputs)
                 loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
                 loss = loss + 0.01 * out.aux_loss
@@ -167,7 +168,7 @@ def bench_decode(models, device, batch_size, positions, prefill_chunk, warmup, r
     generator = torch.Generator().manual_seed(DATA_SEED + 1)
     prompt = torch.randint(4, 260, (batch_size, positions[-1] + 1), generator=generator).to(device)
     snapshots, prefill_seconds = {}, {}
-    with autocast(device):
+    with compute_in(None, device):
         for name, model in models.items():
             model.eval()
             cache = model.new_cache(batch_size)

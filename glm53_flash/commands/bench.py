@@ -21,7 +21,29 @@ def register(bench_sub) -> None:
     _add_bench_scaling(bench_sub)
     _add_bench_contention(bench_sub)
     _add_bench_precision(bench_sub)
+    _add_bench_rl(bench_sub)
     add_bench_verify_parser(bench_sub)
+
+
+def _add_bench_rl(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "rl", help="the headline's RL stage from one checkpoint in fp32 and bf16: wall, rollout and update seconds",
+        description="Run the headline plan's RL stage (its first seed, 96 groups x 16 samples) from one pretrained "
+                    "checkpoint in fp32 and in bf16, alternating, --rounds times each, in one process; reports the "
+                    "median wall, rollout and update seconds, the bf16 speed-up and what each run learned. Writes a "
+                    "JSON receipt. On the CPU only.")
+    parser.add_argument("--checkpoint", required=True, help="a pretrained checkpoint directory of the flash preset")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per precision (the median is reported)")
+    parser.add_argument("--groups", type=int, default=None, help="fewer groups than the plan's 96 (a quick look)")
+    parser.add_argument("--output", default="runs/bench/rl.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_rl)
+
+
+def _run_bench_rl(args) -> int:
+    from glm53_flash.benchmarks.rl import run
+
+    run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output)
+    return 0
 
 
 def _add_bench_precision(bench_sub) -> None:
@@ -29,13 +51,18 @@ def _add_bench_precision(bench_sub) -> None:
         "precision", help="the same pretraining in fp32 and bf16: loss curves, their difference, step times",
         description="Pretrain one preset from the same weights on the same batches in fp32 and in bf16, a step of "
                     "each in turn in one process; reports both loss curves, the largest difference of their "
-                    "10-step means against the stated tolerance, and the median step times. Writes a JSON receipt.")
+                    "10-step means against the stated tolerance, and the median step times. A third run, in fp32 from "
+                    "another seed, is the yardstick: the bf16 gap is set beside the gap between two seeds. Writes a "
+                    "JSON receipt.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=42, help="initialisation seed (both runs)")
+    parser.add_argument("--seed", type=int, default=42, help="initialisation seed (the fp32 and the bf16 run)")
+    parser.add_argument("--baseline-seed", type=int, default=None,
+                        help="initialisation seed of the third run, in fp32: the seed spread the bf16 gap is "
+                             "judged against (default --seed + 1)")
     parser.add_argument("--output", default="runs/bench/precision.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_precision)
 
@@ -44,7 +71,7 @@ def _run_bench_precision(args) -> int:
     from glm53_flash.benchmarks.precision import run
 
     run(preset=args.preset, device_name=args.device, steps=args.steps, batch_size=args.batch_size,
-        seq_len=args.sequence_length, seed=args.seed, output=args.output)
+        seq_len=args.sequence_length, seed=args.seed, baseline_seed=args.baseline_seed, output=args.output)
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from glm53_flash.evaluation.config import (EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
                                            EvalConfig)
 from glm53_flash.core.options import add_arguments, from_arguments
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 
 STOP_CHOICES = EVAL_STOP_CHOICES
 
@@ -36,6 +36,8 @@ def _add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48, help="cap on generated tokens (default 48)")
     parser.add_argument("--batch-rows", type=int, default=512, help="most rows in one forward (default 512)")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help=PRECISION_HELP + " (default: fp32 on the CPU, bf16 autocast on CUDA)")
 
 
 def _refuse_existing(path: str | None, force: bool, flag: str) -> None:
@@ -124,11 +126,15 @@ def _run_generate(args) -> int:
 
         check_prompt(args.prompt)
     prompt = task.prompt if task else args.prompt
+    from glm53_flash.model.precision import resolve_precision
+
     model, _ = _load_model(args.checkpoint, args.device)
+    precision = resolve_precision(args.precision, next(model.parameters()).device)
     rows = generate(model, [prompt], samples=args.samples, max_new_tokens=args.max_new_tokens,
                     temperature=_resolve_temperature(args.temperature, args.samples), top_k=args.top_k,
                     top_p=args.top_p, seed=args.seed, keys=[task.task_id] if task else None,
-                    stop=coding_stop([task], stop) if task else stop, batch_rows=args.batch_rows)[0]
+                    stop=coding_stop([task], stop) if task else stop, batch_rows=args.batch_rows,
+                    precision=precision)[0]
     if args.json:
         print(json.dumps([c.to_dict() for c in rows], indent=2))
         return 0
@@ -171,11 +177,15 @@ def _run_eval(args) -> int:
     opening = None
     tasks = eval_tasks(cfg)
     if ledger.is_sealed(cfg.split):
+        from glm53_flash.model.precision import resolve_precision
+
+        device = next(model.parameters()).device
+        precision = None if cfg.precision is None else resolve_precision(cfg.precision, device).name
         plan = ledger.evaluation_plan_sha256(
             checkpoint_sha256=metadata.get("weights_sha256"), split=cfg.split,
             task_ids=[t.task_id for t in tasks], samples=cfg.samples, seed=cfg.seed,
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-            stop=cfg.stop)
+            stop=cfg.stop, precision=precision)
         opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen)
     try:
         receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening,

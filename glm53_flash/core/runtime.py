@@ -1,11 +1,11 @@
-"""Device choice, seeding and the autocast context shared by training, sampling and benchmarks.
+"""Device choice, seeding and the thread governor shared by training, sampling and benchmarks (the precision
+a forward runs in is model/precision.py's compute_in).
 
 torch is imported inside the functions so that CLI registration can read DEVICE_CHOICES cheaply.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
@@ -32,15 +32,6 @@ def resolve_device(name: str = "auto"):
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ValueError("device 'mps' requested but MPS is not available")
     return torch.device(name)
-
-
-def autocast(device):
-    """bf16 autocast on CUDA; full precision elsewhere."""
-    import torch
-
-    if torch.device(device).type == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def fused_optimizer_supported(device) -> bool:
@@ -133,7 +124,8 @@ class ThreadGovernor:
     the others left free, between 1 and the count it started with.
 
     Off by default: the thread count changes the last bits of the math library's sums, so a run that
-    adapts is not bit-identical to one that did not (its metrics rows record `threads`)."""
+    adapts is not bit-identical to one that did not (its metrics rows record `threads`). Used as a
+    context manager (or with `restore()`), it hands the starting count back when the stage ends."""
 
     def __init__(self, most: int | None = None) -> None:
         import os
@@ -143,7 +135,7 @@ class ThreadGovernor:
         self.torch = torch
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.most = max(1, most or torch.get_num_threads())
-        self.threads = torch.get_num_threads()
+        self.threads = self.initial = torch.get_num_threads()
         self.changes = 0
         self._mark = self._sample()
 
@@ -163,6 +155,18 @@ class ThreadGovernor:
         if total <= 0 or elapsed <= 0:
             return None
         return max(0.0, busy / total * self.cores - (mine - previous[1]) / elapsed)
+
+    def restore(self) -> None:
+        """The thread count the governor started with, back (a stage after it starts where this one did)."""
+        if self.torch.get_num_threads() != self.initial:
+            self.torch.set_num_threads(self.initial)
+        self.threads = self.initial
+
+    def __enter__(self) -> "ThreadGovernor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
 
     def after_step(self) -> int:
         """Set the thread count for the next step; returns it."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.tasks import EVAL_SPLITS, MAX_NEW_TOKENS, suite_of
 
 # Stop rules, one name per meaning: sampling.GENERIC_STOPS (eos, none: any text), EVAL_STOP_CHOICES (those
@@ -47,6 +47,11 @@ class EvalConfig:
                                         default_text="48; 64 on a compositions split")
     batch_rows: int = option(512, help="most rows in one forward")
     device: str = option(DEFAULT_DEVICE, help="where to run the model", choices=DEVICE_CHOICES)
+    precision: str | None = option(None, neutral=True, choices=PRECISIONS, help=PRECISION_HELP,
+                                   default_text="fp32 on the CPU, bf16 autocast on CUDA (what earlier evaluations did)")
+    adapt_threads: bool = option(False, neutral=True,
+                                 help="on the CPU, follow the free cores with the math threads after each decode step "
+                                      "(fast beside another busy process; the last bits of a result may differ)")
     open_sealed: str | None = option(None, metavar="PURPOSE",
                                      help="open a sealed split (final, confirm, holdout) for this stated purpose; "
                                           "the receipt is recorded in the ledger (glm53 ledger)",

@@ -116,19 +116,26 @@ def evaluate_greedy(
     checkpoint_sha256: str | None = None,
     progress: bool = False,
     opening: "ledger.Opening | None" = None,
+    precision: str | None = None,
+    adapt_threads: bool = False,
 ) -> dict:
     """Greedy pass@1 receipt (the original's evaluate.py). `seed` is recorded only: greedy decoding
     uses no randomness. A Verifier is created (and closed) when none is given. A sealed split needs
-    an opening (ledger.require_open)."""
+    an opening (ledger.require_open). `precision`: fp32, bf16 or auto (model/precision.py; None: the
+    device's default, left out of the receipt's inference settings as before the choice existed).
+    `adapt_threads`: on the CPU, a ThreadGovernor follows the free cores during decoding (the receipt's
+    timing says how often it changed the count)."""
     inference = {"greedy": True, "max_new_tokens": max_new_tokens, "seed": seed, "families": families_field(tasks),
                  "stop": stop, "batch_rows": batch_rows, "strong_tests": strong_cases_record(tasks)}
-    opening = ledger.opening_for(split_of(tasks), opening)
+    opening = ledger.opening_for(split_of(tasks), opening)  # a sealed split refused before the model is touched
+    resolved = _resolve_precision(model, precision, inference)
     completions, evaluations, strong, timing = _run(
         model, tasks, samples=1, temperature=0.0, top_k=None, top_p=None, max_new_tokens=max_new_tokens, stop=stop,
-        seed=seed, verifier=verifier, batch_rows=batch_rows, progress=progress, sealed=opening is not None)
+        seed=seed, verifier=verifier, batch_rows=batch_rows, progress=progress, sealed=opening is not None,
+        precision=resolved, adapt_threads=adapt_threads)
     receipt = greedy_receipt(tasks, [c[0] for c in completions], [e[0] for e in evaluations], inference,
                              strong_evaluations=[e[0] for e in strong])
-    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening)
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening, resolved)
 
 
 def evaluate_sampled(
@@ -148,9 +155,11 @@ def evaluate_sampled(
     checkpoint_sha256: str | None = None,
     progress: bool = False,
     opening: "ledger.Opening | None" = None,
+    precision: str | None = None,
+    adapt_threads: bool = False,
 ) -> dict:
     """Sampled pass@k receipt (the original's evaluate_passk.py) plus the unbiased pass@k. A sealed
-    split needs an opening (ledger.require_open).
+    split needs an opening (ledger.require_open). `precision` and `adapt_threads` as in evaluate_greedy.
 
     Sample i of a task uses the random stream (seed, task_id, i), so a task's samples do not change
     when other tasks or families are added (the original seeded by position in the filtered list).
@@ -161,20 +170,34 @@ def evaluate_sampled(
                  "seed": seed, "families": families_field(tasks), "stop": stop, "top_k": top_k, "top_p": top_p,
                  "batch_rows": batch_rows, "seed_scheme": "sha256(seed, task_id, sample) -> Gumbel-max stream",
                  "strong_tests": strong_cases_record(tasks)}
-    opening = ledger.opening_for(split_of(tasks), opening)
+    opening = ledger.opening_for(split_of(tasks), opening)  # a sealed split refused before the model is touched
+    resolved = _resolve_precision(model, precision, inference)
     completions, evaluations, strong, timing = _run(
         model, tasks, samples=samples, temperature=temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier, batch_rows=batch_rows,
-        progress=progress, sealed=opening is not None)
+        progress=progress, sealed=opening is not None, precision=resolved, adapt_threads=adapt_threads)
     receipt = sampled_receipt(tasks, completions, evaluations, inference, strong_evaluations=strong)
-    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening)
+    return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening, resolved)
+
+
+def _resolve_precision(model, precision: str | None, inference: dict):
+    """`precision` resolved on the model's device; a chosen one (not the default) joins the inference
+    settings by the name it resolved to (what decides the result: auto is bf16 on one machine, fp32 on
+    another), the default stays out of them as before the choice existed."""
+    from glm53_flash.model.precision import resolve_precision
+
+    resolved = resolve_precision(precision, next(model.parameters()).device)
+    if precision is not None:
+        inference["precision"] = resolved.name
+    return resolved
 
 
 def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = None, verifier=None,
              opening: "ledger.Opening | None" = None, progress: bool | None = None,
              tasks: list | None = None) -> dict:
     """The evaluation an EvalConfig describes, every field honoured (split, families, per_family,
-    samples, seed, stop, temperature, top_k, top_p, max_new_tokens, batch_rows, workers, device): the
+    samples, seed, stop, temperature, top_k, top_p, max_new_tokens, batch_rows, workers, device,
+    precision): the
     receipt of `evaluate_greedy` (one sample) or `evaluate_sampled`. Loads cfg.checkpoint on cfg.device
     unless `model` is given (then `checkpoint_sha256` names its weights); starts a Verifier with
     cfg.workers unless one is given; progress follows cfg.quiet unless given. A sealed split needs
@@ -193,7 +216,8 @@ def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = Non
         checkpoint_sha256 = metadata.get("weights_sha256")
     common = dict(max_new_tokens=cfg.max_new_tokens, stop=cfg.stop, seed=cfg.seed, batch_rows=cfg.batch_rows,
                   checkpoint=str(cfg.checkpoint), checkpoint_sha256=checkpoint_sha256,
-                  progress=not cfg.quiet if progress is None else progress, opening=opening)
+                  progress=not cfg.quiet if progress is None else progress, opening=opening, precision=cfg.precision,
+                  adapt_threads=cfg.adapt_threads)
     own = verifier is None
     verifier = Verifier(workers=cfg.workers) if own else verifier
     try:
@@ -227,7 +251,7 @@ def task_batches(tasks: Sequence, samples: int, batch_rows: int) -> list[list[in
 
 
 def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, stop, seed, verifier, batch_rows,
-         progress, sealed):
+         progress, sealed, precision=None, adapt_threads=False):
     """Generate and judge every task; returns completions[t][s], evaluations[t][s] (the three cases),
     strong[t][s] (the strong set), timing. On a sealed split the progress bar shows no results."""
     import torch
@@ -243,6 +267,11 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    governor = None
+    if adapt_threads and device.type == "cpu":
+        from glm53_flash.core.runtime import ThreadGovernor
+
+        governor = ThreadGovernor()
 
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)
@@ -258,7 +287,8 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
             start = time.perf_counter()
             generated = generate_for_tasks(model, batch_tasks, samples=samples, max_new_tokens=max_new_tokens,
                                            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop,
-                                           batch_rows=batch_rows, progress=bar.update if bar else None)
+                                           batch_rows=batch_rows, progress=bar.update if bar else None,
+                                           precision=precision, governor=governor)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             generation_seconds += time.perf_counter() - start
@@ -282,10 +312,15 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
             bar.close()
         if own_verifier:
             verifier.close()
+        if governor is not None:
+            threads_at_end = governor.threads
+            governor.restore()  # the caller's count back
     timing = {"generation_seconds": generation_seconds, "verification_seconds": verification_seconds,
               "total_seconds": time.perf_counter() - wall_start, "rollouts": len(tasks) * samples,
               "generated_tokens": sum(len(c.token_ids) for rows in completions for c in rows)}
     timing["rollouts_per_second"] = timing["rollouts"] / max(timing["total_seconds"], 1e-9)
+    if governor is not None:
+        timing["thread_changes"], timing["threads_at_end"] = governor.changes, threads_at_end
     return completions, evaluations, strong, timing
 
 
@@ -295,7 +330,7 @@ def _progress_bar(total: int, enabled: bool):
     return progress_bar(total, quiet=not enabled, desc="evaluate", unit="rollout")
 
 
-def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening) -> dict:
+def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening, precision) -> dict:
     import torch
 
     from glm53_flash.core.receipts import provenance
@@ -305,7 +340,7 @@ def _finish(receipt: dict, model, checkpoint, checkpoint_sha256, timing, opening
         schema_version=SCHEMA_VERSION, status="complete", checkpoint=checkpoint, checkpoint_sha256=checkpoint_sha256,
         elapsed_seconds=timing["total_seconds"],
         peak_vram_gib=(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None),
-        timing=timing, provenance=provenance(device=str(device)),
+        timing=timing, precision=precision.record(), provenance=provenance(device=str(device)),
         sealed_opening=None if opening is None else opening.to_dict(),
     )
     return receipt

@@ -263,14 +263,18 @@ def check_opening_request(split: str, open_sealed: str | None, reopen: str | Non
 
 def evaluation_plan_sha256(*, checkpoint_sha256: str | None, split: str, task_ids: list[str], samples: int,
                            seed: int, temperature: float | None, top_k: int | None, top_p: float | None,
-                           max_new_tokens: int, stop: str) -> str:
+                           max_new_tokens: int, stop: str, precision: str | None = None) -> str:
     """The identity of one `glm53 eval` on a sealed split: the weights and every setting that decides its
-    result. Evaluating the same again on the same sealed split is a reopening (it needs a reason)."""
+    result. Evaluating the same again on the same sealed split is a reopening (it needs a reason).
+    `precision`: the name a chosen precision resolved to (None: the default, which earlier plans left out)."""
     from glm53_flash.core.receipts import sha256_json
 
-    return sha256_json({"command": "glm53 eval", "checkpoint_sha256": checkpoint_sha256, "split": split,
-                        "task_ids": list(task_ids), "samples": samples, "seed": seed, "temperature": temperature,
-                        "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens, "stop": stop})
+    plan = {"command": "glm53 eval", "checkpoint_sha256": checkpoint_sha256, "split": split,
+            "task_ids": list(task_ids), "samples": samples, "seed": seed, "temperature": temperature,
+            "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens, "stop": stop}
+    if precision is not None:
+        plan["precision"] = precision
+    return sha256_json(plan)
 
 
 def require_open(split: str, purpose: str, *, plan_sha256: str | None = None, reopen: str | None = None,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from glm53_flash.core.runtime import autocast
 from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.model.precision import compute_in
 
 GENERIC_STOPS = ("eos", "none")  # or a stop predicate: see `generate`
 FINISH_REASONS = ("eos", "cap")  # or the name of the stop predicate that ended the row
@@ -173,6 +173,8 @@ def generate(
     stop="eos",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     progress: Callable[[int], None] | None = None,
+    precision=None,
+    governor=None,
 ) -> list[list[Completion]]:
     """Continue every prompt `samples` times; returns completions[prompt][sample].
 
@@ -184,6 +186,9 @@ def generate(
     these tokens; None or absent: after every token) and `validate(prompts)`. Rows also end at EOS
     or the cap. The coding tasks' rule is `tasks.ParseStop`.
     At most `batch_rows` rows run through one forward. `progress(n)` is called as n rows finish.
+    `precision` (a model/precision.Precision; None: the device's default) is what the forwards run in.
+    `governor` (a core/runtime.ThreadGovernor) sets the thread count after every decode step, so a
+    busy core elsewhere slows decoding by its share instead of stalling every parallel region.
     """
     cfg = model.config
     _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop,
@@ -202,9 +207,9 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), autocast(device):
+        with torch.inference_mode(), compute_in(precision, device):
             for chunk in _plan_chunks(encoded, samples, max_new_tokens, batch_rows):
-                _generate_chunk(model, device, chunk, encoded, keys, settings, results, progress)
+                _generate_chunk(model, device, chunk, encoded, keys, settings, results, progress, governor)
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
@@ -212,7 +217,7 @@ def generate(
 
 def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                    key: str | None = None, stop="eos") -> Iterator[tuple[int, Completion | None]]:
+                    key: str | None = None, stop="eos", precision=None) -> Iterator[tuple[int, Completion | None]]:
     """One prompt, one sample, one token at a time: yields (token_id, None) for every token chosen,
     and (token_id, Completion) for the last one.
 
@@ -240,7 +245,7 @@ def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), autocast(device):
+        with torch.inference_mode(), compute_in(precision, device):
             cache = model.new_cache(1)
             logits = model(torch.tensor([encoded], dtype=torch.long, device=device), cache=cache).logits[:, -1]
             while True:
@@ -306,7 +311,7 @@ def _plan_chunks(encoded: list[list[int]], samples: int, max_new_tokens: int, ba
 
 
 def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, results,
-                    progress) -> None:
+                    progress, governor=None) -> None:
     """Decode one chunk in lockstep: prefill to the shortest prompt, then one token per step.
 
     The cache has one shared position, so every row has consumed the same number of its own tokens:
@@ -396,6 +401,8 @@ def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, re
                 next_ids.append(tokens[row.slot][-1])
         step = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
         logits = model(step, cache=cache).logits[:, -1].float()
+        if governor is not None:
+            governor.after_step()
 
 
 def _choose_tokens(logits: torch.Tensor, settings: _Settings, noise: torch.Tensor | None):

@@ -12,9 +12,12 @@ What bf16 means depends on the device:
   run ~7x faster than fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
   every op's inputs and shuts our float32 kernels off, made the step slower than float32 (measured while
   building; docs/ARCHITECTURE.md, "Precision").
+- **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
+  casting the weight and the result is a fixed cost that a few rows do not repay (numbers below).
 - **Cached decoding on the CPU** steps aside: a decode step of a few rows is bound by reading the
   weights, which the C kernels do in float32 (they have no bf16 weight path); `mixed_linear` leaves a
-  call that a C kernel serves to it, so only prefills and full forwards take bf16 products.
+  call that a C kernel serves to it, so only prefills, full forwards and decode steps of many rows take
+  bf16 products.
 
 `auto` takes bf16 where the device accelerates it (CUDA with bf16; a CPU with AVX512-BF16 or AMX, read
 from /proc/cpuinfo) and fp32 elsewhere. fp32 stays bit-reproducible: outside `compute_in`, or inside
@@ -103,8 +106,11 @@ def resolve_precision(requested: str | None, device, cpuinfo: str | None = None)
 
 
 def compute_in(precision: Precision | None, device):
-    """The context a forward (and its backward, when called inside) runs in for `precision`."""
-    if precision is None or precision.name == "fp32":
+    """The context a forward (and its backward, when called inside) runs in for `precision`; None: the
+    default (`resolve_precision(None, device)`: bf16 autocast on CUDA, float32 elsewhere)."""
+    if precision is None:
+        precision = resolve_precision(None, device)
+    if precision.name == "fp32":
         return contextlib.nullcontext()
     kind = torch.device(device).type
     if kind == "cuda":
@@ -121,26 +127,45 @@ def _cpu_products(dtype: torch.dtype):
         _PRODUCT_DTYPE.reset(token)
 
 
+# Below this many rows a bf16 weight product on the CPU costs more than the float32 one: casting the weight
+# and the result is a fixed cost the few rows do not repay. Measured on the flash shapes with AMX (a
+# [rows, 192] x [192, 576] product with its backward, bf16 including the casts, over float32): 0.6x at 16
+# and 48 rows, 1.0x at 128, 1.3x at 256, 2.0x at 512, 2.8x at 4096. So a prefill of one prompt and RL's
+# update on a few short sequences stay float32 (a whole RL stage ran 0.84x as fast in bf16 before this
+# rule: results/bench/rl.json keeps the run with it), a pretraining batch (4096 rows) takes bf16.
+BF16_MIN_ROWS = 256
+
+
 def product_dtype() -> torch.dtype | None:
     """The dtype weight products take now on the CPU (None: their inputs' own)."""
     return _PRODUCT_DTYPE.get()
 
 
-def mixed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """F.linear(x, weight) without bias, in the product dtype of compute_in for float32 CPU inputs."""
+def _product_dtype_for(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype the product of float32 CPU rows `x` takes inside compute_in, or None: its own (outside
+    bf16 products, another dtype or device, or fewer than BF16_MIN_ROWS rows)."""
     dtype = _PRODUCT_DTYPE.get()
-    if dtype is None or x.dtype != torch.float32 or not x.is_cpu:
+    if dtype is None or x.dtype != torch.float32 or not x.is_cpu or x.numel() < BF16_MIN_ROWS * x.shape[-1]:
+        return None
+    return dtype
+
+
+def mixed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight) without bias, in the product dtype of compute_in for float32 CPU inputs of
+    at least BF16_MIN_ROWS rows."""
+    dtype = _product_dtype_for(x)
+    if dtype is None:
         return F.linear(x, weight)
     return F.linear(x.to(dtype), weight.to(dtype)).float()
 
 
 def mixed_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight, in the product dtype of compute_in for float32 CPU inputs."""
-    dtype = _PRODUCT_DTYPE.get()
-    if dtype is None or x.dtype != torch.float32 or not x.is_cpu:
+    """x @ weight, in the product dtype of compute_in for float32 CPU inputs of at least BF16_MIN_ROWS rows."""
+    dtype = _product_dtype_for(x)
+    if dtype is None:
         return torch.matmul(x, weight)
     return torch.matmul(x.to(dtype), weight.to(dtype)).float()
 
 
-__all__ = ["CPU_BF16_FLAGS", "DECODE_NOTE", "PRECISIONS", "PRECISION_HELP", "Precision",
+__all__ = ["BF16_MIN_ROWS", "CPU_BF16_FLAGS", "DECODE_NOTE", "PRECISIONS", "PRECISION_HELP", "Precision",
            "compute_in", "cpu_bf16_flags", "mixed_linear", "mixed_matmul", "product_dtype", "resolve_precision"]

@@ -232,6 +232,12 @@ class RLConfig:
     warmup: int = option(0, help="linear LR warmup, in updates")
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
     verifier_workers: int | None = option(None, help="sandbox worker processes", default_text="one per CPU")
+    precision: str | None = option(None, neutral=True, choices=PRECISIONS, help=PRECISION_HELP + " (rollouts and update)",
+                                   default_text="fp32 on the CPU, bf16 autocast on CUDA (what earlier runs did)")
+    adapt_threads: bool = option(False, neutral=True,
+                                 help="on the CPU, follow the free cores with the math threads after each decode step "
+                                      "and update (fast beside another busy process; not bit-identical to a run "
+                                      "without it)")
     resume: bool = option(False, help="continue the run in --output from its last checkpoint")
     quiet: bool = option(False, help=QUIET_HELP)
     tensorboard: str | None = option(None, help=TENSORBOARD_HELP, metavar="DIR")
@@ -300,6 +306,8 @@ class SelectConfig:
     seed: int = option(SAMPLED_SEED, help="seed of the samples' random streams")
     stop: str = option("parse", help="stop rule ('parse' = the original's)", choices=EVAL_STOP_CHOICES)
     device: str = option(DEFAULT_DEVICE, help="where to evaluate", choices=DEVICE_CHOICES)
+    precision: str | None = option(None, neutral=True, choices=PRECISIONS, help=PRECISION_HELP,
+                                   default_text="fp32 on the CPU, bf16 autocast on CUDA (what earlier selections did)")
     output: str | None = option(None, help="selection receipt", default_text="RUN/selection-SPLIT.json")
     force: bool = option(False, help="replace an existing selection receipt")
     quiet: bool = option(False, help="no line per checkpoint; --no-progress is the same")

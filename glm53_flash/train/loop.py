@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.core.progress import ProgressLines, progress_bar  # noqa: F401  (re-exported: the loops' progress)
-from glm53_flash.model.precision import compute_in, resolve_precision
+from glm53_flash.model.precision import compute_in
 from glm53_flash.train.engine import (  # noqa: F401 - re-exported: the recipes and the optimizer live in the engine
     OPTIMIZER_KERNELS, PRETRAINING, STUDY, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
     parameter_groups, set_learning_rate,
@@ -69,7 +69,7 @@ def language_model_update(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     if not recipe.mixed_precision:
         context = contextlib.nullcontext()
     else:
-        context = compute_in(precision or resolve_precision(None, inputs.device), inputs.device)
+        context = compute_in(precision, inputs.device)
     with context:
         out = forward(inputs, balance_reduce=ctx.all_sum if distributed else None)
         ce_sum = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,

@@ -395,10 +395,14 @@ class Pretrainer:
                 from glm53_flash.core.runtime import ThreadGovernor
 
                 governor = ThreadGovernor() if cfg.adapt_threads and self.device.type == "cpu" else None
-                StepLoop(self.start_step, cfg.steps, step, sink=sink,
-                         at_steps=[(set(cfg.checkpoint_steps()), checkpoint)], bar=bar, governor=governor,
-                         postfix=lambda row: {"loss": f"{row['loss']:.4f}",
-                                              "tok_s": f"{row['tokens_per_second']:.0f}"}).run()
+                try:
+                    StepLoop(self.start_step, cfg.steps, step, sink=sink,
+                             at_steps=[(set(cfg.checkpoint_steps()), checkpoint)], bar=bar, governor=governor,
+                             postfix=lambda row: {"loss": f"{row['loss']:.4f}",
+                                                  "tok_s": f"{row['tokens_per_second']:.0f}"}).run()
+                finally:
+                    if governor is not None:
+                        governor.restore()
             elapsed = self._elapsed()
             result = {}
             if self.ctx.is_main:

@@ -46,9 +46,10 @@ import torch
 
 from glm53_flash.core.options import config_record
 from glm53_flash.core.receipts import provenance, write_json
-from glm53_flash.core.runtime import autocast, resolve_device
+from glm53_flash.core.runtime import resolve_device
 from glm53_flash.evaluation.sampling import generate, mask_logits
 from glm53_flash.evaluation.stop import coding_stop
+from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.tasks import RL_SPLITS, parse_families, split_tasks, strong_task, task_strong_cases
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train.config import (  # noqa: F401 - re-exported: the config and its choices lived here
@@ -158,8 +159,8 @@ def set_train_scope(model, scope: str) -> int:
 
 
 def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], temperature: float,
-                      source: str, device,
-                      share_prompts: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                      source: str, device, share_prompts: bool = True,
+                      precision=None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per sequence: log-probs of its completion tokens (with grad) and the entropy at each position.
 
     `sequences` holds (prompt ids with BOS, completion ids). With source 'sampler' the distribution is
@@ -172,9 +173,11 @@ def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], tempe
     backward sums the rows' gradients into the one prompt pass) and their completions run on it. A
     group of 16 then computes about 45 + 16 x 30 positions instead of 16 x 75. `share_prompts=False`
     runs every sequence whole in one padded batch: the plain formulation, and the test oracle.
+    The forwards run in `precision` (a model/precision.Precision; None: the device's default); the
+    log-softmax and everything after it in float32.
     """
-    rows_by_sequence = (_completion_logits_shared(model, sequences, device) if share_prompts
-                        else _completion_logits_whole(model, sequences, device))
+    rows_by_sequence = (_completion_logits_shared(model, sequences, device, precision) if share_prompts
+                        else _completion_logits_whole(model, sequences, device, precision))
     logprobs, entropies = [], []
     for rows, (_, completion) in zip(rows_by_sequence, sequences):
         if source == "sampler":
@@ -187,7 +190,7 @@ def sequence_logprobs(model, sequences: list[tuple[list[int], list[int]]], tempe
     return logprobs, entropies
 
 
-def _completion_logits_whole(model, sequences, device) -> list[torch.Tensor]:
+def _completion_logits_whole(model, sequences, device, precision=None) -> list[torch.Tensor]:
     """Per sequence, the float32 logits [len(completion), V] that predict its completion: every sequence
     whole (prompt + completion) in one batch padded at the end."""
     length = max(len(p) + len(c) for p, c in sequences)
@@ -195,13 +198,13 @@ def _completion_logits_whole(model, sequences, device) -> list[torch.Tensor]:
     for i, (prompt, completion) in enumerate(sequences):
         ids = prompt + completion
         batch[i, : len(ids)] = torch.tensor(ids)
-    with autocast(device):
+    with compute_in(precision, device):
         logits = model(batch.to(device)).logits.float()
     # logits at position t predict token t + 1
     return [logits[i, len(p) - 1 : len(p) - 1 + len(c)] for i, (p, c) in enumerate(sequences)]
 
 
-def _completion_logits_shared(model, sequences, device) -> list[torch.Tensor]:
+def _completion_logits_shared(model, sequences, device, precision=None) -> list[torch.Tensor]:
     """The same logits, each distinct prompt run once (see sequence_logprobs)."""
     members: dict[tuple[int, ...], list[int]] = {}
     for i, (prompt, _) in enumerate(sequences):
@@ -210,7 +213,7 @@ def _completion_logits_shared(model, sequences, device) -> list[torch.Tensor]:
     for prompt, indices in members.items():
         completions = [sequences[i][1] for i in indices]
         cache = model.new_cache(1)
-        with autocast(device):
+        with compute_in(precision, device):
             # The prompt's last position predicts every completion's first token.
             first = model(torch.tensor([prompt], device=device), cache=cache).logits[0, -1:].float()
         longest = max(len(c) for c in completions)
@@ -223,7 +226,7 @@ def _completion_logits_shared(model, sequences, device) -> list[torch.Tensor]:
         for row, completion in enumerate(completions):
             if len(completion) > 1:
                 batch[row, : len(completion) - 1] = torch.tensor(completion[:-1], dtype=torch.long)
-        with autocast(device):
+        with compute_in(precision, device):
             rest = model(batch.to(device), cache=cache).logits.float()
         for row, (i, completion) in enumerate(zip(indices, completions)):
             out[i] = torch.cat((first, rest[row, : max(0, len(completion) - 1)]))[: len(completion)]
@@ -267,6 +270,7 @@ class RLTrainer:
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.device = resolve_device(cfg.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
         check_world_size(cfg, int(os.environ.get("WORLD_SIZE", "1")))
         self.ctx: DistributedContext = setup_distributed(self.device.type)
         if self.ctx.enabled and self.device.type == "cuda":
@@ -285,6 +289,7 @@ class RLTrainer:
         self.done_groups = 0
         self.prepared = False
         self.sink: MetricsSink | None = None
+        self.governor = None  # a ThreadGovernor with --adapt-threads on the CPU (set when the run starts)
 
     def run_record(self) -> dict:
         record = asdict(self.cfg)
@@ -403,7 +408,8 @@ class RLTrainer:
             "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
             "train_scope": cfg.train_scope, "trainable_parameters": self.trainable,
             "reward_mode": cfg.reward_mode, "invalid_penalty": cfg.invalid_penalty, "exact_bonus": cfg.exact_bonus,
-            "device": str(self.device), "world_size": self.ctx.world_size, "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
+            "device": str(self.device), "precision": self.precision.record(), "world_size": self.ctx.world_size,
+            "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
             "schedule_sha256": self.schedule_sha256, "elapsed_seconds": round(elapsed, 3),
             "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
             "checkpoints": self.checkpoints,
@@ -427,7 +433,8 @@ class RLTrainer:
         completions = generate(
             self.model, [t.prompt for t in tasks], samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature, seed=cfg.seed, stop=coding_stop(tasks, cfg.stop),
-            keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)])
+            keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)], precision=self.precision,
+            governor=self.governor)
         judged = [reward_task(task, cfg.reward_cases, cfg.seed, first_group + i) for i, task in enumerate(tasks)]
         pairs = [(task, task.prompt + c.text) for task, group in zip(judged, completions) for c in group]
         evaluations, verifier_failed = _evaluate_safely(verifier, pairs)
@@ -503,7 +510,7 @@ class RLTrainer:
         kl = entropy_sum = torch.zeros((), device=self.device)
         if learning:
             logprobs, entropies = sequence_logprobs(self.model, sequences, cfg.temperature, cfg.logprob_source,
-                                                    self.device)
+                                                    self.device, precision=self.precision)
             for g in learning:
                 idx = [i for i, o in enumerate(owners) if o is g]
                 objective = policy_objective([logprobs[i] for i in idx], g["advantages"], cfg.loss_normalization,
@@ -514,7 +521,7 @@ class RLTrainer:
             if self.reference is not None:
                 with torch.no_grad():
                     ref_logprobs, _ = sequence_logprobs(self.reference, sequences, cfg.temperature,
-                                                        cfg.logprob_source, self.device)
+                                                        cfg.logprob_source, self.device, precision=self.precision)
                 # k3 estimator of KL(policy || reference) on the sampled tokens.
                 log_ratio = torch.cat(ref_logprobs) - torch.cat(logprobs)
                 terms = log_ratio.exp() - log_ratio - 1
@@ -564,6 +571,10 @@ class RLTrainer:
                 if done is not None:  # resumed after its last group: nothing to train, the receipt stays
                     raise AlreadyFinished(done if ctx.is_main else {})
                 self.session_start = time.perf_counter()
+                if cfg.adapt_threads and self.device.type == "cpu":
+                    from glm53_flash.core.runtime import ThreadGovernor
+
+                    self.governor = ThreadGovernor()
                 bar = None
                 if ctx.is_main:
                     bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl",
@@ -580,6 +591,8 @@ class RLTrainer:
                         bar.close()
                     if self.sink is not None:
                         self.sink.close()
+                    if self.governor is not None:
+                        self.governor.restore()
                 if ctx.is_main:
                     self.write_receipt("complete", self._elapsed())
                     result = json.loads((self.out / RECEIPT_FILE).read_text())
@@ -604,6 +617,9 @@ class RLTrainer:
         stats = self.update(mine, lr)
         groups = [g for part in ctx.all_gather_objects(mine) for g in part]
         seconds = time.perf_counter() - start
+        if self.governor is not None:
+            stats["threads"] = self.governor.threads  # the count at the update's end (decode steps adapt it too)
+            self.governor.after_step()
         self.done_groups = last
         if not ctx.is_main:
             if any(g["group"] in save_at for g in groups):
@@ -655,6 +671,8 @@ class RLTrainer:
             "entropy": stats["entropy"], "kl": stats["kl"], "loss": stats["loss"], "grad_norm": stats["grad_norm"],
             "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
         }
+        if "threads" in stats:
+            metrics["threads"] = stats["threads"]
         self.metrics_rows.append(metrics)
         self.sink.write(metrics, step=metrics["last_group"])
 

@@ -100,7 +100,7 @@ def select_from_config(cfg: SelectConfig) -> dict:
         for step, path in checkpoints:
             model, meta = load_checkpoint(path, device)
             common = dict(max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier,
-                          checkpoint=str(path), checkpoint_sha256=meta["weights_sha256"])
+                          checkpoint=str(path), checkpoint_sha256=meta["weights_sha256"], precision=cfg.precision)
             if sampled:
                 receipt = evaluate_sampled(model, tasks, samples=samples, temperature=temperature, **common)
             else:

@@ -1,0 +1,92 @@
+"""`glm53 bench rl`: the headline's RL stage (`glm53 reproduce`'s plan: 96 groups x 16 samples, one group
+per update) timed from one pretrained checkpoint in each precision, the runs interleaved in one process
+(fp32, bf16, fp32, bf16, ...), each a whole `train_rl` into a directory of its own. Per run: the wall
+time, and from its metrics the seconds of rollouts (sampling and the verifier) and of updates (the
+log-probs' forward, backward and the AdamW step), with what it learned (updated groups, passing
+rollouts), so a faster precision that learns something else shows as such."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.benchmarks.common import print_table
+
+PRECISION_NAMES = ("fp32", "bf16")
+
+
+def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None = None):
+    """The headline plan's RL stage (ours arm, its first seed) from `checkpoint`, as an RLConfig."""
+    from glm53_flash.experiments.reproduce import PLANS, arm_plan
+
+    plan = arm_plan(PLANS["headline"], "ours")
+    cfg = dataclasses.replace(plan.rl, initial_checkpoint=str(checkpoint), output=str(output), seed=plan.rl_seeds[0],
+                              device="cpu", quiet=True, precision=precision)
+    if groups is not None:
+        cfg = dataclasses.replace(cfg, groups=groups, checkpoints=tuple(c for c in cfg.checkpoints if c <= groups))
+    return cfg
+
+
+def _one(cfg) -> dict:
+    from glm53_flash.train.rl import METRICS_FILE, train_rl
+
+    start = time.perf_counter()
+    receipt = train_rl(cfg)
+    seconds = time.perf_counter() - start
+    rows = [json.loads(line) for line in (Path(cfg.output) / METRICS_FILE).read_text().splitlines() if line]
+    rollout = sum(r["rollout_seconds"] for r in rows)
+    return {"precision": receipt["precision"], "wall_seconds": seconds, "elapsed_seconds": receipt["elapsed_seconds"],
+            "rollout_seconds": rollout, "update_seconds": sum(r["seconds"] for r in rows) - rollout,
+            "updated_groups": receipt["updated_groups"],
+            "exact_training_rollouts": receipt["exact_training_rollouts"],
+            "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"]}
+
+
+def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None) -> dict:
+    if rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {rounds}")
+    if not Path(checkpoint).is_dir():
+        raise FileNotFoundError(f"--checkpoint {checkpoint} is not a checkpoint directory")
+    runs: dict[str, list[dict]] = {name: [] for name in PRECISION_NAMES}
+    config = None
+    with tempfile.TemporaryDirectory(prefix="glm53-bench-rl-") as scratch:
+        for round_index in range(rounds):
+            for name in PRECISION_NAMES:
+                cfg = headline_rl(checkpoint, Path(scratch) / f"{name}-{round_index}", name, groups)
+                config = config or {k: v for k, v in dataclasses.asdict(cfg).items()
+                                    if k not in ("output", "precision", "initial_checkpoint")}
+                runs[name].append(_one(cfg))
+                last = runs[name][-1]
+                print(f"[bench rl {time.strftime('%H:%M:%S')}] round {round_index + 1}/{rounds} {name}: "
+                      f"{last['wall_seconds']:.1f} s (rollouts {last['rollout_seconds']:.1f} s, updates "
+                      f"{last['update_seconds']:.1f} s), {last['exact_training_rollouts']} passing rollouts",
+                      file=sys.stderr, flush=True)
+    median = {name: {key: statistics.median(r[key] for r in rows)
+                     for key in ("wall_seconds", "rollout_seconds", "update_seconds")}
+              for name, rows in runs.items()}
+    result = {
+        "benchmark": "rl", "checkpoint": str(checkpoint), "rounds": rounds, "config": config,
+        "runs": runs, "median": median,
+        "bf16_speedup": {key: median["fp32"][key] / median["bf16"][key] for key in median["fp32"]},
+        "fp32_repeats_bit_identical": len({r["final_weights_sha256"] for r in runs["fp32"]}) == 1,
+        "provenance": provenance(device="cpu"),
+    }
+    rows = [(f"{name}: wall, rollouts, updates (median of {rounds})",
+             f"{m['wall_seconds']:.1f} s, {m['rollout_seconds']:.1f} s, {m['update_seconds']:.1f} s")
+            for name, m in median.items()]
+    speed = result["bf16_speedup"]
+    rows.append(("bf16 speed-up: wall, rollouts, updates",
+                 f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, {speed['update_seconds']:.2f}x"))
+    rows.append(("passing rollouts per run", ", ".join(f"{name} {[r['exact_training_rollouts'] for r in rs]}"
+                                                        for name, rs in runs.items())))
+    print_table(rows, title=f"glm53 bench rl  groups={config['groups']} x {config['group_size']}  rounds={rounds}")
+    if output:
+        write_json(output, result)
+        print(f"wrote {output}")
+    return result
