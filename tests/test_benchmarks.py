@@ -294,6 +294,15 @@ def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
         assert result["median"][name]["wall_seconds"] == one["wall_seconds"]
     assert result["bf16_speedup"]["wall_seconds"] == (result["median"]["fp32"]["wall_seconds"]
                                                       / result["median"]["bf16"]["wall_seconds"])
+    # --busy: the same stage in fp32, quiet and beside the bench's own busy process, fixed and adaptive
+    busy = run_rl(str(start), rounds=1, groups=1, busy=True)
+    assert set(busy["runs"]) == {"quiet", "busy_fixed", "busy_adaptive"}
+    assert busy["conditions"]["busy_adaptive"] == {"precision": "fp32", "beside_a_busy_process": True,
+                                                   "adapt_threads": True}
+    assert all(r[0]["precision"]["name"] == "fp32" for r in busy["runs"].values())
+    assert busy["slowdown"]["busy_fixed"]["wall_seconds"] == (busy["median"]["busy_fixed"]["wall_seconds"]
+                                                              / busy["median"]["quiet"]["wall_seconds"])
+    assert "bf16_speedup" not in busy
     with pytest.raises(ValueError, match="at least 1"):
         run_rl(str(start), rounds=0)
     with pytest.raises(FileNotFoundError, match="not a checkpoint directory"):

@@ -3,7 +3,11 @@ per update) timed from one pretrained checkpoint in each precision, the runs int
 (fp32, bf16, fp32, bf16, ...), each a whole `train_rl` into a directory of its own. Per run: the wall
 time, and from its metrics the seconds of rollouts (sampling and the verifier) and of updates (the
 log-probs' forward, backward and the AdamW step), with what it learned (updated groups, passing
-rollouts), so a faster precision that learns something else shows as such."""
+rollouts), so a faster precision that learns something else shows as such.
+
+With `busy`, the same stage in fp32 instead: quiet, then beside one CPU-bound process this bench starts
+(`bench contention`'s competitor, killed when the run ends) with the thread count fixed and with
+`--adapt-threads`' governor, in turn."""
 
 from __future__ import annotations
 
@@ -18,16 +22,21 @@ from pathlib import Path
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.benchmarks.common import print_table
 
-PRECISION_NAMES = ("fp32", "bf16")
+# name -> (precision, beside a busy process, adaptive threads)
+CONDITIONS = {"fp32": ("fp32", False, False), "bf16": ("bf16", False, False)}
+BUSY_CONDITIONS = {"quiet": ("fp32", False, False), "busy_fixed": ("fp32", True, False),
+                   "busy_adaptive": ("fp32", True, True)}
+COMPETITOR_SECONDS = 3600  # the busy process's own bound; it is killed as each busy run ends
 
 
-def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None = None):
+def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None = None,
+                adapt_threads: bool = False):
     """The headline plan's RL stage (ours arm, its first seed) from `checkpoint`, as an RLConfig."""
     from glm53_flash.experiments.reproduce import PLANS, arm_plan
 
     plan = arm_plan(PLANS["headline"], "ours")
     cfg = dataclasses.replace(plan.rl, initial_checkpoint=str(checkpoint), output=str(output), seed=plan.rl_seeds[0],
-                              device="cpu", quiet=True, precision=precision)
+                              device="cpu", quiet=True, precision=precision, adapt_threads=adapt_threads)
     if groups is not None:
         cfg = dataclasses.replace(cfg, groups=groups, checkpoints=tuple(c for c in cfg.checkpoints if c <= groups))
     return cfg
@@ -48,44 +57,64 @@ def _one(cfg) -> dict:
             "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"]}
 
 
-def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None) -> dict:
+def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None,
+        busy: bool = False) -> dict:
+    from contextlib import nullcontext
+
+    import torch
+
+    from glm53_flash.benchmarks.contention import competitor
+
     if rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
     if not Path(checkpoint).is_dir():
         raise FileNotFoundError(f"--checkpoint {checkpoint} is not a checkpoint directory")
-    runs: dict[str, list[dict]] = {name: [] for name in PRECISION_NAMES}
+    conditions = BUSY_CONDITIONS if busy else CONDITIONS
+    runs: dict[str, list[dict]] = {name: [] for name in conditions}
     config = None
+    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="glm53-bench-rl-") as scratch:
         for round_index in range(rounds):
-            for name in PRECISION_NAMES:
-                cfg = headline_rl(checkpoint, Path(scratch) / f"{name}-{round_index}", name, groups)
+            for name, (precision, beside, adapt) in conditions.items():
+                cfg = headline_rl(checkpoint, Path(scratch) / f"{name}-{round_index}", precision, groups, adapt)
                 config = config or {k: v for k, v in dataclasses.asdict(cfg).items()
-                                    if k not in ("output", "precision", "initial_checkpoint")}
-                runs[name].append(_one(cfg))
+                                    if k not in ("output", "precision", "initial_checkpoint", "adapt_threads")}
+                torch.set_num_threads(threads)
+                with competitor(COMPETITOR_SECONDS) if beside else nullcontext():
+                    runs[name].append(_one(cfg))
                 last = runs[name][-1]
                 print(f"[bench rl {time.strftime('%H:%M:%S')}] round {round_index + 1}/{rounds} {name}: "
                       f"{last['wall_seconds']:.1f} s (rollouts {last['rollout_seconds']:.1f} s, updates "
                       f"{last['update_seconds']:.1f} s), {last['exact_training_rollouts']} passing rollouts",
                       file=sys.stderr, flush=True)
-    median = {name: {key: statistics.median(r[key] for r in rows)
-                     for key in ("wall_seconds", "rollout_seconds", "update_seconds")}
-              for name, rows in runs.items()}
+    keys = ("wall_seconds", "rollout_seconds", "update_seconds")
+    median = {name: {key: statistics.median(r[key] for r in rows) for key in keys} for name, rows in runs.items()}
     result = {
-        "benchmark": "rl", "checkpoint": str(checkpoint), "rounds": rounds, "config": config,
+        "benchmark": "rl", "checkpoint": str(checkpoint), "rounds": rounds, "config": config, "busy": busy,
+        "threads": threads, "conditions": {name: {"precision": c[0], "beside_a_busy_process": c[1],
+                                                   "adapt_threads": c[2]} for name, c in conditions.items()},
         "runs": runs, "median": median,
-        "bf16_speedup": {key: median["fp32"][key] / median["bf16"][key] for key in median["fp32"]},
-        "fp32_repeats_bit_identical": len({r["final_weights_sha256"] for r in runs["fp32"]}) == 1,
-        "provenance": provenance(device="cpu"),
     }
     rows = [(f"{name}: wall, rollouts, updates (median of {rounds})",
              f"{m['wall_seconds']:.1f} s, {m['rollout_seconds']:.1f} s, {m['update_seconds']:.1f} s")
             for name, m in median.items()]
-    speed = result["bf16_speedup"]
-    rows.append(("bf16 speed-up: wall, rollouts, updates",
-                 f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, {speed['update_seconds']:.2f}x"))
+    if busy:
+        result["slowdown"] = {name: {key: median[name][key] / median["quiet"][key] for key in keys}
+                              for name in ("busy_fixed", "busy_adaptive")}
+        for name, ratio in result["slowdown"].items():
+            rows.append((f"{name} / quiet: wall, rollouts, updates",
+                         f"{ratio['wall_seconds']:.2f}x, {ratio['rollout_seconds']:.2f}x, {ratio['update_seconds']:.2f}x"))
+    else:
+        result["bf16_speedup"] = {key: median["fp32"][key] / median["bf16"][key] for key in keys}
+        result["fp32_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in runs["fp32"]}) == 1
+        speed = result["bf16_speedup"]
+        rows.append(("bf16 speed-up: wall, rollouts, updates",
+                     f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, {speed['update_seconds']:.2f}x"))
     rows.append(("passing rollouts per run", ", ".join(f"{name} {[r['exact_training_rollouts'] for r in rs]}"
                                                         for name, rs in runs.items())))
-    print_table(rows, title=f"glm53 bench rl  groups={config['groups']} x {config['group_size']}  rounds={rounds}")
+    result["provenance"] = provenance(device="cpu")
+    print_table(rows, title=f"glm53 bench rl  groups={config['groups']} x {config['group_size']}  rounds={rounds}"
+                            f"{'  busy' if busy else ''}")
     if output:
         write_json(output, result)
         print(f"wrote {output}")

@@ -31,10 +31,14 @@ def _add_bench_rl(bench_sub) -> None:
         description="Run the headline plan's RL stage (its first seed, 96 groups x 16 samples) from one pretrained "
                     "checkpoint in fp32 and in bf16, alternating, --rounds times each, in one process; reports the "
                     "median wall, rollout and update seconds, the bf16 speed-up and what each run learned. Writes a "
-                    "JSON receipt. On the CPU only.")
+                    "JSON receipt. With --busy, fp32 quiet and beside a busy process, threads fixed and adaptive. On "
+                    "the CPU only.")
     parser.add_argument("--checkpoint", required=True, help="a pretrained checkpoint directory of the flash preset")
     parser.add_argument("--rounds", type=int, default=2, help="runs per precision (the median is reported)")
     parser.add_argument("--groups", type=int, default=None, help="fewer groups than the plan's 96 (a quick look)")
+    parser.add_argument("--busy", action="store_true",
+                        help="in fp32: quiet, then beside one CPU-bound process this bench starts, with the thread "
+                             "count fixed and with --adapt-threads (instead of fp32 against bf16)")
     parser.add_argument("--output", default="runs/bench/rl.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_rl)
 
@@ -42,7 +46,7 @@ def _add_bench_rl(bench_sub) -> None:
 def _run_bench_rl(args) -> int:
     from glm53_flash.benchmarks.rl import run
 
-    run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output)
+    run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output, busy=args.busy)
     return 0
 
 
