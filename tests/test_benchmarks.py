@@ -191,6 +191,10 @@ def test_bench_contention_receipt_on_the_tiny_preset(tmp_path):
     assert len(receipt["runs"]["busy_adaptive"]["train_step_seconds"]) == 2  # one step to learn from, one timed
     assert all(value > 0 for value in receipt["ratios"].values())
     assert json.loads((tmp_path / "contention.json").read_text())["kind"] == "bench-contention"
+    assert receipt["precision"]["requested"] == "default" and receipt["precision"]["name"] == "fp32"
+    bf16 = run(preset="tiny", batch_size=2, sequence_length=32, steps=1, decode_batch=2, decode_tokens=2,
+               quiet=True, precision="bf16")
+    assert bf16["precision"]["name"] == "bf16" and all(value > 0 for value in bf16["ratios"].values())
 
 
 def test_the_thread_governor_follows_the_free_cores(monkeypatch):

@@ -51,7 +51,14 @@ def _median(values: list[float]) -> float:
 
 
 def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128, steps: int = 3,
-        decode_batch: int = 16, decode_tokens: int = 16, output: str | None = None, quiet: bool = False) -> dict:
+        decode_batch: int = 16, decode_tokens: int = 16, output: str | None = None, quiet: bool = False,
+        precision: str | None = None) -> dict:
+    """`precision` (fp32, bf16, auto; None: the default, float32 on the CPU) is what both steps run in;
+    bf16 warms up PRECISION_WARMUP training steps first (its kernels compile per shape)."""
+    from glm53_flash.benchmarks.model import PRECISION_WARMUP
+    from glm53_flash.model.precision import compute_in, resolve_precision
+
+    resolved = resolve_precision(precision, "cpu")
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     config = ModelConfig.preset(preset)
@@ -61,12 +68,12 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
     inputs, labels = ids[:, :-1], ids[:, 1:]
 
     def train_step():
-        language_model_update(model, optimizer, inputs, labels, PRETRAINING)
+        language_model_update(model, optimizer, inputs, labels, PRETRAINING, precision=resolved)
 
     prompt = torch.randint(4, 260, (decode_batch, 8), generator=torch.Generator().manual_seed(1))
 
     def decode_steps():
-        with torch.inference_mode():
+        with torch.inference_mode(), compute_in(resolved, "cpu"):
             cache = model.new_cache(decode_batch)
             out = model(prompt, cache=cache)
             token = out.logits[:, -1:].argmax(-1)
@@ -78,7 +85,8 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
             print(f"[bench contention] {text}", flush=True)
 
     rows = {}
-    train_step()  # warm: the first step allocates
+    for _ in range(PRECISION_WARMUP if resolved.name == "bf16" else 1):  # warm: the first step allocates
+        train_step()
     decode_steps()
 
     def measure(name: str, governed: bool) -> None:
@@ -113,6 +121,7 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
     }
     receipt = {"schema_version": "1.0", "kind": "bench-contention", "preset": preset, "batch_size": batch_size,
                "sequence_length": sequence_length, "steps": steps, "decode_batch": decode_batch, "threads": threads,
+               "precision": resolved.record(),
                "competitor": "one CPU-bound python process in its own session, bounded in time, killed after",
                "runs": rows, "ratios": ratios, "provenance": provenance(device="cpu")}
     for name, value in ratios.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from glm53_flash.model.config import PRESETS
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.commands.verify import add_limit_flags
 
@@ -92,6 +92,8 @@ def _add_bench_contention(bench_sub) -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per condition (the median is reported)")
     parser.add_argument("--decode-batch", type=int, default=16)
     parser.add_argument("--decode-tokens", type=int, default=16, help="decode steps timed together")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help=PRECISION_HELP + " (default: fp32 on the CPU)")
     parser.add_argument("--output", default="runs/bench/contention.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_contention)
 
@@ -100,7 +102,8 @@ def _run_bench_contention(args) -> int:
     from glm53_flash.benchmarks.contention import run
 
     run(preset=args.preset, batch_size=args.batch_size, sequence_length=args.sequence_length, steps=args.steps,
-        decode_batch=args.decode_batch, decode_tokens=args.decode_tokens, output=args.output)
+        decode_batch=args.decode_batch, decode_tokens=args.decode_tokens, output=args.output,
+        precision=args.precision)
     return 0
 
 
