@@ -342,6 +342,12 @@ class _CountingGovernor:
         torch.set_num_threads(self.initial)
         self.threads, self.restored = self.initial, True
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+
 
 def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_back(tmp_path, monkeypatch):
     import torch

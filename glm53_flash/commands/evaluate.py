@@ -179,8 +179,7 @@ def _run_eval(args) -> int:
     if ledger.is_sealed(cfg.split):
         from glm53_flash.model.precision import resolve_precision
 
-        device = next(model.parameters()).device
-        precision = None if cfg.precision is None else resolve_precision(cfg.precision, device).name
+        precision = resolve_precision(cfg.precision, next(model.parameters()).device).setting
         plan = ledger.evaluation_plan_sha256(
             checkpoint_sha256=metadata.get("weights_sha256"), split=cfg.split,
             task_ids=[t.task_id for t in tasks], samples=cfg.samples, seed=cfg.seed,

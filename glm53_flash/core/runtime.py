@@ -114,6 +114,18 @@ def cpu_times() -> tuple[float, float] | None:
     return float(sum(values) - idle), float(sum(values))
 
 
+def governed(enabled: bool, device):
+    """A ThreadGovernor for a stage on `device` when `enabled` and on the CPU, else None; as a context
+    manager, it hands the starting thread count back when the stage ends (`--adapt-threads`)."""
+    import contextlib
+
+    import torch
+
+    if not enabled or torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    return ThreadGovernor()
+
+
 class ThreadGovernor:
     """Math-library threads that follow the free cores (`--adapt-threads`). torch's threads spin-wait
     between their many short parallel regions, so a step whose threads outnumber the cores left free

@@ -181,14 +181,13 @@ def evaluate_sampled(
 
 
 def _resolve_precision(model, precision: str | None, inference: dict):
-    """`precision` resolved on the model's device; a chosen one (not the default) joins the inference
-    settings by the name it resolved to (what decides the result: auto is bf16 on one machine, fp32 on
-    another), the default stays out of them as before the choice existed."""
+    """`precision` resolved on the model's device; a chosen one joins the inference settings
+    (Precision.setting), the default stays out of them as before the choice existed."""
     from glm53_flash.model.precision import resolve_precision
 
     resolved = resolve_precision(precision, next(model.parameters()).device)
-    if precision is not None:
-        inference["precision"] = resolved.name
+    if resolved.setting is not None:
+        inference["precision"] = resolved.setting
     return resolved
 
 
@@ -267,11 +266,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    governor = None
-    if adapt_threads and device.type == "cpu":
-        from glm53_flash.core.runtime import ThreadGovernor
-
-        governor = ThreadGovernor()
+    from glm53_flash.core.runtime import governed
 
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)
@@ -281,40 +276,39 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     own_verifier = verifier is None
     if own_verifier:
         verifier = Verifier()
-    try:
-        for batch in task_batches(tasks, samples, batch_rows):
-            batch_tasks = [tasks[i] for i in batch]
-            start = time.perf_counter()
-            generated = generate_for_tasks(model, batch_tasks, samples=samples, max_new_tokens=max_new_tokens,
-                                           temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop,
-                                           batch_rows=batch_rows, progress=bar.update if bar else None,
-                                           precision=precision, governor=governor)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            generation_seconds += time.perf_counter() - start
-            start = time.perf_counter()
-            # One call per batch: the verifier's worker pool judges all of its rollouts in parallel, each
-            # program twice: on the three cases (the verdict RL and the original use) and, in a separate
-            # execution, on the strong set (so the three-case verdict is exactly the one it always was).
-            pairs = [(task, task.prompt + completion.text)
-                     for task, rows in zip(batch_tasks, generated) for completion in rows]
-            judged = verifier.evaluate_many(pairs + [(strong_task(task), source) for task, source in pairs])
-            verification_seconds += time.perf_counter() - start
-            for position, i in enumerate(batch):
-                completions[i] = generated[position]
-                evaluations[i] = judged[position * samples:(position + 1) * samples]
-                strong[i] = judged[len(pairs) + position * samples:len(pairs) + (position + 1) * samples]
-            if bar and not sealed:
-                solved = sum(any(e.passed for e in row) for row in evaluations if row is not None)
-                bar.set_postfix(solved=f"{solved}/{sum(row is not None for row in evaluations)}")
-    finally:
-        if bar:
-            bar.close()
-        if own_verifier:
-            verifier.close()
-        if governor is not None:
-            threads_at_end = governor.threads
-            governor.restore()  # the caller's count back
+    with governed(adapt_threads, device) as governor:  # None without --adapt-threads
+        try:
+            for batch in task_batches(tasks, samples, batch_rows):
+                batch_tasks = [tasks[i] for i in batch]
+                start = time.perf_counter()
+                generated = generate_for_tasks(model, batch_tasks, samples=samples, max_new_tokens=max_new_tokens,
+                                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop,
+                                               batch_rows=batch_rows, progress=bar.update if bar else None,
+                                               precision=precision, governor=governor)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                generation_seconds += time.perf_counter() - start
+                start = time.perf_counter()
+                # One call per batch: the verifier's worker pool judges all of its rollouts in parallel, each
+                # program twice: on the three cases (the verdict RL and the original use) and, in a separate
+                # execution, on the strong set (so the three-case verdict is exactly the one it always was).
+                pairs = [(task, task.prompt + completion.text)
+                         for task, rows in zip(batch_tasks, generated) for completion in rows]
+                judged = verifier.evaluate_many(pairs + [(strong_task(task), source) for task, source in pairs])
+                verification_seconds += time.perf_counter() - start
+                for position, i in enumerate(batch):
+                    completions[i] = generated[position]
+                    evaluations[i] = judged[position * samples:(position + 1) * samples]
+                    strong[i] = judged[len(pairs) + position * samples:len(pairs) + (position + 1) * samples]
+                if bar and not sealed:
+                    solved = sum(any(e.passed for e in row) for row in evaluations if row is not None)
+                    bar.set_postfix(solved=f"{solved}/{sum(row is not None for row in evaluations)}")
+            threads_at_end = governor.threads if governor is not None else None
+        finally:
+            if bar:
+                bar.close()
+            if own_verifier:
+                verifier.close()
     timing = {"generation_seconds": generation_seconds, "verification_seconds": verification_seconds,
               "total_seconds": time.perf_counter() - wall_start, "rollouts": len(tasks) * samples,
               "generated_tokens": sum(len(c.token_ids) for rows in completions for c in rows)}

@@ -266,7 +266,7 @@ def evaluation_plan_sha256(*, checkpoint_sha256: str | None, split: str, task_id
                            max_new_tokens: int, stop: str, precision: str | None = None) -> str:
     """The identity of one `glm53 eval` on a sealed split: the weights and every setting that decides its
     result. Evaluating the same again on the same sealed split is a reopening (it needs a reason).
-    `precision`: the name a chosen precision resolved to (None: the default, which earlier plans left out)."""
+    `precision`: a resolved Precision's `setting` (None: the default, which earlier plans left out)."""
     from glm53_flash.core.receipts import sha256_json
 
     plan = {"command": "glm53 eval", "checkpoint_sha256": checkpoint_sha256, "split": split,

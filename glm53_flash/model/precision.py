@@ -52,6 +52,12 @@ class Precision:
     def dtype(self) -> torch.dtype:
         return torch.bfloat16 if self.name == "bf16" else torch.float32
 
+    @property
+    def setting(self) -> str | None:
+        """What an evaluation's identity records: the name a chosen precision resolved to (auto is bf16 on
+        one machine, fp32 on another), None for the default (which earlier plans left out)."""
+        return None if self.requested == "default" else self.name
+
     def record(self) -> dict:
         """What receipts hold."""
         return {**asdict(self), "decode": DECODE_NOTE if self.name == "bf16" else "fp32"}
@@ -132,7 +138,7 @@ def _cpu_products(dtype: torch.dtype):
 # [rows, 192] x [192, 576] product with its backward, bf16 including the casts, over float32): 0.6x at 16
 # and 48 rows, 1.0x at 128, 1.3x at 256, 2.0x at 512, 2.8x at 4096. So a prefill of one prompt and RL's
 # update on a few short sequences stay float32 (a whole RL stage ran 0.84x as fast in bf16 before this
-# rule: results/bench/rl.json keeps the run with it), a pretraining batch (4096 rows) takes bf16.
+# rule: results/bench/rl-before-min-rows.json), a pretraining batch (4096 rows) takes bf16.
 BF16_MIN_ROWS = 256
 
 

@@ -392,17 +392,13 @@ class Pretrainer:
 
                 bar = progress_bar(cfg.steps, quiet=cfg.quiet or not self.ctx.is_main, initial=self.start_step,
                                    desc="pretrain")
-                from glm53_flash.core.runtime import ThreadGovernor
+                from glm53_flash.core.runtime import governed
 
-                governor = ThreadGovernor() if cfg.adapt_threads and self.device.type == "cpu" else None
-                try:
+                with governed(cfg.adapt_threads, self.device) as governor:
                     StepLoop(self.start_step, cfg.steps, step, sink=sink,
                              at_steps=[(set(cfg.checkpoint_steps()), checkpoint)], bar=bar, governor=governor,
                              postfix=lambda row: {"loss": f"{row['loss']:.4f}",
                                                   "tok_s": f"{row['tokens_per_second']:.0f}"}).run()
-                finally:
-                    if governor is not None:
-                        governor.restore()
             elapsed = self._elapsed()
             result = {}
             if self.ctx.is_main:

@@ -46,7 +46,7 @@ import torch
 
 from glm53_flash.core.options import config_record
 from glm53_flash.core.receipts import provenance, write_json
-from glm53_flash.core.runtime import resolve_device
+from glm53_flash.core.runtime import governed, resolve_device
 from glm53_flash.evaluation.sampling import generate, mask_logits
 from glm53_flash.evaluation.stop import coding_stop
 from glm53_flash.model.precision import compute_in, resolve_precision
@@ -571,10 +571,6 @@ class RLTrainer:
                 if done is not None:  # resumed after its last group: nothing to train, the receipt stays
                     raise AlreadyFinished(done if ctx.is_main else {})
                 self.session_start = time.perf_counter()
-                if cfg.adapt_threads and self.device.type == "cpu":
-                    from glm53_flash.core.runtime import ThreadGovernor
-
-                    self.governor = ThreadGovernor()
                 bar = None
                 if ctx.is_main:
                     bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl",
@@ -583,16 +579,16 @@ class RLTrainer:
                                             run_name=self.out.name, config=config_record(cfg),
                                             resumed_at=self.done_groups or None, namespace="rl")
                 try:
-                    with Verifier(workers=self.verifier_workers()) as verifier:
+                    with Verifier(workers=self.verifier_workers()) as verifier, \
+                            governed(cfg.adapt_threads, self.device) as self.governor:
                         while self.done_groups < cfg.groups:
                             self._one_update(verifier, bar, save_at)
                 finally:
+                    self.governor = None
                     if bar is not None:
                         bar.close()
                     if self.sink is not None:
                         self.sink.close()
-                    if self.governor is not None:
-                        self.governor.restore()
                 if ctx.is_main:
                     self.write_receipt("complete", self._elapsed())
                     result = json.loads((self.out / RECEIPT_FILE).read_text())
