@@ -442,20 +442,22 @@ def test_fused_rms_norm_equals_reference():
     torch.testing.assert_close(norm(x.double()), rms_norm_reference(x.double(), norm.weight, norm.eps))
 
 
-def test_option_values_are_named_by_behaviour_and_old_spellings_still_load():
+def test_option_values_are_named_by_behaviour_and_old_spellings_are_refused():
+    """The values once spelled "original" are named by what they do; the old spellings were migrated
+    out of every committed file and are now refused like any unknown value."""
+    import pytest
+
     from glm53_flash.model.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
     from glm53_flash.train.rl import EOS_HANDLING, LOGPROB_SOURCES, RLConfig
 
     for choices in (STREAM_MODES, LINEAR_ROPE_MODES, BALANCE_LOSS_MODES, LOGPROB_SOURCES, EOS_HANDLING):
         assert "original" not in choices
-    old = ModelConfig.from_dict(dict(ModelConfig().to_dict(), stream_mode="original", linear_rope="before_feature",
-                                     balance_loss="original"))
-    assert (old.stream_mode, old.linear_rope, old.balance_loss) == ("double-residual", "rope-before-feature-map",
-                                                                    "hard-count")
-    rl = RLConfig(initial_checkpoint="c", output="o", logprob_source="original", eos_handling="original")
-    rl.validate()
-    assert (rl.logprob_source, rl.eos_handling) == ("untempered", "omit")
-
+    for name, old in (("stream_mode", "original"), ("linear_rope", "before_feature"), ("balance_loss", "original")):
+        with pytest.raises(ValueError, match=name):
+            ModelConfig.from_dict(dict(ModelConfig().to_dict(), **{name: old}))
+    for name in ("logprob_source", "eos_handling"):
+        with pytest.raises(ValueError):
+            RLConfig(initial_checkpoint="c", output="o", **{name: "original"}).validate()
 
 def test_stream_write_gradients_equal_addcmul():
     """The streams' write (an autograd.Function with matrix-vector backward) against addcmul's graph,

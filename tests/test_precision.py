@@ -16,7 +16,8 @@ from glm53_flash.model.config import PRESETS
 from glm53_flash.model.moe import MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions
 from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_linear,
                                          product_dtype, resolve_precision)
-from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
+from glm53_flash.train.engine import PRETRAINING, make_optimizer
+from glm53_flash.train.objective import language_model_update
 
 BF16 = Precision("bf16", "bf16", "test")
 FP32 = Precision("fp32", "fp32", "test")

@@ -401,7 +401,7 @@ def test_missing_live_logger_packages_are_one_line_errors(tmp_path, monkeypatch)
 def test_progress_in_a_log_is_a_line_per_tenth_with_the_steps_metrics():
     import io
 
-    from glm53_flash.train.loop import ProgressLines
+    from glm53_flash.core.progress import ProgressLines
 
     stream = io.StringIO()
     lines = ProgressLines(20, desc="pretrain", stream=stream)
@@ -423,7 +423,7 @@ def test_progress_in_a_log_is_a_line_per_tenth_with_the_steps_metrics():
 def test_validation_every_n_steps_and_namespaced_live_tags(tmp_path):
     """--eval-every N adds val_loss to every N-th row of metrics.jsonl, leaves the training numbers as
     they are, and the live loggers get namespaced tags (train/loss, val/loss; step is the x axis)."""
-    from glm53_flash.train.loop import MetricsSink
+    from glm53_flash.train.engine import MetricsSink
 
     plain = pretrain(tiny_cfg(tmp_path / "plain", steps=4, checkpoints=(4,)))
     checked = pretrain(tiny_cfg(tmp_path / "checked", steps=4, checkpoints=(4,), eval_every=2, eval_batches=1))

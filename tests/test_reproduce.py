@@ -178,56 +178,12 @@ def test_a_plan_is_made_of_the_stage_configs_and_round_trips():
         assert "output" not in record["pretrain"] and "device" not in record["rl"] and "seed" not in record["rl"]
 
 
-def test_the_flat_plan_of_older_runs_still_reads():
-    from pathlib import Path
-
-    from glm53_flash.experiments.reproduce import PLANS, ReproducePlan
-
-    # the plan.json of the one-arm headline committed before the arms, the holdout split and nested plans
-    committed = {"batch_size": 32,
-                 "confirm_greedy_per_family": 8,
-                 "confirm_sampled_per_family": 8,
-                 "confirm_samples": 8,
-                 "dev_per_family": 4,
-                 "dev_samples": 8,
-                 "eval_temperature": 0.35,
-                 "families": "increment,double,even",
-                 "max_new_tokens": 48,
-                 "model_overrides": {},
-                 "model_preset": "flash",
-                 "pretrain_checkpoints": [25, 50, 75, 100],
-                 "pretrain_lr": 0.0003,
-                 "pretrain_steps": 100,
-                 "rl_checkpoints": [24, 48, 72, 96],
-                 "rl_eos_handling": "original",
-                 "rl_group_size": 16,
-                 "rl_groups": 96,
-                 "rl_logprob_source": "original",
-                 "rl_loss_normalization": "sequence-mean",
-                 "rl_lr": 5e-05,
-                 "rl_prompts_per_update": 1,
-                 "rl_reward": "binary",
-                 "rl_scope": "last-block-head",
-                 "rl_seeds": [31415, 27182, 16180],
-                 "rl_tasks_per_family": 32,
-                 "rl_temperature": 0.35,
-                 "sequence_length": 128}
-    from dataclasses import replace
-
-    plan = ReproducePlan.from_dict(committed)
-    assert plan.holdout_greedy is None and plan.holdout_sampled is None and "holdout_greedy" not in plan.to_dict()
-    ours = PLANS["headline"]
-    # it was our model with the original's RL switches, without the holdout split
-    assert plan == replace(ours, rl=replace(ours.rl, logprob_source="untempered", loss_normalization="sequence-mean",
-                                            eos_handling="omit"), holdout_greedy=None, holdout_sampled=None)
-
-
 def test_corrupt_plans_are_one_line_errors(tmp_path):
     import pytest
 
     from glm53_flash.experiments.reproduce import ReproducePlan
 
-    for bad in ([], {"pretrain": []}, {"rl_groups": 1}):
+    for bad in ([], {"pretrain": []}, {"rl_groups": 1}, {k: {} for k in ("pretrain", "rl")}):
         with pytest.raises(ValueError):
             ReproducePlan.from_dict(bad)
     (tmp_path / "ours").mkdir()

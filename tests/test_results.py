@@ -70,3 +70,24 @@ def test_the_committed_ledger_records_every_committed_sealed_receipt_once():
         assert matches[0]["split"] == path.parent.name and matches[0]["opening_id"] in latest
     # every receipt of each latest opening is committed
     assert len([line for line in lines if line["opening_id"] in latest]) == len(receipts)
+
+
+def test_committed_plans_and_runs_use_the_current_option_names():
+    """The committed files were migrated once to the option values named by behaviour (the code keeps
+    no table of old spellings): no plan, receipt or run record under results/ spells them, every
+    reproduce plan reads back as itself, and a migrated study plan says what was renamed."""
+    import re
+
+    from glm53_flash.train.plan import ReproducePlan
+
+    old = re.compile(r'"(logprob_source|eos_handling|stream_mode|balance_loss)": "original"|'
+                     r'"linear_rope": "before_feature"|"rl_groups"')
+    spelled = [str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*.json") if old.search(p.read_text())]
+    assert spelled == []
+    plans = sorted((ROOT / "results" / "headline").glob("*/plan.json"))
+    assert plans
+    for path in plans:
+        recorded = json.loads(path.read_text())["plan"]
+        assert ReproducePlan.from_dict(recorded).to_dict() == recorded, path
+    migrated = json.loads((ROOT / "results" / "rl-choices" / "plan.json").read_text())["migrated"]
+    assert set(migrated["renamed_values"]) == {"design.recipe.logprob_source", "design.recipe.eos_handling"}

@@ -68,3 +68,97 @@ def test_the_engine_is_the_one_optimizer_step_site():
                    for name, pattern in patterns.items() if re.search(pattern, path.read_text()))
     assert found == ["benchmarks/scaling.py: backward", "train/engine.py: AdamW", "train/engine.py: backward",
                      "train/engine.py: clip", "train/engine.py: optimizer step"]
+
+
+def test_the_engine_owns_every_training_run():
+    """The lock, the interrupt handling, finished runs, the metrics sink and the progress of a run
+    directory are the engine's (train/engine.py): no other training module calls them, and every
+    module that takes optimizer steps in a loop runs them in the engine's StepLoop or is an engine
+    Trainer. Benchmarks time single steps and are not training runs."""
+    import re
+    from pathlib import Path
+
+    package = Path(training_fixtures.__file__).resolve().parents[1] / "glm53_flash"
+    lifecycle = r"\b(interruptible|lock_on_main|RunLock|finished_receipt|MetricsSink)\("
+    training = [path for folder in ("train", "vision") for path in (package / folder).glob("*.py")]
+    training.append(package / "experiments" / "pretraining_data.py")
+    owners = {"engine.py", "rundir.py", "distributed.py"}  # the engine, and where its parts are defined
+    calls = sorted(f"{path.relative_to(package)}: {m.group(1)}" for path in training if path.name not in owners
+                   for m in re.finditer(lifecycle, path.read_text()))
+    # the study's runner sends each unit's rows to its own sink (a unit is a StepLoop in memory)
+    assert calls == ["experiments/pretraining_data.py: MetricsSink"]
+    steppers = [path for path in training if path.name not in {"engine.py", "objective.py"}
+                and re.search(r"\b(optimizer_step|language_model_update|optimisation_step)\(", path.read_text())]
+    assert {p.name for p in steppers} == {"pretrain.py", "rl.py", "training.py", "pilot.py", "pretraining_data.py"}
+    for path in steppers:
+        text = path.read_text()
+        assert "StepLoop(" in text or "(Trainer):" in text, path
+
+
+def test_the_schedule_warms_up_then_holds_or_decays():
+    from glm53_flash.train.engine import Schedule
+
+    constant = Schedule(1.0, warmup=4)
+    assert [constant.at(i) for i in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert not constant.depends_on_length
+    cosine = Schedule(1.0, warmup=2, shape="cosine", total=12, min_ratio=0.1)
+    assert cosine.at(1) == 1.0 and cosine.at(2) == 1.0 and cosine.depends_on_length
+    assert cosine.at(7) == pytest.approx(0.55) and cosine.at(12) == pytest.approx(0.1)
+    assert cosine.at(100) == pytest.approx(0.1)  # past the end it stays at the floor
+    with pytest.raises(ValueError, match="schedule 'linear'"):
+        Schedule(1.0, shape="linear")
+
+
+def test_the_step_loop_advances_fires_actions_and_stops_when_told():
+    from glm53_flash.train.engine import StepLoop
+
+    class Bar:
+        def __init__(self):
+            self.n, self.postfixes = 0, []
+
+        def update(self, k):
+            self.n += k
+
+        def set_postfix(self, **kw):
+            self.postfixes.append(kw)
+
+    class Sink:
+        def __init__(self):
+            self.written = []
+
+        def write(self, row, x):
+            self.written.append((row["at"], x))
+
+    fired, bar, sink = [], Bar(), Sink()
+    loop = StepLoop(0, 10, lambda p: {"at": p}, sink=sink, bar=bar, advance=lambda p: min(10, p + 4),
+                    at_steps=[({3, 10}, fired.append)], postfix=lambda row: {"at": row["at"]})
+    assert loop.run() == 10 and loop.stopped_by is None
+    assert sink.written == [(0, 4), (4, 8), (8, 10)]  # x is the position each step reached
+    assert fired == [4, 10]  # 3 lies inside the first step's span (0, 4]
+    assert bar.n == 10 and bar.postfixes == [{"at": 0}, {"at": 4}, {"at": 8}]
+    rows = []
+    loop = StepLoop(2, 9, lambda p: rows.append(p) or None, stop_when=lambda p: "cap" if p >= 5 else None)
+    assert loop.run() == 5 and loop.stopped_by == "cap" and rows == [2, 3, 4]  # a None row is written nowhere
+
+
+def test_rl_warmup_follows_the_engine_schedule(tmp_path):
+    """RL's learning rate per update is the engine's Schedule over updates (the pretraining formula)."""
+    import json
+
+    import torch
+
+    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash.train.checkpoint import save_checkpoint
+    from glm53_flash.train.engine import Schedule
+    from glm53_flash.train.rl import RLConfig, train_rl
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "init" / "checkpoint-0000"
+    save_checkpoint(checkpoint, GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=128)), {"stage": "t"})
+    out = tmp_path / "rl"
+    train_rl(RLConfig(initial_checkpoint=str(checkpoint), output=str(out), groups=6, checkpoints=(6,), group_size=2,
+                      max_new_tokens=4, prompts_per_update=2, warmup=3, learning_rate=3e-4, device="cpu", quiet=True,
+                      verifier_workers=1, families="increment"))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in rows] == [Schedule(3e-4, warmup=3).at(u) for u in range(3)]
+    assert [(r["first_group"], r["last_group"]) for r in rows] == [(1, 2), (3, 4), (5, 6)]

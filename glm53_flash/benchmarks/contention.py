@@ -18,7 +18,8 @@ from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.core.runtime import ThreadGovernor
 from glm53_flash.model import GLM53Flash
 from glm53_flash.model.config import ModelConfig
-from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
+from glm53_flash.train.engine import PRETRAINING, make_optimizer
+from glm53_flash.train.objective import language_model_update
 
 
 @contextmanager

@@ -15,7 +15,8 @@ from glm53_flash.model import GLM53Flash, kernels
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import compute_in, resolve_precision
-from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
+from glm53_flash.train.engine import PRETRAINING, make_optimizer
+from glm53_flash.train.objective import language_model_update
 from glm53_flash.benchmarks.common import measure_matmul_peak, print_table, synchronize, timed_runs
 
 

@@ -19,7 +19,8 @@ from glm53_flash.data.batches import pretraining_batch
 from glm53_flash.model import GLM53Flash
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.model.precision import resolve_precision
-from glm53_flash.train.loop import PRETRAINING, language_model_update, make_optimizer
+from glm53_flash.train.engine import PRETRAINING, make_optimizer
+from glm53_flash.train.objective import language_model_update
 from glm53_flash.benchmarks.common import print_table, synchronize
 
 # The stated tolerance: over windows of WINDOW steps, the bf16 run's mean loss within this fraction of

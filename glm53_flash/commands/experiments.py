@@ -94,7 +94,7 @@ def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=N
 def _study_session(args, cfg, out: Path):
     """The study directory locked for this process (a second writer is refused), and its plan.json
     marked running / complete / incomplete (this shard's part done) / interrupted."""
-    from glm53_flash.train.loop import check_live_logging
+    from glm53_flash.train.engine import check_live_logging
     from glm53_flash.train.rundir import RunLock, interruptible
 
     check_live_logging(cfg.tensorboard, cfg.wandb)

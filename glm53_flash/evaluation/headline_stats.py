@@ -95,7 +95,7 @@ def plan_power(plan, pretrain_seeds: int, analysis: AnalysisPlan = HEADLINE_ANAL
         families = tuple(config.families.split(",")) if config.families else None
         return len({t.unit for t in split_tasks(config.split, config.per_family, families)})
 
-    holdout = units(plan.holdout_greedy) if plan.holdout_greedy is not None else None
+    holdout = units(plan.holdout_greedy)
     confirm = units(plan.confirm_greedy)
     smallest_margin = minimum_equivalence_margin(pretrain_seeds, analysis.seed_sd, analysis.alpha, analysis.power)
     questions = {
@@ -105,12 +105,11 @@ def plan_power(plan, pretrain_seeds: int, analysis: AnalysisPlan = HEADLINE_ANAL
             "smallest_margin": smallest_margin,
             "can_show_equivalence": smallest_margin is not None and smallest_margin <= analysis.equivalence_margin},
     }
-    if holdout is not None:
-        questions["ours_vs_faithful_holdout"] = {
-            "test": "exact sign-flip over units per checkpoint; units and pretraining seeds together",
-            **level_power(holdout, pretrain_seeds, analysis)}
-        questions["rl_gain_holdout"] = {"test": "before vs after RL, units and pretraining seeds together",
-                                        **level_power(holdout, pretrain_seeds, analysis)}
+    questions["ours_vs_faithful_holdout"] = {
+        "test": "exact sign-flip over units per checkpoint; units and pretraining seeds together",
+        **level_power(holdout, pretrain_seeds, analysis)}
+    questions["rl_gain_holdout"] = {"test": "before vs after RL, units and pretraining seeds together",
+                                    **level_power(holdout, pretrain_seeds, analysis)}
     return {"analysis": analysis.to_dict(), "pretrain_seeds": pretrain_seeds, "rl_seeds": len(plan.rl_seeds),
             "questions": questions}
 

@@ -284,7 +284,7 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
 def train_condition(cfg: RunConfig, sink=None) -> dict:
     """Train one (condition, seed) run from the seed's initial weights; evaluate at cfg.eval_at.
 
-    The loop is the training skeleton of train/loop.py with the study's recipe (`STUDY`: weight
+    The loop is the engine's StepLoop (train/engine.py) with the study's recipe (`STUDY`: weight
     decay on every parameter, torch's default AdamW kernel, fp32, no stop on divergence), which
     reproduces the original miniature study's optimiser. `sink` (a MetricsSink) receives every
     step's training loss."""
@@ -292,7 +292,8 @@ def train_condition(cfg: RunConfig, sink=None) -> dict:
 
     from glm53_flash.model.config import ModelConfig
     from glm53_flash.model import GLM53Flash
-    from glm53_flash.train.loop import STUDY, StepLoop, language_model_update, make_optimizer
+    from glm53_flash.train.engine import STUDY, StepLoop, make_optimizer
+    from glm53_flash.train.objective import language_model_update
 
     cfg.validate()
     torch.set_num_threads(cfg.threads)
@@ -448,7 +449,7 @@ def run_unit(unit: dict) -> dict:
         return train_condition(cfg)
     from pathlib import Path
 
-    from glm53_flash.train.loop import MetricsSink
+    from glm53_flash.train.engine import MetricsSink
 
     tensorboard = str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None
     with MetricsSink(tensorboard=tensorboard, wandb=logging.get("wandb"), run_name=unit["key"],

@@ -18,7 +18,7 @@ from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE, EvalConfig
 from glm53_flash.core.receipts import provenance, read_json, write_json
 from glm53_flash.tasks import FAMILY_NAMES, frozen_tasks, parse_families
-from glm53_flash.train.config import SelectConfig
+from glm53_flash.train.config import RLConfig, SelectConfig
 from glm53_flash.train.plan import (  # noqa: F401 - the plan's names, re-exported for the pipeline's callers
     GREEDY_SEED, RUN_FIELDS, SAMPLED_SEED, ReproducePlan, make_plan, plan_sha256,
 )
@@ -28,9 +28,9 @@ SUMMARY_FILE = "summary.json"
 
 # The headline's RL budget and hyperparameters are the original's (seed-README "Result"), shared by
 # both arms; the arms differ only in the switches below.
-_HEADLINE_RL = dict(groups=96, checkpoints=(24, 48, 72, 96), group_size=16, tasks_per_family=32,
-                    temperature=SAMPLING_TEMPERATURE,
-                    learning_rate=5e-5, train_scope="last-block-head", reward_mode="binary", prompts_per_update=1)
+_HEADLINE_RL = RLConfig(initial_checkpoint="", output="", groups=96, checkpoints=(24, 48, 72, 96), group_size=16,
+                        tasks_per_family=32, temperature=SAMPLING_TEMPERATURE, learning_rate=5e-5,
+                        train_scope="last-block-head", reward_mode="binary", prompts_per_update=1)
 
 # The headline's two arms. "ours" is every stage config at its default (our fixes); "faithful" turns
 # every switch back to the original miniature's: the stream residual, RoPE before the feature map in
@@ -75,8 +75,7 @@ PLANS: dict[str, ReproducePlan] = {
     "quick": make_plan(
         preset="tiny", pretrain=dict(steps=300, checkpoints=(150, 300), batch_size=16, sequence_length=128,
                                      learning_rate=3e-3),
-        rl={**_HEADLINE_RL, "groups": 8, "checkpoints": (4, 8), "group_size": 8, "tasks_per_family": 4,
-            "learning_rate": 1e-3},
+        rl=replace(_HEADLINE_RL, groups=8, checkpoints=(4, 8), group_size=8, tasks_per_family=4, learning_rate=1e-3),
         rl_seeds=(31415,), families="increment,double,even", max_new_tokens=24, eval_temperature=SAMPLING_TEMPERATURE,
         dev_per_family=2, dev_samples=4, confirm_greedy_per_family=4, confirm_sampled_per_family=2,
         confirm_samples=4, holdout_greedy_per_family=4, holdout_sampled_per_family=2,
@@ -212,10 +211,8 @@ def state_analysis(out: Path, runs: list[ArmRun]) -> dict:
 
 def sealed_stages(plan: ReproducePlan) -> dict[str, tuple[EvalConfig, EvalConfig]]:
     """The plan's evaluations of sealed splits, in the order they run: split -> (greedy, sampled)."""
-    stages = {"confirm": (plan.confirm_greedy, plan.confirm_sampled)}
-    if plan.holdout_greedy is not None:
-        stages["holdout"] = (plan.holdout_greedy, plan.holdout_sampled)
-    return stages
+    return {"confirm": (plan.confirm_greedy, plan.confirm_sampled),
+            "holdout": (plan.holdout_greedy, plan.holdout_sampled)}
 
 
 def checkpoint_names(plan: ReproducePlan) -> list[str]:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.experiments.study import level_power
+from glm53_flash.train.config import RLConfig
 
 STUDY = "rl-choices"
 BASE_ARM = {"groups": 16, "group_size": 8, "reward_mode": "binary", "invalid_penalty": -0.1,
@@ -34,12 +36,20 @@ ARMS: dict[str, dict] = {
     "group-4-matched-updates": {"group_size": 4},
     "group-16-matched-updates": {"group_size": 16},
 }
-# The original screen's shared recipe (run_rl_variant_screen.sh) and the headline's RL switches.
-RECIPE = {
-    "families": "increment,double,square,even,reverse", "tasks_per_family": 8, "max_new_tokens": 32,
-    "learning_rate": 5e-5, "train_scope": "last-block-head", "exact_bonus": 0.0,
-    "logprob_source": "untempered", "loss_normalization": "sequence-mean", "eos_handling": "omit", "stop": "parse",
-}
+# The original screen's shared recipe (run_rl_variant_screen.sh) and the headline's RL switches: the RL
+# config every arm starts from (an arm changes the fields of its settings; the paths and the seed are
+# the unit's).
+RECIPE = RLConfig(initial_checkpoint="", output="", families="increment,double,square,even,reverse",
+                  tasks_per_family=8, max_new_tokens=32, learning_rate=5e-5, train_scope="last-block-head",
+                  exact_bonus=0.0, logprob_source="untempered", loss_normalization="sequence-mean", eos_handling="omit",
+                  stop="parse", verifier_workers=1, quiet=True)
+# The recipe's fields a plan's design records (its identity: the plan hash covers them).
+RECIPE_RECORDED = ("families", "tasks_per_family", "max_new_tokens", "learning_rate", "train_scope", "exact_bonus",
+                   "logprob_source", "loss_normalization", "eos_handling", "stop")
+
+
+def recipe_record() -> dict:
+    return {name: getattr(RECIPE, name) for name in RECIPE_RECORDED}
 SCREEN_SPLIT, CONFIRM_SPLIT = "dev", "final"
 DEFAULT_SCREEN_SEEDS = (101, 202, 303)
 DEFAULT_CONFIRM_SEEDS = tuple(range(1001, 1011))
@@ -81,7 +91,7 @@ def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, conf
               for seed in screen_seeds for arm in arms]
     units += [{"key": f"confirm-{role}-seed-{seed}", "phase": "confirm", "role": role, "seed": seed,
                "split": CONFIRM_SPLIT} for seed in confirm_seeds for role in ("baseline", "candidate")]
-    n_tasks = tasks_per_family * len(RECIPE["families"].split(","))
+    n_tasks = tasks_per_family * len(RECIPE.families.split(","))
     rollouts = sum(arm_settings(a)["groups"] * arm_settings(a)["group_size"] for a in arms) * len(screen_seeds)
     rollouts += 2 * 128 * len(confirm_seeds)  # the candidate's budget is not known yet; 128 is the arms' budget
     evaluations = n_tasks * (2 + len(arms) * len(screen_seeds) + 2 * len(confirm_seeds))
@@ -92,10 +102,10 @@ def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, conf
         "study": STUDY,
         "design": {
             "checkpoint": str(checkpoint), "checkpoint_sha256": checkpoint_sha256, "arms": arms,
-            "arm_settings": {arm: arm_settings(arm) for arm in arms}, "recipe": RECIPE,
+            "arm_settings": {arm: arm_settings(arm) for arm in arms}, "recipe": recipe_record(),
             "screen_seeds": screen_seeds, "confirm_seeds": confirm_seeds, "tasks_per_family": tasks_per_family,
             "screen_split": SCREEN_SPLIT, "confirm_split": CONFIRM_SPLIT, "evaluation": "greedy pass@1",
-            "max_new_tokens": RECIPE["max_new_tokens"], "confirm_arm": confirm_arm or "screen-winner",
+            "max_new_tokens": RECIPE.max_new_tokens, "confirm_arm": confirm_arm or "screen-winner",
         },
         "units": units,
         "analysis": {
@@ -142,8 +152,8 @@ def _evaluate(model, split: str, tasks_per_family: int, opening=None) -> dict:
     from glm53_flash.evaluation.evaluate import evaluate_greedy
     from glm53_flash.tasks import frozen_tasks, parse_families
 
-    tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE["families"]))
-    receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE["max_new_tokens"], seed=EVAL_SEED, opening=opening)
+    tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE.families))
+    receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE.max_new_tokens, seed=EVAL_SEED, opening=opening)
     outcomes = [{"task_id": e["task_id"], "family": e["family"], "passed": e["evaluation"]["passed"],
                  "status": e["evaluation"]["status"], "pass_fraction": e["evaluation"]["pass_fraction"],
                  "completion": e["generated_completion"]} for e in receipt["episodes"]]
@@ -156,7 +166,7 @@ def run_unit(unit: dict) -> dict:
     import torch
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl import train_rl
 
     torch.set_num_threads(1)
     design, device = unit["design"], unit.get("device", "cpu")
@@ -170,16 +180,11 @@ def run_unit(unit: dict) -> dict:
     settings = arm_settings(arm)
     logging = unit.get("logging") or {}
     work = Path(unit["work_dir"])
-    rl = train_rl(RLConfig(
-        initial_checkpoint=design["checkpoint"], output=str(work), groups=settings["groups"],
-        checkpoints=(settings["groups"],), group_size=settings["group_size"],
-        max_new_tokens=RECIPE["max_new_tokens"], temperature=settings["temperature"],
-        learning_rate=RECIPE["learning_rate"], train_scope=RECIPE["train_scope"],
-        reward_mode=settings["reward_mode"], invalid_penalty=settings["invalid_penalty"],
-        exact_bonus=RECIPE["exact_bonus"], families=RECIPE["families"], tasks_per_family=RECIPE["tasks_per_family"],
-        seed=unit["seed"], device=device, logprob_source=RECIPE["logprob_source"],
-        loss_normalization=RECIPE["loss_normalization"], eos_handling=RECIPE["eos_handling"], stop=RECIPE["stop"],
-        verifier_workers=1, resume=True, quiet=True,
+    rl = train_rl(replace(
+        RECIPE, initial_checkpoint=design["checkpoint"], output=str(work), groups=settings["groups"],
+        checkpoints=(settings["groups"],), group_size=settings["group_size"], temperature=settings["temperature"],
+        reward_mode=settings["reward_mode"], invalid_penalty=settings["invalid_penalty"], seed=unit["seed"],
+        device=device, resume=True,
         tensorboard=str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None,
         wandb=logging.get("wandb")))
     final = rl["checkpoints"][-1]
@@ -201,23 +206,21 @@ def measure_speed(checkpoint: str) -> tuple[float, float]:
     import torch
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl import train_rl
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
             started = time.perf_counter()
-            train_rl(RLConfig(initial_checkpoint=checkpoint, output=str(Path(tmp) / "probe"), groups=1,
-                              checkpoints=(1,), group_size=8, max_new_tokens=RECIPE["max_new_tokens"],
-                              temperature=SAMPLING_TEMPERATURE, learning_rate=RECIPE["learning_rate"],
-                              train_scope=RECIPE["train_scope"], reward_mode="binary", families=RECIPE["families"],
-                              tasks_per_family=1, seed=0, device="cpu", verifier_workers=1, quiet=True))
+            train_rl(replace(RECIPE, initial_checkpoint=checkpoint, output=str(Path(tmp) / "probe"), groups=1,
+                             checkpoints=(1,), group_size=8, temperature=SAMPLING_TEMPERATURE, reward_mode="binary",
+                             tasks_per_family=1, seed=0, device="cpu"))
             per_rollout = (time.perf_counter() - started) / 8
         model, _ = load_pretrained(checkpoint)
         started = time.perf_counter()
         _evaluate(model, SCREEN_SPLIT, 2)
-        per_task = (time.perf_counter() - started) / (2 * len(RECIPE["families"].split(",")))
+        per_task = (time.perf_counter() - started) / (2 * len(RECIPE.families.split(",")))
         return per_rollout, per_task
     finally:
         torch.set_num_threads(before)

@@ -131,7 +131,7 @@ def run_units(out: Path, plan: dict, units: list[dict], function: Callable[[dict
         todo = [u | {"opening": opening} if u.get("split") == opening.split else u for u in todo]
     # the code that runs is the code loaded now: record its commit once, not at each (later) write
     started_with = provenance(argv, device=device)
-    from glm53_flash.train.loop import progress_bar
+    from glm53_flash.core.progress import progress_bar
 
     bar = progress_bar(len(units), quiet=not progress, initial=len(units) - len(todo), desc=plan["study"],
                        unit="run")

@@ -53,10 +53,6 @@ class ModelConfig:
     linear_chunk: int = 128  # sequences up to this length use one quadratic block; longer ones chunk
 
     def __post_init__(self) -> None:
-        for name, renamed in LEGACY_VALUES.items():  # configs written before the renames still load
-            value = getattr(self, name)
-            if isinstance(value, str) and value in renamed:
-                object.__setattr__(self, name, renamed[value])
         self._check_types_and_bounds()
         checks = [
             (self.vocab_size >= 4, "vocab_size must be >= 4"),
@@ -151,12 +147,6 @@ BALANCE_LOSS_MODES = ("differentiable", "hard-count")
 # variant, the studies' comparison with the original).
 ORIGINAL_MODEL_SWITCHES = {"stream_mode": "double-residual", "linear_rope": "rope-before-feature-map",
                            "balance_loss": "hard-count"}
-# Option values as older configs spelled them -> their names by behaviour.
-LEGACY_VALUES = {
-    "stream_mode": {"original": "double-residual"},
-    "linear_rope": {"before_feature": "rope-before-feature-map"},
-    "balance_loss": {"original": "hard-count"},
-}
 
 PRESETS: dict[str, ModelConfig] = {
     "flash": ModelConfig(),

@@ -19,19 +19,6 @@ REWARD_MODES = ("case-fraction", "binary")
 LOSS_NORMALIZATIONS = ("constant", "token-sum", "sequence-mean")
 LOGPROB_SOURCES = ("sampler", "untempered")
 EOS_HANDLING = ("append", "omit")
-# Option values as older runs and plans spelled them -> their names by behaviour.
-LEGACY_VALUES = {"logprob_source": {"original": "untempered"}, "eos_handling": {"original": "omit"}}
-
-
-def rename_legacy_values(values: dict, prefix: str = "") -> dict:
-    """A copy of `values` (an RL config or a plan, whose keys may carry `prefix`) with old option
-    values replaced by their current names."""
-    renamed = dict(values)
-    for name, table in LEGACY_VALUES.items():
-        key = prefix + name
-        if isinstance(renamed.get(key), str) and renamed[key] in table:
-            renamed[key] = table[renamed[key]]
-    return renamed
 # The pretraining-data study's learning rate (the original miniature study's): engine.STUDY, the study's
 # --learning-rate default and its RunConfig.
 STUDY_LEARNING_RATE = 8e-4
@@ -74,7 +61,7 @@ def parse_reward_cases(text: str) -> str:
 PRETRAIN_DEFAULT_CHECKPOINTS = (100, 200, 400)
 # The original's sequence length; the compositions suite's examples need the model's whole context.
 PRETRAIN_SEQUENCE_LENGTHS = {"families": 128, "compositions": 192}
-# The flags every training command shares (train/loop.py: progress_bar, MetricsSink).
+# The flags every training command shares (train/engine.py: the progress bar, MetricsSink).
 QUIET_HELP = "no progress bar (also off when stderr is not a terminal); --no-progress is the same"
 TENSORBOARD_HELP = ("also log each step's metrics as TensorBoard events in this directory "
                     "(needs the tensorboard extra: pip install 'glm53_flash[tensorboard]')")
@@ -253,8 +240,6 @@ class RLConfig:
             self.max_new_tokens = MAX_NEW_TOKENS.get(self.tasks, 48)
 
     def validate(self) -> None:
-        for name, value in rename_legacy_values({n: getattr(self, n) for n in LEGACY_VALUES}).items():
-            setattr(self, name, value)
         checks = [
             (self.groups >= 1, f"--groups must be >= 1, got {self.groups}"),
             (self.group_size >= 2, f"--group-size must be >= 2 (RLOO needs others to compare with), got {self.group_size}"),

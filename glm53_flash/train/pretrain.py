@@ -4,15 +4,15 @@ The original's flags and defaults (400 steps, checkpoints 100/200/400, batch 32 
 seed 42, AdamW betas 0.9/0.95, weight decay 0.1, loss = token cross-entropy + 0.01 x balance).
 Differences: weight decay on matrices only, an optional warmup/cosine schedule, a balance loss with
 gradients, per-step metrics, receipts at every checkpoint, and resume that reproduces the loss curve
-bit for bit. The update and the step loop are the shared skeleton of train/loop.py (recipe
-`PRETRAINING`); the run directory's lock and interrupt handling are train/rundir.py's.
+bit for bit. `Pretrainer` is a plugin of the training engine (train/engine.py): its step is one
+`language_model_update` (train/objective.py, recipe `PRETRAINING`); the engine runs the loop, the
+lock, checkpoints, resume and receipts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import time
 from dataclasses import replace
@@ -22,23 +22,20 @@ import torch
 
 from glm53_flash.data.batches import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from glm53_flash.model import GLM53Flash
-from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json, write_text
-from glm53_flash.core.options import config_record
+from glm53_flash.core.receipts import write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import resolve_precision
 from glm53_flash.train.config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
 from glm53_flash.train.checkpoint import (
-    checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
-    read_metadata, save_checkpoint,
+    list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
 )
-from glm53_flash.train.distributed import DistributedContext, setup_distributed, teardown_distributed
-from glm53_flash.train.loop import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
-    PRETRAINING, MetricsSink, StepLoop, TrainingDiverged, UpdateRecipe, check_live_logging, language_model_update,
-    parameter_groups, progress_bar,
+from glm53_flash.train.distributed import DistributedContext, setup_distributed
+from glm53_flash.train.engine import (  # noqa: F401 - parameter_groups and TrainingDiverged are re-exported
+    PRETRAINING, Schedule, Trainer, TrainingDiverged, UpdateRecipe, check_live_logging, parameter_groups,
 )
-from glm53_flash.train.loop import make_optimizer as make_recipe_optimizer
-from glm53_flash.train.rundir import (AlreadyFinished, RunInUse, RunLock, check_resume_config, config_defaults, finished_receipt,
-                     interruptible, redo_note, resume_command)
+from glm53_flash.train.engine import make_optimizer as make_recipe_optimizer
+from glm53_flash.train.objective import language_model_update
+from glm53_flash.train.rundir import check_resume_config, config_defaults, resume_command
 
 RUN_FILE = "run.json"
 # Validation batches come from the stream drawn with data_seed + this offset (`--eval-every`).
@@ -53,20 +50,14 @@ RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_r
 LENGTH_FIELDS = ("steps", "checkpoints")
 
 
+def schedule(cfg: PretrainConfig) -> Schedule:
+    """The run's learning-rate schedule: linear warmup, then constant or cosine down to min_lr_ratio x lr."""
+    return Schedule(cfg.learning_rate, cfg.warmup, cfg.schedule, cfg.steps, cfg.min_lr_ratio)
+
+
 def learning_rate_at(step: int, cfg: PretrainConfig) -> float:
-    """LR for 0-based `step`: linear warmup, then constant or cosine down to min_lr_ratio x lr."""
-    if cfg.warmup and step < cfg.warmup:
-        return cfg.learning_rate * (step + 1) / cfg.warmup
-    if cfg.schedule == "constant":
-        return cfg.learning_rate
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    floor = cfg.min_lr_ratio * cfg.learning_rate
-    return floor + (cfg.learning_rate - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def schedule_depends_on_length(cfg: PretrainConfig) -> bool:
-    """Whether the learning rate at some step depends on --steps (then a run cannot change length)."""
-    return cfg.schedule != "constant"
+    """LR for 0-based `step`."""
+    return schedule(cfg).at(step)
 
 
 def update_recipe(cfg: PretrainConfig) -> UpdateRecipe:
@@ -87,8 +78,17 @@ def data_sha256(cfg: PretrainConfig) -> str:
     return digest.hexdigest()
 
 
-class Pretrainer:
+class Pretrainer(Trainer):
+    """Pretraining as the engine's plugin: its step is one `language_model_update` on the stream's
+    batch; it saves the model, the optimizer, both random states and the data position, and may
+    change its length on resume where the schedule allows it."""
+
+    command = "pretrain"
+    stage = "coding_pretraining"
+    desc = "pretrain"
+
     def __init__(self, cfg: PretrainConfig) -> None:
+        super().__init__()
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.device = resolve_device(cfg.device)
@@ -103,16 +103,11 @@ class Pretrainer:
         if self.ctx.is_main:
             check_live_logging(cfg.tensorboard, cfg.wandb)
         self.recipe = update_recipe(cfg)
+        self.schedule = schedule(cfg)
         self.precision = resolve_precision(cfg.precision, self.device)
         self.rows_per_rank = cfg.batch_size // self.ctx.world_size
-        self.metrics_rows: list[dict] = []
-        self.checkpoints: list[dict] = []
-        self.elapsed_before = 0.0
-        self.start_step = 0
         self.length_changes: list[dict] = []
         self.raw_model = None
-        self.trained_this_session = False  # a step was taken by this process (see _mark_interrupted)
-        self.lock: RunLock | None = None
 
     # -- setup ------------------------------------------------------------------------------------
     def data_record(self) -> dict:
@@ -137,33 +132,22 @@ class Pretrainer:
                      for word in ("--" + name.replace("_", "-"), str(value))]
         return resume_command("pretrain", self.cfg, extra=[*overrides, "--resume"])
 
-    def acquire_lock(self) -> None:
-        """Rank 0 locks the run directory; every rank learns whether it could."""
-        error = None
-        if self.ctx.is_main:
-            try:
-                self.lock = RunLock(self.out).acquire()
-            except RunInUse as refused:
-                error = refused
-        if self.ctx.enabled:
-            failed = self.ctx.all_sum(torch.tensor([0.0 if error is None else 1.0], device=self.device))
-            if float(failed[0]) and error is None:
-                error = RunInUse(f"{self.out} is in use by another run; rank 0 could not lock it")
-        if error is not None:
-            raise error
+    def can_mark_interrupted(self) -> bool:
+        return self.raw_model is not None and (self.out / RUN_FILE).exists()
 
     def prepare(self) -> None:
         cfg = self.cfg
         exists = prepare_run_directory(self.out, cfg.resume)
         saved = list_checkpoints(self.out) if exists else []
-        # Every rank has looked at the directory before rank 0 writes into it (_fresh, _save): a rank
-        # that looked later would take a fresh run for an existing one.
+        # Every rank has looked at the directory before rank 0 writes into it (_fresh, save_checkpoint_at):
+        # a rank that looked later would take a fresh run for an existing one.
         self.ctx.barrier()
         if exists and saved:
             self._resume(saved)
         else:
             self._fresh()
         self._wrap_model()
+        self.raw_model.train()
 
     def _fresh(self) -> None:
         cfg = self.cfg
@@ -175,7 +159,7 @@ class Pretrainer:
             self.out.mkdir(parents=True, exist_ok=True)
             write_json(self.out / RUN_FILE, self.run_record())
             (self.out / METRICS_FILE).write_text("")
-            self._save(0)
+            self.save_checkpoint_at(0, 0.0)
         self.ctx.barrier()
 
     def _check_length_change(self, recorded: dict, last_saved: int) -> None:
@@ -184,7 +168,7 @@ class Pretrainer:
         lie before the newest checkpoint."""
         cfg, old = self.cfg, recorded["steps"]
         verb = "extend" if cfg.steps > old else "shorten"
-        if schedule_depends_on_length(cfg):
+        if self.schedule.depends_on_length:
             raise ValueError(f"--resume --steps {cfg.steps}: cannot {verb} {self.out} ({old} steps): its "
                              f"{cfg.schedule} schedule sets every step's learning rate from --steps; only a "
                              "constant schedule (after warmup) can change length; start a new run")
@@ -214,18 +198,11 @@ class Pretrainer:
         load_optimizer_state(self.optimizer, state, path)
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuples(state["python_rng"]))
-        self.start_step = int(state["step"])
+        self.position = int(state["step"])
         self.elapsed_before = float(state["elapsed_seconds"])
-        self.checkpoints = [c for c in state["checkpoints"] if c["step"] <= self.start_step]
-        # A checkpoint's trainer state lists the checkpoint itself before its hash was known.
-        for entry in self.checkpoints:
-            if entry["weights_sha256"] is None:
-                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["step"]))["weights_sha256"]
+        self.restore_checkpoints(state["checkpoints"])
         if self.ctx.is_main:
-            rows = [json.loads(line) for line in (self.out / METRICS_FILE).read_text().splitlines() if line]
-            self.metrics_rows = [r for r in rows if r["step"] <= self.start_step]
-            # Rows written after the checkpoint by the interrupted run are recomputed.
-            _write_jsonl(self.out / METRICS_FILE, self.metrics_rows)
+            self.metrics_rows = self.cut_jsonl(METRICS_FILE, "step")
             if self.length_changes and self.length_changes[-1]["to_steps"] == cfg.steps:
                 write_json(self.out / RUN_FILE, self.run_record() | {"length_changes": self.length_changes})
         self.ctx.barrier()
@@ -241,51 +218,43 @@ class Pretrainer:
         self.train_model = model
 
     # -- checkpoints and receipts ----------------------------------------------------------------
-    def _trainer_state(self, step: int, elapsed: float) -> dict:
-        return {
+    def checkpoint_positions(self) -> set[int]:
+        return set(self.cfg.checkpoint_steps())
+
+    def checkpoint_contents(self, step: int, elapsed: float):
+        tokens = sum(r["tokens"] for r in self.metrics_rows)
+        meta = {"stage": "random_initialization" if step == 0 else "coding_pretraining", "seed": self.cfg.seed,
+                "step": step, "tokens_seen": tokens}
+        state = {
             "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(), "step": step, "elapsed_seconds": elapsed,
             "checkpoints": self.checkpoints, "data_position": step * self.cfg.batch_size,
         }
+        return self.raw_model, meta, state
 
-    def _save(self, step: int, elapsed: float = 0.0) -> None:
-        tokens = sum(r["tokens"] for r in self.metrics_rows)
-        meta = {"stage": "random_initialization" if step == 0 else "coding_pretraining", "seed": self.cfg.seed,
-                "step": step, "tokens_seen": tokens}
-        self.checkpoints.append({"step": step, "path": str(self.out / checkpoint_name(step)), "weights_sha256": None})
-        info = save_checkpoint(self.out / checkpoint_name(step), self.raw_model, meta,
-                               self._trainer_state(step, elapsed))
-        self.checkpoints[-1]["weights_sha256"] = info["weights_sha256"]
-
-    def write_receipt(self, status: str, elapsed: float, extra: dict | None = None) -> None:
+    def receipt_fields(self) -> dict:
         cfg = self.cfg
-        peak_vram = (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None)
-        receipt = {
-            "schema_version": "1.0", "status": status, "stage": "coding_pretraining",
+        fields = {
             "config": self.raw_model.config.to_dict(), "parameter_counts": self.raw_model.parameter_counts(),
             "preset": cfg.preset, "model_overrides": cfg.model_overrides,
-            "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size,
-            "sequence_length": cfg.sequence_length, "learning_rate": cfg.learning_rate,
+            "batch_size": cfg.batch_size, "sequence_length": cfg.sequence_length, "learning_rate": cfg.learning_rate,
             "warmup": cfg.warmup, "schedule": cfg.schedule, "weight_decay": cfg.weight_decay,
             "decay_all_parameters": cfg.decay_all_parameters,
-            "balance_weight": self.raw_model.config.balance_loss_weight, "world_size": self.ctx.world_size,
-            "run_config": config_record(cfg),
+            "balance_weight": self.raw_model.config.balance_loss_weight,
             "tokens_seen": sum(r["tokens"] for r in self.metrics_rows),
-            "elapsed_seconds": round(elapsed, 3), "device": str(self.device),
-            "precision": self.precision.record(),
-            "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
-            "peak_rss_bytes": peak_rss_bytes(),
-            "data": self.data_record(),
-            "checkpoints": [c for c in self.checkpoints if c["weights_sha256"] is not None],
-            "training_curve": self.metrics_rows,
-            "provenance": provenance(device=str(self.device)),
+            "data": self.data_record(), "training_curve": self.metrics_rows,
         }
         if self.length_changes:
-            receipt["length_changes"] = self.length_changes
-        receipt.update(extra or {})
-        write_json(self.out / RECEIPT_FILE, receipt)
+            fields["length_changes"] = self.length_changes
+        return fields
 
-    # -- the loop ------------------------------------------------------------------------------
+    def final_fields(self) -> dict:
+        data_seconds = sum(r.get("data_seconds", 0.0) for r in self.metrics_rows)
+        step_seconds = sum(r["seconds"] for r in self.metrics_rows)
+        return {"timing": {"data_seconds": data_seconds, "step_seconds": step_seconds,
+                           "data_fraction": data_seconds / step_seconds if step_seconds else 0.0}}
+
+    # -- the step ------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict:
         cfg = self.cfg
         start = time.perf_counter()
@@ -297,7 +266,7 @@ class Pretrainer:
         labels = labels[lo : lo + self.rows_per_rank].to(self.device, non_blocking=True)
         data_seconds = time.perf_counter() - start
 
-        lr = learning_rate_at(step, cfg)
+        lr = self.schedule.at(step)
         try:
             result = language_model_update(self.raw_model, self.optimizer, inputs, labels, self.recipe,
                                            learning_rate=lr, tokens=tokens, train_model=self.train_model,
@@ -310,6 +279,22 @@ class Pretrainer:
         return {"step": step + 1, "loss": result.loss, "aux_loss": result.aux_loss, "grad_norm": result.grad_norm,
                 "lr": lr, "tokens": tokens, "tokens_seen": sum(r["tokens"] for r in self.metrics_rows) + tokens,
                 "tokens_per_second": tokens / seconds, "seconds": seconds, "data_seconds": data_seconds}
+
+    def step(self, index: int) -> dict:
+        try:
+            row = self.train_step(index)
+        except TrainingDiverged as error:
+            last_good = self.checkpoints[-1]["path"] if self.checkpoints else None
+            raise TrainingDiverged(f"training diverged at {error}; stopped. Last good checkpoint: "
+                                   f"{last_good}") from None
+        if self.cfg.eval_every and (index + 1) % self.cfg.eval_every == 0:
+            row["val_loss"] = self.validation_loss()
+        if self.ctx.is_main:
+            self.metrics_rows.append(row)
+        return row
+
+    def postfix(self, row: dict) -> dict:
+        return {"loss": f"{row['loss']:.4f}", "tok_s": f"{row['tokens_per_second']:.0f}"}
 
     def validation_loss(self) -> float:
         """Token-mean cross-entropy on `eval_batches` held-out batches of the stream (its examples drawn
@@ -330,93 +315,9 @@ class Pretrainer:
                 tokens += int((labels != IGNORE_INDEX).sum())
         return total / tokens
 
-    def _elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.session_start
-
-    def _mark_interrupted(self) -> None:
-        if not self.trained_this_session and finished_receipt(self.out / RECEIPT_FILE) is not None:
-            return  # stopped while finding a finished run finished: its receipt stays as it is
-        if self.ctx.is_main and self.raw_model is not None and (self.out / RUN_FILE).exists():
-            saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
-            self.write_receipt("interrupted", self._elapsed(), {
-                "resume_command": self.resume_hint(),
-                "resumes_from_step": saved[-1]["step"] if saved else None})
-
-    def _redo_note(self) -> str | None:
-        saved = [c["step"] for c in self.checkpoints if c["weights_sha256"] is not None]
-        done = self.metrics_rows[-1]["step"] if self.metrics_rows else 0
-        return redo_note(done, max(saved) if saved else None)
-
     def run(self) -> dict:
-        cfg = self.cfg
-        self.data_hash = data_sha256(cfg)
-        self.session_start = time.perf_counter()
-        self.acquire_lock()
-        sink = None
-        try:
-            with interruptible(self._mark_interrupted, self.resume_hint(), announce=self.ctx.is_main,
-                               redo=self._redo_note):
-                self.prepare()
-                done = (finished_receipt(self.out / RECEIPT_FILE, ("steps", cfg.steps), self.checkpoints)
-                        if self.start_step >= cfg.steps else None)
-                if done is not None:  # resumed after its last step: nothing to train, the receipt stays
-                    raise AlreadyFinished(done if self.ctx.is_main else {})
-                self.raw_model.train()
-                self.session_start = time.perf_counter()
-                if self.ctx.is_main:
-                    sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
-                                       run_name=self.out.name, config=config_record(cfg),
-                                       resumed_at=self.start_step or None)
-                last_good = [self.checkpoints[-1]["path"] if self.checkpoints else None]
-
-                def step(index: int) -> dict:
-                    self.trained_this_session = True
-                    try:
-                        row = self.train_step(index)
-                    except TrainingDiverged as error:
-                        raise TrainingDiverged(f"training diverged at {error}; stopped. Last good checkpoint: "
-                                               f"{last_good[0]}") from None
-                    if cfg.eval_every and (index + 1) % cfg.eval_every == 0:
-                        row["val_loss"] = self.validation_loss()
-                    if self.ctx.is_main:
-                        self.metrics_rows.append(row)
-                    return row
-
-                def checkpoint(done: int) -> None:
-                    if self.ctx.is_main:
-                        elapsed = self._elapsed()
-                        self._save(done, elapsed)
-                        self.write_receipt("running", elapsed)
-                        last_good[0] = self.checkpoints[-1]["path"]
-                    self.ctx.barrier()
-
-                bar = progress_bar(cfg.steps, quiet=cfg.quiet or not self.ctx.is_main, initial=self.start_step,
-                                   desc="pretrain")
-                from glm53_flash.core.runtime import governed
-
-                with governed(cfg.adapt_threads, self.device) as governor:
-                    StepLoop(self.start_step, cfg.steps, step, sink=sink,
-                             at_steps=[(set(cfg.checkpoint_steps()), checkpoint)], bar=bar, governor=governor,
-                             postfix=lambda row: {"loss": f"{row['loss']:.4f}",
-                                                  "tok_s": f"{row['tokens_per_second']:.0f}"}).run()
-            elapsed = self._elapsed()
-            result = {}
-            if self.ctx.is_main:
-                data_seconds = sum(r.get("data_seconds", 0.0) for r in self.metrics_rows)
-                step_seconds = sum(r["seconds"] for r in self.metrics_rows)
-                timing = {"data_seconds": data_seconds, "step_seconds": step_seconds,
-                          "data_fraction": data_seconds / step_seconds if step_seconds else 0.0}
-                self.write_receipt("complete", elapsed, {"timing": timing})
-                result = json.loads((self.out / RECEIPT_FILE).read_text())
-        except AlreadyFinished as finished:
-            result = finished.receipt
-        finally:
-            if sink is not None:
-                sink.close()
-            if self.lock is not None:
-                self.lock.release()
-        teardown_distributed(self.ctx)
-        return result
+        self.data_hash = data_sha256(self.cfg)
+        return super().run()
 
 
 def pretrain(cfg: PretrainConfig) -> dict:
@@ -429,10 +330,6 @@ def _tuples(value):
     if isinstance(value, list):
         return tuple(_tuples(v) for v in value)
     return value
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
 __all__ = ["PretrainConfig", "pretrain", "learning_rate_at", "parameter_groups", "TrainingDiverged"]

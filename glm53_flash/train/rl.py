@@ -44,9 +44,8 @@ from pathlib import Path
 
 import torch
 
-from glm53_flash.core.options import config_record
-from glm53_flash.core.receipts import provenance, write_json
-from glm53_flash.core.runtime import governed, resolve_device
+from glm53_flash.core.receipts import write_json
+from glm53_flash.core.runtime import resolve_device
 from glm53_flash.evaluation.sampling import generate, mask_logits
 from glm53_flash.evaluation.stop import coding_stop
 from glm53_flash.model.precision import compute_in, resolve_precision
@@ -54,7 +53,6 @@ from glm53_flash.tasks import RL_SPLITS, parse_families, split_tasks, strong_tas
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train.config import (  # noqa: F401 - re-exported: the config and its choices lived here
     EOS_HANDLING,
-    LEGACY_VALUES,
     LOGPROB_SOURCES,
     LOSS_NORMALIZATIONS,
     REWARD_MODES,
@@ -62,18 +60,14 @@ from glm53_flash.train.config import (  # noqa: F401 - re-exported: the config a
     reward_case_count,
     TRAIN_SCOPES,
     RLConfig,
-    rename_legacy_values,
 )
 from glm53_flash.train.checkpoint import (
-    checkpoint_name, list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
-    read_metadata, save_checkpoint,
+    list_checkpoints, load_checkpoint, load_optimizer_state, load_trainer_state, prepare_run_directory,
 )
-from glm53_flash.train.distributed import DistributedContext, lock_on_main, setup_distributed, teardown_distributed
+from glm53_flash.train.distributed import DistributedContext, setup_distributed
 from glm53_flash.train.engine import RL as RL_RECIPE
-from glm53_flash.train.engine import make_optimizer, optimizer_step, set_learning_rate
-from glm53_flash.train.loop import MetricsSink, check_live_logging, progress_bar
-from glm53_flash.train.rundir import (AlreadyFinished, check_resume_config, config_defaults, finished_receipt, interruptible,
-                     redo_note, resume_command)
+from glm53_flash.train.engine import Schedule, Trainer, check_live_logging, make_optimizer, optimizer_step, set_learning_rate
+from glm53_flash.train.rundir import check_resume_config, config_defaults, resume_command
 
 RUN_FILE = "run.json"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -264,8 +258,20 @@ def check_world_size(cfg: RLConfig, world_size: int) -> None:
                          f"({cfg.prompts_per_update}) must be at least the number of ranks ({world_size})")
 
 
-class RLTrainer:
+class RLTrainer(Trainer):
+    """RL as the engine's plugin: its step is one update (the rollouts of `prompts_per_update` groups,
+    judged, then the RLOO step), so a step advances the run by that many groups; it saves the model
+    and the optimizer, and its rows are per update (metrics.jsonl) and per group (rollouts.jsonl)."""
+
+    command = "rl"
+    stage = "executable_reward_rl"
+    unit = "group"
+    length_field = "groups"
+    namespace = "rl"
+    desc = "rl"
+
     def __init__(self, cfg: RLConfig) -> None:
+        super().__init__()
         cfg.validate()
         self.cfg = cfg
         self.out = Path(cfg.output)
@@ -283,13 +289,8 @@ class RLTrainer:
         self.family_label = "all" if not cfg.families else sorted(families)
         self.schedule = task_schedule(self.tasks, cfg.groups, cfg.seed)
         self.schedule_sha256 = hashlib.sha256(json.dumps([t.task_id for t in self.schedule]).encode()).hexdigest()
-        self.checkpoints: list[dict] = []
-        self.metrics_rows: list[dict] = []
-        self.elapsed_before = 0.0
-        self.done_groups = 0
-        self.prepared = False
-        self.sink: MetricsSink | None = None
-        self.governor = None  # a ThreadGovernor with --adapt-threads on the CPU (set when the run starts)
+        self.learning_rates = Schedule(cfg.learning_rate, cfg.warmup)  # by update
+        self.exact_last = 0  # passing rollouts of the last update (the progress bar's)
 
     def run_record(self) -> dict:
         record = asdict(self.cfg)
@@ -301,15 +302,17 @@ class RLTrainer:
     def resume_hint(self) -> str:
         return resume_command("rl", self.cfg, extra=["--resume"])
 
-    def _redo_note(self) -> str | None:
-        saved = [c["group"] for c in getattr(self, "checkpoints", []) if c.get("weights_sha256") is not None]
-        return redo_note(self.done_groups, max(saved) if saved else None, unit="group")
-
     def verifier_workers(self) -> int | None:
         """--verifier-workers, or by default the CPUs shared out among the ranks of one machine."""
         if self.cfg.verifier_workers is not None or not self.ctx.enabled:
             return self.cfg.verifier_workers
         return max(1, (os.cpu_count() or 1) // self.ctx.world_size)
+
+    def session(self):
+        from glm53_flash.verifier import Verifier
+
+        self.verifier = Verifier(workers=self.verifier_workers())
+        return self.verifier
 
     def check_sizes(self, available: int | None = None) -> None:
         """Before the run directory is touched: the longest prompt plus --max-new-tokens fits the
@@ -357,62 +360,47 @@ class RLTrainer:
             write_json(self.out / SCHEDULE_FILE, [t.task_id for t in self.schedule])
             for name in (ROLLOUTS_FILE, METRICS_FILE):
                 (self.out / name).write_text("")
-            self._save(0, 0.0)
+            self.save_checkpoint_at(0, 0.0)
         self.ctx.barrier()
-        self.prepared = True
 
     def _resume(self, saved) -> None:
-        recorded = rename_legacy_values(json.loads((self.out / RUN_FILE).read_text()))
+        recorded = json.loads((self.out / RUN_FILE).read_text())
         check_resume_config(self.out, recorded, self.run_record(), config_defaults(RLConfig))
         group, path = saved[-1]
         model, _ = load_checkpoint(path, self.device)
         self.model.load_state_dict(model.state_dict())
         state = load_trainer_state(path)
         load_optimizer_state(self.optimizer, state, path)
-        self.done_groups = int(state["group"])
+        self.position = int(state["group"])
         self.elapsed_before = float(state["elapsed_seconds"])
-        self.checkpoints = [c for c in state["checkpoints"] if c["group"] <= group]
-        # A checkpoint's trainer state lists the checkpoint itself before its hash was known.
-        for entry in self.checkpoints:
-            if entry["weights_sha256"] is None:
-                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry["group"]))["weights_sha256"]
-        if not self.ctx.is_main:
-            return
-        for name, key in ((ROLLOUTS_FILE, "group"), (METRICS_FILE, "last_group")):
-            rows = [json.loads(line) for line in (self.out / name).read_text().splitlines() if line]
-            kept = [r for r in rows if r[key] <= self.done_groups]
-            (self.out / name).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
-            if name == METRICS_FILE:
-                self.metrics_rows = kept
+        self.restore_checkpoints(state["checkpoints"])
+        if self.ctx.is_main:
+            self.cut_jsonl(ROLLOUTS_FILE, "group")
+            self.metrics_rows = self.cut_jsonl(METRICS_FILE, "last_group")
 
-    def _save(self, group: int, elapsed: float) -> None:
+    def checkpoint_positions(self) -> set[int]:
+        return set(self.cfg.checkpoints) | {self.cfg.groups}
+
+    def checkpoint_contents(self, group: int, elapsed: float):
         stage = "pre_rl" if group == 0 else "executable_reward_rl"
         meta = {"stage": stage, "group": group, "seed": self.cfg.seed,
                 "source_checkpoint": str(self.cfg.initial_checkpoint), "source_sha256": self.initial_sha256}
-        entry = {"group": group, "path": str(self.out / checkpoint_name(group)), "weights_sha256": None}
-        self.checkpoints.append(entry)
         state = {"optimizer": self.optimizer.state_dict(), "group": group, "elapsed_seconds": elapsed,
                  "checkpoints": self.checkpoints}
-        info = save_checkpoint(self.out / checkpoint_name(group), self.model, meta, state)
-        entry["weights_sha256"] = info["weights_sha256"]
+        return self.model, meta, state
 
-    def write_receipt(self, status: str, elapsed: float, extra: dict | None = None) -> None:
+    def receipt_fields(self) -> dict:
         cfg = self.cfg
-        peak_vram = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
         rows = [json.loads(line) for line in (self.out / ROLLOUTS_FILE).read_text().splitlines() if line]
-        receipt = {
-            "schema_version": "1.0", "status": status, "stage": "executable_reward_rl", "algorithm": "RLOO",
-            "run_config": config_record(cfg),
+        return {
+            "algorithm": "RLOO",
             "initial_checkpoint": str(cfg.initial_checkpoint), "initial_checkpoint_sha256": self.initial_sha256,
-            "seed": cfg.seed, "groups": cfg.groups, "group_size": cfg.group_size, "temperature": cfg.temperature,
+            "group_size": cfg.group_size, "temperature": cfg.temperature,
             "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
             "train_scope": cfg.train_scope, "trainable_parameters": self.trainable,
             "reward_mode": cfg.reward_mode, "invalid_penalty": cfg.invalid_penalty, "exact_bonus": cfg.exact_bonus,
-            "device": str(self.device), "precision": self.precision.record(), "world_size": self.ctx.world_size,
             "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
-            "schedule_sha256": self.schedule_sha256, "elapsed_seconds": round(elapsed, 3),
-            "peak_vram_gib": round(peak_vram, 3) if peak_vram is not None else None,
-            "checkpoints": self.checkpoints,
+            "schedule_sha256": self.schedule_sha256,
             "logprob_source": cfg.logprob_source, "loss_normalization": cfg.loss_normalization,
             "eos_handling": cfg.eos_handling, "stop": cfg.stop, "prompts_per_update": cfg.prompts_per_update,
             "kl_coef": cfg.kl_coef, "warmup": cfg.warmup,
@@ -420,10 +408,7 @@ class RLTrainer:
             "exact_training_rollouts": sum(r["exact_rollouts"] for r in rows),
             "tasks": cfg.tasks, "reward_cases": cfg.reward_cases, "reward_hacking": reward_hacking(rows),
             "groups_detail_file": ROLLOUTS_FILE, "metrics_file": METRICS_FILE,
-            "provenance": provenance(device=str(self.device)),
         }
-        receipt.update(extra or {})
-        write_json(self.out / RECEIPT_FILE, receipt)
 
     # -- one update --------------------------------------------------------------------------
     def rollouts(self, first_group: int, tasks: list, verifier) -> list[dict]:
@@ -545,94 +530,32 @@ class RLTrainer:
             g["gradient_norm"] = grad_norm
         return stats
 
-    def _elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.session_start
+    def advance(self, position: int) -> int:
+        return min(self.cfg.groups, position + self.cfg.prompts_per_update)
 
-    def _mark_interrupted(self) -> None:
-        if self.prepared and self.ctx.is_main:
-            saved = [c for c in self.checkpoints if c["weights_sha256"] is not None]
-            self.write_receipt("interrupted", self._elapsed(), {
-                "resume_command": self.resume_hint(), "resumes_from_group": saved[-1]["group"] if saved else None})
-
-    def run(self) -> dict:
-        from glm53_flash.verifier import Verifier
-
+    def step(self, position: int) -> dict | None:
+        """One update: groups position + 1 .. advance(position), this rank's share rolled out and
+        judged, then the RLOO step; rank 0 logs every group and returns the update's metrics row."""
         cfg, ctx = self.cfg, self.ctx
-        self.session_start = time.perf_counter()
-        save_at = set(cfg.checkpoints) | {cfg.groups}
-        lock = lock_on_main(ctx, self.out, self.device)
-        result: dict = {}
-        try:
-            with interruptible(self._mark_interrupted, self.resume_hint(), announce=ctx.is_main,
-                               redo=self._redo_note):
-                self.prepare()
-                done = (finished_receipt(self.out / RECEIPT_FILE, ("groups", cfg.groups), self.checkpoints)
-                        if self.done_groups >= cfg.groups else None)
-                if done is not None:  # resumed after its last group: nothing to train, the receipt stays
-                    raise AlreadyFinished(done if ctx.is_main else {})
-                self.session_start = time.perf_counter()
-                bar = None
-                if ctx.is_main:
-                    bar = progress_bar(cfg.groups, quiet=cfg.quiet, initial=self.done_groups, desc="rl",
-                                       unit="group")
-                    self.sink = MetricsSink(self.out / METRICS_FILE, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
-                                            run_name=self.out.name, config=config_record(cfg),
-                                            resumed_at=self.done_groups or None, namespace="rl")
-                try:
-                    with Verifier(workers=self.verifier_workers()) as verifier, \
-                            governed(cfg.adapt_threads, self.device) as self.governor:
-                        while self.done_groups < cfg.groups:
-                            self._one_update(verifier, bar, save_at)
-                finally:
-                    self.governor = None
-                    if bar is not None:
-                        bar.close()
-                    if self.sink is not None:
-                        self.sink.close()
-                if ctx.is_main:
-                    self.write_receipt("complete", self._elapsed())
-                    result = json.loads((self.out / RECEIPT_FILE).read_text())
-        except AlreadyFinished as finished:
-            result = finished.receipt
-        finally:
-            if lock is not None:
-                lock.release()
-        teardown_distributed(ctx)
-        return result
-
-    def _one_update(self, verifier, bar, save_at) -> None:
-        cfg, ctx = self.cfg, self.ctx
-        first = self.done_groups + 1
-        last = min(cfg.groups, self.done_groups + cfg.prompts_per_update)
-        update_index = (first - 1) // cfg.prompts_per_update
-        lr = cfg.learning_rate * min(1.0, (update_index + 1) / cfg.warmup) if cfg.warmup else cfg.learning_rate
+        first, last = position + 1, self.advance(position)
+        lr = self.learning_rates.at((first - 1) // cfg.prompts_per_update)
         start = time.perf_counter()
         lo, hi = ctx.share(last - first + 1)  # this rank's groups: first + lo .. first + hi - 1
-        mine = self.rollouts(first + lo, self.schedule[first - 1 + lo : first - 1 + hi], verifier) if hi > lo else []
+        mine = (self.rollouts(first + lo, self.schedule[first - 1 + lo : first - 1 + hi], self.verifier)
+                if hi > lo else [])
         rollout_seconds = time.perf_counter() - start
         stats = self.update(mine, lr)
         groups = [g for part in ctx.all_gather_objects(mine) for g in part]
         seconds = time.perf_counter() - start
-        if self.governor is not None:
-            stats["threads"] = self.governor.threads  # the count at the update's end (decode steps adapt it too)
-            self.governor.after_step()
-        self.done_groups = last
         if not ctx.is_main:
-            if any(g["group"] in save_at for g in groups):
-                ctx.barrier()  # rank 0 writes the checkpoint
-            return
-        self._log(groups, stats, lr, rollout_seconds, seconds)
-        if bar is not None:
-            bar.update(len(groups))
-            bar.set_postfix(reward=f"{self.metrics_rows[-1]['mean_reward']:.3f}",
-                            exact=sum(r == 1.0 for g in groups for r in g["rewards"]))
-        if any(g["group"] in save_at for g in groups):
-            elapsed = self._elapsed()
-            self._save(last, elapsed)
-            self.write_receipt("running", elapsed)
-            ctx.barrier()
+            return None
+        self.exact_last = sum(r == 1.0 for g in groups for r in g["rewards"])
+        return self._log(groups, stats, lr, rollout_seconds, seconds)
 
-    def _log(self, groups, stats, lr, rollout_seconds, seconds) -> None:
+    def postfix(self, row: dict) -> dict:
+        return {"reward": f"{row['mean_reward']:.3f}", "exact": self.exact_last}
+
+    def _log(self, groups, stats, lr, rollout_seconds, seconds) -> dict:
         lengths, caps = [], 0
         with open(self.out / ROLLOUTS_FILE, "a") as handle:
             for g in groups:
@@ -667,10 +590,8 @@ class RLTrainer:
             "entropy": stats["entropy"], "kl": stats["kl"], "loss": stats["loss"], "grad_norm": stats["grad_norm"],
             "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
         }
-        if "threads" in stats:
-            metrics["threads"] = stats["threads"]
         self.metrics_rows.append(metrics)
-        self.sink.write(metrics, step=metrics["last_group"])
+        return metrics
 
 
 def reward_hacking(rows: list[dict]) -> dict:

@@ -18,14 +18,14 @@ from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
 from glm53_flash.core.receipts import peak_rss_bytes, provenance
 from glm53_flash.core.runtime import resolve_device, seed_everything
-from glm53_flash.train.loop import progress_bar
+from glm53_flash.core.progress import progress_bar
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.vision.config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
 from glm53_flash.vision.evaluation import evaluate_digits
 from glm53_flash.vision.language import VisionLanguageModel
 from glm53_flash.vision.models import parameter_count
 from glm53_flash.vision.run_config import PilotConfig
-from glm53_flash.train.engine import make_optimizer
+from glm53_flash.train.engine import StepLoop, make_optimizer
 from glm53_flash.vision.training import (TrainingDiverged, deterministic, optimisation_step, training_batch,
                                          vision_recipe)
 
@@ -104,32 +104,37 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
     }
     bar = progress_bar(cfg.steps, quiet=not cfg.progress, desc="vision pilot")
     start = time.perf_counter()
-    trace, completed, stop_reason = [], 0, "step_cap"
+    trace: list[dict] = []
     try:
         with deterministic(device):
             before = evaluate_digits(model, cfg.eval_examples, held_out)
             optimizer = make_optimizer(model, vision_recipe(cfg))
             model.train()
-            train_start = time.perf_counter()
-            for step in range(cfg.steps):
-                if time.perf_counter() - train_start >= cfg.max_seconds:
-                    stop_reason = "time_cap"
-                    break
-                images, tokens = training_batch(step, cfg.batch_size, cfg.seed, label_stride=3)
+            last: dict = {}
+
+            def step(index: int) -> dict:
+                images, tokens = training_batch(index, cfg.batch_size, cfg.seed, label_stride=3)
                 try:
                     loss, norm = optimisation_step(model, optimizer, params, images.to(device), tokens.to(device),
                                                    cfg.grad_clip)
                 except TrainingDiverged as error:
-                    raise TrainingDiverged(f"pilot step {step + 1}: {error}") from None
-                completed = step + 1
-                if completed == 1 or completed % 5 == 0 or completed == cfg.steps:
-                    trace.append({"step": completed, "language_loss": round(loss, 6), "gradient_norm": round(norm, 6)})
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", grad=f"{norm:.2f}")
+                    raise TrainingDiverged(f"pilot step {index + 1}: {error}") from None
+                done = index + 1
+                last.update(step=done, language_loss=round(loss, 6), gradient_norm=round(norm, 6))
+                if done == 1 or done % 5 == 0 or done == cfg.steps:
+                    trace.append(dict(last))
+                return {"step": done, "loss": loss, "grad_norm": norm}
+
+            train_start = time.perf_counter()
+            loop = StepLoop(0, cfg.steps, step, bar=bar,
+                            stop_when=lambda _: ("time_cap" if time.perf_counter() - train_start >= cfg.max_seconds
+                                                 else None),
+                            postfix=lambda row: {"loss": f"{row['loss']:.3f}", "grad": f"{row['grad_norm']:.2f}"})
+            completed = loop.run()
+            stop_reason = loop.stopped_by or "step_cap"
             train_seconds = time.perf_counter() - train_start
             if trace and trace[-1]["step"] != completed:
-                trace.append({"step": completed, "language_loss": round(loss, 6), "gradient_norm": round(norm, 6)})
+                trace.append(dict(last))
             after = evaluate_digits(model, cfg.eval_examples, held_out)
     finally:
         if bar is not None:

@@ -1,4 +1,5 @@
 """Training the miniature vision-language models on generated digits, and the faithful-vs-baseline run.
+Each arm's steps run in the engine's StepLoop (train/engine.py) with the `VISION` recipe.
 
 Both architectures get the same seed reset before construction (so the same language-model weights),
 the same image seeds and the same batches. Step s (from 0) uses digits (arange(B) + s) % 10 drawn
@@ -18,8 +19,9 @@ from torch import nn
 
 from glm53_flash.core.receipts import peak_rss_bytes, provenance
 from glm53_flash.core.runtime import resolve_device, seed_everything
-from glm53_flash.train.engine import VISION, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step, stop_when_not_finite
-from glm53_flash.train.loop import progress_bar
+from glm53_flash.train.engine import (VISION, StepLoop, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
+                                      stop_when_not_finite)
+from glm53_flash.core.progress import progress_bar
 from glm53_flash.vision.config import MINIATURE_LM, MINIATURE_VISION
 from glm53_flash.vision.digits import PROMPT_LENGTH, digit_token_ids, render_digits
 from glm53_flash.vision.evaluation import evaluate_digits
@@ -97,18 +99,20 @@ def train_arm(architecture: str, seed: int, cfg: VisionTrainConfig, device: torc
     optimizer = make_optimizer(model, vision_recipe(cfg))
     model.train()
     curve = []
-    start = time.perf_counter()
-    for step in range(cfg.steps):
-        images, tokens = training_batch(step, cfg.batch_size, seed)
+
+    def step(index: int) -> dict:
+        images, tokens = training_batch(index, cfg.batch_size, seed)
         try:
-            loss, _norm = optimisation_step(model, optimizer, params, images.to(device), tokens.to(device),
+            loss, norm = optimisation_step(model, optimizer, params, images.to(device), tokens.to(device),
                                            cfg.grad_clip)
         except TrainingDiverged as error:
-            raise TrainingDiverged(f"{architecture} seed {seed} step {step + 1}: {error}") from None
+            raise TrainingDiverged(f"{architecture} seed {seed} step {index + 1}: {error}") from None
         curve.append(round(loss, 6))
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(arm=architecture, seed=seed, loss=f"{loss:.3f}")
+        return {"step": index + 1, "loss": loss, "grad_norm": norm}
+
+    start = time.perf_counter()
+    StepLoop(0, cfg.steps, step, bar=bar,
+             postfix=lambda row: {"arm": architecture, "seed": seed, "loss": f"{row['loss']:.3f}"}).run()
     train_seconds = time.perf_counter() - start
     after = evaluate_digits(model, cfg.eval_examples, held_out)
     result = {**describe(model), "seed": seed, "held_out_seed": held_out, "before": before, "after": after,
