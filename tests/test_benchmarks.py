@@ -3,7 +3,7 @@
 import json
 
 from glm53_flash.benchmarks.model import run
-from glm53_flash.model import kernels
+from glm53_flash.model import ops
 
 
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
@@ -29,10 +29,10 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     assert abs(floors["speedup_ceiling_at_matrix_products"] - expected) < 1e-9
     assert decode["step_over_weight_read"] == decode["cached_step_seconds_mean"] / floors["weight_read_seconds"]
     eager = training["eager_comparison"]
-    if kernels.available():  # the training step with and without the C kernels, alternating
+    if ops.available():  # the training step with and without the C kernels, alternating
         assert eager["rounds"] == 1 and eager["speedup_of_min"] == eager["eager_step_seconds_min"] / eager[
             "kernels_step_seconds_min"]
-        assert kernels.ENABLED  # switched back on after the comparison
+        assert ops.library.ENABLED  # switched back on after the comparison
     else:
         assert eager is None
     compared = training["precision_comparison"]  # both precisions' steps and peaks, interleaved
@@ -45,7 +45,7 @@ def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     printed = capsys.readouterr()
     assert "training, bf16 vs fp32" in printed.out and "GEMM peaks, bf16 / fp32" in printed.out
     assert "decode speedup" in printed.out and "step floor: GEMMs only" in printed.out
-    assert ("training, kernels vs eager" in printed.out) is kernels.available()
+    assert ("training, kernels vs eager" in printed.out) is ops.available()
     assert "[bench model" in printed.err and "decode step floors" in printed.err
 
 

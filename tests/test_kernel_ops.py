@@ -1,4 +1,4 @@
-"""Each CPU kernel as an op: random legal shapes against its plain reference beside it (kernels.py's
+"""Each CPU kernel as an op: random legal shapes against its plain reference beside it (ops/*.py's
 `reference_*`), every public wrapper refusing what it cannot take with a clear error, and the C entry
 points refusing the same sizes on their own (the second line, tested with the first bypassed), with
 their output buffers untouched."""
@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glm53_flash.model import kernels
+from glm53_flash.model import ops
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
+pytestmark = pytest.mark.skipif(not ops.available(), reason=f"kernels: {ops.status()['reason']}")
 
 LEGAL = settings(max_examples=25, deadline=None)
 
@@ -20,8 +20,8 @@ def _close(actual, expected, inner=64):
 
 
 def test_the_limits_python_checks_are_the_ones_c_holds():
-    assert kernels.c_limits() == kernels.LIMITS
-    assert kernels.MAX_SPARSE_KEYS == kernels.LIMITS["keys"] - 1
+    assert ops.c_limits() == ops.LIMITS
+    assert ops.MAX_SPARSE_KEYS == ops.LIMITS["keys"] - 1
 
 
 # ----------------------------------------------------------------------------------- random legal shapes
@@ -40,7 +40,7 @@ def test_grouped_linear_equals_its_reference(counts, inner, outputs, seed):
     weight = torch.randn(len(counts), outputs, inner, generator=generator)
     offsets = _offsets(counts)
     with torch.inference_mode():
-        _close(kernels.grouped_linear(rows, weight, offsets), kernels.reference_grouped_linear(rows, weight, offsets))
+        _close(ops.grouped_linear(rows, weight, offsets), ops.reference_grouped_linear(rows, weight, offsets))
 
 
 @LEGAL
@@ -52,7 +52,7 @@ def test_grouped_matmul_equals_its_reference(counts, inner, outputs, seed):
     weight = torch.randn(len(counts), inner, outputs, generator=generator)
     offsets = _offsets(counts)
     with torch.inference_mode():
-        _close(kernels.grouped_matmul(rows, weight, offsets), kernels.reference_grouped_matmul(rows, weight, offsets))
+        _close(ops.grouped_matmul(rows, weight, offsets), ops.reference_grouped_matmul(rows, weight, offsets))
 
 
 @LEGAL
@@ -62,15 +62,15 @@ def test_moe_dispatch_and_combine_equal_their_references(tokens, dim, experts, d
     generator = torch.Generator().manual_seed(tokens * 100 + experts)
     x, router = torch.randn(tokens, dim, generator=generator), torch.randn(experts, dim, generator=generator)
     with torch.inference_mode():
-        got = kernels.moe_dispatch(x, router, top_k)
-        want = kernels.reference_moe_dispatch(x, router, top_k)
+        got = ops.moe_dispatch(x, router, top_k)
+        want = ops.reference_moe_dispatch(x, router, top_k)
         for name, a, b in zip(("rows", "counts", "offsets", "position"), got[:4], want[:4]):
             assert torch.equal(a, b), name
         _close(got[4], want[4])
         expert_out = torch.randn(tokens * top_k, dim, generator=generator)
         shared = torch.randn(tokens, dim, generator=generator)
-        _close(kernels.moe_combine(expert_out, got[3], got[4], shared),
-               kernels.reference_moe_combine(expert_out, want[3], want[4], shared))
+        _close(ops.moe_combine(expert_out, got[3], got[4], shared),
+               ops.reference_moe_combine(expert_out, want[3], want[4], shared))
 
 
 @LEGAL
@@ -82,9 +82,9 @@ def test_linear_attention_step_equals_its_reference(batch, heads, d, rotate, see
     kv = torch.rand(batch, heads, d, d, generator=generator)
     z = torch.rand(batch, heads, d, generator=generator)
     cos, sin = (torch.randn(d, generator=generator), torch.randn(d, generator=generator)) if rotate else (None, None)
-    out, new_kv, new_z = kernels.reference_linear_attention_step(qkv, kv, z, cos, sin, 1e-6)
+    out, new_kv, new_z = ops.reference_linear_attention_step(qkv, kv, z, cos, sin, 1e-6)
     with torch.inference_mode():
-        got = kernels.linear_attention_step(qkv, kv, z, cos, sin, 1e-6)  # kv and z updated in place
+        got = ops.linear_attention_step(qkv, kv, z, cos, sin, 1e-6)  # kv and z updated in place
     _close(got, out, d)
     _close(kv, new_kv, d)
     _close(z, new_z, d)
@@ -101,9 +101,9 @@ def test_sparse_attention_step_equals_its_reference(batch, heads, d, capacity, d
     keys = torch.randn(batch, heads, capacity, d, generator=generator)
     values = torch.randn(batch, heads, capacity, d, generator=generator)
     cos, sin = torch.randn(d, generator=generator), torch.randn(d, generator=generator)
-    out, new_keys, new_values = kernels.reference_sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
+    out, new_keys, new_values = ops.reference_sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
     with torch.inference_mode():
-        got = kernels.sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
+        got = ops.sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
     _close(got, out, d)
     _close(keys, new_keys, d)
     _close(values, new_values, d)
@@ -130,8 +130,8 @@ def test_block_decode_calls_equal_their_references(streams, batch, dim, hidden, 
              else torch.randn(streams, batch, 1, dim, generator=generator))
     logits, norm, qkv_weight = torch.randn(streams, generator=generator), torch.rand(dim) + 0.5, torch.randn(3 * dim, dim)
     with torch.inference_mode():
-        mixed, qkv = kernels.decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
-    want_mixed, want_qkv = kernels.reference_decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
+        mixed, qkv = ops.decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
+    want_mixed, want_qkv = ops.reference_decode_attention_in(state, logits, norm, 1e-6, qkv_weight)
     _close(mixed, want_mixed, dim)
     _close(qkv, want_qkv, dim)
     weights = _block_weights(generator, streams, dim, hidden, experts)
@@ -139,8 +139,8 @@ def test_block_decode_calls_equal_their_references(streams, batch, dim, hidden, 
     arguments = dict(streams=state, double_residual=double_residual, attn=attn, mixed=want_mixed, eps=1e-6,
                      top_k=top_k, **weights)
     with torch.inference_mode():
-        new_streams, counts = kernels.decode_moe_out(**arguments)
-    want_streams, want_counts = kernels.reference_decode_moe_out(**arguments)
+        new_streams, counts = ops.decode_moe_out(**arguments)
+    want_streams, want_counts = ops.reference_decode_moe_out(**arguments)
     assert torch.equal(counts, want_counts)
     _close(new_streams, want_streams, dim)
 
@@ -153,28 +153,28 @@ def _legal_calls():
     streams, batch, dim, hidden, experts = 2, 3, 16, 8, 4
     generator = torch.Generator().manual_seed(0)
     return {
-        "grouped_linear": (kernels.grouped_linear, dict(rows=torch.randn(5, 16), weight=torch.randn(2, 8, 16),
+        "grouped_linear": (ops.grouped_linear, dict(rows=torch.randn(5, 16), weight=torch.randn(2, 8, 16),
                                                        offsets=_offsets([2, 3]))),
-        "grouped_matmul": (kernels.grouped_matmul, dict(rows=torch.randn(5, 8), weight=torch.randn(2, 8, 16),
+        "grouped_matmul": (ops.grouped_matmul, dict(rows=torch.randn(5, 8), weight=torch.randn(2, 8, 16),
                                                        offsets=_offsets([2, 3]))),
-        "moe_dispatch": (kernels.moe_dispatch, dict(x=torch.randn(5, 16), router=torch.randn(4, 16), top_k=2)),
-        "moe_combine": (kernels.moe_combine, dict(expert_out=torch.randn(10, 16), position=torch.arange(10),
+        "moe_dispatch": (ops.moe_dispatch, dict(x=torch.randn(5, 16), router=torch.randn(4, 16), top_k=2)),
+        "moe_combine": (ops.moe_combine, dict(expert_out=torch.randn(10, 16), position=torch.arange(10),
                                                  gates=torch.rand(5, 2), shared=torch.randn(5, 16))),
-        "linear_attention_step": (kernels.linear_attention_step, dict(
+        "linear_attention_step": (ops.linear_attention_step, dict(
             qkv=torch.randn(2, 1, 48), kv=torch.rand(2, 2, 8, 8), z=torch.rand(2, 2, 8), cos=None, sin=None,
             floor=1e-6)),
-        "sparse_attention_step": (kernels.sparse_attention_step, dict(
+        "sparse_attention_step": (ops.sparse_attention_step, dict(
             qkv=torch.randn(2, 1, 48), keys=torch.randn(2, 2, 6, 8), values=torch.randn(2, 2, 6, 8), kept=3, slot=3,
             cos=torch.randn(8), sin=torch.randn(8))),
-        "swiglu_forward": (kernels.swiglu_forward, dict(h=torch.randn(3, 16))),
-        "swiglu_backward": (kernels.swiglu_backward, dict(h=torch.randn(3, 16), grad_out=torch.randn(3, 8))),
-        "rms_norm_forward": (kernels.rms_norm_forward, dict(x=torch.randn(3, 16), weight=torch.ones(16), eps=1e-6)),
-        "rms_norm_backward": (kernels.rms_norm_backward, dict(x=torch.randn(3, 16), weight=torch.ones(16),
+        "swiglu_forward": (ops.swiglu_forward, dict(h=torch.randn(3, 16))),
+        "swiglu_backward": (ops.swiglu_backward, dict(h=torch.randn(3, 16), grad_out=torch.randn(3, 8))),
+        "rms_norm_forward": (ops.rms_norm_forward, dict(x=torch.randn(3, 16), weight=torch.ones(16), eps=1e-6)),
+        "rms_norm_backward": (ops.rms_norm_backward, dict(x=torch.randn(3, 16), weight=torch.ones(16),
                                                              rstd=torch.ones(3), grad_out=torch.randn(3, 16))),
-        "decode_attention_in": (kernels.decode_attention_in, dict(
+        "decode_attention_in": (ops.decode_attention_in, dict(
             streams=torch.randn(streams, batch, 1, dim), input_logits=torch.randn(streams), norm_weight=torch.ones(dim),
             eps=1e-6, qkv_weight=torch.randn(3 * dim, dim))),
-        "decode_moe_out": (kernels.decode_moe_out, dict(
+        "decode_moe_out": (ops.decode_moe_out, dict(
             streams=torch.randn(streams, batch, 1, dim), double_residual=True, attn=torch.randn(batch, 1, dim),
             mixed=torch.randn(batch, 1, dim), eps=1e-6, top_k=2, **_block_weights(generator, streams, dim, hidden,
                                                                                    experts))),
@@ -240,7 +240,7 @@ def test_the_legal_calls_go_through(op):
 def test_wrappers_refuse_what_they_cannot_take(op, argument, value, words):
     function, arguments = _legal_calls()[op]
     arguments[argument] = value
-    with torch.inference_mode(), pytest.raises(kernels.KernelArgumentError, match=op) as caught:
+    with torch.inference_mode(), pytest.raises(ops.KernelArgumentError, match=op) as caught:
         function(**arguments)
     assert words in str(caught.value)
 
@@ -249,7 +249,7 @@ def test_wrappers_refuse_what_they_cannot_take(op, argument, value, words):
 
 
 def _c(name):
-    return getattr(kernels._required(), "glm53_" + name)
+    return getattr(ops.library._required(), "glm53_" + name)
 
 
 def _p(tensor):
@@ -291,15 +291,15 @@ def test_c_refuses_out_of_range_sizes_without_touching_memory():
             _p(x), 0, 1, 2048, 16, _p(x), 1, _p(x), _p(w), _p(x), _p(w), 1e-6, _p(w), 8, 4, _p(w), _p(w), 8, _p(w),
             _p(w), _p(ints), _p(out)),
     }
-    assert {what: code for what, code in refused.items() if code != kernels.OUT_OF_RANGE} == {}
+    assert {what: code for what, code in refused.items() if code != ops.library.OUT_OF_RANGE} == {}
     assert bool((out == sentinel).all())
 
 
 def test_a_c_refusal_reaches_the_caller_as_an_error(monkeypatch):
     """Where the wrapper's own checks are skipped, C's status still becomes a KernelArgumentError."""
-    monkeypatch.setattr(kernels, "_check_grouped", lambda *a: None)
-    with pytest.raises(kernels.KernelArgumentError, match="kernels.c refused"):
-        kernels.grouped_linear(torch.randn(5, 16), torch.randn(2, 8, 16), torch.tensor([2, 9]))
+    monkeypatch.setattr(ops.grouped, "_check_grouped", lambda *a: None)
+    with pytest.raises(ops.KernelArgumentError, match="kernels.c refused"):
+        ops.grouped_linear(torch.randn(5, 16), torch.randn(2, 8, 16), torch.tensor([2, 9]))
 
 
 def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
@@ -313,4 +313,4 @@ def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
     assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "environment"}
     assert record["padded"] is False and record["environment"]["GLM53_KERNEL_ISA"] == "avx2"
     assert set(record["environment"]) == {name for name in dispatch.SWITCHES if name.startswith("GLM53_")}
-    assert provenance()["decode_kernels"] == kernels.status()  # this module has looked for the library
+    assert provenance()["decode_kernels"] == ops.status()  # this module has looked for the library

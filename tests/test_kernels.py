@@ -1,4 +1,4 @@
-"""The CPU kernels (glm53_flash/model/kernels.py, kernels.c) against torch's products, their dispatch rules,
+"""The CPU kernels (glm53_flash/model/ops/, kernels.c) against torch's products, their dispatch rules,
 and the fallback when they cannot be built. The kernel tests skip on a machine that cannot build
 them (no AVX2/FMA or no C compiler); the dispatch and fallback tests run everywhere."""
 
@@ -9,32 +9,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import glm53_flash as g
-from glm53_flash.model import kernels
+from glm53_flash.model import ops
 from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
 from glm53_flash.model.sparse_attention import SparseKV
 
-needs_kernels = pytest.mark.skipif(not kernels.available(), reason=f"kernels: {kernels.status()['reason']}")
+needs_kernels = pytest.mark.skipif(not ops.available(), reason=f"kernels: {ops.status()['reason']}")
 
 
-@pytest.fixture(scope="module", autouse=True, params=kernels.supported_isas() or ["none"])
+@pytest.fixture(scope="module", autouse=True, params=ops.supported_isas() or ["none"])
 def isa(request):
     """The whole module runs once against each build this CPU can run (16 and 8 float lanes on an
     AVX-512 CPU); a process uses the widest unless GLM53_KERNEL_ISA says otherwise."""
-    saved = dict(kernels._state)
+    saved = dict(ops.library._state)
     if request.param != "none":
-        library, reason, path = kernels._build(request.param)
+        library, reason, path = ops.library._build(request.param)
         assert library is not None, reason
-        kernels._state.clear()
-        kernels._state.update(library=library, reason=reason, path=path)
-        assert request.param in kernels.status()["reason"]
+        ops.library._state.clear()
+        ops.library._state.update(library=library, reason=reason, path=path)
+        assert request.param in ops.status()["reason"]
     yield request.param
-    kernels._state.clear()
-    kernels._state.update(saved)
+    ops.library._state.clear()
+    ops.library._state.update(saved)
 
 
 @needs_kernels
 @settings(max_examples=40, deadline=None)
-@given(rows=st.integers(1, kernels.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 24, 48, 192]),
+@given(rows=st.integers(1, ops.MAX_ROWS // 2), outputs=st.integers(1, 70), inner=st.sampled_from([8, 16, 24, 48, 192]),
        lead=st.sampled_from([(), (1,), (2,)]))
 def test_kernel_linear_equals_f_linear(rows, outputs, inner, lead):
     """Any row count up to the limit, output sizes with and without a tail of 1-3 rows past the
@@ -43,8 +43,8 @@ def test_kernel_linear_equals_f_linear(rows, outputs, inner, lead):
     x = torch.randn(*lead, rows, inner, generator=generator)
     weight = torch.randn(outputs, inner, generator=generator)
     with torch.inference_mode():
-        assert kernels._serves(x, weight, x.numel() // inner, kernels.MAX_ROWS)
-        out = kernels.linear(x, weight)
+        assert ops.library.serves(x, weight, x.numel() // inner, ops.MAX_ROWS)
+        out = ops.linear(x, weight)
     assert out.shape == F.linear(x, weight).shape
     # Both sum `inner` products of unit-scale floats in different orders (16-lane partial sums here,
     # MKL's blocking there): their rounding differs by about inner * 2^-24 * |x||w|, which at 192
@@ -65,9 +65,9 @@ def test_grouped_kernels_equal_each_expert_alone(counts, dim):
     rows = torch.randn(int(counts.sum()), dim)
     offsets = counts.cumsum(0)
     with torch.inference_mode():
-        hidden_out = kernels.grouped_linear(rows, gate_up, offsets)
+        hidden_out = ops.grouped_linear(rows, gate_up, offsets)
         down_in = torch.randn(rows.shape[0], hidden)
-        down_out = kernels.grouped_matmul(down_in, down, offsets)
+        down_out = ops.grouped_matmul(down_in, down, offsets)
     start = 0
     for e, count in enumerate(counts.tolist()):
         part = slice(start, start + count)
@@ -93,13 +93,13 @@ def test_moe_takes_the_kernels_when_decoding_and_equals_torch_and_the_dense_refe
     with torch.inference_mode():
         out, counts, _ = moe(x, with_balance=False)
         reference = dense_moe_reference(moe, x)
-        monkeypatch.setattr(kernels, "ENABLED", False)
+        monkeypatch.setattr(ops.library, "ENABLED", False)
         torch_out, torch_counts, _ = moe(x, with_balance=False)
     assert taken == [1]
     assert counts.tolist() == torch_counts.tolist() and counts[-1] == 0 and counts.sum() == tokens * top_k
     torch.testing.assert_close(out, torch_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    monkeypatch.setattr(kernels, "ENABLED", True)
+    monkeypatch.setattr(ops.library, "ENABLED", True)
     taken.clear()
     moe(x)  # gradients on: the grouped kernel or the chunk loop, which have a backward
     assert not taken
@@ -110,7 +110,7 @@ def test_moe_dispatch_sorts_slots_stably_by_expert():
     torch.manual_seed(10)
     x, router = torch.randn(9, 16), torch.randn(4, 16)
     with torch.inference_mode():
-        rows, counts, offsets, position, gates = kernels.moe_dispatch(x, router, 2)
+        rows, counts, offsets, position, gates = ops.moe_dispatch(x, router, 2)
         expected_gates, expected_index = torch.topk(x @ router.T, 2)
     torch.testing.assert_close(gates, torch.softmax(expected_gates, -1))
     flat = expected_index.reshape(-1)
@@ -137,12 +137,12 @@ def test_cached_decode_with_kernels_equals_without_and_the_full_forward(monkeypa
         return torch.cat(parts, 1)
 
     calls = []
-    original = kernels.linear
-    monkeypatch.setattr(kernels, "linear", lambda *a: calls.append(1) or original(*a))
+    original = ops.linear
+    monkeypatch.setattr(ops, "linear", lambda *a: calls.append(1) or original(*a))
     with torch.inference_mode():
         fast = decode()
-        assert calls  # the head goes through kernels.linear
-        monkeypatch.setattr(kernels, "ENABLED", False)
+        assert calls  # the head goes through ops.linear
+        monkeypatch.setattr(ops.library, "ENABLED", False)
         eager = decode()
         full = model(ids).logits
     assert (fast - eager).abs().max().item() <= 1e-4
@@ -152,41 +152,41 @@ def test_cached_decode_with_kernels_equals_without_and_the_full_forward(monkeypa
 def test_kernels_serve_only_what_they_were_written_for():
     x, weight = torch.randn(4, 16), torch.randn(8, 16)
     with torch.inference_mode():
-        served = kernels._serves(x, weight, 4, kernels.MAX_ROWS)
-        assert served is kernels.available()
-        assert not kernels._serves(x, weight, kernels.MAX_ROWS + 1, kernels.MAX_ROWS)
-        assert not kernels._serves(x.double(), weight.double(), 4, kernels.MAX_ROWS)
-        assert not kernels._serves(torch.randn(4, 12), torch.randn(8, 12), 4, kernels.MAX_ROWS)  # K % 8
-        assert not kernels._serves(x, weight.T.contiguous().T, 4, kernels.MAX_ROWS)  # strided weight
+        served = ops.library.serves(x, weight, 4, ops.MAX_ROWS)
+        assert served is ops.available()
+        assert not ops.library.serves(x, weight, ops.MAX_ROWS + 1, ops.MAX_ROWS)
+        assert not ops.library.serves(x.double(), weight.double(), 4, ops.MAX_ROWS)
+        assert not ops.library.serves(torch.randn(4, 12), torch.randn(8, 12), 4, ops.MAX_ROWS)  # K % 8
+        assert not ops.library.serves(x, weight.T.contiguous().T, 4, ops.MAX_ROWS)  # strided weight
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert not kernels._serves(x, weight, 4, kernels.MAX_ROWS)
-    assert not kernels._serves(x, weight, 4, kernels.MAX_ROWS)  # gradients on (training)
+            assert not ops.library.serves(x, weight, 4, ops.MAX_ROWS)
+    assert not ops.library.serves(x, weight, 4, ops.MAX_ROWS)  # gradients on (training)
 
 
 def test_failed_build_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
     """No usable compiler: nothing raises, status() names the reason, every product is torch's."""
-    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setattr(ops.library, "_state", {})
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "kernels.c")
+    monkeypatch.setattr(ops.library, "SOURCE", tmp_path / "kernels.c")
     (tmp_path / "kernels.c").write_text("this is not C\n")
-    status = kernels.status()
+    status = ops.status()
     assert status["available"] is False and status["library"] is None and status["reason"]
     x, weight = torch.randn(4, 16), torch.randn(8, 16)
     with torch.inference_mode():
-        torch.testing.assert_close(kernels.linear(x, weight), F.linear(x, weight))
+        torch.testing.assert_close(ops.linear(x, weight), F.linear(x, weight))
     with pytest.raises(RuntimeError, match="not available"):
-        kernels.grouped_linear(x, weight.view(1, 8, 16), torch.tensor([4]))
+        ops.grouped_linear(x, weight.view(1, 8, 16), torch.tensor([4]))
 
 
 def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
-    if not kernels.supported_isas() or not (kernels.shutil.which("cc") or kernels.shutil.which("gcc")):
+    if not ops.supported_isas() or not (ops.library.shutil.which("cc") or ops.library.shutil.which("gcc")):
         pytest.skip("this machine cannot build the kernels at all")
-    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setattr(ops.library, "_state", {})
     monkeypatch.setenv("GLM53_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "kernels.c")
+    monkeypatch.setattr(ops.library, "SOURCE", tmp_path / "kernels.c")
     (tmp_path / "kernels.c").write_text("this is not C\n")
-    status = kernels.status()
+    status = ops.status()
     assert not status["available"] and "failed" in status["reason"]
     assert not list((tmp_path / "cache").glob("*.so"))  # nothing half-built left to load later
 
@@ -194,26 +194,26 @@ def test_a_broken_source_is_reported_not_loaded(monkeypatch, tmp_path):
 def test_isa_chosen_by_the_environment(monkeypatch):
     """GLM53_KERNEL_ISA picks a build the CPU runs; a name it does not know or a build the CPU cannot
     run is refused with the reason, and the process falls back to torch."""
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["fma", "avx2"])
+    monkeypatch.setattr(ops.library, "_cpu_flags", lambda: ["fma", "avx2"])
     monkeypatch.setenv("GLM53_KERNEL_ISA", "avx2")
-    assert kernels._choose_isa() == ("avx2", "")
+    assert ops.library._choose_isa() == ("avx2", "")
     monkeypatch.setenv("GLM53_KERNEL_ISA", "avx512")
-    assert kernels._choose_isa() == (None, "GLM53_KERNEL_ISA=avx512 asks for what this CPU lacks")
+    assert ops.library._choose_isa() == (None, "GLM53_KERNEL_ISA=avx512 asks for what this CPU lacks")
     monkeypatch.setenv("GLM53_KERNEL_ISA", "neon")
-    assert kernels._choose_isa()[0] is None and "not one of avx512, avx2" in kernels._choose_isa()[1]
+    assert ops.library._choose_isa()[0] is None and "not one of avx512, avx2" in ops.library._choose_isa()[1]
     monkeypatch.delenv("GLM53_KERNEL_ISA")
-    assert kernels._choose_isa() == ("avx2", "")
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["fma", "avx2", "avx512f"])
-    assert kernels._choose_isa() == ("avx512", "")
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: ["sse4_2", "avx"])
-    assert kernels._choose_isa() == (None, "the CPU lacks avx2, fma")
+    assert ops.library._choose_isa() == ("avx2", "")
+    monkeypatch.setattr(ops.library, "_cpu_flags", lambda: ["fma", "avx2", "avx512f"])
+    assert ops.library._choose_isa() == ("avx512", "")
+    monkeypatch.setattr(ops.library, "_cpu_flags", lambda: ["sse4_2", "avx"])
+    assert ops.library._choose_isa() == (None, "the CPU lacks avx2, fma")
 
 
 def test_disabled_by_environment(monkeypatch):
-    monkeypatch.setattr(kernels, "ENABLED", False)
-    assert kernels.status() == {"available": False, "library": None,
-                                "reason": "disabled by GLM53_KERNELS=0 or kernels.ENABLED"}
-    assert not kernels.available()
+    monkeypatch.setattr(ops.library, "ENABLED", False)
+    assert ops.status() == {"available": False, "library": None,
+                                "reason": "disabled by GLM53_KERNELS=0 or ops.library.ENABLED"}
+    assert not ops.available()
 
 
 @needs_kernels
@@ -227,12 +227,12 @@ def test_rms_norm_kernel_equals_the_formula(shape):
         norm.weight.normal_()
     x = torch.randn(*shape) * 3
     with torch.inference_mode():
-        out = kernels.rms_norm(x, norm.weight, norm.eps)
+        out = ops.rms_norm(x, norm.weight, norm.eps)
         assert out is not None and out.shape == x.shape
         torch.testing.assert_close(out, rms_norm_reference(x, norm.weight, norm.eps), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(norm(x), out)
-        assert kernels.rms_norm(torch.randn(kernels.MAX_ROWS + 1, 8), torch.ones(8), 1e-6) is None
-    assert kernels.rms_norm(x, norm.weight, norm.eps) is None  # gradients on: the formula
+        assert ops.rms_norm(torch.randn(ops.MAX_ROWS + 1, 8), torch.ones(8), 1e-6) is None
+    assert ops.rms_norm(x, norm.weight, norm.eps) is None  # gradients on: the formula
 
 
 @needs_kernels
@@ -250,13 +250,13 @@ def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_be
     x = torch.randn(5, 12, head_dim * 4)
     results = []
     for enabled in (True, False):
-        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        monkeypatch.setattr(ops.library, "ENABLED", enabled)
         with torch.inference_mode():
             _, state = layer(x[:, :9], rope, 0, None, True)
             outs = []
             for t in range(9, 12):
                 if enabled:
-                    assert kernels.linear_attention_serves(layer.qkv(x[:, t:t + 1]), state.kv, state.z, head_dim)
+                    assert ops.linear_attention_serves(layer.qkv(x[:, t:t + 1]), state.kv, state.z, head_dim)
                 out, new_state = layer(x[:, t:t + 1], rope, t, state, True)
                 assert (new_state.kv is state.kv) and (new_state.z is state.z)  # updated in place
                 outs.append(out)
@@ -285,12 +285,12 @@ def test_fused_swiglu_equals_the_eager_activation_and_its_gradient(rows, hidden,
     h = torch.randn(*lead, rows, 2 * hidden, generator=generator) * scale
     grad_out = torch.randn(*lead, rows, hidden, generator=generator)
     calls = []
-    original = kernels.swiglu_backward
+    original = ops.swiglu_backward
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "swiglu_backward", lambda *a: calls.append(1) or original(*a))
+        patch.setattr(ops, "swiglu_backward", lambda *a: calls.append(1) or original(*a))
         fast, fast_grad = _activation_and_gradient(h, grad_out)
         assert calls  # the fused backward ran
-        patch.setattr(kernels, "ENABLED", False)
+        patch.setattr(ops.library, "ENABLED", False)
         eager, eager_grad = _activation_and_gradient(h, grad_out)
         exact, exact_grad = _activation_and_gradient(h.double(), grad_out.double())
     for value in (eager, exact.float()):
@@ -308,8 +308,8 @@ def test_fused_swiglu_at_the_edges_of_the_exponential():
     gate = torch.cat([edges, torch.linspace(-30, 30, 15)])  # 32 gates: two whole 16-float vectors
     h = torch.cat([gate, torch.full_like(gate, 1.5)])[None]
     grad_out = torch.full_like(gate, 0.75)[None]
-    fast = kernels.swiglu_forward(h)
-    fast_grad = kernels.swiglu_backward(h, grad_out)
+    fast = ops.swiglu_forward(h)
+    fast_grad = ops.swiglu_backward(h, grad_out)
     torch.testing.assert_close(fast, F.silu(gate)[None] * 1.5, atol=1e-6, rtol=1e-6, equal_nan=True)
     eager_gate = torch.ops.aten.silu_backward(grad_out * 1.5, gate[None])
     torch.testing.assert_close(fast_grad[:, :32], eager_gate, atol=1e-6, rtol=1e-6, equal_nan=True)
@@ -319,12 +319,12 @@ def test_fused_swiglu_at_the_edges_of_the_exponential():
 
 def test_fused_swiglu_serves_only_what_it_was_written_for():
     h = torch.randn(4, 32)
-    assert kernels.swiglu_serves(h) is kernels.available()  # gradients on or off: it has a backward
-    assert not kernels.swiglu_serves(h.double())
-    assert not kernels.swiglu_serves(torch.randn(4, 24))  # H = 12 is not a multiple of 8
-    assert not kernels.swiglu_serves(torch.randn(0, 32))
+    assert ops.swiglu_serves(h) is ops.available()  # gradients on or off: it has a backward
+    assert not ops.swiglu_serves(h.double())
+    assert not ops.swiglu_serves(torch.randn(4, 24))  # H = 12 is not a multiple of 8
+    assert not ops.swiglu_serves(torch.randn(0, 32))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not kernels.swiglu_serves(h)
+        assert not ops.swiglu_serves(h)
 
 
 @needs_kernels
@@ -335,7 +335,7 @@ def test_training_step_with_the_fused_swiglu_equals_eager(monkeypatch):
     ids = torch.randint(4, 260, (4, 33), generator=torch.Generator().manual_seed(3))
     results = []
     for enabled in (True, False):
-        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        monkeypatch.setattr(ops.library, "ENABLED", enabled)
         torch.manual_seed(10)
         model = g.GLM53Flash(cfg).train()
         out = model(ids[:, :-1])
@@ -365,10 +365,10 @@ def test_rms_norm_training_pair_equals_the_formula_and_its_gradients(rows, dim, 
     with torch.no_grad():
         norm.weight.copy_(torch.rand(dim, generator=generator) + 0.5)
     calls = []
-    original = kernels.rms_norm_backward
+    original = ops.rms_norm_backward
     results = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "rms_norm_backward", lambda *a: calls.append(1) or original(*a))
+        patch.setattr(ops, "rms_norm_backward", lambda *a: calls.append(1) or original(*a))
         for fn, dtype in ((norm, torch.float32), (rms_norm_reference, torch.float32), (rms_norm_reference, torch.float64)):
             leaf = x.to(dtype).clone().requires_grad_()
             weight = norm.weight.detach().to(dtype).clone().requires_grad_()
@@ -396,13 +396,13 @@ def test_rms_norm_weight_gradient_does_not_depend_on_the_thread_count():
     x = torch.randn(5000, 192, generator=torch.Generator().manual_seed(1))
     grad_out = torch.randn(5000, 192, generator=torch.Generator().manual_seed(2))
     weight = torch.rand(192) + 0.5
-    out, rstd = kernels.rms_norm_forward(x, weight, 1e-6)
+    out, rstd = ops.rms_norm_forward(x, weight, 1e-6)
     threads = torch.get_num_threads()
     results = []
     try:
         for count in (1, 2, 3):
             torch.set_num_threads(count)
-            results.append(kernels.rms_norm_backward(x, weight, rstd, grad_out))
+            results.append(ops.rms_norm_backward(x, weight, rstd, grad_out))
     finally:
         torch.set_num_threads(threads)
     for grad_x, grad_w in results[1:]:
@@ -411,12 +411,12 @@ def test_rms_norm_weight_gradient_does_not_depend_on_the_thread_count():
 
 def test_rms_norm_training_pair_serves_only_what_it_was_written_for():
     x, weight = torch.randn(4, 16), torch.ones(16)
-    assert kernels.rms_norm_training_serves(x, weight) is kernels.available()
-    assert not kernels.rms_norm_training_serves(x.double(), weight.double())
-    assert not kernels.rms_norm_training_serves(torch.randn(4, 12), torch.ones(12))  # D % 8
-    assert not kernels.rms_norm_training_serves(x, torch.ones(8))
+    assert ops.rms_norm_training_serves(x, weight) is ops.available()
+    assert not ops.rms_norm_training_serves(x.double(), weight.double())
+    assert not ops.rms_norm_training_serves(torch.randn(4, 12), torch.ones(12))  # D % 8
+    assert not ops.rms_norm_training_serves(x, torch.ones(8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not kernels.rms_norm_training_serves(x, weight)
+        assert not ops.rms_norm_training_serves(x, weight)
 
 
 @needs_kernels
@@ -462,7 +462,7 @@ def _decode_logits(model, ids, prompt, batch_rows):
     ("delta", "none", 4, 3, 5, 1),  # one stream
     ("delta", "rope-before-feature-map", 5, 4, 6, 4),
     ("double-residual", "rope-before-feature-map", 1, 3, 6, 4),  # a window of one: the new key is never kept
-    ("double-residual", "none", 4, 3, kernels.MAX_ROWS + 7, 4),  # one by one, torch's GEMMs take the products
+    ("double-residual", "none", 4, 3, ops.MAX_ROWS + 7, 4),  # one by one, torch's GEMMs take the products
     ("sinkhorn", "none", 4, 3, 6, 4),  # not fused: the block runs operation by operation
 ])
 def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forward(
@@ -481,13 +481,13 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
             block.connection.output_logits.normal_()
     ids = torch.randint(4, 260, (rows, 30))
     calls = []
-    original = kernels.decode_moe_out
-    monkeypatch.setattr(kernels, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    original = ops.decode_moe_out
+    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
     results = {}
     with torch.inference_mode():
         for name, fused, enabled in (("fused", True, True), ("one by one", False, True), ("eager", True, False)):
-            monkeypatch.setattr(kernels, "FUSED_DECODE", fused)
-            monkeypatch.setattr(kernels, "ENABLED", enabled)
+            monkeypatch.setattr(ops.library, "FUSED_DECODE", fused)
+            monkeypatch.setattr(ops.library, "ENABLED", enabled)
             calls.clear()
             results[name] = _decode_logits(model, ids, 9, rows)
             if name == "fused":
@@ -523,7 +523,7 @@ def test_sparse_attention_step_kernel_equals_rotation_and_sdpa(kept, slot):
     qkv = torch.randn(batch, 1, 3 * heads * d)
     keys, values = torch.randn(batch, heads, capacity, d), torch.randn(batch, heads, capacity, d)
     before_k, before_v = keys.clone(), values.clone()
-    out = kernels.sparse_attention_step(qkv, keys, values, kept, slot, rope.cos[position], rope.sin[position])
+    out = ops.sparse_attention_step(qkv, keys, values, kept, slot, rope.cos[position], rope.sin[position])
     q, k, v = qkv.view(batch, 1, 3, heads, d).permute(2, 0, 3, 1, 4)
     q, k = rope(q, position), rope(k, position)
     all_k = torch.cat((before_k[:, :, :kept], k), 2)
@@ -541,19 +541,19 @@ def test_fused_block_decode_serves_only_what_it_was_written_for(monkeypatch):
     streams = torch.randn(4, 16, 1, 32)
     weight = torch.randn(8, 32)
     broadcast = torch.randn(16, 1, 32).unsqueeze(0).expand(4, 16, 1, 32)
-    serves = kernels.decode_block_serves
+    serves = ops.decode_block_serves
     with torch.inference_mode():
-        assert serves(streams, weight) == kernels.available()
-        assert serves(broadcast, weight) == kernels.available()
+        assert serves(streams, weight) == ops.available()
+        assert serves(broadcast, weight) == ops.available()
         assert not serves(torch.randn(4, 16, 2, 32), weight)  # two tokens per row
-        assert not serves(torch.randn(4, kernels.MAX_FUSED_ROWS + 1, 1, 32), weight)
+        assert not serves(torch.randn(4, ops.MAX_FUSED_ROWS + 1, 1, 32), weight)
         assert not serves(torch.randn(4, 16, 1, 24), weight)  # D % 16 != 0
         assert not serves(streams.to(torch.bfloat16), weight)
         assert not serves(streams, weight.t())  # not one block of memory
         assert not serves(streams, weight.double())
         assert not serves(torch.randn(16, 4, 1, 32).transpose(0, 1), weight)  # streams interleaved
     assert not serves(streams, weight)  # gradients on
-    monkeypatch.setattr(kernels, "FUSED_DECODE", False)
+    monkeypatch.setattr(ops.library, "FUSED_DECODE", False)
     with torch.inference_mode():
         assert not serves(streams, weight)
 
@@ -568,13 +568,13 @@ def test_fused_block_decode_steps_aside_past_its_limits(monkeypatch, limit):
     torch.manual_seed(5)
     model = g.GLM53Flash(cfg).eval()
     ids = torch.randint(4, 260, (5, 20))
-    monkeypatch.setattr(kernels, "MAX_FUSED_ROWS" if limit == "rows" else "MAX_SPARSE_KEYS", 4)
+    monkeypatch.setattr(ops.library, "MAX_FUSED_ROWS" if limit == "rows" else "MAX_SPARSE_KEYS", 4)
     calls = []
-    original = kernels.decode_moe_out
-    monkeypatch.setattr(kernels, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    original = ops.decode_moe_out
+    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
     with torch.inference_mode():
         fast, _ = _decode_logits(model, ids, 8, 5)
-        monkeypatch.setattr(kernels, "ENABLED", False)
+        monkeypatch.setattr(ops.library, "ENABLED", False)
         eager, _ = _decode_logits(model, ids, 8, 5)
     sparse_layers = sum(block.sparse for block in model.blocks)
     assert len(calls) == (0 if limit == "rows" else (cfg.layers - sparse_layers) * 12)

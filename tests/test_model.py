@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import glm53_flash as g
-from glm53_flash.model import kernels
+from glm53_flash.model import ops
 from glm53_flash.model import moe as moe_module
 from glm53_flash.model.linear_attention import (
     LinearState, causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
@@ -247,7 +247,7 @@ def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch,
         return original(self, *args)
 
     monkeypatch.setattr(moe_module.MixtureOfExperts, "run_padded", spy)
-    monkeypatch.setattr(kernels, "ENABLED", False)  # the CPU kernels come first where they serve
+    monkeypatch.setattr(ops.library, "ENABLED", False)  # the CPU kernels come first where they serve
     outputs = []
     with torch.inference_mode():
         for padded in (True, False):
@@ -276,7 +276,7 @@ def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
         moe.router.weight.zero_()
         moe.router.weight[2] = 10.0  # every token picks expert 2: capacity = all rows, others empty
     x = torch.rand(3, 16) + 0.1
-    monkeypatch.setattr(kernels, "ENABLED", False)
+    monkeypatch.setattr(ops.library, "ENABLED", False)
     with torch.inference_mode():
         assert moe_module.padded_usable(x, 3) and moe_module.padding_pays(4, 3, 3)
         out, counts, _ = moe(x, with_balance=False)

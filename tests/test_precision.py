@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from glm53_flash.data.batches import IGNORE_INDEX
-from glm53_flash.model import GLM53Flash, kernels
+from glm53_flash.model import GLM53Flash, ops
 from glm53_flash.model import moe as moe_module
 from glm53_flash.model import precision as precision_module
 from glm53_flash.model.config import PRESETS
@@ -226,7 +226,7 @@ def test_a_recipe_without_mixed_precision_stays_float32():
 def test_cached_decoding_in_bf16_gives_the_re_forward_tokens(monkeypatch):
     # The C decode kernels are float32 only; with them off every decode step takes the bf16 products too,
     # which is the path this compares with the full re-forward.
-    monkeypatch.setattr(kernels, "ENABLED", False)
+    monkeypatch.setattr(ops.library, "ENABLED", False)
     model = small_model(seed=7).eval()
     prompt = random_ids(2, 8, seed=8)
     with torch.no_grad(), compute_in(BF16, "cpu"):

@@ -38,11 +38,11 @@ def machine() -> dict:
     import torch
 
     from glm53_flash.core.receipts import cpu_description
-    from glm53_flash.model import kernels
+    from glm53_flash.model import ops
 
     return {"cpu": cpu_description(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "kernels": kernels.status()["reason"].split(" (")[-1] if kernels.available() else "none"}
+            "kernels": ops.status()["reason"].split(" (")[-1] if ops.available() else "none"}
 
 
 def pretraining(directory: Path) -> dict:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.data.batches import pretraining_batch
-from glm53_flash.model import GLM53Flash, kernels
+from glm53_flash.model import GLM53Flash, ops
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import compute_in, resolve_precision
@@ -29,7 +29,7 @@ def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
 
 def compares_eager(device) -> bool:
     """Whether the training bench also times the step without the C kernels (where they serve)."""
-    return device.type == "cpu" and kernels.available()
+    return device.type == "cpu" and ops.available()
 
 
 def bench_training(model, device, batch_size, seq_len, steps, warmup):
@@ -68,14 +68,14 @@ def eager_comparison(step, device, rounds: int) -> dict:
     on a shared host the step time drifts by more than the kernels save, and separate runs cannot
     tell the two apart."""
     times = {True: [], False: []}
-    saved = kernels.ENABLED
+    saved = ops.library.ENABLED
     try:
         for _ in range(rounds):
             for enabled in (False, True):
-                kernels.ENABLED = enabled
+                ops.library.ENABLED = enabled
                 times[enabled] += timed_runs(step, device, 0, 1)
     finally:
-        kernels.ENABLED = saved
+        ops.library.ENABLED = saved
     fused, eager = min(times[True]), min(times[False])
     return {"rounds": rounds, "order": "eager then kernels, one step each per round",
             "kernels_step_seconds_min": fused, "kernels_step_seconds_median": sorted(times[True])[rounds // 2],
@@ -247,12 +247,12 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
         read_seconds = best(read_weights)
         products_seconds = best(products)
         torch_products_seconds = products_seconds
-        if kernels.available() and device.type == "cpu":  # the same products without the C kernels
-            kernels.ENABLED = False
+        if ops.available() and device.type == "cpu":  # the same products without the C kernels
+            ops.library.ENABLED = False
             try:
                 torch_products_seconds = best(products)
             finally:
-                kernels.ENABLED = True
+                ops.library.ENABLED = True
     return {"weight_bytes": weight_bytes, "weight_read_seconds": read_seconds,
             "weight_read_bytes_per_second": weight_bytes / read_seconds,
             "matrix_products_seconds": products_seconds,
@@ -315,7 +315,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     decode["floors"] = floors
     # The decode goal's measure: one cached step against one read of every weight (1.0 = the bandwidth floor).
     decode["step_over_weight_read"] = decode["cached_step_seconds_mean"] / floors["weight_read_seconds"]
-    decode["kernels"] = kernels.status()  # also in provenance; here for the table below
+    decode["kernels"] = ops.status()  # also in provenance; here for the table below
     result = {
         "benchmark": "model", "preset": preset, "config": cfg.to_dict(),
         "parameter_counts": model.parameter_counts(), "device": str(device),

@@ -80,9 +80,9 @@ def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int =
         print(f"  {name:<40} {count:>12,}")
     print(f"  {'total':<40} {counts['total']:>12,}")
     print(f"  {'active per token (estimate)':<40} {counts['active']:>12,}")
-    from glm53_flash.model import kernels
+    from glm53_flash.model import ops
 
-    state = kernels.status()
+    state = ops.status()
     print(f"decode kernels: {'in use' if state['available'] else 'not in use, the torch path serves'} "
           f"({state['reason']}{', ' + state['library'] if state['library'] else ''})")
     if generate:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 
 from glm53_flash.core import receipts
-from glm53_flash.model import kernels, moe
+from glm53_flash.model import ops, moe
 
 SWITCHES = {
-    "GLM53_KERNELS": "environment: 0 turns every kernel off (kernels.ENABLED = False)",
+    "GLM53_KERNELS": "environment: 0 turns every kernel off (ops.library.ENABLED = False)",
     "GLM53_KERNEL_ISA": "environment: avx512 or avx2, the build to load (default: the widest the CPU has)",
     "GLM53_KERNEL_CACHE": "environment: where builds are cached (default ~/.cache/glm53_flash/kernels)",
-    "kernels.ENABLED": "False: the eager torch path everywhere",
-    "kernels.FUSED_DECODE": "False: a block's decode step op by op instead of in three calls",
+    "ops.library.ENABLED": "False: the eager torch path everywhere",
+    "ops.library.FUSED_DECODE": "False: a block's decode step op by op instead of in three calls",
     "moe.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
     "moe.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
 }
@@ -22,7 +22,7 @@ SWITCHES = {
 
 def dispatch_record() -> dict:
     """The switches' values in this process (what `SWITCHES` names)."""
-    return {"enabled": kernels.ENABLED, "fused_decode": kernels.FUSED_DECODE, "grouped_mm": moe.GROUPED_MM_ENABLED,
+    return {"enabled": ops.library.ENABLED, "fused_decode": ops.library.FUSED_DECODE, "grouped_mm": moe.GROUPED_MM_ENABLED,
             "padded": moe.PADDED_ENABLED,
             "environment": {name: os.environ.get(name) for name in SWITCHES if name.startswith("GLM53_")}}
 

@@ -5,7 +5,7 @@ z_t = sum_{s<=t} phi(k_s), phi(u) = ELU(u) + 1. Unlike the original, which mater
 every position ([B, T, H, d, d]), training uses the causal quadratic form inside chunks and carries
 only one [d, d] state per head between chunks; decoding keeps that state and costs O(1) per token.
 No decay or gating (GLM's KDA has both): this is the original miniature's mechanism, made fast.
-A decode step on the CPU runs in one C call where the kernels serve (model/kernels.py).
+A decode step on the CPU runs in one C call where the kernels serve (model/ops/).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glm53_flash.model import kernels
-from glm53_flash.model.kernels import Linear
+from glm53_flash.model import ops
+from glm53_flash.model.ops import Linear
 from glm53_flash.model.rope import RotaryEmbedding
 
 DENOMINATOR_FLOOR = 1e-6
@@ -160,7 +160,7 @@ class LinearAttention(nn.Module):
         b, t, dim = x.shape
         qkv = self.qkv(x)
         if (t == 1 and state is not None and return_state
-                and kernels.linear_attention_serves(qkv, state.kv, state.z, dim // self.heads)):
+                and ops.linear_attention_serves(qkv, state.kv, state.z, dim // self.heads)):
             # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
             out, state = self.decode_step_from_qkv(qkv, rope, position, state)
             return self.out(out), state
@@ -177,13 +177,13 @@ class LinearAttention(nn.Module):
     def fused_decode_state(self, state, dim: int):
         """The state tensors a C decode step of this layer updates (for the caller's checks), or None
         where that step cannot serve."""
-        if not isinstance(state, LinearState) or not kernels.head_dim_serves(dim // self.heads):
+        if not isinstance(state, LinearState) or not ops.head_dim_serves(dim // self.heads):
             return None
         return state.kv, state.z
 
     def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: LinearState):
-        """One cached token by kernels.linear_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before
+        """One cached token by ops.linear_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before
         the output product, the state, updated in place)."""
         cos = rope.cos[position] if self.rope_before_feature else None
         sin = rope.sin[position] if self.rope_before_feature else None
-        return kernels.linear_attention_step(qkv, state.kv, state.z, cos, sin, DENOMINATOR_FLOOR), state
+        return ops.linear_attention_step(qkv, state.kv, state.z, cos, sin, DENOMINATOR_FLOOR), state

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from glm53_flash.model.config import ModelConfig
-from glm53_flash.model import dispatch, kernels  # noqa: F401 - dispatch: its switches go into receipts
+from glm53_flash.model import dispatch, ops  # noqa: F401 - dispatch: its switches go into receipts
 from glm53_flash.model.linear_attention import LinearAttention, LinearState
 from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
 from glm53_flash.model.norm import RMSNorm
@@ -85,12 +85,12 @@ class HybridBlock(nn.Module):
         return self.connection.write(streams, mixed, update), new_state, used, balance
 
     def _decode_step_fused(self, streams, rope, position, state):
-        """One cached token per row in three C calls (kernels.decode_attention_in, the attention's step,
-        kernels.decode_moe_out) where they serve: the CPU in float32 without gradients, up to 512 rows, the
+        """One cached token per row in three C calls (ops.decode_attention_in, the attention's step,
+        ops.decode_moe_out) where they serve: the CPU in float32 without gradients, up to 512 rows, the
         "double-residual" or "delta" streams. None elsewhere: the operations above then run one by one
         (and remain the test oracle)."""
         connection, attention, moe = self.connection, self.attention, self.moe
-        if connection.mode == "sinkhorn" or not kernels.FUSED_DECODE:
+        if connection.mode == "sinkhorn" or not ops.library.FUSED_DECODE:
             return None
         state_tensors = attention.fused_decode_state(state, streams.shape[-1])
         if state_tensors is None or moe.experts > 64 or moe.top_k > min(8, moe.experts):
@@ -103,13 +103,13 @@ class HybridBlock(nn.Module):
         attn_norm, moe_norm, qkv, out = self.attn_norm.weight, self.moe_norm.weight, attention.qkv.weight, attention.out.weight
         router, gate_up, down = moe.router.weight, moe.expert_gate_up, moe.expert_down
         shared_up, shared_down = moe.shared.up.weight, moe.shared.down.weight
-        if down.shape[1] % 8 or not kernels.decode_block_serves(
+        if down.shape[1] % 8 or not ops.decode_block_serves(
                 streams, input_logits, output_logits, attn_norm, qkv, out, moe_norm, router, gate_up, down,
                 shared_up, shared_down, rope.cos, rope.sin, *state_tensors):
             return None
-        mixed, qkv_out = kernels.decode_attention_in(streams, input_logits, attn_norm, self.attn_norm.eps, qkv)
+        mixed, qkv_out = ops.decode_attention_in(streams, input_logits, attn_norm, self.attn_norm.eps, qkv)
         attn, new_state = attention.decode_step_from_qkv(qkv_out, rope, position, state)
-        new_streams, counts = kernels.decode_moe_out(
+        new_streams, counts = ops.decode_moe_out(
             streams, output_logits, connection.mode == "double-residual", attn, out, mixed, moe_norm,
             self.moe_norm.eps, router, moe.top_k, gate_up, down, shared_up, shared_down)
         return new_streams, new_state, counts, None
@@ -215,7 +215,7 @@ class GLM53Flash(nn.Module):
         if cache is not None:
             cache.position = position + t
         hidden = self.norm(streams.mean(dim=0))
-        logits = kernels.linear(hidden, self.embedding.weight)
+        logits = ops.linear(hidden, self.embedding.weight)
         usage_by_layer = torch.stack(usage).float()
         usage_by_layer = usage_by_layer / usage_by_layer.sum(-1, keepdim=True).clamp_min(1.0)
         if cache is not None:  # decoding: no balance statistics

@@ -7,7 +7,7 @@ every expert then runs in one grouped matrix multiply per projection with no hos
 elsewhere the experts run in a loop over split chunks with one host sync per layer. Without gradients
 and with few slots spread over the experts (cached decoding), the CPU pads each expert's rows to
 the busiest one's and runs two batched matmuls instead (`run_padded`). Where the skinny C kernels
-serve (model/kernels.py: no gradients, CPU, float32, a few hundred slots at most) they take the
+serve (model/ops/: no gradients, CPU, float32, a few hundred slots at most) they take the
 experts instead, and in cached decoding the whole layer (`forward_skinny`). All equal
 `dense_moe_reference`. The balance loss is the Switch-Transformer form E * sum_e f_e * P_e, whose
 router probabilities P_e carry gradients; the original's hard-count metric (no gradient) stays
@@ -21,15 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from glm53_flash.model import kernels
-from glm53_flash.model.kernels import Linear
+from glm53_flash.model import ops
+from glm53_flash.model.ops import Linear
 from glm53_flash.model.precision import mixed_linear, mixed_matmul, product_dtype
 
 
 class _SwiGLUActivation(torch.autograd.Function):
     """silu(gate) * value for h = [gate | value] [N, 2H].
 
-    Where the fused kernel serves (float32 on the CPU, kernels.swiglu_serves) the forward and the
+    Where the fused kernel serves (float32 on the CPU, ops.swiglu_serves) the forward and the
     backward each make one pass over memory and only h is saved: the backward recomputes the
     exponentials, which cost less than reading a saved [N, H] tensor back. Elsewhere, and as the
     kernel's test oracle, the eager formulation: the forward keeps silu(gate) so the backward need not
@@ -39,10 +39,10 @@ class _SwiGLUActivation(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor) -> torch.Tensor:
-        ctx.fused = kernels.swiglu_serves(h)
+        ctx.fused = ops.swiglu_serves(h)
         if ctx.fused:
             ctx.save_for_backward(h)
-            return kernels.swiglu_forward(h)
+            return ops.swiglu_forward(h)
         gate, value = h.chunk(2, dim=-1)
         activated = F.silu(gate)
         ctx.save_for_backward(h, activated)
@@ -53,7 +53,7 @@ class _SwiGLUActivation(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
         if ctx.fused:
             (h,) = ctx.saved_tensors
-            return kernels.swiglu_backward(h, grad_out)
+            return ops.swiglu_backward(h, grad_out)
         h, activated = ctx.saved_tensors
         gate, value = h.chunk(2, dim=-1)
         grad = torch.empty_like(h)
@@ -69,8 +69,8 @@ class _SwiGLUActivation(torch.autograd.Function):
 
 def swiglu_activation(h: torch.Tensor) -> torch.Tensor:
     if not torch.is_grad_enabled():  # inference: skip the autograd.Function's per-call overhead
-        if kernels.swiglu_serves(h):
-            return kernels.swiglu_forward(h)
+        if ops.swiglu_serves(h):
+            return ops.swiglu_forward(h)
         gate, value = h.chunk(2, dim=-1)
         return F.silu(gate) * value
     return _SwiGLUActivation.apply(h)
@@ -243,11 +243,11 @@ class MixtureOfExperts(nn.Module):
 
     def run_skinny(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the skinny C
-        kernels (model/kernels.py): one call per projection, each expert's weights read once, no
-        padding. No gradients (see kernels.grouped_serves)."""
+        kernels (model/ops/): one call per projection, each expert's weights read once, no
+        padding. No gradients (see ops.grouped_serves)."""
         offsets = counts.cumsum(0)
-        hidden = kernels.grouped_linear(rows, self.expert_gate_up, offsets)
-        return kernels.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
+        hidden = ops.grouped_linear(rows, self.expert_gate_up, offsets)
+        return ops.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
 
     def run_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows [M, D] sorted by expert, counts [E] -> each row through its expert: by the skinny C
@@ -255,7 +255,7 @@ class MixtureOfExperts(nn.Module):
         matmuls where they pay (few slots spread over the experts), else by the grouped kernel or the
         chunk loop (run_sorted)."""
         slots = rows.shape[0]
-        if kernels.grouped_serves(rows, self.expert_gate_up, self.expert_down):
+        if ops.grouped_serves(rows, self.expert_gate_up, self.expert_down):
             return self.run_skinny(rows, counts)
         dtype = blocked_usable(rows, self)
         if dtype is not None:
@@ -274,7 +274,7 @@ class MixtureOfExperts(nn.Module):
         `balance_reduce` sums count tensors across data-parallel ranks (see balance_loss).
         """
         n, dim = x.shape
-        if not with_balance and kernels.moe_serves(x, self.router.weight, self.expert_gate_up, self.expert_down,
+        if not with_balance and ops.moe_serves(x, self.router.weight, self.expert_gate_up, self.expert_down,
                                                    self.top_k):
             return self.forward_skinny(x)
         logits = self.router(x)
@@ -301,10 +301,10 @@ class MixtureOfExperts(nn.Module):
         """forward(x, with_balance=False) by the C kernels (cached decoding on the CPU): routing, the
         sort by expert and the row copies in one call, each projection in one, the gate-weighted sum
         with the shared expert's output in one; only the SwiGLU activations stay in torch."""
-        rows, counts, offsets, position, gates = kernels.moe_dispatch(x, self.router.weight, self.top_k)
-        hidden = kernels.grouped_linear(rows, self.expert_gate_up, offsets)
-        expert_out = kernels.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
-        return kernels.moe_combine(expert_out, position, gates, self.shared(x)), counts, None
+        rows, counts, offsets, position, gates = ops.moe_dispatch(x, self.router.weight, self.top_k)
+        hidden = ops.grouped_linear(rows, self.expert_gate_up, offsets)
+        expert_out = ops.grouped_matmul(swiglu_activation(hidden), self.expert_down, offsets)
+        return ops.moe_combine(expert_out, position, gates, self.shared(x)), counts, None
 
     def balance_loss(self, logits: torch.Tensor, used: torch.Tensor, mask: torch.Tensor, reduce=None):
         """E * sum_e f_e * P_e: f_e = share of routed slots (no gradient), P_e = mean router probability.

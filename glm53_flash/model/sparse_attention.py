@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glm53_flash.model import kernels
-from glm53_flash.model.kernels import Linear
+from glm53_flash.model import ops
+from glm53_flash.model.ops import Linear
 from glm53_flash.model.rope import RotaryEmbedding
 
 
@@ -164,16 +164,16 @@ class SparseAttention(nn.Module):
     def fused_decode_state(self, state, dim: int):
         """The buffers a C decode step of this layer reads and writes (for the caller's checks), or None
         where that step cannot serve."""
-        if (not isinstance(state, SparseKV) or not kernels.head_dim_serves(dim // self.heads)
-                or len(state.positions) > kernels.MAX_SPARSE_KEYS):
+        if (not isinstance(state, SparseKV) or not ops.head_dim_serves(dim // self.heads)
+                or len(state.positions) > ops.library.MAX_SPARSE_KEYS):
             return None
         return state.room if state.room is not None else (state.k, state.v)
 
     def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: SparseKV):
-        """One cached token by kernels.sparse_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before the
+        """One cached token by ops.sparse_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before the
         output product, the kept keys with this token's, in the same buffers)."""
         n = len(state.positions)
         keys, values = _with_room(state)
         slot, positions = self._slot_for(position, state.positions)
-        out = kernels.sparse_attention_step(qkv, keys, values, n, slot, rope.cos[position], rope.sin[position])
+        out = ops.sparse_attention_step(qkv, keys, values, n, slot, rope.cos[position], rope.sin[position])
         return out, _kept(keys, values, positions)

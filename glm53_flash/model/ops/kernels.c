@@ -1,4 +1,4 @@
-/* The CPU kernels of glm53_flash/model/kernels.py: float32 matrix products for cached decoding (a few
+/* The CPU kernels of glm53_flash/model/ops/: float32 matrix products for cached decoding (a few
  * rows, one per sequence in the batch, against a weight matrix read once per step from memory: BLAS
  * libraries tune for large M and at 4-32 rows stream the weights at a fraction of the memory
  * bandwidth; these loops keep a block of weight rows in registers/L1 and run every input row past it,
@@ -6,7 +6,7 @@
  * step in three calls, and two pieces of training at any row count: the SwiGLU activation's forward
  * and backward (one pass over memory each, a vectorised exp) and RMSNorm's forward and backward.
  *
- * Built on first use by kernels.py for the widest vectors the CPU has: 16 lanes (cc -O3 -mavx512f
+ * Built on first use by ops/library.py for the widest vectors the CPU has: 16 lanes (cc -O3 -mavx512f
  * -mavx2 -mfma -fopenmp) on AVX-512, else 8 lanes (-mavx2 -mfma). The same source serves both through
  * the vector helpers below; inner sizes need only be multiples of 8 (a 16-lane loop reads its last 8
  * floats with a masked load). The eager torch path is the fallback and the test oracle. OpenMP shares
@@ -18,7 +18,7 @@
  *
  * The entry points are the glm53_* functions at the end of the file. Each checks the sizes it is given
  * against what its loops and fixed buffers hold (the LIMIT_* numbers below) and returns OUT_OF_RANGE
- * without touching memory when they do not hold; kernels.py checks the same rules first and raises a
+ * without touching memory when they do not hold; each op's wrapper (ops/<op>.py) checks the same rules first and raises a
  * clear error, so the checks here are the second line, for a caller that bypasses the first.
  */
 #include <immintrin.h>
@@ -31,7 +31,7 @@
 #define NO_MEMORY 1
 #define OUT_OF_RANGE 2
 #define REQUIRE(condition) do { if (!(condition)) return OUT_OF_RANGE; } while (0)
-/* The fixed buffers' sizes (kernels.py's limits; glm53_limits reports them so a test can compare). */
+/* The fixed buffers' sizes (ops/library.py's LIMITS; glm53_limits reports them so a test can compare). */
 #define LIMIT_EXPERTS 64    /* router logits per token: logits[], next[] */
 #define LIMIT_TOP_K 8       /* chosen experts per token: top[] */
 #define LIMIT_HEAD_DIM 256  /* per-head rows of the attention steps: pq[], rq[], ... */
@@ -96,7 +96,7 @@ static inline __m256 half_sum(vec a) { return a; }
 #endif
 #define FULL ((lanes_mask)-1)
 
-/* The number of float lanes this build uses (kernels.py reports it). */
+/* The number of float lanes this build uses (ops/library.py reports it). */
 int64_t glm53_lanes(void) { return LANES; }
 
 /* Four accumulators -> their four horizontal sums. */
