@@ -240,9 +240,11 @@ def test_reports_say_when_the_holdout_split_was_first_opened_and_how_often_since
     assert history == ("faithful: first opened 2026-12-01 at commit 22b479e, 2 opening(s) in all, the later ones "
                        "each with its reason; ours: first opened 2026-12-01 at commit 22b479e, 1 opening(s) in all")
     assert holdout_history({"arms": {"ours": {}}}) == "no opening recorded in the ledger"
+    from glm53_flash.report.summary import RunSummary
+
     committed = json.loads((Path(__file__).resolve().parents[1] / "results/headline/ours/summary.json").read_text())
     committed["holdout"]["ledger"] = lines
-    text = "\n".join(holdout_lines(committed))
+    text = "\n".join(holdout_lines(RunSummary.from_dict(committed)))
     assert "never" not in text
     assert "2 opening(s) of the holdout split for this plan, the first at 2026-12-01T02:56:43+00:00 (commit 22b479e)" in text
     assert "regenerating the headline" in text  # the reason, in the ledger table

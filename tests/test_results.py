@@ -91,3 +91,27 @@ def test_committed_plans_and_runs_use_the_current_option_names():
         assert ReproducePlan.from_dict(recorded).to_dict() == recorded, path
     migrated = json.loads((ROOT / "results" / "rl-choices" / "plan.json").read_text())["migrated"]
     assert set(migrated["renamed_values"]) == {"design.recipe.logprob_source", "design.recipe.eos_handling"}
+
+
+def test_committed_run_summaries_read_as_their_type_and_back():
+    """Every headline run's summary.json reads as a RunSummary (every field checked) and writes back as
+    the same JSON; a summary with a missing or mistyped field is a one-line error naming it."""
+    from glm53_flash.report.summary import RunSummary
+
+    paths = sorted((ROOT / "results" / "headline").glob("*/summary.json"))
+    assert len(paths) == 6
+    for path in paths:
+        recorded = json.loads(path.read_text())
+        summary = RunSummary.read(path)
+        assert summary.to_dict() == recorded
+        assert summary.rl_seeds == [str(s) for s in recorded["plan"]["rl_seeds"]]
+    recorded = json.loads(paths[0].read_text())
+    for spoil, rule in ((lambda d: d.pop("seeds"), "missing seeds"),
+                        (lambda d: d.update(confirm_opened_after_selection="yes"), "'confirm_opened_after_selection'"),
+                        (lambda d: d.update(extra=1), "unknown fields extra"),
+                        (lambda d: d["holdout"].pop("ledger"), "'holdout' must hold"),
+                        (lambda d: d["plan"].pop("rl"), "its plan does not read")):
+        spoilt = json.loads(json.dumps(recorded))
+        spoil(spoilt)
+        with pytest.raises(ValueError, match=rule):
+            RunSummary.from_dict(spoilt, source="x")

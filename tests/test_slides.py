@@ -148,8 +148,10 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
     from glm53_flash.report.headline import (draw_family_changes, draw_greedy, family_chart_data,
                                              greedy_chart_data)
 
-    summary = json.loads((RESULTS / "headline" / "ours" / "summary.json").read_text())
-    for v in summary["seeds"].values():  # a quick run: 12 tasks, fewer solved than the original's 16
+    from glm53_flash.report.summary import RunSummary
+
+    summary = RunSummary.read(RESULTS / "headline" / "ours" / "summary.json")
+    for v in summary.seeds.values():  # a quick run: 12 tasks, fewer solved than the original's 16
         v["greedy_trained"].update(tasks=12, before_solved=2, after_solved=5)
     data = greedy_chart_data(summary)
     fig = draw_greedy(data)
@@ -166,7 +168,7 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
     hatched = {round(b.get_x() + b.get_width() / 2) for b in bars if b.get_hatch()}
     solid = {round(b.get_x() + b.get_width() / 2) for b in bars if not b.get_hatch()}
     order = families["families"]
-    assert {order[i] for i in hatched} <= set(summary["untrained_families"])
-    assert {order[i] for i in solid} <= set(summary["trained_families"])
+    assert {order[i] for i in hatched} <= set(summary.untrained_families)
+    assert {order[i] for i in solid} <= set(summary.trained_families)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("hatched" in label for label in labels) and any("solid" in label for label in labels)

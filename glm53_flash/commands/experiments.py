@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import sys
@@ -90,27 +89,6 @@ def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=N
                      opening=opening)
 
 
-@contextlib.contextmanager
-def _study_session(args, cfg, out: Path):
-    """The study directory locked for this process (a second writer is refused), and its plan.json
-    marked running / complete / incomplete (this shard's part done) / interrupted."""
-    from glm53_flash.train.engine import check_live_logging
-    from glm53_flash.train.rundir import RunLock, interruptible
-
-    check_live_logging(cfg.tensorboard, cfg.wandb)
-    command = shlex.join(["glm53", *getattr(args, "command_argv", sys.argv[1:])])
-    state = {}
-    with RunLock(out):
-        def mark(status: str) -> None:
-            if "plan" in state and not cfg.plan_only:
-                from glm53_flash.experiments.study import mark_status
-
-                mark_status(out, state["plan"], status, resume_command=command if status == "interrupted" else None)
-
-        with interruptible(lambda: mark("interrupted"), command + "   (the same command resumes the study)"):
-            yield state, mark
-
-
 def run_pretraining_data(args) -> int:
     from glm53_flash.experiments.config import PretrainingDataStudyConfig
     from glm53_flash.experiments.pretraining_data import build_plan, measure_seconds_per_step, run_unit
@@ -128,7 +106,11 @@ def run_pretraining_data(args) -> int:
 def _run_study(args, cfg, out: Path, draft: dict, timed_plan, run) -> int:
     """The session every study runs in: the directory locked, the existing plan resumed (or a new one
     timed by `timed_plan()`), then `run(plan)` -> number of runs finished, with the plan's status kept."""
-    with _study_session(args, cfg, out) as (state, mark):
+    from glm53_flash.experiments.study import study_session
+
+    command = shlex.join(["glm53", *getattr(args, "command_argv", sys.argv[1:])])
+    with study_session(out, command, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
+                       plan_only=cfg.plan_only) as (state, mark):
         plan = _existing_plan(out, draft)
         if plan is None:
             plan = timed_plan()

@@ -154,16 +154,14 @@ def _solved(receipt: dict) -> tuple[int, int]:
     return summary["tasks_solved"], summary["tasks_total"]
 
 
-def seed_table(out: Path, runs: list[tuple[Path, dict]]) -> dict:
-    """Per arm, one row per pretraining seed: the holdout (and confirm) greedy scores before RL and
+def seed_table(out: Path, runs: list) -> dict:
+    """Per arm, one row per pretraining seed (`runs`: (directory, report.summary.RunSummary) pairs): the holdout (and confirm) greedy scores before RL and
     after each RL seed that run trained, and the RL gain of its first RL seed."""
     table: dict[str, list[dict]] = {}
     for path, summary in runs:
-        if "holdout" not in summary:
-            continue
-        plan_seeds = [str(s) for s in summary["plan"]["rl_seeds"]]
+        plan_seeds = summary.rl_seeds
         first = plan_seeds[0]
-        row = {"pretrain_seed": summary["pretrain_seed"], "directory": path.name, "rl_seeds": plan_seeds}
+        row = {"pretrain_seed": summary.pretrain_seed, "directory": path.name, "rl_seeds": plan_seeds}
         for split in ("holdout", "confirm"):
             before, total = _solved(_greedy(path, split, "before"))
             after = {seed: _solved(_greedy(path, split, f"rl-{seed}"))[0] for seed in plan_seeds}
@@ -171,8 +169,8 @@ def seed_table(out: Path, runs: list[tuple[Path, dict]]) -> dict:
                           "first_rl_gain": after[first] - before}
         row["strong_false_passes_holdout"] = {
             name: counts["greedy"]["false_passes"]
-            for name, counts in (summary["holdout"]["strong_tests"] or {}).items()}
-        table.setdefault(summary["arm"], []).append(row)
+            for name, counts in (summary.holdout.strong_tests or {}).items()}
+        table.setdefault(summary.arm, []).append(row)
     for rows in table.values():
         rows.sort(key=lambda r: r["pretrain_seed"])
     return table

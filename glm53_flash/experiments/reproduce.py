@@ -17,7 +17,9 @@ from pathlib import Path
 from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE, EvalConfig
 from glm53_flash.core.receipts import provenance, read_json, write_json
-from glm53_flash.tasks import FAMILY_NAMES, frozen_tasks, parse_families
+from glm53_flash.report.summary import SCHEMA_VERSION as SUMMARY_SCHEMA
+from glm53_flash.report.summary import RunSummary, SealedSplit
+from glm53_flash.tasks import FAMILY_NAMES, parse_families
 from glm53_flash.train.config import RLConfig, SelectConfig
 from glm53_flash.train.plan import (  # noqa: F401 - the plan's names, re-exported for the pipeline's callers
     GREEDY_SEED, RUN_FIELDS, SAMPLED_SEED, ReproducePlan, make_plan, plan_sha256,
@@ -181,7 +183,7 @@ def rebuild_reports(output: str | Path) -> dict:
     if not runs:
         raise ValueError(f"{out} holds no run of the pipeline (ARM/plan.json)")
     for path in runs:
-        write_json(path / SUMMARY_FILE, build_summary(path))
+        write_json(path / SUMMARY_FILE, build_summary(path).to_dict())
         build_report(path)
     summary = build_headline_summary(out)
     write_json(out / SUMMARY_FILE, summary)
@@ -264,7 +266,7 @@ def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None
 
 
 def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool = True,
-                  openings: dict | None = None) -> dict:
+                  openings: dict | None = None) -> RunSummary:
     """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
     sealed splits (confirm, then holdout) -> its summary.json and REPORT.md."""
     from glm53_flash.train.pretrain import pretrain
@@ -345,7 +347,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     from glm53_flash.report.headline import build_report
 
     summary = build_summary(out)
-    write_json(out / SUMMARY_FILE, summary)
+    write_json(out / SUMMARY_FILE, summary.to_dict())
     build_report(out)
     return summary
 
@@ -451,10 +453,10 @@ def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
     return seeds
 
 
-def build_summary(out: Path) -> dict:
+def build_summary(out: Path) -> RunSummary:
     """One run's paired statistics for every RL seed on each sealed split, computed only from the
-    receipts in `out`. The confirm split's are at the top (as before the holdout split existed); the
-    holdout split's, when the plan has it, under "holdout"."""
+    receipts in `out` (report/summary.py's RunSummary: the confirm split's at the top, the holdout
+    split's under `holdout`)."""
     meta = json.loads((out / "plan.json").read_text())
     plan = ReproducePlan.from_dict(meta["plan"])
     trained = list(parse_families(plan.families))
@@ -467,31 +469,27 @@ def build_summary(out: Path) -> dict:
     for split in sealed_stages(plan):
         receipts = [json.loads(p.read_text()) for p in _receipt_paths(out, plan, split)]
         first_opened[split] = min(r["provenance"]["created_utc"] for r in receipts)
-    summary = {
-        "schema_version": "1.1", "preset": meta["preset"], "arm": meta.get("arm"), "plan": plan.to_dict(),
-        "stage_seconds": meta["stage_seconds"], "trained_families": trained, "untrained_families": untrained,
-        "pretrain_seed": plan.pretrain.seed,
-        "pretrain_selection": {"rule": pre_selection["rule"], "selected": pre_selection["selected"]["checkpoint"],
-                               "checkpoints": [{"step": e["step"], "score": e["score"]}
-                                               for e in pre_selection["checkpoints"]]},
-        "seeds": split_results(out, plan, "confirm"), "provenance": provenance(),
-        "strong_tests": strong_test_summary(out, plan),
+    return RunSummary(
+        schema_version=SUMMARY_SCHEMA, preset=meta["preset"], arm=meta.get("arm"), plan=plan,
+        stage_seconds=meta["stage_seconds"], trained_families=tuple(trained), untrained_families=tuple(untrained),
+        pretrain_seed=plan.pretrain.seed,
+        pretrain_selection={"rule": pre_selection["rule"], "selected": pre_selection["selected"]["checkpoint"],
+                            "checkpoints": [{"step": e["step"], "score": e["score"]}
+                                            for e in pre_selection["checkpoints"]]},
+        seeds=split_results(out, plan, "confirm"), provenance=provenance(),
+        strong_tests=strong_test_summary(out, plan),
         # Checked from the receipts' own timestamps, not asserted.
-        "confirm_opened_after_selection": first_opened["confirm"] >= last_selection,
-        "last_selection_utc": last_selection, "first_confirm_utc": first_opened["confirm"],
+        confirm_opened_after_selection=first_opened["confirm"] >= last_selection,
+        last_selection_utc=last_selection, first_confirm_utc=first_opened["confirm"],
         # Every opening of the confirm split for this plan, from the ledger (any directory, any machine
         # whose ledger this is): more than one opening means the split was not held out for this plan.
-        "ledger": ledger_lines_for(plan, directory=out),
-    }
-    if plan.confirm_greedy.split != "confirm":  # a smoke plan: its sealed stages evaluated a stand-in
-        summary["sealed_stand_in"] = plan.confirm_greedy.split
-    if "holdout" in first_opened:
-        summary["holdout"] = {
-            "seeds": split_results(out, plan, "holdout"), "strong_tests": strong_test_summary(out, plan, "holdout"),
-            "opened_after_selection": first_opened["holdout"] >= last_selection,
-            "first_opened_utc": first_opened["holdout"], "ledger": ledger_lines_for(plan, "holdout", directory=out),
-        }
-    return summary
+        ledger=ledger_lines_for(plan, directory=out),
+        holdout=SealedSplit(
+            seeds=split_results(out, plan, "holdout"), strong_tests=strong_test_summary(out, plan, "holdout"),
+            opened_after_selection=first_opened["holdout"] >= last_selection,
+            first_opened_utc=first_opened["holdout"], ledger=ledger_lines_for(plan, "holdout", directory=out)),
+        # a smoke plan's sealed stages evaluated a stand-in
+        sealed_stand_in=plan.confirm_greedy.split if plan.confirm_greedy.split != "confirm" else None)
 
 
 # --------------------------------------------------------------------------- both arms
@@ -515,26 +513,24 @@ def build_headline_summary(out: str | Path) -> dict:
     from glm53_flash.report.arms import arm_rows
 
     out = Path(out)
-    runs = [(path, json.loads((path / SUMMARY_FILE).read_text())) for path in _run_directories(out)]
+    runs = [(path, RunSummary.read(path / SUMMARY_FILE)) for path in _run_directories(out)]
     if not runs:
         raise ValueError(f"{out} holds no finished run (ARM/summary.json)")
-    arms = {}
-    for path, summary in runs:
-        if path.name == summary.get("arm"):
-            arms[summary["arm"]] = summary
+    main = {summary.arm: summary for path, summary in runs if path.name == summary.arm}
+    arms = {arm: summary.to_dict() for arm, summary in main.items()}
     seeds = seed_table(out, runs)
     analysis, stated = read_analysis(out)
-    first = next(iter(arms.values()))
-    power = plan_power(ReproducePlan.from_dict(first["plan"]), len({s["pretrain_seed"] for _, s in runs}), analysis)
+    first = next(iter(main.values()))
+    power = plan_power(first.plan, len({s.pretrain_seed for _, s in runs}), analysis)
     summary = {
-        "schema_version": "2.0", "preset": runs[0][1]["preset"], "arms": arms,
+        "schema_version": "2.0", "preset": runs[0][1].preset, "arms": arms,
         "arm_switches": {arm: ARMS[arm] for arm in arms},
         "pretraining_seeds": seeds,
         "comparison": compare_arms(out, arms, seeds),
         "power": {**power, "stated": stated},
         # seconds of stages per run directory, and of the main arms together (what `make demo` runs)
-        "run_seconds": {path.name: sum(s["stage_seconds"].values()) for path, s in runs},
-        "demo_seconds": sum(sum(s["stage_seconds"].values()) for s in arms.values()),
+        "run_seconds": {path.name: sum(s.stage_seconds.values()) for path, s in runs},
+        "demo_seconds": sum(sum(s.stage_seconds.values()) for s in main.values()),
         "provenance": provenance(),
     }
     columns, rows = arm_rows(summary)

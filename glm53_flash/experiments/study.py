@@ -9,6 +9,7 @@ two-threaded run), and a receipt is written atomically only when its unit has fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -93,6 +94,26 @@ def mark_status(out: Path, plan: dict, status: str, resume_command: str | None =
     if resume_command:
         plan["resume_command"] = resume_command
     write_json(Path(out) / PLAN_FILE, plan)
+
+
+@contextlib.contextmanager
+def study_session(out: Path, command: str, *, tensorboard: str | None = None, wandb: str | None = None,
+                  plan_only: bool = False):
+    """The study directory locked for this process (a second writer is refused), and its plan.json
+    marked running / complete / incomplete (this shard's part done) / interrupted by `mark(status)`;
+    yields (state, mark): the caller puts the plan in state["plan"]. `command` resumes the study."""
+    from glm53_flash.train.engine import check_live_logging
+    from glm53_flash.train.rundir import RunLock, interruptible
+
+    check_live_logging(tensorboard, wandb)
+    state: dict = {}
+    with RunLock(out):
+        def mark(status: str) -> None:
+            if "plan" in state and not plan_only:
+                mark_status(out, state["plan"], status, resume_command=command if status == "interrupted" else None)
+
+        with interruptible(lambda: mark("interrupted"), command + "   (the same command resumes the study)"):
+            yield state, mark
 
 
 def receipt_path(out: Path, key: str) -> Path:

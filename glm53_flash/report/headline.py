@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from glm53_flash.evaluation.ledger import first_lines, report_rows
-from glm53_flash.train.plan import ReproducePlan
+from glm53_flash.report.summary import RunSummary
 from glm53_flash.report import figures
 from glm53_flash.report.tables import markdown_table
 from glm53_flash.report.format import format_interval, format_p, format_signed
@@ -21,11 +21,6 @@ ORIGINAL = {
 }
 
 
-def seed_order(summary: dict) -> list[str]:
-    """RL seeds in the plan's order (JSON receipts store them with sorted keys)."""
-    return [str(seed) for seed in summary["plan"]["rl_seeds"]]
-
-
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
@@ -33,12 +28,12 @@ def _read_jsonl(path: Path) -> list[dict]:
 # --------------------------------------------------------------------------- chart data (numbers only)
 
 
-def greedy_chart_data(summary: dict) -> dict:
+def greedy_chart_data(summary: RunSummary) -> dict:
     """Greedy pass@1 on the trained families before RL and after it per seed, in percent, each after-RL
     bar with the receipts' 95% CI of the paired change drawn from the before level; the original
     miniature's published result as a rate, so it is comparable whatever the number of tasks."""
-    seeds = seed_order(summary)
-    greedy = [summary["seeds"][s]["greedy_trained"] for s in seeds]
+    seeds = summary.rl_seeds
+    greedy = [summary.seeds[s]["greedy_trained"] for s in seeds]
     before = 100 * greedy[0]["before_solved"] / greedy[0]["tasks"]
     total = ORIGINAL["greedy_trained"][2]
     return {
@@ -51,42 +46,42 @@ def greedy_chart_data(summary: dict) -> dict:
     }
 
 
-def family_chart_data(summary: dict) -> dict:
+def family_chart_data(summary: RunSummary) -> dict:
     """Per family and seed: the change in the exact sampled rate (points) with its 95% CI, trained
     families first."""
-    seeds = seed_order(summary)
-    first = summary["seeds"][seeds[0]]["sampled_by_family"]
-    trained = [f for f in summary["trained_families"] if f in first]
+    seeds = summary.rl_seeds
+    first = summary.seeds[seeds[0]]["sampled_by_family"]
+    trained = [f for f in summary.trained_families if f in first]
     families = trained + [f for f in first if f not in trained]
     return {
         "families": families, "trained": trained, "seeds": seeds,
         "rollouts": {f: first[f]["rollouts"] for f in families},
-        "change": {s: {f: 100 * summary["seeds"][s]["sampled_by_family"][f]["rate_difference"] for f in families}
+        "change": {s: {f: 100 * summary.seeds[s]["sampled_by_family"][f]["rate_difference"] for f in families}
                    for s in seeds},
-        "interval": {s: {f: [100 * x for x in summary["seeds"][s]["sampled_by_family"][f]["rate_difference_ci"]]
+        "interval": {s: {f: [100 * x for x in summary.seeds[s]["sampled_by_family"][f]["rate_difference_ci"]]
                          for f in families} for s in seeds},
     }
 
 
-def selection_chart_data(out: Path | None, summary: dict) -> dict:
+def selection_chart_data(out: Path | None, summary: RunSummary) -> dict:
     """Exact dev rollouts per checkpoint: pretraining (from the summary) and, when the run directory
     holds them, every RL seed's selection receipt."""
-    plan = ReproducePlan.from_dict(summary["plan"])
-    families = len(summary["trained_families"]) + len(summary["untrained_families"])
+    plan = summary.plan
+    families = len(summary.trained_families) + len(summary.untrained_families)
     rl = {}
-    for seed in seed_order(summary):
+    for seed in summary.rl_seeds:
         path = out / f"rl-{seed}" / "selection-dev.json" if out is not None else None
         if path is not None and path.is_file():
             checkpoints = json.loads(path.read_text())["checkpoints"]
             rl[seed] = [(e["step"], e["score"][0]) for e in checkpoints]
     return {
-        "pretrain": [(e["step"], e["score"][0]) for e in summary["pretrain_selection"]["checkpoints"]],
+        "pretrain": [(e["step"], e["score"][0]) for e in summary.pretrain_selection["checkpoints"]],
         "pretrain_rollouts": plan.select_pretrain.per_family * families * plan.select_pretrain.samples,
-        "rl": rl, "rl_rollouts": plan.select_rl.per_family * len(summary["trained_families"]) * plan.select_rl.samples,
+        "rl": rl, "rl_rollouts": plan.select_rl.per_family * len(summary.trained_families) * plan.select_rl.samples,
     }
 
 
-def learning_chart_data(out: Path | None, summary: dict) -> dict | None:
+def learning_chart_data(out: Path | None, summary: RunSummary) -> dict | None:
     """Pretraining loss per step and each seed's RL mean reward (moving mean), from the metrics
     receipts; None when the run directory does not hold them (the committed results/ do not)."""
     if out is None or not (out / "pretrain" / "metrics.jsonl").is_file():
@@ -94,15 +89,15 @@ def learning_chart_data(out: Path | None, summary: dict) -> dict | None:
     rows = _read_jsonl(out / "pretrain" / "metrics.jsonl")
     rewards = {}
     window = 1
-    for seed in seed_order(summary):
+    for seed in summary.rl_seeds:
         m = _read_jsonl(out / f"rl-{seed}" / "metrics.jsonl")
         ys = [r["mean_reward"] for r in m]
         window = max(1, len(ys) // 12)
         smooth = [sum(ys[max(0, i - window + 1): i + 1]) / len(ys[max(0, i - window + 1): i + 1]) for i in range(len(ys))]
         rewards[seed] = ([r["last_group"] for r in m], smooth)
     return {"loss": ([r["step"] for r in rows], [r["loss"] for r in rows]), "rewards": rewards, "window": window,
-            "batch": ReproducePlan.from_dict(summary["plan"]).pretrain.batch_size,
-            "group_size": ReproducePlan.from_dict(summary["plan"]).rl.group_size}
+            "batch": summary.plan.pretrain.batch_size,
+            "group_size": summary.plan.rl.group_size}
 
 
 # --------------------------------------------------------------------------- charts (drawing only)
@@ -214,7 +209,7 @@ def draw_learning(data: dict, size=(11, 4)):
     return draw_panels([(loss_panel, data), (reward_panel, data)], size)
 
 
-def make_charts(out: Path, summary: dict) -> dict[str, str]:
+def make_charts(out: Path, summary: RunSummary) -> dict[str, str]:
     charts = out / "charts"
     charts.mkdir(exist_ok=True)
     figures_by_name = {
@@ -269,54 +264,51 @@ def unit_cells(results: dict, seeds: list[str]) -> list[str]:
     return cells
 
 
-def result_table(summary: dict) -> list[str]:
-    seeds = seed_order(summary)
-    k = ReproducePlan.from_dict(summary["plan"]).confirm_sampled.samples
+def result_table(summary: RunSummary) -> list[str]:
+    seeds = summary.rl_seeds
+    k = summary.plan.confirm_sampled.samples
     header = "| confirmation metric | original before | original after | ours before | " + \
              " | ".join(f"ours after (seed {s})" for s in seeds) + " |"
     lines = [header, "|---|---:|---:|---:|" + "---:|" * len(seeds)]
-    for name, key, before, afters in metric_rows(summary["seeds"], seeds, k):
+    for name, key, before, afters in metric_rows(summary.seeds, seeds, k):
         original = ORIGINAL[key]
         lines.append(f"| {name} | {original[0]}/{original[2]} | {original[1]}/{original[2]} | {before} | "
                      + " | ".join(afters) + " |")
     lines.append(f"| {GAINS_ROW} | | 16 / 0 ({format_p(ORIGINAL['mcnemar_p'])}) | | "
-                 + " | ".join(gains_cells(summary["seeds"], seeds)) + " |")
-    lines.append(f"| {UNITS_ROW} | | | | " + " | ".join(unit_cells(summary["seeds"], seeds)) + " |")
+                 + " | ".join(gains_cells(summary.seeds, seeds)) + " |")
+    lines.append(f"| {UNITS_ROW} | | | | " + " | ".join(unit_cells(summary.seeds, seeds)) + " |")
     return lines
 
 
-def holdout_lines(summary: dict) -> list[str]:
+def holdout_lines(summary: RunSummary) -> list[str]:
     """The holdout split's results (sealed until this plan first opened it): the same paired statistics
-    as confirm's, per RL seed, and the strong set; nothing for runs without it."""
-    holdout = summary.get("holdout")
-    if not holdout:
-        return []
-    seeds = seed_order(summary)
-    k = ReproducePlan.from_dict(summary["plan"]).holdout_sampled.samples
-    rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout["seeds"], seeds, k)]
-    rows.append([GAINS_ROW, "", *gains_cells(holdout["seeds"], seeds)])
-    rows.append([UNITS_ROW, "", *unit_cells(holdout["seeds"], seeds)])
+    as confirm's, per RL seed, and the strong set."""
+    holdout = summary.holdout
+    seeds = summary.rl_seeds
+    k = summary.plan.holdout_sampled.samples
+    rows = [[name, before, *afters] for name, _, before, afters in metric_rows(holdout.seeds, seeds, k)]
+    rows.append([GAINS_ROW, "", *gains_cells(holdout.seeds, seeds)])
+    rows.append([UNITS_ROW, "", *unit_cells(holdout.seeds, seeds)])
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
-    openings = first_lines(holdout.get("ledger") or [])
-    opened = ("" if holdout.get("ledger") is None else
-              f"The ledger records {len(openings)} opening(s) of the holdout split for this plan"
+    openings = first_lines(holdout.ledger)
+    opened = (f"The ledger records {len(openings)} opening(s) of the holdout split for this plan"
               + (f", the first at {openings[0]['utc']} (commit {openings[0]['commit'][:7]})" if openings else "")
               + ("; each later one was a reopening with its reason (table below)." if len(openings) > 1 else "."))
-    strong = holdout.get("strong_tests") or {}
+    strong = holdout.strong_tests or {}
     false_passes = ", ".join(f"{name} {r['greedy']['false_passes']}" for name, r in strong.items())
     return ["## Holdout split (sealed until this plan first opened it)", "",
-            ("Opened after all selection" if holdout["opened_after_selection"] else
-             "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout['first_opened_utc']}). "
+            ("Opened after all selection" if holdout.opened_after_selection else
+             "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout.first_opened_utc}). "
             + opened, "", *markdown_table(columns, rows), "",
             *([f"Greedy false passes (pass the three cases, fail the strong set): {false_passes}.", ""] if strong else []),
-            *ledger_table({"ledger": holdout.get("ledger")}, "holdout")]
+            *ledger_table(holdout.ledger, "holdout")]
 
 
-def goal_lines(summary: dict) -> list[str]:
+def goal_lines(summary: RunSummary) -> list[str]:
     """The issue's goals, checked per seed: greedy trained-family pass@1 at least the original's with
     no losses, and no untrained family dropping beyond its confidence interval."""
     target = ORIGINAL["greedy_trained"][1]
-    seeds = summary["seeds"]
+    seeds = summary.seeds
     met = [s for s, v in seeds.items()
            if v["greedy_trained"]["after_solved"] >= target and v["greedy_trained"]["losses"] == 0]
     clean = [s for s, v in seeds.items() if not any(f["significant_drop"] for f in v["untrained_interference"].values())]
@@ -335,13 +327,10 @@ def _stage_order(name: str) -> tuple:
     return (next((i for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes)), name)
 
 
-def confirm_history(summary: dict) -> str:
+def confirm_history(summary: RunSummary) -> str:
     """One sentence on how often the confirm split was opened for this plan, from the ledger lines the
-    summary carries; summaries written before the ledger existed say so instead of claiming anything."""
-    lines = summary.get("ledger")
-    if lines is None:
-        return ("Written before the ledger existed: this plan's confirm split had already been opened by earlier "
-                "evaluations (an RL recipe comparison and earlier headline runs), so it is not untouched.")
+    summary carries."""
+    lines = summary.ledger
     openings = first_lines(lines)
     if len(openings) <= 1:
         return (f"The ledger records one opening of the confirm split for this plan ({len(lines)} receipts); "
@@ -351,10 +340,10 @@ def confirm_history(summary: dict) -> str:
             f"{reasons or 'no reason recorded'}): its numbers are no longer from an untouched split.")
 
 
-def strong_test_lines(summary: dict) -> list[str]:
+def strong_test_lines(summary: RunSummary) -> list[str]:
     """The confirm results under the three original cases and under the strong set, per arm, with the
-    false passes (pass the three, fail the strong set); nothing for summaries written before it."""
-    strong = summary.get("strong_tests")
+    false passes (pass the three, fail the strong set); nothing when the receipts predate the strong set."""
+    strong = summary.strong_tests
     if not strong:
         return []
     rows = []
@@ -371,65 +360,48 @@ def strong_test_lines(summary: dict) -> list[str]:
             "never see it.", "", *markdown_table(columns, rows), ""]
 
 
-def ledger_table(summary: dict, split: str = "confirm") -> list[str]:
-    """The ledger lines of this plan's openings of `split` as a markdown table (none before the ledger)."""
-    if not summary.get("ledger"):
+def ledger_table(lines: list[dict], split: str = "confirm") -> list[str]:
+    """The ledger lines of this plan's openings of `split` as a markdown table (nothing without lines)."""
+    if not lines:
         return []
-    columns, rows = report_rows(summary["ledger"])
+    columns, rows = report_rows(lines)
     return [f"### Ledger lines ({split} split, this plan)", "", *markdown_table(columns, rows), ""]
 
 
-SUMMARY_KEYS = ("preset", "plan", "seeds", "trained_families", "untrained_families", "pretrain_selection",
-                "stage_seconds")
-
-
-def load_summary(path: str | Path) -> dict:
-    """A headline summary.json, checked to be one (a JSON object with the keys reports read) before
-    anything is built from it; a corrupt one is a one-line ValueError."""
-    from glm53_flash.core.receipts import read_json
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    summary = read_json(path)
-    missing = [key for key in SUMMARY_KEYS if not isinstance(summary, dict) or key not in summary]
-    if missing:
-        raise ValueError(f"{path} is not a headline summary (missing {', '.join(missing)})")
-    if not isinstance(summary["seeds"], dict) or not isinstance(summary["plan"], dict):
-        raise ValueError(f"{path} is not a headline summary ('seeds' and 'plan' must be objects)")
-
-    ReproducePlan.from_dict(summary["plan"])  # a plan that does not read is a one-line error here
-    return summary
+def load_summary(path: str | Path) -> RunSummary:
+    """A headline run's summary.json, every field checked before anything is built from it (a corrupt
+    one is a one-line ValueError): report/summary.py."""
+    return RunSummary.read(path)
 
 
 def build_report(out: str | Path) -> Path:
     out = Path(out)
     summary = load_summary(out / "summary.json")
     charts = make_charts(out, summary)
-    seeds = seed_order(summary)
-    trained = ", ".join(summary["trained_families"])
-    plan = ReproducePlan.from_dict(summary["plan"])
+    seeds = summary.rl_seeds
+    trained = ", ".join(summary.trained_families)
+    plan = summary.plan
     k = plan.confirm_sampled.samples
     lines = [
-        f"# Headline experiment ({summary['preset']} preset)",
+        f"# Headline experiment ({summary.preset} preset)",
         "",
         "Every number below is read from the receipts in this directory (`summary.json` is computed from "
         "them by `glm53 reproduce`).",
         "",
         f"Pipeline: pretrain the `{plan.pretrain.preset}` model for {plan.pretrain.steps} steps -> select a "
-        f"checkpoint on dev ({summary['pretrain_selection']['rule']}; selected "
-        f"`{Path(summary['pretrain_selection']['selected']).name}`) -> RLOO on {trained} with "
+        f"checkpoint on dev ({summary.pretrain_selection['rule']}; selected "
+        f"`{Path(summary.pretrain_selection['selected']).name}`) -> RLOO on {trained} with "
         f"{plan.rl.groups} groups x {plan.rl.group_size} samples for each of {len(seeds)} seeds -> select each "
         f"RL run's checkpoint on dev -> open the confirm split.",
         "",
         ("The confirm split was opened only after all selection was done (first confirm receipt "
-         f"{summary['first_confirm_utc']}, last selection receipt {summary['last_selection_utc']})."
-         if summary["confirm_opened_after_selection"] else
+         f"{summary.first_confirm_utc}, last selection receipt {summary.last_selection_utc})."
+         if summary.confirm_opened_after_selection else
          "WARNING: a confirm receipt predates a selection receipt; the confirm split was not held out."),
         "",
         confirm_history(summary),
         "",
-        *ledger_table(summary),
+        *ledger_table(summary.ledger),
         "## Result, side by side with the original's published numbers",
         "",
         *result_table(summary),
@@ -444,7 +416,7 @@ def build_report(out: str | Path) -> Path:
         "",
     ]
     for seed in seeds:
-        s = summary["seeds"][seed]
+        s = summary.seeds[seed]
         g = s["greedy_trained"]
         t = s["sampled_trained"]
         verdict = "no losses" if g["losses"] == 0 else f"{g['losses']} losses"
@@ -483,19 +455,19 @@ def build_report(out: str | Path) -> Path:
         "",
         "| stage | seconds |",
         "|---|---:|",
-        *[f"| {name} | {seconds:.0f} |" for name, seconds in sorted(summary["stage_seconds"].items(),
+        *[f"| {name} | {seconds:.0f} |" for name, seconds in sorted(summary.stage_seconds.items(),
                                                                      key=lambda kv: _stage_order(kv[0]))],
-        f"| **total** | {sum(summary['stage_seconds'].values()):.0f} |",
+        f"| **total** | {sum(summary.stage_seconds.values()):.0f} |",
         "",
         "## What this measures",
         "",
         f"Confirm tasks differ from training tasks only by a random 7-letter function name; the descriptions, "
         f"bodies and the three hidden tests are the same in every split and in pretraining. The statistics "
-        f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {summary['seeds'][seeds[0]]['greedy_trained']['tasks']} "
-        f"trained-family tasks" + (f" in {summary['seeds'][seeds[0]]['greedy_trained']['units']['units']} units (a "
+        f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {summary.seeds[seeds[0]]['greedy_trained']['tasks']} "
+        f"trained-family tasks" + (f" in {summary.seeds[seeds[0]]['greedy_trained']['units']['units']} units (a "
                                    f"family and its description: tasks of one unit differ only in the function "
                                    f"name, so they are not independent)"
-                                   if "units" in summary['seeds'][seeds[0]]['greedy_trained'] else "")
+                                   if "units" in summary.seeds[seeds[0]]['greedy_trained'] else "")
         + f"; sampled ones use {k} samples per task.",
     ]
     path = out / "REPORT.md"

@@ -25,9 +25,10 @@ from pathlib import Path
 from glm53_flash.train.plan import ReproducePlan
 from glm53_flash.report import figures
 from glm53_flash.report.format import format_interval, format_p, format_signed
-from glm53_flash.report.headline import (confirm_history, load_summary, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
-                       greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel, seed_order,
+from glm53_flash.report.headline import (confirm_history, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
+                       greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel,
                        selection_chart_data, selection_panel)
+from glm53_flash.report.summary import RunSummary
 from glm53_flash.report.tables import esc, html_from_markdown, html_table
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -120,17 +121,17 @@ class Inputs:
     """Everything the slides read: the results directory, the headline summary and its run directory."""
     runs: Path
     run: Path
-    summary: dict
+    summary: RunSummary
     facts: dict = field(default_factory=dict)
     arms: dict | None = None  # the two-arm summary, when the headline directory has one
 
     @property
     def plan(self) -> ReproducePlan:
-        return ReproducePlan.from_dict(self.summary["plan"])
+        return self.summary.plan
 
     @property
     def seeds(self) -> list[str]:
-        return seed_order(self.summary)
+        return self.summary.rl_seeds
 
     @property
     def size(self) -> str:
@@ -152,8 +153,8 @@ class Inputs:
                 raise ValueError(f"{run / 'summary.json'} is a two-arm summary without the 'ours' arm or the "
                                  "comparison")
             arms, run = top, run / "ours"
-        summary = load_summary(run / "summary.json")
-        plan = ReproducePlan.from_dict(summary["plan"])
+        summary = RunSummary.read(run / "summary.json")
+        plan = summary.plan
         return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides), arms)
 
 
@@ -188,9 +189,9 @@ def verifier_examples(task) -> list[tuple[str, str, dict]]:
     return [(label, source, verdict.to_dict()) for (label, source), verdict in zip(programs, verdicts)]
 
 
-def example_completion(run: Path, summary: dict) -> dict | None:
+def example_completion(run: Path, summary: RunSummary) -> dict | None:
     """A confirm task the first RL seed gained, with both greedy completions, from the confirm receipts."""
-    seed = seed_order(summary)[0]
+    seed = summary.rl_seeds[0]
     before_path, after_path = run / "confirm" / "before-greedy.json", run / "confirm" / f"rl-{seed}-greedy.json"
     if not (before_path.is_file() and after_path.is_file()):
         return None
@@ -210,7 +211,7 @@ def example_completion(run: Path, summary: dict) -> dict | None:
 
 
 def slide_result(x: Inputs) -> Slide:
-    g = [x.summary["seeds"][s]["greedy_trained"] for s in x.seeds]
+    g = [x.summary.seeds[s]["greedy_trained"] for s in x.seeds]
     return Slide(
         "result", "Result first: RL on hidden unit tests",
         f"<p>A {x.size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
@@ -276,17 +277,17 @@ def slide_arms(x: Inputs) -> list[Slide]:
 
 
 def slide_per_seed(x: Inputs) -> Slide:
-    first = x.summary["seeds"][x.seeds[0]]
-    families = [f for f in x.summary["trained_families"] if f in first["greedy_by_family"]]
+    first = x.summary.seeds[x.seeds[0]]
+    families = [f for f in x.summary.trained_families if f in first["greedy_by_family"]]
     rows = []
     for family in families:
         before = first["greedy_by_family"][family]
         rows.append([family, f"{before['before_solved']}/{before['tasks']}"]
-                    + [f"{x.summary['seeds'][s]['greedy_by_family'][family]['after_solved']}/{before['tasks']}"
+                    + [f"{x.summary.seeds[s]['greedy_by_family'][family]['after_solved']}/{before['tasks']}"
                        for s in x.seeds])
     data = greedy_chart_data(x.summary)
-    gains = ", ".join(f"seed {s}: {x.summary['seeds'][s]['greedy_trained']['gains']} gained, "
-                      f"{x.summary['seeds'][s]['greedy_trained']['losses']} lost" for s in x.seeds)
+    gains = ", ".join(f"seed {s}: {x.summary.seeds[s]['greedy_trained']['gains']} gained, "
+                      f"{x.summary.seeds[s]['greedy_trained']['losses']} lost" for s in x.seeds)
     return Slide(
         "result-chart", "Per seed and per family",
         "<div class='cols'><div>" + chart(draw_greedy(data, size=(6.6, 4.4)), "per-seed",
@@ -383,7 +384,7 @@ def slide_bytes(x: Inputs) -> Slide:
 def slide_pretraining(x: Inputs) -> Slide:
     from glm53_flash.tasks import FAMILIES, pretraining_text
 
-    selection = x.summary["pretrain_selection"]
+    selection = x.summary.pretrain_selection
     learning = learning_chart_data(x.run, x.summary)
     panels = ([(loss_panel, learning)] if learning else []) + [(selection_panel, selection_chart_data(x.run, x.summary),
                                                                "pretrain")]
@@ -396,7 +397,7 @@ def slide_pretraining(x: Inputs) -> Slide:
             ("steps", x.plan.pretrain.steps),
             ("batch x sequence", f"{x.plan.pretrain.batch_size} x {x.plan.pretrain.sequence_length}"),
             ("learning rate", x.plan.pretrain.learning_rate),
-            ("seconds (this run)", f"{x.summary['stage_seconds']['pretrain']:.0f}"),
+            ("seconds (this run)", f"{x.summary.stage_seconds['pretrain']:.0f}"),
             ("families in the corpus", len(FAMILIES)),
         ])
         + f"<p>Selected: <code>{esc(Path(selection['selected']).name)}</code> ({esc(selection['rule'])}).</p>"
@@ -437,14 +438,14 @@ def slide_rloo(x: Inputs) -> Slide:
     else:
         right = ("<h3>checkpoint chosen on dev, per seed</h3>"
                  + html_table(["seed", "selected checkpoint"],
-                              [(s, Path(x.summary["seeds"][s]["selected_checkpoint"]).name) for s in x.seeds]))
+                              [(s, Path(x.summary.seeds[s]["selected_checkpoint"]).name) for s in x.seeds]))
     return Slide(
         "rloo", "RLOO: the reward is the test result",
         code("advantage_i = reward_i - mean(reward_j for j != i)   # G samples\n"
              "loss        = - sum_i advantage_i * log p(completion_i)")
         + "<div class='cols'><div>"
         + html_table(["setting", "value"], [
-            ("trained families", ", ".join(x.summary["trained_families"])),
+            ("trained families", ", ".join(x.summary.trained_families)),
             ("groups x samples per group", f"{x.plan.rl.groups} x {x.plan.rl.group_size}"),
             ("temperature", x.plan.rl.temperature), ("learning rate", x.plan.rl.learning_rate),
             ("trainable scope", x.plan.rl.train_scope), ("reward", x.plan.rl.reward_mode),
@@ -459,37 +460,37 @@ def slide_rloo(x: Inputs) -> Slide:
 def slide_confirmation(x: Inputs) -> Slide:
     rows = []
     for s in x.seeds:
-        v = x.summary["seeds"][s]
+        v = x.summary.seeds[s]
         gt, st = v["greedy_trained"], v["sampled_trained"]
         rows.append((s, f"{gt['before_solved']}/{gt['tasks']} -> {gt['after_solved']}/{gt['tasks']}",
                      f"{gt['gains']} / {gt['losses']}", format_p(gt["mcnemar_p"]),
                      f"{format_signed(st['rate_difference'], scale=100)} "
                      f"{format_interval(st['rate_difference_ci'], scale=100)}"))
-    opened = ("opened after the last selection receipt" if x.summary["confirm_opened_after_selection"]
+    opened = ("opened after the last selection receipt" if x.summary.confirm_opened_after_selection
               else "NOT opened after all selection")
     return Slide(
         "confirmation", "Confirmation: paired tests on a held-out split",
         html_table(["seed", "greedy pass@1, trained", "gains / losses", "McNemar p",
                     "sampled exact rate change, points [95% CI]"], rows)
-        + f"<p>Confirm split {opened}: first confirm receipt {esc(x.summary['first_confirm_utc'])}, last "
-          f"selection receipt {esc(x.summary['last_selection_utc'])}.</p>",
+        + f"<p>Confirm split {opened}: first confirm receipt {esc(x.summary.first_confirm_utc)}, last "
+          f"selection receipt {esc(x.summary.last_selection_utc)}.</p>",
         "McNemar's exact test counts only the tasks that changed; the CI is a task bootstrap. A dev win "
         "is not a discovery until the untouched split agrees.")
 
 
 def slide_failures(x: Inputs) -> Slide:
     rows = []
-    for family in x.summary["untrained_families"]:
+    for family in x.summary.untrained_families:
         row = [family]
         for s in x.seeds:
-            v = x.summary["seeds"][s]["untrained_interference"][family]
+            v = x.summary.seeds[s]["untrained_interference"][family]
             mark = " (CI below 0)" if v["significant_drop"] else ""
             row.append(f"{v['before_exact']} -> {v['after_exact']}/{v['rollouts']} "
                        f"{format_interval(v['ci'], scale=100)}{mark}")
         rows.append(row)
-    drops = sorted({f for s in x.seeds for f, v in x.summary["seeds"][s]["untrained_interference"].items()
+    drops = sorted({f for s in x.seeds for f, v in x.summary.seeds[s]["untrained_interference"].items()
                     if v["significant_drop"]})
-    first = x.summary["seeds"][x.seeds[0]]
+    first = x.summary.seeds[x.seeds[0]]
     return Slide(
         "failures", "Failures and interference",
         html_table(["untrained family"] + [f"seed {s}" for s in x.seeds], rows)
@@ -531,7 +532,7 @@ def study_slides(x: Inputs) -> list[Slide]:
 
 
 def slide_sources(x: Inputs) -> Slide:
-    prov = x.summary["provenance"]
+    prov = x.summary.provenance
     return Slide(
         "sources", "Where every number came from",
         html_table(["", ""], [
