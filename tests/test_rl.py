@@ -317,7 +317,7 @@ def test_rl_refuses_too_few_groups_per_rank_a_second_writer_and_marks_an_interru
         env.setenv("WORLD_SIZE", "2")
         env.setenv("RANK", "1")
         with pytest.raises(ValueError, match=r"--prompts-per-update \(1\) must be at least the number of ranks \(2\)"):
-            train_rl(rl_cfg(checkpoint, tmp_path / "ddp"))
+            train_rl(rl_cfg(checkpoint, tmp_path / "ddp", prompts_per_update=1))  # given: kept, and refused
     assert not (tmp_path / "ddp").exists()
 
     out = tmp_path / "run"
@@ -485,3 +485,29 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     resumed, _ = load_checkpoint(part / "checkpoint-0004")
     for (name, p), q in zip(final_one.named_parameters(), resumed.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_groups_per_update_default_to_one_per_rank_and_a_resume_keeps_the_runs(checkpoint, tmp_path, monkeypatch):
+    """--prompts-per-update left out is one group per rank (1 in one process, the number of ranks under
+    torchrun), recorded resolved; a given value is kept; resuming with the flag left out takes the
+    run's own value, so a run started under torchrun resumes in one process with the same updates."""
+    from glm53_flash.train.rl import RLTrainer
+
+    for world, expected in ((1, 1), (2, 2), (8, 8)):
+        cfg = rl_cfg(checkpoint, tmp_path / "x")
+        cfg.resolve_prompts_per_update(world)
+        assert cfg.prompts_per_update == expected
+    given = rl_cfg(checkpoint, tmp_path / "x", prompts_per_update=3)
+    given.resolve_prompts_per_update(2)
+    assert given.prompts_per_update == 3
+
+    out = tmp_path / "run"
+    first = train_rl(rl_cfg(checkpoint, out, groups=4, checkpoints=(2, 4), prompts_per_update=2))
+    assert first["prompts_per_update"] == 2
+    # resumed (finished) with the flag left out: the run's own 2 groups per update, not a mismatch
+    trainer = RLTrainer(rl_cfg(checkpoint, out, groups=4, checkpoints=(2, 4), resume=True))
+    assert trainer.cfg.prompts_per_update == 1 and trainer.adapted
+    again = trainer.run()
+    assert trainer.cfg.prompts_per_update == 2 and again == first
+    with pytest.raises(ValueError, match="different prompts_per_update"):
+        train_rl(rl_cfg(checkpoint, out, groups=4, checkpoints=(2, 4), prompts_per_update=1, resume=True))

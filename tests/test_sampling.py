@@ -384,3 +384,23 @@ def test_any_stop_predicate_ends_rows_and_names_the_reason(model):
     else:
         assert stopped.finish_reason == "two-a" and stopped.text == free.text[:cut]
     assert rule.asked >= 1
+
+
+def test_generation_that_cannot_fit_in_memory_is_refused_before_any_forward(model, monkeypatch, tmp_path):
+    """generate() (and so evaluation and RL rollouts) checks the largest chunk's estimated memory
+    (ModelConfig.decode_bytes) plus the completions it keeps against the machine's free memory before
+    any forward."""
+    from glm53_flash.core import runtime
+
+    cfg = model.config
+    need = cfg.decode_bytes(8, len(ByteTokenizer().encode("def f(x):", bos=True)) + 4) + 8 * (16 * 4 + 512)
+    assert cfg.decode_bytes(16, 40) > cfg.decode_bytes(8, 40) > cfg.decode_bytes(8, 20) > 4 * cfg.approximate_parameters()
+    monkeypatch.setattr(runtime, "available_memory_bytes", lambda: need - 1)
+    calls = []
+    monkeypatch.setattr(type(model), "forward", lambda *a, **k: calls.append(1))
+    with pytest.raises(ValueError, match=r"generating 8 completions, 8 rows at a time, needs about .* GiB, more than "
+                                         r"the .* lower --batch-rows or the samples"):
+        generate(model, ["def f(x):"], samples=8, max_new_tokens=4, temperature=1.0)
+    assert calls == []
+    monkeypatch.undo()
+    assert len(generate(model, ["def f(x):"], samples=8, max_new_tokens=4, temperature=1.0)[0]) == 8

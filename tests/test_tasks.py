@@ -4,9 +4,12 @@ import json
 import pytest
 
 from glm53_flash.tasks import (
-    FAMILIES, FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SEALED_SPLITS, SPLIT_SEEDS, STRONG_EXTRA_MIN, frozen_tasks, make_task, parse_families,
-    pretraining_task, pretraining_text, strong_cases, strong_task, task_by_id,
+    FAMILIES, FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SEALED_SPLITS, SPLIT_SEEDS, STRONG_EXTRA_MIN, make_task, parse_families,
+    pretraining_task, pretraining_text, strong_cases, strong_task,
 )
+# The suite's own module: these tests read every split, sealed ones included (the tasks API asks for an
+# opening: test_the_tasks_api_builds_a_sealed_split_only_for_its_opening).
+from glm53_flash.tasks.families import frozen_tasks, task_by_id
 
 DEV_GOLDEN = ["increment_axkyima", "double_hphcjzx", "square_niddeuw", "absolute_tqedzon",
               "nonnegative_daflyjn", "even_ybylgpa", "reverse_psddggh", "list_sum_myckbxp"]
@@ -207,3 +210,24 @@ def test_strong_cases_catch_programs_that_pass_the_three(family):
     assert run_in_process(task, source) == 3
     strong = strong_task(task)
     assert run_in_process(strong, source) < len(strong.cases)
+
+
+def test_the_tasks_api_builds_a_sealed_split_only_for_its_opening(tmp_path, monkeypatch):
+    """Through glm53_flash.tasks a sealed split's tasks (prompts and tests) need an opening of that split,
+    granted by the ledger; its task ids and unit count need none; other splits need none."""
+    from glm53_flash import tasks
+    from glm53_flash.evaluation import ledger
+
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
+    for call in (lambda **kw: tasks.frozen_tasks("confirm", 2, **kw), lambda **kw: tasks.split_tasks("holdout", 2, **kw),
+                 lambda **kw: tasks.task_by_id("final-double-000", **kw),
+                 lambda **kw: tasks.split_tasks("compositions.new_constants", **kw)):
+        with pytest.raises(tasks.SealedSplitError, match="is a sealed split: its tasks are built only for an opening"):
+            call()
+    with ledger.require_open("holdout", "a test of the tasks api") as opening:
+        with pytest.raises(tasks.SealedSplitError):
+            tasks.frozen_tasks("confirm", 2, opening=opening)  # an opening of another split
+        assert tasks.split_tasks("holdout", 2, opening=opening) == frozen_tasks("holdout", 2)
+    assert tasks.split_task_ids("holdout", 2) == [t.task_id for t in frozen_tasks("holdout", 2)]
+    assert tasks.split_units("confirm", 2) == len({t.unit for t in frozen_tasks("confirm", 2)})
+    assert tasks.frozen_tasks("dev", 2) == frozen_tasks("dev", 2)  # unsealed: no opening needed

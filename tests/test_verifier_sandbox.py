@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from glm53_flash.tasks import FAMILY_NAMES, Case, CodingTask, frozen_tasks, task_by_id
+from glm53_flash.tasks import FAMILY_NAMES, Case, CodingTask
+from glm53_flash.tasks.families import frozen_tasks, task_by_id  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
 from glm53_flash.verifier import Verifier, evaluate_in_process
 
 from process_helpers import live_members, require_full_isolation, session_members, wait_until
@@ -321,7 +322,7 @@ import signal, sys
 # A background launcher may have set SIGINT to "ignore", which Python then keeps; restore Ctrl-C.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.modules["torch"] = None  # the verifier must work without torch
-from glm53_flash.tasks import task_by_id
+from glm53_flash.tasks.families import task_by_id  # noqa: E402 - the suite's own module (sealed splits)
 from glm53_flash.verifier import Verifier
 task = task_by_id("confirm-double-000")
 burner = task.prompt + "\\n    return len([a for a in str(10 ** 4000) for b in str(10 ** 4000) for c in str(10 ** 4000)])\\n"
@@ -469,3 +470,54 @@ def test_wire_comparison_keeps_pythons_equality():
         for expected in values:
             assert wire.matches_wire(encoded, expected) == (actual == expected), (actual, expected)
     assert not wire.matches_wire(["S", 1, 1], {1, 2})  # a hostile duplicate is never a pass
+
+
+def test_workers_whose_memory_limits_do_not_fit_are_refused_or_lowered(monkeypatch):
+    """Every candidate may use its whole memory limit at once, so the workers' limits together must fit
+    the machine's free memory: a count asked for that does not fit is one line before any worker
+    starts; the default (one per CPU) is lowered to what fits."""
+    from glm53_flash.core import runtime
+    from glm53_flash.verifier import sandbox
+
+    spawned = []
+    monkeypatch.setattr(sandbox.Verifier, "_spawn", lambda self: spawned.append(1) or None)
+    monkeypatch.setattr(runtime, "available_memory_bytes", lambda: 600 * 2**20)
+    with pytest.raises(ValueError, match=r"4 verifier workers with a 256 MiB memory limit each may need 1.0 GiB, "
+                                         r"more than the 0.6 GiB this machine has free; use at most 2 workers"):
+        Verifier(workers=4, memory_mb=256)
+    assert spawned == []
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    pool = Verifier(memory_mb=256)
+    assert pool.worker_count == 2 and len(spawned) == 2
+    pool.close()  # its slots hold no process (spawning was replaced): nothing to stop
+    monkeypatch.setattr(runtime, "available_memory_bytes", lambda: None)  # unreadable: nothing is checked
+    with Verifier(workers=3, memory_mb=256) as pool:
+        assert pool.worker_count == 3
+
+
+def test_every_child_queues_at_most_a_few_signals():
+    """Each worker's zygote sets RLIMIT_SIGPENDING = SIGPENDING_LIMIT (soft = hard) and every child
+    inherits it, so the kernel memory of queued signals is bounded per child, not by the uid's default
+    (tens of thousands). A candidate cannot read its own limits (the filter refuses prlimit64), so the
+    test reads the zygote's from /proc."""
+    from glm53_flash.verifier.worker import SIGPENDING_LIMIT
+
+    def children(pid: int) -> list[int]:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+        return found
+
+    def pending_limit(pid: int) -> list[str]:
+        line = next(l for l in Path(f"/proc/{pid}/limits").read_text().splitlines() if "pending signals" in l)
+        return line.split()[3:5]
+
+    with Verifier(workers=1) as pool:
+        assert pool.evaluate(task_of("double"), program(task_of("double"), "return x * 2")).passed
+        zygotes = [child for worker in pool._workers for child in children(worker.process.pid)]
+        assert zygotes and all(pending_limit(z) == [str(SIGPENDING_LIMIT)] * 2 for z in zygotes)

@@ -167,7 +167,7 @@ def _run_eval(args) -> int:
     from glm53_flash.core.options import config_record
     from glm53_flash.core.receipts import write_json
     from glm53_flash.evaluation import ledger
-    from glm53_flash.evaluation.evaluate import eval_tasks, format_summary, run_eval
+    from glm53_flash.evaluation.evaluate import eval_task_ids, eval_tasks, format_summary, run_eval
 
     args = from_arguments(EvalConfig, args)  # the same names, now checked against the dataclass
     _refuse_existing(args.output, args.force, "--output")
@@ -175,17 +175,17 @@ def _run_eval(args) -> int:
     cfg = args.resolved()
     model, metadata = _load_model(cfg.checkpoint, cfg.device)
     opening = None
-    tasks = eval_tasks(cfg)
     if ledger.is_sealed(cfg.split):
         from glm53_flash.model.precision import resolve_precision
 
         precision = resolve_precision(cfg.precision, next(model.parameters()).device).setting
         plan = ledger.evaluation_plan_sha256(
             checkpoint_sha256=metadata.get("weights_sha256"), split=cfg.split,
-            task_ids=[t.task_id for t in tasks], samples=cfg.samples, seed=cfg.seed,
+            task_ids=eval_task_ids(cfg), samples=cfg.samples, seed=cfg.seed,
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
             stop=cfg.stop, precision=precision)
         opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen)
+    tasks = eval_tasks(cfg, opening)  # a sealed split's only now, for its opening
     try:
         receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening,
                            tasks=tasks)

@@ -34,6 +34,27 @@ def resolve_device(name: str = "auto"):
     return torch.device(name)
 
 
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_fits(needed: int, what: str, hint: str, available: int | None = None) -> None:
+    """One-line ValueError when `needed` bytes (an estimate) exceed the machine's free memory
+    (MemAvailable; nothing is checked where it cannot be read)."""
+    available = available_memory_bytes() if available is None else available
+    if available is not None and needed > available:
+        raise ValueError(f"{what} needs about {needed / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB "
+                         f"this machine has free; {hint}")
+
+
 def fused_optimizer_supported(device) -> bool:
     """Whether to ask for torch's fused AdamW kernel (one pass per parameter instead of a chain of
     foreach ops): on CPU and CUDA, where it is tested here; measured on the flash preset it saves

@@ -206,7 +206,7 @@ def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = Non
     from glm53_flash.verifier import Verifier
 
     cfg = cfg.resolved()
-    tasks = eval_tasks(cfg) if tasks is None else tasks
+    tasks = eval_tasks(cfg, opening) if tasks is None else tasks
     if model is None:
         from glm53_flash.core.runtime import resolve_device
         from glm53_flash.model.lm import load_pretrained
@@ -229,12 +229,20 @@ def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = Non
             verifier.close()
 
 
-def eval_tasks(cfg: EvalConfig) -> list:
-    """The tasks `run_eval(cfg)` evaluates."""
+def eval_tasks(cfg: EvalConfig, opening: "ledger.Opening | None" = None) -> list:
+    """The tasks `run_eval(cfg)` evaluates (a sealed split's only for its opening)."""
     from glm53_flash.tasks import parse_families, split_tasks, suite_of
 
     cfg = cfg.resolved()
-    return split_tasks(cfg.split, cfg.per_family, parse_families(cfg.families, suite_of(cfg.split)))
+    return split_tasks(cfg.split, cfg.per_family, parse_families(cfg.families, suite_of(cfg.split)), opening=opening)
+
+
+def eval_task_ids(cfg: EvalConfig) -> list[str]:
+    """The ids of eval_tasks(cfg), for any split without an opening (a sealed evaluation's plan identity)."""
+    from glm53_flash.tasks import parse_families, split_task_ids, suite_of
+
+    cfg = cfg.resolved()
+    return split_task_ids(cfg.split, cfg.per_family, parse_families(cfg.families, suite_of(cfg.split)))
 
 
 # --------------------------------------------------------------------------- running

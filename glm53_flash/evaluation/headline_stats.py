@@ -89,11 +89,11 @@ def plan_power(plan, pretrain_seeds: int, analysis: AnalysisPlan = HEADLINE_ANAL
     """The power of a headline plan run at `pretrain_seeds` pretraining seeds (the plan's own and the
     extra ones), stated before it runs: for each question its units, seeds and minimum detectable
     difference, and for "reproduces" the smallest margin its equivalence test could show."""
-    from glm53_flash.tasks import split_tasks
+    from glm53_flash.tasks import split_units
 
     def units(config) -> int:
         families = tuple(config.families.split(",")) if config.families else None
-        return len({t.unit for t in split_tasks(config.split, config.per_family, families)})
+        return split_units(config.split, config.per_family, families)
 
     holdout = units(plan.holdout_greedy)
     confirm = units(plan.confirm_greedy)

@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glm53_flash.tasks import SEALED_SPLITS, SPLITS
+# One error for every refusal of a sealed split (its tasks built, or evaluated, without an opening; a plan
+# opening it again without a reason): the tasks layer's, which the CLI prints as one line.
+from glm53_flash.tasks.splits import SealedSplitError
 
 LEDGER_ENV = "GLM53_LEDGER"
 LEDGER_RELATIVE = Path("results") / "ledger.jsonl"
@@ -46,9 +49,6 @@ LINE_FIELDS = ("split", "utc", "commit", "command", "purpose", "receipt", "recei
                "plan_sha256", "reopen")
 
 
-class SealedSplitError(ValueError):
-    """A sealed split was to be evaluated without an opening, or a plan opened it again without a
-    reason (the CLI prints it as one line like any other bad input)."""
 
 
 # --------------------------------------------------------------------------- where the ledger is

@@ -202,6 +202,14 @@ def generate(
                              f"that exceeds max_sequence_length {limit}")
 
     device = next(model.parameters()).device
+    if device.type == "cpu" and encoded:  # before any forward: the largest chunk's memory against what is free
+        from glm53_flash.core.runtime import check_fits
+
+        total = len(prompts) * samples
+        rows = min(batch_rows, total)
+        kept = total * (16 * max_new_tokens + 512)  # every completion is kept to the end: ids, text, record
+        check_fits(cfg.decode_bytes(rows, max(map(len, encoded)) + max_new_tokens) + kept,
+                   f"generating {total} completions, {rows} rows at a time,", "lower --batch-rows or the samples")
     settings = _settings(samples, max_new_tokens, temperature, top_k, top_p, seed, stop)
     results: list[list[Completion | None]] = [[None] * samples for _ in prompts]
     was_training = model.training

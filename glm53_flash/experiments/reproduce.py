@@ -370,7 +370,9 @@ def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], ch
     from glm53_flash.verifier import Verifier
 
     greedy_cfg, sampled_cfg = configs
-    stages = [(cfg, eval_tasks(cfg)) for cfg in configs]  # the tasks built once, for every checkpoint
+    if all(path.exists() for name in checkpoints for path in receipt_pair(directory, name, sampled_cfg.samples)):
+        return  # every receipt is there: nothing to evaluate, and no opening was asked for
+    stages = [(cfg, eval_tasks(cfg, opening)) for cfg in configs]  # the tasks built once, for every checkpoint
     with Verifier(workers=sampled_cfg.workers) as verifier:
         for name, checkpoint in checkpoints.items():
             greedy_path, sampled_path = receipt_pair(directory, name, sampled_cfg.samples)

@@ -152,7 +152,7 @@ def _evaluate(model, split: str, tasks_per_family: int, opening=None) -> dict:
     from glm53_flash.evaluation.evaluate import evaluate_greedy
     from glm53_flash.tasks import frozen_tasks, parse_families
 
-    tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE.families))
+    tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE.families), opening=opening)
     receipt = evaluate_greedy(model, tasks, max_new_tokens=RECIPE.max_new_tokens, seed=EVAL_SEED, opening=opening)
     outcomes = [{"task_id": e["task_id"], "family": e["family"], "passed": e["evaluation"]["passed"],
                  "status": e["evaluation"]["status"], "pass_fraction": e["evaluation"]["pass_fraction"],

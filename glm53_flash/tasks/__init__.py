@@ -9,7 +9,10 @@
   verifier: the sampler's parse stop rule is evaluation/stop.py.
 
 The names below are the original module's, so `from glm53_flash.tasks import frozen_tasks` works as it
-always did; `SEALED_SPLITS` names the sealed splits of both suites.
+always did; `SEALED_SPLITS` names the sealed splits of both suites. Built here, a sealed split's tasks
+need an opening of it (`check_opening`: an evaluation.ledger.Opening); its task ids and sizes do not.
+The suites' own modules (families.py, compositions.py) build every split: they are what the guard
+stands in front of, and the suites' tests read them there.
 """
 
 from __future__ import annotations
@@ -17,20 +20,22 @@ from __future__ import annotations
 from glm53_flash.tasks import compositions
 from glm53_flash.tasks.families import (
     FAMILIES, FAMILY_NAMES, PRETRAINING_SEED, PROMPT_HEADER, SPLIT_SEEDS, STRONG_EXTRA_MIN, Case, CodingTask,
-    Family, family_by_name, frozen_tasks, make_task, pretraining_task, pretraining_text, strong_cases,
+    Family, family_by_name, make_task, pretraining_task, pretraining_text, strong_cases,
     strong_cases_record, strong_task, task_strong_cases,
 )
 from glm53_flash.tasks.families import SEALED_SPLITS as ORIGINAL_SEALED_SPLITS
 from glm53_flash.tasks.splits import (
     DEV_SPLITS, EVAL_SPLITS, MAX_NEW_TOKENS, RL_SPLITS, SEALED_SPLITS, SPLITS, SUITES, TRAINING_SPLITS,
-    check_suite, families_of, family_order, parse_families, split_tasks, suite_of, task_by_id,
+    SealedSplitError, check_opening, check_suite, families_of, family_order, frozen_tasks, parse_families,
+    split_task_ids, split_tasks, split_units, suite_of, task_by_id,
 )
 
 __all__ = [
     "Case", "CodingTask", "DEV_SPLITS", "EVAL_SPLITS", "FAMILIES", "FAMILY_NAMES", "Family", "MAX_NEW_TOKENS",
-    "ORIGINAL_SEALED_SPLITS", "PRETRAINING_SEED", "PROMPT_HEADER", "RL_SPLITS", "SEALED_SPLITS",
-    "SPLITS", "SPLIT_SEEDS", "STRONG_EXTRA_MIN", "SUITES", "TRAINING_SPLITS", "check_suite",
+    "ORIGINAL_SEALED_SPLITS", "PRETRAINING_SEED", "PROMPT_HEADER", "RL_SPLITS", "SEALED_SPLITS", "SealedSplitError",
+    "SPLITS", "SPLIT_SEEDS", "STRONG_EXTRA_MIN", "SUITES", "TRAINING_SPLITS", "check_opening", "check_suite",
     "compositions", "families_of", "family_by_name", "family_order", "frozen_tasks", "make_task",
-    "parse_families", "pretraining_task", "pretraining_text", "split_tasks", "strong_cases",
+    "parse_families", "pretraining_task", "pretraining_text", "split_task_ids", "split_tasks", "split_units",
+    "strong_cases",
     "strong_cases_record", "strong_task", "suite_of", "task_by_id", "task_strong_cases",
 ]

@@ -61,9 +61,51 @@ def family_order(names) -> list[str]:
     return known + sorted(names - set(known))
 
 
-def split_tasks(split: str, per_family: int | None = None, families: tuple[str, ...] | None = None) -> list:
+class SealedSplitError(ValueError):
+    """A sealed split's tasks were built or evaluated without an opening of that split, or a plan opened
+    it again without a reason (evaluation/ledger.py raises it too)."""
+
+
+def check_opening(split: str, opening=None) -> None:
+    """A sealed split's tasks (their prompts and tests) are built only for an opening of that split: an
+    evaluation.ledger.Opening (from `ledger.require_open`, which records it in the ledger; the tasks
+    layer knows its `split` and nothing else of the ledger). Other splits need none."""
+    if split in SEALED_SPLITS and getattr(opening, "split", None) != split:
+        raise SealedSplitError(
+            f"{split} is a sealed split: its tasks are built only for an opening of it recorded in the ledger "
+            f"(`glm53 eval --split {split} --open-sealed PURPOSE`, or in Python evaluation.ledger.require_open "
+            f"passed as opening=); its task ids and sizes need none (split_task_ids, split_units)")
+
+
+def split_tasks(split: str, per_family: int | None = None, families: tuple[str, ...] | None = None,
+                opening=None) -> list:
     """The tasks of a split. The families suite: `per_family` tasks of each family (default 4), as
-    `frozen_tasks`. The compositions suite: one task per behaviour; `per_family` does not apply."""
+    `frozen_tasks`. The compositions suite: one task per behaviour; `per_family` does not apply. A sealed
+    split needs `opening` (see check_opening)."""
+    check_opening(split, opening)
+    return _split_tasks(split, per_family, families)
+
+
+def split_task_ids(split: str, per_family: int | None = None, families: tuple[str, ...] | None = None) -> list[str]:
+    """The ids of split_tasks(...)'s tasks, for any split without an opening: what a sealed evaluation's
+    plan identity covers before the split is opened (ids name a task, they do not show it)."""
+    return [task.task_id for task in _split_tasks(split, per_family, families)]
+
+
+def split_units(split: str, per_family: int | None = None, families: tuple[str, ...] | None = None) -> int:
+    """The number of independent units (behaviours) of split_tasks(...), for any split without an
+    opening: what a plan's power statement needs before it runs."""
+    return len({task.unit for task in _split_tasks(split, per_family, families)})
+
+
+def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | None = None, opening=None) -> list:
+    """The families suite's `per_family` tasks per family of `split` (the original's name and order); a
+    sealed split needs `opening` (see check_opening)."""
+    check_opening(split, opening)
+    return eight_families.frozen_tasks(split, per_family, families)
+
+
+def _split_tasks(split: str, per_family: int | None, families: tuple[str, ...] | None) -> list:
     if suite_of(split) == "families":
         return eight_families.frozen_tasks(split, 4 if per_family is None else per_family, families)
     if per_family is not None:
@@ -75,9 +117,12 @@ def split_tasks(split: str, per_family: int | None = None, families: tuple[str, 
     return [task for task in compositions.split_tasks(split) if task.family in chosen]
 
 
-def task_by_id(task_id: str):
-    """Rebuild a task from its id ('confirm-double-000', 'compositions.dev-b0123-000')."""
+def task_by_id(task_id: str, opening=None):
+    """Rebuild a task from its id ('confirm-double-000', 'compositions.dev-b0123-000'); a sealed split's
+    task needs `opening` (see check_opening)."""
     split = task_id.partition("-")[0]
+    if split in SEALED_SPLITS:
+        check_opening(split, opening)
     if split in compositions.TASK_SPLITS:
         for task in compositions.split_tasks(split):
             if task.task_id == task_id:

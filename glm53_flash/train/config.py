@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from glm53_flash.model.config import PRESETS, ModelConfig
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS, available_memory_bytes
 from glm53_flash.evaluation.config import (  # noqa: F401 - shared with evaluation
     EVAL_STOP_CHOICES, GREEDY_SEED, SAMPLED_SEED, SAMPLING_TEMPERATURE,
 )
@@ -24,18 +24,6 @@ EOS_HANDLING = ("append", "omit")
 STUDY_LEARNING_RATE = 8e-4
 RL_STOPS = ("parse", "eos")
 REWARD_CASES = ("three", "strong", "sample-K")
-
-
-def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (None where it cannot be read)."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def reward_case_count(text: str) -> int | None:
@@ -214,7 +202,8 @@ class RLConfig:
                                help="'append': train parse-stopped completions with EOS; 'omit': without "
                                     "(the original)")
     stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=RL_STOPS)
-    prompts_per_update: int = option(1, help="groups per optimizer step")
+    prompts_per_update: int | None = option(None, help="groups per optimizer step",
+                                            default_text="one per rank: 1, or the number of ranks under torchrun")
     kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy")
     warmup: int = option(0, help="linear LR warmup, in updates")
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
@@ -239,6 +228,12 @@ class RLConfig:
         if self.max_new_tokens is None:
             self.max_new_tokens = MAX_NEW_TOKENS.get(self.tasks, 48)
 
+    def resolve_prompts_per_update(self, world_size: int) -> None:
+        """The default (None) is one group per rank: 1 in one process, the number of ranks under torchrun,
+        so `torchrun ... rl` runs without the flag; a value given is kept (and checked against the ranks)."""
+        if self.prompts_per_update is None:
+            self.prompts_per_update = max(1, world_size)
+
     def validate(self) -> None:
         checks = [
             (self.groups >= 1, f"--groups must be >= 1, got {self.groups}"),
@@ -250,7 +245,7 @@ class RLConfig:
             (self.tasks != "families" or (self.tasks_per_family or 0) >= 1, "--tasks-per-family must be >= 1"),
             (self.tasks == "families" or self.tasks_per_family is None,
              "--tasks-per-family applies only to --tasks families (a compositions split has one task per behaviour)"),
-            (self.prompts_per_update >= 1, "--prompts-per-update must be >= 1"),
+            (self.prompts_per_update is None or self.prompts_per_update >= 1, "--prompts-per-update must be >= 1"),
             (self.kl_coef >= 0 and self.warmup >= 0, "--kl-coef and --warmup must be >= 0"),
             (self.train_scope in TRAIN_SCOPES, f"--train-scope must be one of {', '.join(TRAIN_SCOPES)}"),
             (self.reward_mode in REWARD_MODES, f"--reward-mode must be one of {', '.join(REWARD_MODES)}"),
@@ -266,7 +261,7 @@ class RLConfig:
         bad = [c for c in self.checkpoints if c < 1 or c > self.groups]
         if bad:
             raise ValueError(f"--checkpoints {','.join(map(str, bad))} outside 1..{self.groups} (--groups)")
-        off = [c for c in self.checkpoints if c % self.prompts_per_update and c != self.groups]
+        off = [c for c in self.checkpoints if c % (self.prompts_per_update or 1) and c != self.groups]
         if off:
             raise ValueError(f"--checkpoints {','.join(map(str, off))} are not multiples of "
                              f"--prompts-per-update {self.prompts_per_update}")

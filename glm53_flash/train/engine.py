@@ -42,7 +42,6 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 

@@ -272,12 +272,15 @@ class RLTrainer(Trainer):
 
     def __init__(self, cfg: RLConfig) -> None:
         super().__init__()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.adapted = cfg.prompts_per_update is None  # the default: one group per rank (a resume keeps the run's)
+        cfg.resolve_prompts_per_update(world)
         cfg.validate()
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.device = resolve_device(cfg.device)
         self.precision = resolve_precision(cfg.precision, self.device)
-        check_world_size(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        check_world_size(cfg, world)
         self.ctx: DistributedContext = setup_distributed(self.device.type)
         if self.ctx.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.ctx.local_rank)
@@ -319,7 +322,7 @@ class RLTrainer(Trainer):
         checkpoint's context, and an update's sequences (group size x prompts per update, each at most
         the context) fit the machine's free memory (ModelConfig.training_bytes)."""
         from glm53_flash.train.checkpoint import load_config
-        from glm53_flash.train.config import available_memory_bytes
+        from glm53_flash.core.runtime import available_memory_bytes
 
         cfg = self.cfg
         model_cfg = load_config(cfg.initial_checkpoint)
@@ -365,6 +368,10 @@ class RLTrainer(Trainer):
 
     def _resume(self, saved) -> None:
         recorded = json.loads((self.out / RUN_FILE).read_text())
+        if self.adapted and isinstance(recorded.get("prompts_per_update"), int):
+            # left at its default: the run's own groups per update, whatever the number of ranks now
+            self.cfg.prompts_per_update = recorded["prompts_per_update"]
+            check_world_size(self.cfg, self.ctx.world_size)
         check_resume_config(self.out, recorded, self.run_record(), config_defaults(RLConfig))
         group, path = saved[-1]
         model, _ = load_checkpoint(path, self.device)

@@ -147,6 +147,7 @@ class Verifier:
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         self.limits = SandboxLimits(float(cpu_seconds), float(wall_seconds), int(memory_mb * 2**20),
                                     int(output_bytes))
+        count = self._fit_workers(count, explicit=workers is not None)
         self.worker_count = count
         self.require_isolation = _REQUIRED[0] if require_isolation is None else bool(require_isolation)
         self.isolation: dict | None = None
@@ -172,7 +173,24 @@ class Verifier:
             raise
         _OPEN_VERIFIERS.add(self)
 
+    def _fit_workers(self, count: int, explicit: bool) -> int:
+        """Workers whose memory limits together fit the machine's free memory (every candidate may use
+        its whole limit at once): the default is lowered to what fits; a count asked for that does not
+        fit is a one-line error before any worker starts."""
+        from glm53_flash.core.runtime import available_memory_bytes
+
+        available = available_memory_bytes()
+        if available is None or count * self.limits.memory_bytes <= available:
+            return count
+        fits = max(1, available // self.limits.memory_bytes)
+        if not explicit:
+            return min(count, fits)
+        raise ValueError(f"{count} verifier workers with a {self.limits.memory_bytes // 2**20} MiB memory limit each "
+                         f"may need {count * self.limits.memory_bytes / 2**30:.1f} GiB, more than the "
+                         f"{available / 2**30:.1f} GiB this machine has free; use at most {fits} workers")
+
     # ------------------------------------------------------------------ public API
+
     def evaluate(self, task, source: str) -> Evaluation:
         """Judge one program (prompt + completion) for `task`."""
         return self.evaluate_many([(task, source)])[0]

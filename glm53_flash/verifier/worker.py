@@ -443,14 +443,21 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
         lock.apply()
 
 
+# Queued signals a child (or the zygote) may add to its uid's count: the kernel memory of a signal
+# storm stays bounded by this process's own limit, not the uid's default of tens of thousands. Signals
+# the kernel sends (the CPU timer's SIGPROF, RLIMIT_CPU's SIGKILL) are not counted against it.
+SIGPENDING_LIMIT = 64
+
+
 def limit_zygote(limits: dict) -> None:
     """The rlimits every child shares with the zygote, set once in the zygote and inherited: address
-    space, file size (0: no file writes), core dumps, locked memory and message queues. Soft = hard,
+    space, file size (0: no file writes), core dumps, locked memory, message queues and queued
+    signals (`SIGPENDING_LIMIT`). Soft = hard,
     so no process below can raise them. (CPU time, descriptors and processes are each child's own:
     see `confine`.)"""
     _OPEN_MAX[0] = _max_fd()
     for name, value in (("RLIMIT_AS", int(limits["mem"])), ("RLIMIT_FSIZE", 0), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0)):
+                        ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0), ("RLIMIT_SIGPENDING", SIGPENDING_LIMIT)):
         kind = getattr(resource, name, None)
         if kind is None:
             continue
