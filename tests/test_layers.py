@@ -14,7 +14,7 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
 
 # Lowest first. "(root)" is glm53_flash/__init__.py, the public API over everything.
 LAYERS = ("core", "tasks", "data", "model", "verifier", "evaluation", "train", "report", "vision", "experiments",
-          "benchmarks", "web", "commands", "cli", "(root)")
+          "benchmarks", "web", "hf", "commands", "cli", "(root)")
 
 
 def module_name(path: Path) -> str:

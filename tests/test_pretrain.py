@@ -458,3 +458,20 @@ def test_adapt_threads_records_the_count_each_step_ran_with(tmp_path):
     pretrain(tiny_cfg(tmp_path / "plain", steps=2, checkpoints=(2,)))
     assert "threads" not in (tmp_path / "plain" / "metrics.jsonl").read_text()  # off by default
 
+
+
+def test_an_interrupt_between_a_checkpoint_and_its_hash_still_names_it_saved(tmp_path):
+    """SIGTERM can land after a checkpoint's directory is renamed into place and before the run has
+    recorded its hash: the interrupted receipt takes the hash from the directory and resumes from it."""
+    from glm53_flash.train.pretrain import Pretrainer
+
+    out = tmp_path / "run"
+    trainer = Pretrainer(tiny_cfg(out, steps=4, checkpoints=(2, 4)))
+    trainer.run()
+    trainer.checkpoints[-1]["weights_sha256"] = None  # as if interrupted right after the rename
+    trainer.trained_this_session = True
+    trainer.mark_interrupted()
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    assert receipt["status"] == "interrupted" and receipt["resumes_from_step"] == 4
+    assert receipt["checkpoints"][-1]["weights_sha256"] == json.loads(
+        (out / "checkpoint-0004" / "metadata.json").read_text())["weights_sha256"]

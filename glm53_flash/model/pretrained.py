@@ -3,8 +3,9 @@
 `GLM53Flash.save_pretrained(directory)` and `GLM53Flash.from_pretrained(directory)` use this file, and
 so do training checkpoints (train/checkpoint.py adds the trainer state), so any checkpoint a run
 wrote loads with `from_pretrained`. config.json follows the Hugging Face convention: the model's
-fields plus `model_type`, `architectures` and a description of the tokenizer; configs written before
-those keys existed still load. Directories are written atomically (a temporary sibling, then one
+fields plus `model_type`, `architectures`, `torch_dtype`, the special token ids, the tied head, the
+conventional names of the sizes (`hidden_size`, `num_hidden_layers`, ...: glm53_flash/hf.py reads them) and a
+description of the tokenizer; configs written before those keys existed still load. Directories are written atomically (a temporary sibling, then one
 rename), and metadata.json records the sha256 of every other file, checked on load.
 """
 
@@ -20,10 +21,18 @@ from glm53_flash.data.tokenizer import ByteTokenizer
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 METADATA_FILE = "metadata.json"
+CARD_FILE = "README.md"  # the model card
 MODEL_TYPE = "glm53_flash"
 ARCHITECTURE = "GLM53Flash"
-# Keys config.json carries besides the ModelConfig fields.
-DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer")
+# The conventional (Hugging Face) names of ModelConfig fields, which config.json carries too.
+CONVENTIONAL_KEYS = {"dim": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+                     "max_sequence_length": "max_position_embeddings", "experts": "num_local_experts",
+                     "top_k": "num_experts_per_tok", "expert_hidden": "moe_intermediate_size"}
+# Keys config.json carries besides the ModelConfig fields (written from them; older files lack them).
+TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer", "torch_dtype", "dtype", "tie_word_embeddings",
+                    "transformers_version", *TOKEN_KEYS,
+                    *CONVENTIONAL_KEYS.values())
 MAX_CONFIG_BYTES = 1 << 16  # a config.json is about 1 KB
 
 
@@ -39,9 +48,14 @@ def tokenizer_description() -> dict:
 
 
 def config_document(config: ModelConfig) -> dict:
-    """config.json's content: Hugging Face-style keys first, then every ModelConfig field."""
+    """config.json's content: the Hugging Face keys (model type, architecture, dtype, special token ids,
+    tied head, and the conventional names of the sizes), then every ModelConfig field by its own name."""
+    tokenizer = ByteTokenizer()
+    fields = config.to_dict()
     return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], "tokenizer": tokenizer_description(),
-            **config.to_dict()}
+            "torch_dtype": "float32", "tie_word_embeddings": True, "bos_token_id": tokenizer.bos_id,
+            "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id,
+            **{conventional: fields[ours] for ours, conventional in CONVENTIONAL_KEYS.items()}, **fields}
 
 
 def write_model_files(directory: Path, model) -> dict[str, str]:
@@ -54,11 +68,57 @@ def write_model_files(directory: Path, model) -> dict[str, str]:
     return {CONFIG_FILE: sha256_file(directory / CONFIG_FILE), WEIGHTS_FILE: sha256_file(directory / WEIGHTS_FILE)}
 
 
+STAGES = {
+    "random_initialization": "not trained: the random initialisation a pretraining run starts from",
+    "coding_pretraining": "pretrained from random weights on the generated stream of tiny Python functions "
+                          "(`glm53 pretrain`)",
+    "pre_rl": "the checkpoint an RL run starts from, before any update",
+    "executable_reward_rl": "post-trained with RLOO whose only reward is running hidden unit tests (`glm53 rl`)",
+}
+
+
+def model_card(config: ModelConfig, metadata: dict, counts: dict) -> str:
+    """README.md of a saved model: what it is, what it was trained on and how far, the figures its
+    run recorded at this checkpoint, and its limits, from its config and metadata alone."""
+    stage = metadata.get("stage")
+    figures = [(label, metadata[key]) for key, label in (
+        ("step", "pretraining step"), ("group", "RL groups trained"), ("seed", "seed"),
+        ("tokens_seen", "training tokens seen"), ("training_loss", "training loss at this step"),
+        ("mean_reward", "mean reward of the last update"), ("source_checkpoint", "RL started from"),
+        ("source_sha256", "its weights' sha256")) if metadata.get(key) is not None]
+    lines = [
+        f"# glm53_flash model ({stage or 'saved model'})", "",
+        f"A {counts['total']:,}-parameter byte-level language model ({counts['active']:,} active per token): "
+        f"{config.layers} layers ({', '.join(sorted(set(config.attention_pattern)))} attention), "
+        f"{config.experts} routed experts top-{config.top_k} plus a shared one, {config.streams} residual streams, "
+        f"a tied head over {config.vocab_size} tokens (bytes and four specials), context {config.max_sequence_length}.",
+        "", f"Trained: {STAGES.get(stage, 'see metadata.json')}.", "",
+        *(["| figure | value |", "|---|---|", *[f"| {label} | {value} |" for label, value in figures], ""]
+          if figures else []),
+        "Load it with `glm53_flash.GLM53Flash.from_pretrained(DIR)`, or, with the `hf` extra, "
+        "`import glm53_flash.hf` and `transformers.AutoModelForCausalLM.from_pretrained(DIR)`. "
+        "The run's training receipt (training-receipt.json beside its checkpoints) holds the whole curve.", "",
+        "Limits: a miniature trained on generated tasks (tiny Python functions of a fixed grammar); it is not a "
+        "general code model, and its results describe that benchmark only. Its outputs are programs to run in "
+        "the project's sandboxed verifier, never in-process.", "",
+    ]
+    return "\n".join(lines)
+
+
+def write_card(directory: Path, model, metadata: dict) -> str:
+    """README.md (the model card) into an (already temporary) directory; its hash."""
+    from glm53_flash.core.receipts import write_text
+
+    write_text(directory / CARD_FILE, model_card(model.config, metadata, model.parameter_counts()))
+    return sha256_file(directory / CARD_FILE)
+
+
 def save_pretrained(model, directory: str | Path, metadata: dict | None = None) -> Path:
     """Write `model` to a new directory; refuses to replace an existing one."""
     directory = Path(directory)
     with atomic_directory(directory, "model") as tmp:
         files = write_model_files(tmp, model)
+        files[CARD_FILE] = write_card(tmp, model, dict(metadata or {}))
         meta = dict(metadata or {})
         meta.update(weights_sha256=files[WEIGHTS_FILE], files=files, parameter_counts=model.parameter_counts())
         write_json(tmp / METADATA_FILE, meta)
@@ -111,6 +171,15 @@ def load_config(directory: str | Path) -> ModelConfig:
         model_type = document.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise CheckpointError(f"checkpoint {directory}: model_type {model_type!r} is not {MODEL_TYPE!r}")
+        for ours, conventional in CONVENTIONAL_KEYS.items():  # a config written by Transformers has only these
+            if conventional in document and ours not in document:
+                document[ours] = document[conventional]
+        differing = [f"{conventional} ({document[conventional]}) and {ours} ({document.get(ours)})"
+                     for ours, conventional in CONVENTIONAL_KEYS.items()
+                     if conventional in document and document[conventional] != document.get(ours)]
+        if differing:
+            raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} gives two values for one size: "
+                                  + "; ".join(differing))
         return ModelConfig.from_dict({k: v for k, v in document.items() if k not in DESCRIPTIVE_KEYS})
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as error:
         if isinstance(error, CheckpointError):

@@ -14,12 +14,14 @@ import torch
 
 from glm53_flash.model.lm import GLM53Flash, load_pretrained
 from glm53_flash.model.pretrained import (  # noqa: F401 - re-exported: training code loads checkpoints from here
+    CARD_FILE,
     CONFIG_FILE,
     METADATA_FILE,
     WEIGHTS_FILE,
     CheckpointError,
     load_config,
     read_metadata,
+    write_card,
     write_model_files,
 )
 from glm53_flash.core.receipts import atomic_directory, sha256_file, write_json
@@ -40,6 +42,7 @@ def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
     refuses to replace an existing one. `GLM53Flash.from_pretrained` loads it."""
     with atomic_directory(directory, "checkpoint") as tmp:
         files = write_model_files(tmp, model)
+        files[CARD_FILE] = write_card(tmp, model, metadata)
         if trainer_state is not None:
             torch.save(dict(trainer_state, parameter_layout=PARAMETER_LAYOUT), tmp / TRAINER_FILE)
             files[TRAINER_FILE] = sha256_file(tmp / TRAINER_FILE)

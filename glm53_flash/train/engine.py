@@ -421,6 +421,18 @@ class Trainer:
             if entry["weights_sha256"] is None:
                 entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry[self.unit]))["weights_sha256"]
 
+    def _settle_checkpoints(self) -> None:
+        """An entry whose directory was written (renamed into place) before an interrupt could record its
+        hash takes the hash from the directory's metadata, so the receipt names it as saved."""
+        from glm53_flash.train.checkpoint import checkpoint_name, read_metadata
+
+        for entry in self.checkpoints:
+            if entry["weights_sha256"] is None:
+                try:
+                    entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry[self.unit]))["weights_sha256"]
+                except ValueError:  # not (or not wholly) written: it stays unsaved
+                    pass
+
     def cut_jsonl(self, name: str, key: str) -> list[dict]:
         """Rows of `name` with `key` <= position, rewritten as the file (rows an interrupted run wrote
         after its checkpoint are recomputed); rank 0 only."""
@@ -460,6 +472,7 @@ class Trainer:
         if not self.trained_this_session and finished_receipt(self.out / self.RECEIPT_FILE) is not None:
             return  # stopped while finding a finished run finished: its receipt stays as it is
         if self.ctx.is_main and self.can_mark_interrupted():
+            self._settle_checkpoints()
             saved = self.saved_checkpoints()
             self.write_receipt("interrupted", self.elapsed(), {
                 "resume_command": self.resume_hint(),

@@ -225,6 +225,8 @@ class Pretrainer(Trainer):
         tokens = sum(r["tokens"] for r in self.metrics_rows)
         meta = {"stage": "random_initialization" if step == 0 else "coding_pretraining", "seed": self.cfg.seed,
                 "step": step, "tokens_seen": tokens}
+        if self.metrics_rows:
+            meta["training_loss"] = round(self.metrics_rows[-1]["loss"], 4)
         state = {
             "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(), "step": step, "elapsed_seconds": elapsed,

@@ -392,6 +392,8 @@ class RLTrainer(Trainer):
         stage = "pre_rl" if group == 0 else "executable_reward_rl"
         meta = {"stage": stage, "group": group, "seed": self.cfg.seed,
                 "source_checkpoint": str(self.cfg.initial_checkpoint), "source_sha256": self.initial_sha256}
+        if self.metrics_rows:
+            meta["mean_reward"] = round(self.metrics_rows[-1]["mean_reward"], 4)
         state = {"optimizer": self.optimizer.state_dict(), "group": group, "elapsed_seconds": elapsed,
                  "checkpoints": self.checkpoints}
         return self.model, meta, state
