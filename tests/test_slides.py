@@ -172,3 +172,12 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
     assert {order[i] for i in solid} <= set(summary.trained_families)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("hatched" in label for label in labels) and any("solid" in label for label in labels)
+
+
+def test_the_ledger_history_is_in_the_notes_not_on_the_result_slide(deck):
+    """How often a split was opened, and why it was reopened, is process: the speaker's notes of the
+    result slide carry it; the slide itself shows the result."""
+    section = re.search(r'<section class="slide" id="result".*?</section>', deck, re.S).group(0)
+    body, notes = section.split('<aside class="notes">', 1)
+    assert "The ledger records" not in body and "reopened" not in body
+    assert "The ledger records" in notes

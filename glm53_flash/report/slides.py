@@ -217,9 +217,9 @@ def slide_result(x: Inputs) -> Slide:
         f"<p>A {x.size}-parameter byte-level model, pretrained from random weights, then post-trained with a "
         "reward that is only <em>did the hidden unit tests pass</em>. Confirm split, after all selection:</p>"
         + html_from_markdown(result_table(x.summary))
-        + f"<p class='source'>{esc(confirm_history(x.summary))}</p>"
         + "".join(f"<p>{markdown_inline(line)}</p>" for line in goal_lines(x.summary) if line),
-        f"Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
+        # The split's ledger history is process, not result: the speaker's notes carry it, not the slide.
+        f"{confirm_history(x.summary)} Greedy pass@1 on the trained families went from {g[0]['before_solved']}/{g[0]['tasks']} to "
         + ", ".join(f"{r['after_solved']}/{r['tasks']} (seed {s})" for s, r in zip(x.seeds, g))
         + f". The original miniature reported {ORIGINAL['greedy_trained'][0]}/{ORIGINAL['greedy_trained'][2]} to "
           f"{ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]} with one seed. Say plainly where we fall "
