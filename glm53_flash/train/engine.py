@@ -36,6 +36,7 @@ learning rate, decay and clip by its config's.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import math
@@ -316,7 +317,7 @@ class MetricsSink:
 # ----------------------------------------------------------------------------------- runs in a directory
 
 
-class Trainer:
+class Trainer(abc.ABC):
     """A training run that owns a directory: the engine's part of pretraining and RL.
 
     A subclass sets, in its `__init__` (after `Trainer.__init__`): `cfg` (with `output`, `quiet`,
@@ -362,29 +363,35 @@ class Trainer:
     def total(self) -> int:
         return getattr(self.cfg, self.length_field)
 
+    @abc.abstractmethod
     def prepare(self) -> None:
-        raise NotImplementedError
+        """See the class's note."""
 
+    @abc.abstractmethod
     def step(self, position: int) -> dict | None:
-        raise NotImplementedError
+        """See the class's note."""
 
     def advance(self, position: int) -> int:
         return position + 1
 
+    @abc.abstractmethod
     def checkpoint_positions(self) -> Collection[int]:
-        raise NotImplementedError
+        """See the class's note."""
 
+    @abc.abstractmethod
     def checkpoint_contents(self, position: int, elapsed: float) -> tuple[torch.nn.Module, dict, dict]:
-        raise NotImplementedError
+        """See the class's note."""
 
+    @abc.abstractmethod
     def receipt_fields(self) -> dict:
-        raise NotImplementedError
+        """See the class's note."""
 
     def final_fields(self) -> dict:
         return {}
 
+    @abc.abstractmethod
     def resume_hint(self) -> str:
-        raise NotImplementedError
+        """See the class's note."""
 
     def session(self):
         return contextlib.nullcontext()
@@ -413,25 +420,23 @@ class Trainer:
 
     def restore_checkpoints(self, entries: list[dict]) -> None:
         """The checkpoint list of a resumed run: the trainer state's entries up to `position`, each with
-        its hash (the newest was listed before its hash was known)."""
-        from glm53_flash.train.checkpoint import checkpoint_name, read_metadata
-
+        its hash (the newest was listed before its hash was known; every listed one must be on disk)."""
         self.checkpoints = [c for c in entries if c[self.unit] <= self.position]
-        for entry in self.checkpoints:
-            if entry["weights_sha256"] is None:
-                entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry[self.unit]))["weights_sha256"]
+        self._fill_hashes(strict=True)
 
-    def _settle_checkpoints(self) -> None:
-        """An entry whose directory was written (renamed into place) before an interrupt could record its
-        hash takes the hash from the directory's metadata, so the receipt names it as saved."""
+    def _fill_hashes(self, strict: bool) -> None:
+        """An entry listed before its hash was known takes the hash from its directory's metadata. Not
+        strict (an interrupt): one whose directory was not (wholly) written stays unsaved; an interrupt
+        between a checkpoint's rename and its recorded hash thus still names it saved."""
         from glm53_flash.train.checkpoint import checkpoint_name, read_metadata
 
         for entry in self.checkpoints:
             if entry["weights_sha256"] is None:
                 try:
                     entry["weights_sha256"] = read_metadata(self.out / checkpoint_name(entry[self.unit]))["weights_sha256"]
-                except ValueError:  # not (or not wholly) written: it stays unsaved
-                    pass
+                except ValueError:
+                    if strict:
+                        raise
 
     def cut_jsonl(self, name: str, key: str) -> list[dict]:
         """Rows of `name` with `key` <= position, rewritten as the file (rows an interrupted run wrote
@@ -472,7 +477,7 @@ class Trainer:
         if not self.trained_this_session and finished_receipt(self.out / self.RECEIPT_FILE) is not None:
             return  # stopped while finding a finished run finished: its receipt stays as it is
         if self.ctx.is_main and self.can_mark_interrupted():
-            self._settle_checkpoints()
+            self._fill_hashes(strict=False)
             saved = self.saved_checkpoints()
             self.write_receipt("interrupted", self.elapsed(), {
                 "resume_command": self.resume_hint(),
