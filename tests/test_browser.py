@@ -184,6 +184,91 @@ def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_ht
         sized(browser, 1400, 900)
 
 
+# For each chart on the active slide: the rectangle its drawing covers on screen (the SVG's viewBox
+# through its screen transform), the box the page gives it, and the on-screen box of every text
+# (titles, axis labels, tick labels, legends, annotations); plus the slide body's box.
+MEASURE_CHARTS = """
+const slide = document.querySelector('.slide.active');
+const rect = r => ({left: r.left, top: r.top, right: r.right, bottom: r.bottom});
+const charts = [];
+for (const svg of slide.querySelectorAll('svg.chart')) {
+  const vb = svg.viewBox.baseVal, m = svg.getScreenCTM();
+  const a = new DOMPoint(vb.x, vb.y).matrixTransform(m);
+  const b = new DOMPoint(vb.x + vb.width, vb.y + vb.height).matrixTransform(m);
+  const texts = [];
+  for (const t of svg.querySelectorAll('text')) {
+    const r = t.getBoundingClientRect();
+    if (t.textContent.trim() && r.width > 0 && r.height > 0) texts.push({text: t.textContent.trim(), ...rect(r)});
+  }
+  charts.push({drawn: {left: a.x, top: a.y, right: b.x, bottom: b.y},
+               box: rect(svg.closest('figure').getBoundingClientRect()), texts: texts});
+}
+return {id: slide.id, body: rect(slide.querySelector('.body').getBoundingClientRect()), charts: charts};
+"""
+
+
+def chart_text_problems(chart: dict, slack: float = 1.0) -> list[str]:
+    """Texts that reach outside the chart's drawing (clipped on screen), and pairs of texts whose boxes
+    overlap by more than `slack` pixels both ways (written over each other)."""
+    d, texts = chart["drawn"], chart["texts"]
+    problems = [f"outside: {t['text']!r}" for t in texts
+                if t["left"] < d["left"] - slack or t["right"] > d["right"] + slack
+                or t["top"] < d["top"] - slack or t["bottom"] > d["bottom"] + slack]
+    for i, a in enumerate(texts):
+        for b in texts[i + 1:]:
+            if (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+                    and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack):
+                problems.append(f"overlap: {a['text']!r} / {b['text']!r}")
+    return problems
+
+
+def test_chart_text_problems_finds_clipped_and_overlapping_text():
+    """The checker itself, on made-up boxes: it must not pass what a person would see as broken."""
+    drawn = {"left": 0, "top": 0, "right": 100, "bottom": 50}
+    fine = [{"text": "a", "left": 2, "top": 2, "right": 20, "bottom": 12},
+            {"text": "b", "left": 20, "top": 2, "right": 40, "bottom": 12}]  # touching is not overlapping
+    assert chart_text_problems({"drawn": drawn, "texts": fine}) == []
+    clipped = fine + [{"text": "Dev selection (n=256 rollo", "left": 80, "top": 2, "right": 130, "bottom": 12}]
+    assert chart_text_problems({"drawn": drawn, "texts": clipped}) == ["outside: 'Dev selection (n=256 rollo'"]
+    crossed = fine + [{"text": "c", "left": 30, "top": 5, "right": 60, "bottom": 15}]
+    assert chart_text_problems({"drawn": drawn, "texts": crossed}) == ["overlap: 'b' / 'c'"]
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_chart_text_stays_inside_its_chart_and_charts_take_the_space(browser, deck_html, tmp_path, width, height):
+    """At both sizes, on every slide with charts: no title, label, tick label or legend text is clipped
+    by its chart's edge or written over another; each drawing is as large as its box allows (it fills
+    the box's width or its height), and the charts reach down to the bottom of the slide, so a larger
+    window gives larger charts rather than empty space."""
+    path = tmp_path / "deck.html"
+    path.write_text(deck_html)
+    sized(browser, width, height)
+    try:
+        browser.get(path.as_uri())
+        total = len(browser.find_elements(By.CSS_SELECTOR, ".slide"))
+        seen = 0
+        for number in range(1, total + 1):
+            browser.get(f"{path.as_uri()}#{number}")
+            browser.refresh()
+            m = browser.execute_script(MEASURE_CHARTS)
+            if not m["charts"]:
+                continue
+            seen += len(m["charts"])
+            for chart in m["charts"]:
+                assert len(chart["texts"]) >= 3, (number, m["id"])  # text kept as text, so it can be measured
+                assert chart_text_problems(chart) == [], (number, m["id"], chart_text_problems(chart))
+                d, box = chart["drawn"], chart["box"]
+                fills = max((d["right"] - d["left"]) / (box["right"] - box["left"]),
+                            (d["bottom"] - d["top"]) / (box["bottom"] - box["top"]))
+                assert fills >= 0.97, (number, m["id"], d, box)
+            lowest = max(chart["box"]["bottom"] for chart in m["charts"])
+            assert lowest >= m["body"]["bottom"] - 0.03 * height, (number, m["id"], lowest, m["body"])
+        assert seen >= 8
+        assert errors(browser) == []
+    finally:
+        sized(browser, 1400, 900)
+
+
 def test_hash_links_open_that_slide(browser, deck_html, tmp_path):
     path = tmp_path / "deck.html"
     path.write_text(deck_html)

@@ -100,6 +100,28 @@ def test_the_completion_box_never_overflows_at_1280x800(viewport, server):
     assert errors(page) == []
 
 
+def test_the_verdict_and_its_cases_are_on_the_first_screen_at_1280x800(viewport, server):
+    """Run a task and read its verdict without scrolling: the verdict line, every hidden case's row and
+    the note under them end inside the 1280x800 window, and the whole page fits it (no scrollbar)."""
+    page = viewport
+    page.get(server.launch_url.replace("/?", "/playground?"))
+    wait(page, lambda d: body_attribute(d, "data-ready") == "true")
+    first_task = page.find_elements(By.CSS_SELECTOR, "#task option")[1].get_attribute("value")
+    page.execute_script("const s = document.getElementById('task'); s.value = arguments[0];"
+                        "s.dispatchEvent(new Event('change'));", first_task)
+    run_completion(page)
+    rows = page.find_elements(By.CSS_SELECTOR, "#cases tbody tr")
+    assert rows and page.find_element(By.ID, "cases").is_displayed()
+    placed = page.execute_script("""
+        const bottom = id => document.getElementById(id).getBoundingClientRect().bottom;
+        return {verdict: bottom('verdict'), cases: bottom('cases'), note: bottom('note'),
+                height: innerHeight, scrolled: scrollY, page: document.documentElement.scrollHeight};""")
+    assert placed["scrolled"] == 0 and placed["page"] <= placed["height"], placed
+    assert max(placed["verdict"], placed["cases"], placed["note"]) <= placed["height"], placed
+    page.save_screenshot(str(ARTIFACTS / "playground-verdict-1280x800.png"))
+    assert errors(page) == []
+
+
 def test_the_page_without_the_token_is_refused(browser, server):  # noqa: F811
     browser.delete_all_cookies()
     browser.get(server.url + "playground")

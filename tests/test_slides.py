@@ -15,8 +15,9 @@ from glm53_flash.cli import main
 from glm53_flash.report.slides import RELEASED, STUDIES, build_deck
 
 SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
-               "verifier", "rloo", "confirmation", "failures", "vision", "research-pretraining-data",
-               "research-rl-choices", "research-rl-choices-table", "sources"]
+               "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
+               "research-pretraining-data-charts", "research-rl-choices", "research-rl-choices-table",
+               "research-rl-choices-charts", "sources"]
 REPO = RESULTS.parent
 
 
@@ -136,7 +137,9 @@ def test_no_slide_shows_placeholder_content(deck):
 
 def test_charts_are_inline_svg_with_text_and_stated_sample_sizes(deck):
     charts = re.findall(r'<svg class="chart".*?</svg>', deck, flags=re.S)
-    assert len(charts) == 4  # per-seed, learning curves (from the committed metrics), pretraining selection, families
+    # per-seed, pretraining (loss and selection), RL (reward and selection), families; vision; the
+    # pretraining-data study's curves and differences; the RL-choices screen and confirmation
+    assert len(charts) == 9
     for svg in charts:
         assert "<text" in svg and "n=" in svg
         assert not re.search(r'<svg[^>]*\swidth="', svg)  # sized by the page, not fixed
@@ -170,7 +173,7 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
     order = families["families"]
     assert {order[i] for i in hatched} <= set(summary.untrained_families)
     assert {order[i] for i in solid} <= set(summary.trained_families)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]  # the figure's legend, outside the data
     assert any("hatched" in label for label in labels) and any("solid" in label for label in labels)
 
 
@@ -181,3 +184,107 @@ def test_the_ledger_history_is_in_the_notes_not_on_the_result_slide(deck):
     body, notes = section.split('<aside class="notes">', 1)
     assert "The ledger records" not in body and "reopened" not in body
     assert "The ledger records" in notes
+
+
+def test_each_study_with_a_summary_shows_its_charts(tmp_path, deck):
+    """The charts of a study's REPORT.md are on a slide of their own, drawn from the same summary.json
+    (so a changed summary changes the chart), and a study without a summary gets no chart slide."""
+    for slide_id, _, _, relative in STUDIES:
+        section = re.search(rf'<section class="slide" id="{slide_id}-charts".*?</section>', deck, re.S)
+        assert section and '<svg class="chart"' in section.group(0), slide_id
+    charts = re.search(r'id="research-rl-choices-charts".*?</section>', deck, re.S).group(0)
+    summary = json.loads((RESULTS / "rl-choices" / "summary.json").read_text())
+    assert all(f">{html.escape(arm['arm'])}<" in charts for arm in summary["arms"])  # every arm is a tick label
+    assert f"(n={summary['confirmation']['n']})" in charts
+    runs = tmp_path / "results"
+    shutil.copytree(RESULTS, runs)
+    summary["confirmation"]["n"] = 77
+    (runs / "rl-choices" / "summary.json").write_text(json.dumps(summary))
+    (runs / "vision" / "summary.json").unlink()
+    built = build_deck(runs)
+    assert "(n=77)" in built and 'id="vision-charts"' not in built
+
+
+def test_no_slide_shows_process_text(deck):
+    """Slides show results and how to read them; how a split was opened and reopened, install paths and
+    version-control states belong in the notes and the reports."""
+    for section in re.findall(r'<section class="slide".*?</section>', deck, re.S):
+        body = section.split('<aside class="notes">', 1)[0]
+        for word in ("ledger", "reopen", ".venv/", "+dirty", "the issue", "this session"):
+            assert word not in body, (re.search(r'id="([^"]+)"', section).group(1), word)
+    sources = re.search(r'<section class="slide" id="sources".*?</section>', deck, re.S).group(0)
+    assert "<th></th>" not in sources  # a header bar says what its columns are
+
+
+def text_problems(fig) -> list[str]:
+    """matplotlib's own layout, as the PNG will show it: texts reaching outside the figure, and pairs
+    of texts whose boxes overlap (more than a pixel both ways)."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    # an axis keeps labels for ticks outside its limits and does not draw them: leave those out
+    undrawn = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            drawn = {id(tick) for tick in axis._update_ticks()}
+            undrawn |= {id(label) for tick in axis.get_major_ticks() + axis.get_minor_ticks() if id(tick) not in drawn
+                        for label in (tick.label1, tick.label2)}
+    texts = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+    problems = [f"outside: {text!r}" for text, b in texts
+                if b.x0 < box.x0 - 1 or b.x1 > box.x1 + 1 or b.y0 < box.y0 - 1 or b.y1 > box.y1 + 1]
+    for i, (text_a, a) in enumerate(texts):
+        for text_b, b in texts[i + 1:]:
+            if min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1:
+                problems.append(f"overlap: {text_a!r} / {text_b!r}")
+    return problems
+
+
+def test_report_charts_keep_their_text_inside_and_apart():
+    """Every chart the reports save as PNG, drawn at the size the report uses, from the committed
+    summaries: no text cut by the figure's edge, none written over another."""
+    from glm53_flash.report import figures, study_charts
+    from glm53_flash.report.headline import (draw_family_changes, draw_greedy, draw_learning, draw_selection,
+                                             family_chart_data, greedy_chart_data, learning_chart_data,
+                                             selection_chart_data)
+    from glm53_flash.report.summary import RunSummary
+
+    run = RESULTS / "headline" / "ours"
+    summary = RunSummary.read(run / "summary.json")
+    studies = {name: json.loads((RESULTS / name / "summary.json").read_text())
+               for name in ("pretraining-data", "rl-choices", "vision")}
+    drawn = {
+        "per-seed": draw_greedy(greedy_chart_data(summary)),
+        "families": draw_family_changes(family_chart_data(summary)),
+        "selection": draw_selection(selection_chart_data(run, summary)),
+        "learning": draw_learning(learning_chart_data(run, summary)),
+        "study curves": study_charts.draw_learning_curves(studies["pretraining-data"]),
+        "study differences": study_charts.draw_paired_differences(studies["pretraining-data"]),
+        "screen": study_charts.draw_rl_screen(studies["rl-choices"]),
+        "confirmation": study_charts.draw_rl_confirmation(studies["rl-choices"], "final"),
+        "vision": study_charts.draw_vision_comparison(studies["vision"]),
+    }
+    try:
+        for name, fig in drawn.items():
+            assert fig is not None, name
+            assert text_problems(fig) == [], name
+    finally:
+        for fig in drawn.values():
+            if fig is not None:
+                figures.pyplot().close(fig)
+
+
+def test_text_problems_sees_a_clipped_title_and_overlapping_labels():
+    from glm53_flash.report import figures
+
+    with figures.style() as plt:
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.set_title("a title far too long for a figure two inches wide")
+        ax.text(0.5, 0.5, "here")
+        ax.text(0.52, 0.5, "here too")
+    problems = text_problems(fig)
+    figures.pyplot().close(fig)
+    assert any(p.startswith("outside: 'a title") for p in problems)
+    assert "overlap: 'here' / 'here too'" in problems

@@ -18,7 +18,7 @@ import numpy as np
 from glm53_flash.core import stats
 from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
 from glm53_flash.core.receipts import provenance, write_json, write_text
-from glm53_flash.report import figures
+from glm53_flash.report import figures, study_charts
 from glm53_flash.report.format import format_interval, format_p, format_signed
 from glm53_flash.report.tables import markdown_table
 from glm53_flash.experiments.study import PLAN_FILE, load_receipts
@@ -316,52 +316,12 @@ def _examples(by_condition: dict, step: int, count: int = 4) -> list[dict]:
 
 def _pretraining_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
     charts = {}
-    primary = summary["primary_metric"]
-    curves = summary["curves"][primary]
-    n = len(summary["seeds_completed"])
-    if any(curves.values()):
-        with figures.style() as plt:
-            fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-            for condition, points in curves.items():
-                steps = [p["step"] for p in points]
-                axes[0].plot(steps, [p["mean"] for p in points], marker="o", label=condition)
-                low = [p["ci95"][0] if p["ci95"] else p["mean"] for p in points]
-                high = [p["ci95"][1] if p["ci95"] else p["mean"] for p in points]
-                axes[0].fill_between(steps, low, high, alpha=0.15)
-            axes[0].set(xlabel="update", ylabel="held-out target-byte accuracy (%)",
-                        title=f"Accuracy by condition (mean, 95% CI, n={n} seeds)")
-            axes[0].legend()
-            for name, points in summary["trajectory"].items():
-                steps = [p["step"] for p in points]
-                means = [p["mean"] for p in points]
-                axes[1].errorbar(steps, means, yerr=figures.interval_errors(means, [p["ci95"] for p in points]),
-                                 marker="o", capsize=3, label=name)
-            axes[1].axhline(0, color="grey", lw=0.8)
-            axes[1].set(xlabel="update", ylabel="paired difference (points)",
-                        title=f"Right - left over training (95% CI, n={n} seeds)")
-            axes[1].legend()
-            fig.tight_layout()
-            charts["learning_curves"] = "learning-curves.png"
-            figures.save_png(fig, out / charts["learning_curves"], dpi=100)
-    rows = [r for r in summary["comparisons"][primary] if r["n"]]
-    if rows:
-        with figures.style() as plt:
-            fig, ax = plt.subplots(figsize=(9, 1.4 + 0.9 * len(rows)))
-            for y, row in enumerate(rows):
-                jitter = np.linspace(-0.2, 0.2, len(row["differences"])) if len(row["differences"]) > 1 else [0.0]
-                ax.scatter(row["differences"], np.full(len(row["differences"]), y) + jitter, s=14, alpha=0.6)
-                if row["ci95"]:
-                    ax.errorbar([row["mean"]], [y], xerr=figures.interval_errors([row["mean"]], [row["ci95"]]),
-                                fmt="D", color="black", capsize=4)
-                else:  # too few seeds for a CI: the mean alone
-                    ax.scatter([row["mean"]], [y], marker="D", color="black")
-            ax.axvline(0, color="grey", lw=0.8)
-            ax.set_yticks(range(len(rows)), [f"{r['name']}\n{r['right']} - {r['left']}" for r in rows])
-            ax.set_xlabel(f"per-seed difference in held-out byte accuracy at update {summary['primary_step']} (points)")
-            ax.set_title(f"One dot per seed (n={n}); diamond = mean with its 95% bootstrap CI")
-            fig.tight_layout()
-            charts["paired_differences"] = "paired-differences.png"
-            figures.save_png(fig, out / charts["paired_differences"], dpi=100)
+    for key, name, draw in (("learning_curves", "learning-curves.png", study_charts.draw_learning_curves),
+                            ("paired_differences", "paired-differences.png", study_charts.draw_paired_differences)):
+        fig = draw(summary)
+        if fig is not None:
+            charts[key] = name
+            figures.save_png(fig, out / name, dpi=100)
     return charts
 
 
@@ -634,37 +594,12 @@ def analyze_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> tuple[dic
 
 def _rl_charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
     charts = {}
-    arms = summary["arms"]
-    if arms:
-        with figures.style() as plt:
-            fig, ax = plt.subplots(figsize=(9, 1.4 + 0.5 * len(arms)))
-            for y, arm in enumerate(arms):
-                ax.scatter(arm["pass_rates"], [y] * len(arm["pass_rates"]), s=18, alpha=0.6)
-                ax.scatter([arm["mean_pass_rate"]], [y], marker="D", color="black")
-            ax.set_yticks(range(len(arms)), [a["arm"] for a in arms])
-            if "dev" in summary["pretrained"]:
-                figures.reference_line(ax, summary["pretrained"]["dev"]["pass_rate"], "pretrained", axis="x")
-                ax.legend()
-            seeds = sorted({len(a["pass_rates"]) for a in arms})
-            ax.set_xlabel("dev greedy pass@1 (%) per screening seed; diamond = mean")
-            ax.set_title(f"RL screen: one dot per training seed (n={'/'.join(map(str, seeds))} per arm)")
-            fig.tight_layout()
-            charts["screen"] = "screen.png"
-            figures.save_png(fig, out / charts["screen"], dpi=100)
-    confirmation = summary["confirmation"]
-    if confirmation and confirmation["per_seed"]:
-        with figures.style() as plt:
-            fig, ax = plt.subplots(figsize=(6.4, 4.4))
-            for row in confirmation["per_seed"]:
-                ax.plot([0, 1], [100 * row["baseline_solved"] / row["tasks"],
-                                 100 * row["candidate_solved"] / row["tasks"]], marker="o", alpha=0.6)
-            tasks = confirmation["per_seed"][0]["tasks"]
-            ax.set_xticks([0, 1], ["baseline", confirmation["candidate"]])
-            ax.set_ylabel(f"{design['confirm_split']} greedy pass@1 over {tasks} tasks (%)")
-            ax.set_title(f"Confirmation: one line per fresh seed (n={confirmation['n']})")
-            fig.tight_layout()
-            charts["confirmation"] = "confirmation.png"
-            figures.save_png(fig, out / charts["confirmation"], dpi=100)
+    for key, name, fig in (("screen", "screen.png", study_charts.draw_rl_screen(summary)),
+                           ("confirmation", "confirmation.png",
+                            study_charts.draw_rl_confirmation(summary, design["confirm_split"]))):
+        if fig is not None:
+            charts[key] = name
+            figures.save_png(fig, out / name, dpi=100)
     return charts
 
 

@@ -77,6 +77,19 @@ def interval_errors(centres, intervals) -> list[list[float]]:
     return [[max(0.0, v) for v in lower], [max(0.0, v) for v in upper]]
 
 
+def shared_legend(fig, handles=None, columns: int = 5) -> None:
+    """One legend for the whole figure, outside every axis (under it), naming each label once: the
+    labelled artists of all axes, or the handles given. Needs a figure with layout="constrained"."""
+    if handles is None:
+        seen = {}
+        for ax in fig.axes:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(label, handle)
+        handles = list(seen.values())
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(columns, len(handles)), frameon=False)
+
+
 def smallest_text_pt(fig) -> float:
     """The smallest font size (points) of any visible, non-empty text in the figure."""
     from matplotlib.text import Text
@@ -103,7 +116,8 @@ def to_svg(fig, prefix: str) -> str:
     width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', text).group(1)
     text = re.sub(r'(<svg[^>]*?)\swidth="[\d.]+pt" height="[\d.]+pt"', r"\1", text, count=1)
     text = re.sub(r'\sxmlns(:xlink)?="[^"]*"', "", text)  # inline in HTML: the parser knows both namespaces
-    text = text.replace("<svg ", f'<svg class="chart" data-natural-width="{width}" ', 1)
+    # scaled into a taller box, the drawing keeps its aspect and sits at the box's top
+    text = text.replace("<svg ", f'<svg class="chart" data-natural-width="{width}" preserveAspectRatio="xMidYMin meet" ', 1)
     text = re.sub(r'id="([^"]+)"', rf'id="{prefix}-\1"', text)
     text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
     text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', text)
@@ -111,5 +125,6 @@ def to_svg(fig, prefix: str) -> str:
 
 
 __all__ = ["BEFORE", "MIN_FONT_PT", "REFERENCE", "TRAINED", "UNTRAINED", "UNTRAINED_HATCH", "include_in_axis",
-           "interval_errors", "pyplot", "reference_line", "save_png", "seed_colour", "smallest_text_pt", "style",
+           "interval_errors", "pyplot", "reference_line", "save_png", "seed_colour", "shared_legend", "smallest_text_pt",
+           "style",
            "to_svg"]

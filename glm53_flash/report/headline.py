@@ -130,7 +130,7 @@ def draw_greedy(data: dict, size=(6.4, 4.2)):
 
 def draw_family_changes(data: dict, size=(11, 4.4)):
     with figures.style() as plt:
-        fig, ax = plt.subplots(figsize=size)
+        fig, ax = plt.subplots(figsize=size, layout="constrained")
         families, seeds = data["families"], data["seeds"]
         width = 0.8 / max(1, len(seeds))
         untrained = [i for i, f in enumerate(families) if f not in data["trained"]]
@@ -154,12 +154,11 @@ def draw_family_changes(data: dict, size=(11, 4.4)):
         handles += [Patch(facecolor="white", edgecolor="0.3", label="trained by RL: solid"),
                     Patch(facecolor="white", edgecolor="0.3", hatch=figures.UNTRAINED_HATCH,
                           label="not trained: hatched")]
-        ax.legend(handles=handles, ncol=2, loc="lower left")
         rollouts = sorted(set(data["rollouts"].values()))
         n = "/".join(map(str, rollouts))
         ax.set(ylabel="change in exact rate (points)",
                title=f"Exact sampled completions per family, after RL minus before, 95% CI (n={n} per family)")
-        fig.tight_layout()
+        figures.shared_legend(fig, handles)
     return fig
 
 
@@ -174,7 +173,6 @@ def selection_panel(ax, data: dict, phase: str) -> None:
         ax.plot([s for s, _ in points], [v for _, v in points], marker="o", color=figures.seed_colour(j),
                 label=f"seed {seed}")
     ax.set(title=f"Dev selection, RL (n={data['rl_rollouts']} rollouts)", xlabel="group", ylabel="exact dev rollouts")
-    ax.legend()
 
 
 def loss_panel(ax, data: dict) -> None:
@@ -187,16 +185,18 @@ def reward_panel(ax, data: dict) -> None:
         ax.plot(xs, ys, color=figures.seed_colour(j), label=f"seed {seed}")
     ax.set(title=f"RL mean reward (n={data['group_size']} samples per group)", xlabel="group",
            ylabel=f"reward, moving mean of {data['window']}")
-    ax.legend()
 
 
-def draw_panels(panels, size=(11, 4)):
-    """One figure, the given (panel function, data, *args) side by side."""
+def draw_panels(panels, size=(11, 4), stacked: bool = False):
+    """One figure, the given (panel function, data, *args) side by side (or one above the other). The
+    panels' labelled lines (one colour per seed in every panel) share one legend under the figure, so
+    no legend covers data."""
     with figures.style() as plt:
-        fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
-        for ax, (panel, *args) in zip(axes[0], panels):
+        fig, axes = plt.subplots(len(panels) if stacked else 1, 1 if stacked else len(panels), figsize=size,
+                                 squeeze=False, layout="constrained")
+        for ax, (panel, *args) in zip(axes.flat, panels):
             panel(ax, *args)
-        fig.tight_layout()
+        figures.shared_legend(fig)
     return fig
 
 

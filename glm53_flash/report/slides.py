@@ -74,14 +74,48 @@ def headline_dir(runs: Path) -> Path:
                             f"runs/demo/summary.json and results/headline/ holds the committed one")
 
 
+
+# Studies whose charts are wide: one above the other on their slide (the others go side by side).
+STACKED_CHARTS = {"research-pretraining-data"}
+
+
+def study_figures(slide_id: str, study: dict, directory: Path) -> list[tuple]:
+    """The charts a study's REPORT.md shows, drawn from its summary.json at the deck's sizes: a list of
+    (figure, name, alt text)."""
+    from glm53_flash.report import study_charts as sc
+
+    if slide_id == "vision":
+        made = [(sc.draw_vision_comparison(study, size=(14.4, 5.4)), "vision",
+                 "held-out accuracy per seed for both architectures, and their confusion matrices")]
+    elif slide_id == "research-pretraining-data":
+        made = [(sc.draw_learning_curves(study, size=(14, 4.2)), "pretraining-data-curves",
+                 "held-out byte accuracy over training per condition, and the paired differences"),
+                (sc.draw_paired_differences(study, size=(14, 3.4)), "pretraining-data-differences",
+                 "per-seed paired differences at the primary update, with their means and intervals")]
+    elif slide_id == "research-rl-choices":
+        plan = directory / "plan.json"
+        split = json.loads(plan.read_text())["design"]["confirm_split"] if plan.is_file() else "confirmation"
+        made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), "rl-choices-screen",
+                 "dev greedy pass@1 of every RL arm per screening seed"),
+                (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), "rl-choices-confirmation",
+                 "baseline and candidate on the confirmation split, one line per fresh seed")]
+    else:
+        made = []
+    return [(fig, name, alt) for fig, name, alt in made if fig is not None]
+
+
 # What one study slide holds at 1280x800, in characters: about 80 per table row plus the answers' text.
 STUDY_SLIDE_BUDGET = 1500
 ROW_CHARACTERS = 80
 
 
-def chart(fig, name: str, alt: str, slot: str = "half") -> str:
-    """A figure as inline SVG in a <figure>; `slot` (half, full, wide) sets its maximum height."""
-    return (f'<figure class="chart-{slot}" role="img" aria-label="{esc(alt)}">'
+def chart(fig, name: str, alt: str) -> str:
+    """A figure as inline SVG in a <figure>. On a slide whose body fills the window (Slide.fill) the
+    figure takes the space left to it, growing with its height/width ratio beside other figures, and
+    the drawing scales to the largest size that fits (text scales with it)."""
+    width, height = fig.get_size_inches()
+    # flex-grow in hundredths: grow factors summing below 1 would leave part of the space unused
+    return (f'<figure class="chart" style="flex-grow: {100 * height / width:.1f}" role="img" aria-label="{esc(alt)}">'
             f"{figures.to_svg(fig, name)}</figure>")
 
 
@@ -104,15 +138,18 @@ def markdown_inline(text: str) -> str:
 
 @dataclass
 class Slide:
-    """body is HTML built by this module; title and notes are plain text and are escaped."""
+    """body is HTML built by this module; title and notes are plain text and are escaped. A slide with
+    charts fills the window (`fill`): its body is a column whose charts take the height the rest leaves."""
     id: str
     title: str
     body: str
     notes: str
+    fill: bool = False
 
     def html(self) -> str:
+        body_class = "body fill" if self.fill else "body"
         return (f'<section class="slide" id="{esc(self.id)}" data-title="{esc(self.title)}">'
-                f'<h2 data-edit="{esc(self.id)}/title">{esc(self.title)}</h2><div class="body">{self.body}</div>'
+                f'<h2 data-edit="{esc(self.id)}/title">{esc(self.title)}</h2><div class="{body_class}">{self.body}</div>'
                 f'<aside class="notes">{esc(self.notes)}</aside></section>')
 
 
@@ -290,15 +327,15 @@ def slide_per_seed(x: Inputs) -> Slide:
                       f"{x.summary.seeds[s]['greedy_trained']['losses']} lost" for s in x.seeds)
     return Slide(
         "result-chart", "Per seed and per family",
-        "<div class='cols'><div>" + chart(draw_greedy(data, size=(6.6, 4.4)), "per-seed",
-                                          "greedy pass@1 before RL and after it, per seed")
+        "<div class='cols chart-first'><div class='chart-column'>"
+        + chart(draw_greedy(data, size=(6.6, 5.4)), "per-seed", "greedy pass@1 before RL and after it, per seed")
         + "</div><div><h3>greedy tasks solved on the confirm split, per trained family</h3>"
         + html_table(["family", "before RL"] + [f"seed {s}" for s in x.seeds], rows)
         + f"<p>Paired per task: {esc(gains)}.</p></div></div>",
         f"Each bar is one RL seed started from the same pretrained checkpoint; the whiskers are the receipts' 95% "
         f"task-bootstrap interval of the paired change, drawn from the before-RL level. The dashed line is the "
         f"original miniature's published {ORIGINAL['greedy_trained'][1]}/{ORIGINAL['greedy_trained'][2]}, as a rate. "
-        "The table splits the same greedy results by family: the even family is where RL gains nothing.")
+        "The table splits the same greedy results by family: the even family is where RL gains nothing.", fill=True)
 
 
 def slide_example(x: Inputs) -> list[Slide]:
@@ -388,7 +425,7 @@ def slide_pretraining(x: Inputs) -> Slide:
     learning = learning_chart_data(x.run, x.summary)
     panels = ([(loss_panel, learning)] if learning else []) + [(selection_panel, selection_chart_data(x.run, x.summary),
                                                                "pretrain")]
-    figure = chart(draw_panels(panels, size=(6.6, 2.6 * len(panels) + 0.6)), "pretraining",
+    figure = chart(draw_panels(panels, size=(6.4, 3.1 * len(panels) + 0.3), stacked=True), "pretraining",
                    "pretraining loss and dev selection" if learning else "dev selection of pretraining checkpoints")
     return Slide(
         "pretraining", "Pretraining: next byte on tiny Python functions",
@@ -401,12 +438,13 @@ def slide_pretraining(x: Inputs) -> Slide:
             ("families in the corpus", len(FAMILIES)),
         ])
         + f"<p>Selected: <code>{esc(Path(selection['selected']).name)}</code> ({esc(selection['rule'])}).</p>"
-        + "</div><div>" + figure + "</div></div>",
+        + "</div><div class='chart-column'>" + figure + "</div></div>",
         "The first example of the pretraining stream is shown verbatim; the model sees the same families "
         "that are later evaluated, only the function names differ. The chart counts exact sampled dev "
         "rollouts per saved checkpoint: the selection rule picks the best one before RL starts"
         + (", and the loss curve shows the run that produced them." if learning else
-           ". (The loss curve is drawn when the deck is built from a run directory with its metrics receipts.)"))
+           ". (The loss curve is drawn when the deck is built from a run directory with its metrics receipts.)"),
+        fill=True)
 
 
 def slide_verifier(x: Inputs) -> Slide:
@@ -433,7 +471,7 @@ def slide_rloo(x: Inputs) -> Slide:
     panels = ([(reward_panel, learning)] if learning else []) + ([(selection_panel, selection, "rl")]
                                                                  if selection["rl"] else [])
     if panels:
-        right = chart(draw_panels(panels, size=(6.6, 2.6 * len(panels) + 0.6)), "rloo",
+        right = chart(draw_panels(panels, size=(6.4, 2.9 * len(panels) + 0.5), stacked=True), "rloo",
                       "RL reward and dev selection per seed")
     else:
         right = ("<h3>checkpoint chosen on dev, per seed</h3>"
@@ -450,11 +488,12 @@ def slide_rloo(x: Inputs) -> Slide:
             ("temperature", x.plan.rl.temperature), ("learning rate", x.plan.rl.learning_rate),
             ("trainable scope", x.plan.rl.train_scope), ("reward", x.plan.rl.reward_mode),
             ("seeds", ", ".join(x.seeds)),
-        ]) + "</div><div>" + right + "</div></div>",
+        ]) + "</div><div class='chart-column'>" + right + "</div></div>",
         "A group whose samples all get the same reward carries no signal and makes no update. Each seed's "
         "checkpoint is chosen on dev, never on confirm"
         + (": the chart shows the mean reward per update and the dev score of every saved checkpoint." if panels
-           else "; the reward curves are drawn when the deck is built from a run directory with its receipts."))
+           else "; the reward curves are drawn when the deck is built from a run directory with its receipts."),
+        fill=bool(panels))
 
 
 def slide_confirmation(x: Inputs) -> Slide:
@@ -494,12 +533,12 @@ def slide_failures(x: Inputs) -> Slide:
     return Slide(
         "failures", "Failures and interference",
         html_table(["untrained family"] + [f"seed {s}" for s in x.seeds], rows)
-        + chart(draw_family_changes(family_chart_data(x.summary), size=(14, 3.9)), "families",
-                "change in exact sampled completions per family and seed", slot="full"),
+        + chart(draw_family_changes(family_chart_data(x.summary), size=(14, 4.6)), "families",
+                "change in exact sampled completions per family and seed"),
         ("Untrained families that dropped beyond their confidence interval on some seed: " + ", ".join(drops)
          + "." if drops else "No untrained family dropped beyond its confidence interval.")
         + f" Greedy losses on the trained families, seed {x.seeds[0]}: {first['losses_on_trained_greedy']}."
-        + " Solid bars are the families RL trained on, hatched ones it never saw; whiskers are 95% CIs.")
+        + " Solid bars are the families RL trained on, hatched ones it never saw; whiskers are 95% CIs.", fill=True)
 
 
 def study_slides(x: Inputs) -> list[Slide]:
@@ -528,21 +567,48 @@ def study_slides(x: Inputs) -> list[Slide]:
             slides.append(Slide(slide_id, title, answers, notes + " The next slide has the table behind these answers."))
             slides.append(Slide(f"{slide_id}-table", f"{title}: the numbers", f"<div class='dense'>{table}</div>",
                                 notes + " Differences are right minus left, paired by seed."))
+        drawn = study_figures(slide_id, study, path.parent)
+        if drawn:
+            if slide_id in STACKED_CHARTS or len(drawn) == 1:
+                body = "".join(chart(fig, name, alt) for fig, name, alt in drawn)
+            else:
+                body = ("<div class='cols charts'>" + "".join(f"<div class='chart-column'>{chart(fig, name, alt)}</div>"
+                                                               for fig, name, alt in drawn) + "</div>")
+            slides.append(Slide(
+                f"{slide_id}-charts", f"{title}, in charts", body,
+                f"The charts of {x.runs.name}/{path.parent.name}/REPORT.md, drawn here from the same summary.json. "
+                "Every dot is one seed: read the spread before the means.", fill=True))
     return slides
+
+
+def command_line(argv: list[str]) -> str:
+    """The command a receipt recorded, as a user types it (the program's name, not its install path)."""
+    return " ".join([Path(argv[0]).name] + list(argv[1:])) if argv else ""
+
+
+def code_version(commit: str) -> str:
+    """A recorded git commit in words: "+dirty" means the working tree had uncommitted changes."""
+    if not commit:
+        return "not recorded (not a git checkout)"
+    clean = commit.removesuffix("+dirty")
+    return f"git commit {clean[:12]}" + (", with uncommitted changes" if clean != commit else "")
 
 
 def slide_sources(x: Inputs) -> Slide:
     prov = x.summary.provenance
     return Slide(
         "sources", "Where every number came from",
-        html_table(["", ""], [
-            ("headline summary", str(Path(x.runs.name) / x.run.relative_to(x.runs) / "summary.json")),
-            ("written by", " ".join(prov["argv"])),
-            ("code version", prov["git_commit"]), ("created", prov["created_utc"]),
+        html_table(["numbers", "source"], [
+            ("this run's results", str(Path(x.runs.name) / x.run.relative_to(x.runs) / "summary.json")),
+            ("made by", command_line(prov["argv"])),
+            ("code", code_version(prov["git_commit"])), ("created", prov["created_utc"]),
             ("machine", f"{prov['platform']}, {prov['cpu_count']} CPUs"),
-            ("released-model numbers", RELEASED_SOURCE),
+            ("GLM-5.3-Flash's numbers", RELEASED_SOURCE),
+            ("studies", ", ".join(f"{x.runs.name}/{relative}" for _, _, _, relative in STUDIES
+                                  if (x.runs / relative).is_file()) or "none in this build"),
         ]),
-        "Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand.")
+        f"Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand. The run's "
+        f"receipt records the exact command: {' '.join(prov['argv'])}.")
 
 
 SLIDES = (slide_result, slide_arms, slide_per_seed, slide_example, slide_architecture, slide_block, slide_bytes,

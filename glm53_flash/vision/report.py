@@ -12,6 +12,7 @@ from pathlib import Path
 
 from glm53_flash.core.receipts import read_json, sha256_file, write_json, write_text
 from glm53_flash.report import figures
+from glm53_flash.report.study_charts import draw_vision_comparison
 from glm53_flash.report.format import format_interval, format_p, format_signed
 from glm53_flash.vision.analysis import arm_summary, compare_architectures
 from glm53_flash.vision.config import ARCHITECTURES
@@ -165,37 +166,8 @@ def render_markdown(summary: dict) -> str:
 
 
 def make_chart(summary: dict, path: Path) -> None:
-    comparison = summary["comparison"]
-    arms = summary["arms"]
-    panels = (1 if comparison else 0) + len(arms)
-    with figures.style() as plt:
-        fig, axes = plt.subplots(1, panels, figsize=(4.8 * panels, 4.4))
-        axes = [axes] if panels == 1 else list(axes)
-        index = 0
-        if comparison:
-            ax = axes[index]
-            index += 1
-            per_seed = comparison["per_seed"]
-            for row in per_seed:
-                ax.plot([0, 1], [100 * row["faithful_accuracy"], 100 * row["baseline_accuracy"]], color="0.6", lw=0.8)
-            ax.scatter([0] * len(per_seed), [100 * r["faithful_accuracy"] for r in per_seed], color="tab:blue", zorder=3)
-            ax.scatter([1] * len(per_seed), [100 * r["baseline_accuracy"] for r in per_seed], color="tab:orange",
-                       zorder=3)
-            ax.set_xticks([0, 1], ["faithful", "baseline"])
-            ax.set_xlim(-0.4, 1.4)
-            ax.set_ylim(0, 100)
-            examples = sorted({r["examples"] for r in per_seed})
-            ax.set(ylabel=f"held-out accuracy over {'/'.join(map(str, examples))} images (%)",
-                   title=f"per seed, n={len(per_seed)} (sign-flip p = {format_p(comparison['sign_flip_p'])})")
-        for name, arm in arms.items():
-            ax = axes[index]
-            index += 1
-            confusion = arm["confusion_after_pooled"]
-            ax.imshow(confusion["matrix"], cmap="Blues")
-            ax.set_xticks(range(len(confusion["columns"])), confusion["columns"], fontsize=figures.MIN_FONT_PT - 1)
-            ax.set_yticks(range(10), confusion["rows"])
-            ax.set(xlabel="predicted", ylabel="drawn", title=f"{name}: confusion (all seeds)")
-        fig.tight_layout()
+    fig = draw_vision_comparison(summary)
+    if fig is not None:
         figures.save_png(fig, path, dpi=90)
 
 
