@@ -22,8 +22,17 @@ Registered classes, not `auto_map` with code shipped in each checkpoint: a check
   sampler's mask), stopping at EOS; it equals `glm53 generate --stop eos` token for token (tested).
   Sampling (`do_sample=True`) goes to the project's sampler instead, because its random stream is keyed
   by (seed, prompt, sample) so a run's samples are reproducible whatever else is batched with them;
-  Transformers' sampler draws from the global generator and could not give the same tokens. The prompt
-  rows must be unpadded (one prompt, or prompts of one length): the model takes no attention mask.
+  Transformers' sampler draws from the global generator and could not give the same tokens. Without
+  `seed=`, one is drawn from torch's global generator (so `torch.manual_seed` makes a call repeatable
+  and successive calls differ); copies of one prompt in a call are that prompt's samples 0, 1, ...
+- Padding: `attention_mask` may mark padding before a row's tokens (left, as batched generation and
+  TRL pad prompts) and after them (right, as TRL pads completions). Each row is computed from its own
+  tokens alone (rows starting at the same column share a forward; the model is causal, so tokens
+  after a row's end change nothing before it), so a padded batch gives every row exactly what it
+  gives alone; padded positions get zeros. Padding inside a row is refused in one line.
+- TRL: `base_model` is the backbone (its `last_hidden_state` is the final norm's output) and
+  `get_output_embeddings()` the tied head, which is what TRL's fused log-probability head looks up;
+  tests/test_hf.py runs one GRPOTrainer step on a tiny checkpoint with `VerifierReward`.
 - `GLM53FlashTokenizer` is the byte tokenizer (bytes 0-255 at ids 4-259; PAD 0, BOS 1, EOS 2, SEP 3).
 """
 
@@ -38,7 +47,7 @@ from transformers import (
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PretrainedConfig, PreTrainedModel,
     PreTrainedTokenizer,
 )
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.model.config import ModelConfig
@@ -77,6 +86,56 @@ class GLM53FlashConfig(PretrainedConfig):
         return ModelConfig(**values)
 
 
+def row_spans(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(start, length) of each row's tokens in a [B, T] mask of ones with zeros before and/or after
+    them; padding inside a row is refused."""
+    mask = attention_mask.bool()
+    if mask.dim() != 2:
+        raise ValueError(f"attention_mask must be [batch, time], got {tuple(mask.shape)}")
+    lengths = mask.sum(dim=1)
+    starts = torch.where(lengths > 0, mask.int().argmax(dim=1), torch.zeros_like(lengths))
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    if not torch.equal(mask, (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])):
+        raise ValueError("glm53_flash takes padding before or after a row's tokens, not inside a row")
+    return starts, lengths
+
+
+class _Backbone:
+    """The model without its head, as Transformers' tools call a backbone: `last_hidden_state` [B, T, D]."""
+
+    _tp_plan = _pp_plan = None  # no tensor or pipeline parallel plan (what Transformers asks a backbone)
+
+    def __init__(self, lm: GLM53FlashForCausalLM) -> None:
+        self._lm = lm
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache=None,
+                 return_dict=None, **unknown) -> BaseModelOutput:
+        if unknown:
+            raise TypeError(f"glm53_flash's backbone takes input_ids and attention_mask, not {', '.join(unknown)}")
+        return BaseModelOutput(last_hidden_state=self._lm.run(input_ids, attention_mask)[1])
+
+
+class _TiedHead:
+    """The tied head as Transformers' tools expect an output embedding: weight [vocab, dim], no bias."""
+
+    bias = None
+
+    def __init__(self, embedding: torch.nn.Embedding) -> None:
+        self._embedding = embedding
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self._embedding.weight
+
+    @weight.setter
+    def weight(self, value) -> None:  # tying it to the input embedding is what it already is
+        if value is not self._embedding.weight:
+            raise ValueError("glm53_flash's head is tied to its embedding; it takes no other weight")
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weight)
+
+
 class GLM53FlashForCausalLM(PreTrainedModel, GenerationMixin):
     """The project's GLM53Flash (as `.model`) behind Transformers' model API."""
 
@@ -100,12 +159,38 @@ class GLM53FlashForCausalLM(PreTrainedModel, GenerationMixin):
     def get_input_embeddings(self):
         return self.model.embedding
 
+    def get_output_embeddings(self) -> _TiedHead:
+        return _TiedHead(self.model.embedding)
+
+    @property
+    def base_model(self) -> _Backbone:
+        return _Backbone(self)
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, T, V], hidden [B, T, D]), each row computed from its own tokens alone (see the
+        module's note on padding); padded positions are zeros."""
+        if attention_mask is None or bool(attention_mask.all()):
+            out = self.model(input_ids)
+            return out.logits, out.hidden
+        starts, lengths = row_spans(attention_mask.to(input_ids.device))
+        b, t = input_ids.shape
+        logits = None
+        for start in sorted(set(starts[lengths > 0].tolist())):
+            rows = ((starts == start) & (lengths > 0)).nonzero().flatten()
+            out = self.model(input_ids[rows, start:])
+            if logits is None:
+                logits = out.logits.new_zeros(b, t, out.logits.shape[-1])
+                hidden = out.hidden.new_zeros(b, t, out.hidden.shape[-1])
+            logits = logits.index_put((rows[:, None], torch.arange(start, t, device=rows.device)), out.logits)
+            hidden = hidden.index_put((rows[:, None], torch.arange(start, t, device=rows.device)), out.hidden)
+        if logits is None:
+            raise ValueError("every row of attention_mask is padding: there is nothing to compute")
+        return logits, hidden
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutput:
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError("glm53_flash takes no attention mask: give unpadded rows (one prompt, or prompts "
-                             "of one length)")
-        logits = self.model(input_ids).logits
+        logits, _ = self.run(input_ids, attention_mask)
         loss = None
         if labels is not None:  # Transformers' convention: labels are the inputs, shifted here
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
@@ -129,23 +214,52 @@ class GLM53FlashForCausalLM(PreTrainedModel, GenerationMixin):
             wrapper = wrapper.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
         return wrapper.eval()
 
-    def generate(self, input_ids: torch.Tensor | None = None, *, do_sample: bool = False,
-                 max_new_tokens: int = 48, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0, **kwargs) -> torch.Tensor:
+    def generate(self, input_ids: torch.Tensor | None = None, generation_config=None, attention_mask=None,
+                 seed: int | None = None, **kwargs) -> torch.Tensor:
         """Greedy: Transformers' generate over this forward (PAD/BOS/SEP suppressed, stopping at EOS).
-        Sampled: the project's keyed sampler (see the module's note); `seed` keys its stream. Returns
-        the prompt ids followed by the generated ones, per row (sampled rows padded with PAD)."""
+        Sampled (`do_sample`, given or from `generation_config`): the project's keyed sampler (see the
+        module's note); `seed` keys its stream. Returns each row's prompt ids as given (padding too)
+        followed by the generated ones, rows padded on the right with PAD."""
         if input_ids is None:
             raise ValueError("give input_ids (AutoTokenizer's output)")
-        if not do_sample:
-            return super().generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
+
+        def setting(name, default):
+            if name in kwargs:
+                return kwargs[name]
+            value = getattr(generation_config, name, None) if generation_config is not None else None
+            return default if value is None else value
+
+        if not setting("do_sample", False):
+            if "max_new_tokens" not in kwargs and getattr(generation_config, "max_new_tokens", None) is None:
+                kwargs["max_new_tokens"] = 48
+            return super().generate(input_ids, generation_config=generation_config, attention_mask=attention_mask,
+                                    **kwargs)
         from glm53_flash.evaluation.sampling import generate as sample
 
-        prompts = [_TOKENIZER.decode(row.tolist()) for row in input_ids]
-        rows = [list(row.tolist()) + list(group[0].token_ids)
-                for row, group in zip(input_ids, sample(self.model, prompts, samples=1, max_new_tokens=max_new_tokens,
-                                                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                                        stop="eos"))]
+        unknown = set(kwargs) - {"do_sample", "max_new_tokens", "temperature", "top_k", "top_p"}
+        if unknown:
+            raise TypeError(f"sampled generate takes do_sample, max_new_tokens, temperature, top_k, top_p and seed, "
+                            f"not {', '.join(sorted(unknown))}")
+        if seed is None:  # like Transformers' sampling: torch's global generator decides, and moves on
+            seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        if attention_mask is None:
+            real = [row.tolist() for row in input_ids]
+        else:
+            starts, lengths = row_spans(attention_mask.to(input_ids.device))
+            real = [row[s:s + n].tolist() for row, s, n in zip(input_ids, starts.tolist(), lengths.tolist())]
+        prompts = [_TOKENIZER.decode(ids) for ids in real]
+        for ids, prompt in zip(real, prompts):
+            if ids != _TOKENIZER.encode(prompt, bos=True):
+                raise ValueError("sampled generate encodes each prompt as BOS + its bytes (the tokenizer's output); "
+                                 f"a row reads {ids[:8]}...")
+        distinct = list(dict.fromkeys(prompts))  # copies of one prompt are its samples 0, 1, ...
+        copies = {p: prompts.count(p) for p in distinct}
+        top_k, top_p = setting("top_k", None), setting("top_p", None)
+        groups = sample(self.model, distinct, samples=max(copies.values()),
+                        max_new_tokens=setting("max_new_tokens", 48), temperature=setting("temperature", 1.0),
+                        top_k=top_k or None, top_p=None if top_p in (None, 1.0) else top_p, seed=seed, stop="eos")
+        taken = {p: iter(group) for p, group in zip(distinct, groups)}
+        rows = [list(row.tolist()) + list(next(taken[p]).token_ids) for row, p in zip(input_ids, prompts)]
         width = max(map(len, rows))
         return torch.tensor([r + [_TOKENIZER.pad_id] * (width - len(r)) for r in rows], device=input_ids.device)
 

@@ -28,6 +28,7 @@ class ModelOutput:
     logits: torch.Tensor  # [B, T, V]
     aux_loss: torch.Tensor  # router balance loss (scalar)
     usage: torch.Tensor  # [layers, experts] routed-slot fractions (no gradient)
+    hidden: torch.Tensor | None = None  # [B, T, D] the final norm's output, which the tied head multiplies
 
 
 @dataclass
@@ -224,7 +225,7 @@ class GLM53Flash(nn.Module):
             aux = original_balance_metric(usage_by_layer)
         else:
             aux = torch.stack(balances).mean()
-        return ModelOutput(logits=logits, aux_loss=aux, usage=usage_by_layer)
+        return ModelOutput(logits=logits, aux_loss=aux, usage=usage_by_layer, hidden=hidden)
 
 
 __all__ = ["GLM53Flash", "ModelOutput", "ModelCache", "HybridBlock", "LinearState", "SparseKV"]
