@@ -27,6 +27,7 @@ from glm53_flash.web.notes import NotesStore
 from glm53_flash.web.playground import (
     MAX_PROMPT_CHARS,
     NO_CHECKPOINT_HELP,
+    Playground,
     PlaygroundError,
     RateLimiter,
     PromptError,
@@ -518,6 +519,37 @@ def test_the_cli_and_the_server_refuse_the_same_prompts_with_the_same_words(serv
     # and a prompt both accept
     assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "def f(x):", "--max-new-tokens", "2"]) == 0
     assert post_json(server, "/api/generate", {"prompt": "def f(x):", "max_new_tokens": 2})[0] == 200
+
+
+def test_playground_generates_in_the_precision_asked_for(checkpoint, monkeypatch):
+    """`glm53 serve --precision`: the playground resolves it once, shows it, and every generation runs
+    in it (the real generator is called through; the spy only records what it was given)."""
+    from glm53_flash.evaluation import sampling
+
+    seen = []
+    real = sampling.stream_generate
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("precision"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sampling, "stream_generate", recording)
+    playground = Playground(checkpoint, precision="bf16")
+    try:
+        info = playground.describe()
+        assert info["precision"] == "bf16" and info["precision_reason"]
+        request = playground.prepare({"prompt": "def f(x):", "max_new_tokens": 3})
+        events = list(playground.run(request))
+        assert events[-1]["type"] == "done" and [p.name for p in seen] == ["bf16"]
+    finally:
+        playground.close()
+    default = Playground(checkpoint)
+    try:
+        assert default.describe()["precision"] == "fp32"  # the CPU's default
+    finally:
+        default.close()
+    with pytest.raises(ValueError, match="precision"):
+        Playground(checkpoint, precision="fp16")
 
 
 def test_playground_rate_limit(deck_html, checkpoint, tmp_path):

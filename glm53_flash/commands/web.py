@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.web import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS
 
 DEFAULT_RUNS = "results"
@@ -44,6 +44,9 @@ def register(sub) -> None:
     serve.add_argument("--generations-per-minute", type=int, default=12, help="playground rate limit (default 12)")
     serve.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE,
                        help=f"device for the playground model (default {DEFAULT_DEVICE}: CUDA, then MPS, then the CPU)")
+    serve.add_argument("--precision", choices=PRECISIONS, default=None,
+                       help="what the playground's generations run in: " + PRECISION_HELP + " (default: fp32 on the CPU, bf16 "
+                            "autocast on CUDA)")
     serve.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
                        help=f"open connections at most; past that requests answer 503 (default {MAX_CONNECTIONS})")
     serve.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT,
@@ -78,7 +81,8 @@ def _run_serve(args) -> int:
               file=sys.stderr)
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
     deck = build_deck(args.runs)
-    playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device)
+    playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device,
+                            precision=args.precision)
     try:
         server, _ = start_server(args.host, args.port, deck_html=deck, notes_dir=args.notes,
                                       playground=playground, allow_remote=args.allow_remote,

@@ -84,8 +84,12 @@ class RateLimiter:
 class Playground:
     """A loaded checkpoint, a verifier pool and the limits that guard them."""
 
-    def __init__(self, checkpoint: str | Path | None, *, per_minute: int = 12, device: str = "auto") -> None:
+    def __init__(self, checkpoint: str | Path | None, *, per_minute: int = 12, device: str = "auto",
+                 precision: str | None = None) -> None:
+        """`precision`: fp32, bf16 or auto (model/precision.py), what every generation runs in; None: the
+        device's default."""
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.precision = None
         self.limiter = RateLimiter(per_minute)
         self._busy = threading.Lock()
         self.model = None
@@ -99,7 +103,11 @@ class Playground:
                 raise FileNotFoundError(f"--checkpoint {self.checkpoint} is not a directory")
             from glm53_flash.core.runtime import resolve_device
 
-            self.model, self.metadata = load_pretrained(self.checkpoint, resolve_device(device))
+            from glm53_flash.model.precision import resolve_precision
+
+            resolved = resolve_device(device)
+            self.precision = resolve_precision(precision, resolved)  # a bad choice is refused before the load
+            self.model, self.metadata = load_pretrained(self.checkpoint, resolved)
             self.model.eval()
             self.verifier = Verifier(workers=1)
 
@@ -115,7 +123,8 @@ class Playground:
             return {"ready": False, "message": NO_CHECKPOINT_HELP, "tasks": tasks}
         counts = self.metadata.get("parameter_counts") or self.model.parameter_counts()
         return {"ready": True, "checkpoint": str(self.checkpoint), "weights_sha256": self.metadata.get("weights_sha256"),
-                "parameters": counts.get("total"), "max_new_tokens": MAX_NEW_TOKENS, "tasks": tasks}
+                "parameters": counts.get("total"), "max_new_tokens": MAX_NEW_TOKENS, "tasks": tasks,
+                "precision": self.precision.name, "precision_reason": self.precision.reason}
 
     def close(self) -> None:
         if self.verifier is not None:
@@ -190,7 +199,7 @@ class Playground:
         for token, finished in stream_generate(
                 self.model, request["prompt"], max_new_tokens=request["max_new_tokens"],
                 temperature=request["temperature"], seed=request["seed"],
-                key=task.task_id if task else None,
+                key=task.task_id if task else None, precision=self.precision,
                 stop=ParseStop([task]) if request["stop"] == "parse" else request["stop"]):
             is_byte = ByteTokenizer.byte_offset <= token < ByteTokenizer.vocab_size
             text = decoder.decode(bytes([token - ByteTokenizer.byte_offset])) if is_byte else ""
