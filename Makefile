@@ -18,11 +18,11 @@ $(STAMP): pyproject.toml
 # reopening, which goes ahead with this reason (recorded there too).
 REOPEN ?= make demo: a rerun of the committed headline's plan
 demo: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto --reopen "$(REOPEN)"
 
 # Two more pretraining seeds per arm (one RL seed each) beside the demo's runs, for the spread over seeds.
 seeds: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

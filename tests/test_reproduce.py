@@ -78,6 +78,9 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed
                 "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
         report = (out / arm / "REPORT.md").read_text()
         assert "records one opening of the confirm split" in report
+        # what the run computed in, from its pretraining receipt (no --precision: the CPU's default)
+        assert s["precision"]["name"] == "fp32" and s["precision"]["requested"] == "default"
+        assert "Precision: fp32 (asked for: default;" in report
         # the strong set beside the three cases, per checkpoint, from the receipts
         strong = s["holdout"]["strong_tests"]["before"]
         receipt = json.loads((out / arm / "holdout" / "before-greedy.json").read_text())
@@ -132,6 +135,33 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed
     assert {p: json.loads(p.read_text())["stage_seconds"] for p in timed} == timed
     assert again["arms"]["ours"]["seeds"] == summary["arms"]["ours"]["seeds"]
     assert again["comparison"] == summary["comparison"]
+
+
+def test_a_precision_that_resolves_to_the_default_is_the_same_plan(tmp_path):
+    """`glm53 reproduce --precision auto` (what `make demo` passes): on a CPU without bf16 it resolves to
+    fp32, the CPU's default, so every plan and its identity stay as they are (the committed headline's
+    plan); on a CPU with AVX512-BF16 it is bf16 on every stage, a new plan. An explicit bf16 on a CPU
+    without it is a new plan too (emulated)."""
+    from glm53_flash.experiments.reproduce import PLANS, ReproducePlan, arm_runs, plan_sha256, with_precision
+    from glm53_flash.model.precision import resolve_precision
+
+    plain = resolve_precision("auto", "cpu", cpuinfo="flags\t\t: fpu avx2 avx512f avx512_vnni")
+    bf16 = resolve_precision("auto", "cpu", cpuinfo="flags\t\t: fpu avx2 avx512f avx512_bf16")
+    assert (plain.name, bf16.name) == ("fp32", "bf16")
+    plan = PLANS["headline"]
+    assert with_precision(plan, plain, "cpu") is plan and with_precision(plan, None, "cpu") is plan
+    assert with_precision(plan, resolve_precision("fp32", "cpu"), "cpu") is plan
+    fast = with_precision(plan, bf16, "cpu")
+    assert {getattr(fast, stage).precision for stage in ReproducePlan.STAGES} == {"bf16"}
+    assert plan_sha256(fast) != plan_sha256(plan)
+    assert ReproducePlan.from_dict(fast.to_dict()) == fast  # the new plan is recorded whole in plan.json
+    emulated = with_precision(plan, resolve_precision("bf16", "cpu", cpuinfo="flags\t\t: avx2"), "cpu")
+    assert plan_sha256(emulated) == plan_sha256(fast)
+    ours = [r for r in arm_runs(tmp_path, "headline") if r.arm == "ours"]
+    same = [r for r in arm_runs(tmp_path, "headline", precision=plain, device="cpu") if r.arm == "ours"]
+    new = [r for r in arm_runs(tmp_path, "headline", precision=bf16, device="cpu") if r.arm == "ours"]
+    assert [plan_sha256(r.plan) for r in same] == [plan_sha256(r.plan) for r in ours]
+    assert all(r.plan.pretrain.precision == "bf16" and r.plan.confirm_greedy.precision == "bf16" for r in new)
 
 
 def test_extra_pretraining_seeds_and_arms_are_checked_before_anything_runs(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from glm53_flash.experiments.reproduce import ARMS, PLANS, reproduce
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 
 
 def register(sub) -> None:
@@ -27,6 +27,10 @@ def register(sub) -> None:
                    help="comma-separated pretraining seeds to run besides the plan's own, each arm with the first "
                         "RL seed only (`make seeds`: 1,2)")
     p.add_argument("--device", choices=DEVICE_CHOICES, default=DEFAULT_DEVICE)
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help=PRECISION_HELP + ". Resolved once for every stage; a choice that resolves to the device's "
+                        "default (fp32 on a CPU without bf16) leaves the plan as it is, any other is a new plan "
+                        "(`make demo` passes auto)")
     p.add_argument("--reopen", metavar="REASON", default=None,
                    help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
@@ -57,7 +61,8 @@ def _run_reproduce(args) -> int:
     summary = reproduce(args.output, preset=args.preset, rl_seeds=seeds, device=args.device,
                         progress=not args.quiet, reopen=args.reopen,
                         extra_pretrain_seeds=parse_int_list(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
-                        arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), ledger=args.ledger)
+                        arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), ledger=args.ledger,
+                        precision=args.precision)
     print()
     print("\n".join(arm_table(summary)))
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")

@@ -117,14 +117,30 @@ class ArmRun:
         return self.plan.pretrain.seed
 
 
+def with_precision(plan: ReproducePlan, precision, device: str) -> ReproducePlan:
+    """`plan` computing in `precision` (a resolved model/precision.Precision) on `device`. A precision that
+    resolves to what the device computes in by default (fp32 on a CPU without bf16, bf16 autocast on
+    CUDA) changes nothing, so the plan and its identity stay as they are: the same computation is the
+    same plan. Any other (bf16 on an AVX512-BF16 or AMX CPU) is set on every stage and so is a new
+    plan, with its own sealed openings."""
+    from glm53_flash.model.precision import resolve_precision
+
+    if precision is None or precision.name == resolve_precision(None, device).name:
+        return plan
+    return replace(plan, **{stage: replace(getattr(plan, stage), precision=precision.name)
+                            for stage in ReproducePlan.STAGES})
+
+
 def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
-             extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS)) -> list[ArmRun]:
+             extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
+             precision=None, device: str = "cpu") -> list[ArmRun]:
     """The runs of a headline directory: each arm at the plan's own pretraining seed (with every RL
     seed) in OUT/ARM, and at each extra pretraining seed (with the first RL seed only) in
-    OUT/ARM-pretrain-SEED."""
+    OUT/ARM-pretrain-SEED; `precision` (resolved) as `with_precision` applies it on `device`."""
     if preset not in PLANS:
         raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PLANS)}")
     base = PLANS[preset] if rl_seeds is None else replace(PLANS[preset], rl_seeds=tuple(rl_seeds))
+    base = with_precision(base, precision, device)
     if not base.rl_seeds:
         raise ValueError("--rl-seeds needs at least one seed")
     unknown = [arm for arm in arms if arm not in ARMS]
@@ -144,19 +160,24 @@ def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
               device: str = "auto", progress: bool = True, reopen: str | None = None,
               extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
-              ledger: str | Path | None = None) -> dict:
+              ledger: str | Path | None = None, precision: str | None = None) -> dict:
     """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
     and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
     recorded in the ledger (`run_ledger`: by default the run's own); a plan that already opened one
-    there is refused unless `reopen` gives the reason. Every opening is asked for before any stage runs."""
+    there is refused unless `reopen` gives the reason. Every opening is asked for before any stage runs.
+    `precision` (fp32, bf16, auto; None: the device's default) is resolved once, here (`with_precision`)."""
     from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.model.precision import resolve_precision
 
     device = str(resolve_device(device))
+    resolved = None if precision is None else resolve_precision(precision, device)
+    if resolved is not None:
+        _log(f"precision {resolved.name} ({resolved.reason})")
     out = Path(output)
     if (out / "plan.json").exists():
         raise ValueError(f"{out} holds a one-arm run of an older version (plan.json at its top); "
                          "use a new --output")
-    runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms))
+    runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms), resolved, device)
     where = run_ledger(out, ledger)
     openings = {run.directory: _require_openings(run, reopen, where) for run in runs}
     state_analysis(out, runs)
@@ -491,7 +512,8 @@ def build_summary(out: Path) -> RunSummary:
             opened_after_selection=first_opened["holdout"] >= last_selection,
             first_opened_utc=first_opened["holdout"], ledger=ledger_lines_for(plan, "holdout", directory=out)),
         # a smoke plan's sealed stages evaluated a stand-in
-        sealed_stand_in=plan.confirm_greedy.split if plan.confirm_greedy.split != "confirm" else None)
+        sealed_stand_in=plan.confirm_greedy.split if plan.confirm_greedy.split != "confirm" else None,
+        precision=read_json(out / "pretrain" / "training-receipt.json").get("precision"))
 
 
 # --------------------------------------------------------------------------- both arms

@@ -342,6 +342,17 @@ def ledger_lines(summary: dict) -> list[str]:
     return lines
 
 
+def precision_sentence(summary: dict) -> str:
+    """What the arms computed in (each arm's RunSummary.precision_line; one sentence when they agree)."""
+    from glm53_flash.report.summary import RunSummary
+
+    lines = {arm: RunSummary.from_dict(record, source=f"arm {arm}").precision_line
+             for arm, record in summary.get("arms", {}).items()}
+    if len(set(lines.values())) == 1:
+        return next(iter(lines.values()))
+    return " ".join(f"{arm}: {line}" for arm, line in lines.items())
+
+
 def build_headline_report(out: str | Path) -> Path:
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
@@ -369,6 +380,8 @@ def build_headline_report(out: str | Path) -> Path:
         "Every number below is read from `summary.json`, which `glm53 reproduce` computes from the receipts in "
         "the run directories (`faithful/`, `ours/`, and `ARM-pretrain-SEED/` for the extra pretraining seeds). "
         "Each run directory has its own REPORT.md.",
+        "",
+        precision_sentence(summary),
         "",
         "The two arms share the data, the budget and every hyperparameter; they differ only in these switches:",
         "",

@@ -394,6 +394,8 @@ def build_report(out: str | Path) -> Path:
         f"{plan.rl.groups} groups x {plan.rl.group_size} samples for each of {len(seeds)} seeds -> select each "
         f"RL run's checkpoint on dev -> open the confirm split.",
         "",
+        summary.precision_line,
+        "",
         ("The confirm split was opened only after all selection was done (first confirm receipt "
          f"{summary.first_confirm_utc}, last selection receipt {summary.last_selection_utc})."
          if summary.confirm_opened_after_selection else

@@ -52,6 +52,18 @@ class RunSummary:
     holdout: SealedSplit
     provenance: dict
     sealed_stand_in: str | None = None  # a smoke plan's: the unsealed split its sealed stages evaluated
+    # What the run's stages computed in (the pretraining receipt's `precision`: name, requested, reason,
+    # decode); None for runs whose receipts predate the record (on the CPU those ran in float32).
+    precision: dict | None = None
+
+    @property
+    def precision_line(self) -> str:
+        """The precision the run computed in, as a sentence for its reports."""
+        if self.precision is None:
+            return ("Precision: not recorded (the receipts predate the record; runs on the CPU then computed in "
+                    "float32).")
+        asked = self.precision.get("requested", "default")
+        return (f"Precision: {self.precision['name']} (asked for: {asked}; {self.precision.get('reason', '')}).")
 
     @property
     def rl_seeds(self) -> list[str]:
@@ -62,8 +74,9 @@ class RunSummary:
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         record.update(plan=self.plan.to_dict(), trained_families=list(self.trained_families),
                       untrained_families=list(self.untrained_families), holdout=dataclasses.asdict(self.holdout))
-        if self.sealed_stand_in is None:
-            del record["sealed_stand_in"]
+        for name in ("sealed_stand_in", "precision"):  # absent rather than null: older summaries read back as themselves
+            if record[name] is None:
+                del record[name]
         return record
 
     @classmethod
@@ -95,6 +108,9 @@ class RunSummary:
                 fail(f"'{name}' must be a string or null")
         if data["strong_tests"] is not None and not isinstance(data["strong_tests"], dict):
             fail("'strong_tests' must be an object or null")
+        precision = data.get("precision")
+        if precision is not None and not (isinstance(precision, dict) and isinstance(precision.get("name"), str)):
+            fail("'precision' must be an object with a 'name' or null")
         try:
             plan = ReproducePlan.from_dict(data["plan"])
         except (TypeError, ValueError) as error:
