@@ -2,6 +2,10 @@
 
 import json
 
+import pytest
+
+from glm53_flash.cli import main
+
 from glm53_flash.benchmarks.model import run
 from glm53_flash.model import ops
 
@@ -218,6 +222,26 @@ def test_the_thread_governor_follows_the_free_cores(monkeypatch):
     assert [governor.after_step() for _ in range(3)] == [1, 2, 1]
     assert set_to == [1, 2, 1] and governor.changes == 3
     assert torch.get_num_threads() == threads
+
+
+def test_bench_decode_weights_receipt_on_the_tiny_preset(tmp_path, capsys):
+    """`glm53 bench decode-weights`: both weight types timed round by round, each against a read of the
+    bytes it reads (bf16 half of the weight products'), the tokens compared; bad sizes are one line."""
+    from glm53_flash.model import ops
+
+    if not ops.available():
+        pytest.skip("no C decode kernels here: the bench measures their bf16 weight path")
+    out = tmp_path / "decode-weights.json"
+    assert main(["bench", "decode-weights", "--preset", "tiny", "--steps", "4", "--rounds", "2",
+                 "--prompt-length", "8", "--output", str(out)]) == 0
+    receipt = json.loads(out.read_text())
+    assert receipt["benchmark"] == "decode-weights" and len(receipt["step_seconds"]["bf16"]["all"]) == 2
+    assert receipt["weight_bytes"]["bf16"] < receipt["weight_bytes"]["fp32"]
+    assert receipt["precision"]["name"] == "bf16" and receipt["greedy_agreement"] > 0.5
+    assert receipt["bf16_speedup"] == pytest.approx(receipt["step_seconds"]["fp32"]["median"]
+                                                     / receipt["step_seconds"]["bf16"]["median"])
+    assert "step / weight read" in capsys.readouterr().out
+    assert main(["bench", "decode-weights", "--preset", "tiny", "--steps", "500"]) == 2
 
 
 def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):

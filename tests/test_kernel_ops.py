@@ -145,6 +145,37 @@ def test_block_decode_calls_equal_their_references(streams, batch, dim, hidden, 
     _close(new_streams, want_streams, dim)
 
 
+@pytest.mark.skipif(not ops.available(), reason="no C kernels on this machine")
+@pytest.mark.parametrize("batch,dim,hidden,experts", [(1, 16, 8, 1), (5, 32, 24, 4), (16, 48, 40, 6)])
+def test_block_decode_calls_on_bf16_weights_equal_float32_on_the_rounded_weights(batch, dim, hidden, experts):
+    """The bf16 weight path reads half the bytes and changes nothing else: each call on bf16 weights
+    equals, bit for bit, the float32 call on the same weights rounded to bf16 (float32 arithmetic in
+    the same order); the router and the norms stay float32. dim 48 also runs the 8-float tail."""
+    generator = torch.Generator().manual_seed(batch * 7 + dim)
+    streams = torch.randn(4, batch, 1, dim, generator=generator)
+    logits, norm = torch.randn(4, generator=generator), torch.rand(dim, generator=generator) + 0.5
+    qkv_weight = torch.randn(3 * dim, dim, generator=generator) / dim ** 0.5
+    rounded = qkv_weight.bfloat16().float()
+    assert not torch.equal(rounded, qkv_weight)  # the rounding changes the weights: the equality below is not trivial
+    with torch.inference_mode():
+        mixed, qkv = ops.decode_attention_in(streams, logits, norm, 1e-6, qkv_weight.bfloat16())
+        want_mixed, want_qkv = ops.decode_attention_in(streams, logits, norm, 1e-6, rounded)
+        assert torch.equal(mixed, want_mixed) and torch.equal(qkv, want_qkv)
+        weights = _block_weights(generator, 4, dim, hidden, experts)
+        products = ("out_weight", "gate_up", "down", "shared_up", "shared_down")
+        arguments = dict(streams=streams, double_residual=False, attn=torch.randn(batch, 1, dim, generator=generator),
+                         mixed=mixed, eps=1e-6, top_k=min(2, experts), **weights)
+        on_bf16 = ops.decode_moe_out(**{**arguments, **{k: weights[k].bfloat16() for k in products}})
+        on_rounded = ops.decode_moe_out(**{**arguments, **{k: weights[k].bfloat16().float() for k in products}})
+        on_float = ops.decode_moe_out(**arguments)
+    assert torch.equal(on_bf16[0], on_rounded[0]) and torch.equal(on_bf16[1], on_rounded[1])
+    assert not torch.equal(on_bf16[0], on_float[0])  # and it is not the float32 weights' result
+    with pytest.raises(ops.KernelArgumentError, match="must all be float32 or all bf16"):
+        ops.decode_moe_out(**{**arguments, "down": weights["down"].bfloat16()})
+    with pytest.raises(ops.KernelArgumentError, match="router"):  # the router is not a weight product here
+        ops.decode_moe_out(**{**arguments, "router": weights["router"].bfloat16()})
+
+
 # ----------------------------------------------------------------------------------- refused by the wrappers
 
 
@@ -284,12 +315,17 @@ def test_c_refuses_out_of_range_sizes_without_touching_memory():
         "sparse slot past capacity": _c("sparse_attention_step")(_p(x), _p(w), _p(w), 4, 2, 4, 1, 1, 8, _p(x),
                                                                  _p(x), _p(out)),
         "decode_attention_in 65 streams": _c("decode_attention_in")(_p(x), 16, 65, 1, 16, _p(x), _p(w), 1e-6, _p(w),
-                                                                    _p(out), _p(out)),
+                                                                    0, _p(out), _p(out)),
         "decode_attention_in stride": _c("decode_attention_in")(_p(x), 7, 2, 1, 16, _p(x), _p(w), 1e-6, _p(w),
-                                                                _p(out), _p(out)),
+                                                                0, _p(out), _p(out)),
+        "decode_attention_in weight type 2": _c("decode_attention_in")(_p(x), 16, 1, 1, 16, _p(x), _p(w), 1e-6,
+                                                                       _p(w), 2, _p(out), _p(out)),
         "decode_moe_out 2048 x 4 slots": _c("decode_moe_out")(
             _p(x), 0, 1, 2048, 16, _p(x), 1, _p(x), _p(w), _p(x), _p(w), 1e-6, _p(w), 8, 4, _p(w), _p(w), 8, _p(w),
-            _p(w), _p(ints), _p(out)),
+            _p(w), 0, _p(ints), _p(out)),
+        "decode_moe_out weight type -1": _c("decode_moe_out")(
+            _p(x), 0, 1, 2, 16, _p(x), 1, _p(x), _p(w), _p(x), _p(w), 1e-6, _p(w), 8, 2, _p(w), _p(w), 8, _p(w),
+            _p(w), -1, _p(ints), _p(out)),
     }
     assert {what: code for what, code in refused.items() if code != ops.library.OUT_OF_RANGE} == {}
     assert bool((out == sentinel).all())

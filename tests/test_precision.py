@@ -242,6 +242,56 @@ def test_cached_decoding_in_bf16_gives_the_re_forward_tokens(monkeypatch):
             logits = model(nxt, cache=cache).logits[:, -1]
 
 
+def _weight_products(model):
+    for block in model.blocks:
+        yield from (block.attention.qkv.weight, block.attention.out.weight, block.moe.expert_gate_up,
+                    block.moe.expert_down, block.moe.shared.up.weight, block.moe.shared.down.weight)
+
+
+def _decode(model, prompt, precision, steps=6):
+    """Greedy logits of `steps` cached decode steps after a float32 prefill (the steps alone in `precision`)."""
+    with torch.no_grad():
+        cache = model.new_cache(prompt.shape[0])
+        logits = model(prompt, cache=cache).logits[:, -1]
+        out = []
+        for _ in range(steps):
+            with compute_in(precision, "cpu"):
+                logits = model(logits.argmax(-1, keepdim=True), cache=cache).logits[:, -1]
+            out.append(logits)
+    return torch.stack(out)
+
+
+@pytest.mark.skipif(not ops.available(), reason="no C kernels on this machine")
+def test_cached_decoding_in_bf16_reads_bf16_weights_and_follows_their_updates(monkeypatch):
+    """With the C kernels, a bf16 decode step runs each block on bf16 copies of its weight products'
+    weights (half the bytes; float32 arithmetic): on weights that bf16 holds exactly it equals the
+    float32 step bit for bit, so nothing but the weights' rounding differs. The copies follow an
+    in-place change of the weights (an optimiser step), and on weights bf16 cannot hold the steps differ."""
+    monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", 256)  # the real rule: two rows' head stays float32
+    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", 1024)
+    model = small_model(seed=7).eval()
+    with torch.no_grad():
+        for weight in _weight_products(model):
+            weight.copy_(weight.bfloat16().float())
+    prompt = random_ids(2, 8, seed=8)
+    dtypes = []
+    original = ops.decode_moe_out
+    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: dtypes.append(a[10].dtype) or original(*a))
+    fast = _decode(model, prompt, BF16)
+    assert set(dtypes) == {torch.bfloat16} and len(dtypes) == 6 * len(model.blocks)  # every step, every block
+    dtypes.clear()
+    assert torch.equal(fast, _decode(model, prompt, None)) and set(dtypes) == {torch.float32}
+    with torch.no_grad():  # an update in place, as AdamW makes it: the next bf16 step must read it
+        model.blocks[0].moe.expert_down.mul_(-2.0)
+        model.blocks[-1].attention.qkv.weight.mul_(0.5)
+    updated = _decode(model, prompt, BF16)
+    assert torch.equal(updated, _decode(model, prompt, None)) and not torch.equal(updated, fast)
+    with torch.no_grad():
+        for weight in _weight_products(model):
+            weight.add_(1e-3 * torch.randn_like(weight))
+    assert not torch.equal(_decode(model, prompt, BF16), _decode(model, prompt, None))
+
+
 def test_labels_with_padding_still_count_only_targets():
     model = small_model(seed=9).train()
     ids = random_ids(2, 17)
@@ -340,7 +390,7 @@ def test_evaluation_and_generation_take_the_precision_and_record_it():
     seen: list = []
     _spy_products(model, seen)
     generate(model, ["def f(x):"], max_new_tokens=3, precision=BF16)
-    assert seen[0] == torch.bfloat16  # the prefill (decode steps may be the float32 C kernels': DECODE_NOTE)
+    assert seen[0] == torch.bfloat16  # the prefill (decode steps run the C kernels on bf16 weights: DECODE_NOTE)
     tasks = frozen_tasks("dev", 1, ("increment",))
     chosen = evaluate_greedy(model, tasks, max_new_tokens=4, precision="bf16")
     default = evaluate_greedy(model, tasks, max_new_tokens=4)

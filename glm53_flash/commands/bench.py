@@ -18,6 +18,7 @@ DEFAULT_BENCH_OUTPUT = Path("runs/bench/verify.json")
 def register(bench_sub) -> None:
     _add_model_and_architecture(bench_sub)
     _add_bench_decode(bench_sub)
+    _add_bench_decode_weights(bench_sub)
     _add_bench_scaling(bench_sub)
     _add_bench_contention(bench_sub)
     _add_bench_precision(bench_sub)
@@ -161,6 +162,31 @@ def _run_architecture(a) -> int:
     variants = tuple(v for v in a.variants.split(",") if v) or tuple(VARIANTS)
     run(preset=a.preset, steps=a.steps, batch_size=a.batch_size,
         seeds=parse_int_list(a.seeds, "--seeds"), variants=variants, device=a.device, output=a.output)
+    return 0
+
+
+def _add_bench_decode_weights(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "decode-weights", help="a cached decode step on float32 weights vs bf16 copies, each vs one read of them",
+        description="On the CPU's C decode kernels: time a cached greedy decode step reading float32 weights and "
+                    "the same step reading bf16 copies of the weight products' weights (what --precision bf16 does "
+                    "to decoding), alternating --rounds times in one process, each against one read of the bytes it "
+                    "reads; reports the medians, the speed-up per round and how often the two pick the same token. "
+                    "Writes a JSON receipt.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--batch", type=int, default=16, help="rows decoded together (default 16: an RL group)")
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=48, help="decode steps timed per run (default 48)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs per weight type, interleaved (median reported)")
+    parser.add_argument("--output", default="runs/bench/decode-weights.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_decode_weights)
+
+
+def _run_bench_decode_weights(args) -> int:
+    from glm53_flash.benchmarks.decode_weights import run
+
+    run(preset=args.preset, batch=args.batch, prompt_len=args.prompt_length, steps=args.steps, rounds=args.rounds,
+        output=args.output)
     return 0
 
 

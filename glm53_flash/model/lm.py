@@ -17,6 +17,7 @@ from glm53_flash.model import dispatch, ops  # noqa: F401 - dispatch: its switch
 from glm53_flash.model.linear_attention import LinearAttention, LinearState
 from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
 from glm53_flash.model.norm import RMSNorm
+from glm53_flash.model.precision import product_dtype
 from glm53_flash.model.pretrained import load_config, load_weights, read_metadata, save_pretrained
 from glm53_flash.model.rope import RotaryEmbedding
 from glm53_flash.model.sparse_attention import SparseAttention, SparseKV
@@ -85,11 +86,24 @@ class HybridBlock(nn.Module):
         update = attn_out + moe_out.view(b, t, d)
         return self.connection.write(streams, mixed, update), new_state, used, balance
 
+    def _bf16_weights(self, weights: tuple) -> tuple:
+        """bf16 copies of the decode step's weight-product weights, made once per weight version: an
+        optimiser step or a load bumps a parameter's version, so the next step reads the new weights."""
+        key = tuple((w.data_ptr(), w._version) for w in weights)
+        cached = getattr(self, "_bf16_cache", None)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, tuple(w.detach().to(torch.bfloat16).contiguous() for w in weights))
+            self._bf16_cache = cached  # a plain attribute: not a parameter, buffer or state_dict entry
+        return cached[1]
+
     def _decode_step_fused(self, streams, rope, position, state):
         """One cached token per row in three C calls (ops.decode_attention_in, the attention's step,
         ops.decode_moe_out) where they serve: the CPU in float32 without gradients, up to 512 rows, the
-        "double-residual" or "delta" streams. None elsewhere: the operations above then run one by one
-        (and remain the test oracle)."""
+        "double-residual" or "delta" streams. Inside compute_in(bf16) the weight products read bf16
+        copies of their weights (half the bytes of a step that is bound by reading them; the arithmetic
+        stays float32, the router and the norms float32). None elsewhere: the operations above then run
+        one by one (and remain the test oracle)."""
         connection, attention, moe = self.connection, self.attention, self.moe
         if connection.mode == "sinkhorn" or not ops.library.FUSED_DECODE:
             return None
@@ -104,9 +118,12 @@ class HybridBlock(nn.Module):
         attn_norm, moe_norm, qkv, out = self.attn_norm.weight, self.moe_norm.weight, attention.qkv.weight, attention.out.weight
         router, gate_up, down = moe.router.weight, moe.expert_gate_up, moe.expert_down
         shared_up, shared_down = moe.shared.up.weight, moe.shared.down.weight
+        if product_dtype() is torch.bfloat16:
+            qkv, out, gate_up, down, shared_up, shared_down = self._bf16_weights(
+                (qkv, out, gate_up, down, shared_up, shared_down))
         if down.shape[1] % 8 or not ops.decode_block_serves(
-                streams, input_logits, output_logits, attn_norm, qkv, out, moe_norm, router, gate_up, down,
-                shared_up, shared_down, rope.cos, rope.sin, *state_tensors):
+                streams, input_logits, output_logits, attn_norm, moe_norm, router, rope.cos, rope.sin,
+                *state_tensors, weights=(qkv, out, gate_up, down, shared_up, shared_down)):
             return None
         mixed, qkv_out = ops.decode_attention_in(streams, input_logits, attn_norm, self.attn_norm.eps, qkv)
         attn, new_state = attention.decode_step_from_qkv(qkv_out, rope, position, state)

@@ -14,9 +14,12 @@ What bf16 means depends on the device:
   building; docs/ARCHITECTURE.md, "Precision").
 - **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
   casting the weight and the result is a fixed cost that a few rows do not repay (numbers below).
-- **Cached decoding on the CPU** steps aside: a decode step of a few rows is bound by reading the
-  weights, which the C kernels do in float32 (they have no bf16 weight path); `mixed_linear` leaves a
-  call that a C kernel serves to it, so only prefills, full forwards and decode steps of many rows take
+- **Cached decoding on the CPU** reads bf16 weights: a decode step of a few rows is bound by reading
+  the weights, so inside `compute_in(bf16)` the fused block kernels read bf16 copies of each block's
+  weight-product matrices (made once per weight version, lm.HybridBlock._bf16_weights) and widen them
+  to float32 in registers; their arithmetic stays float32 (a step equals the float32 step on the
+  weights rounded to bf16, bit for bit), the router, norms and head stay float32. `mixed_linear` leaves
+  a call that a C kernel serves to it, so prefills, full forwards and decode steps of many rows take
   bf16 products.
 
 `auto` takes bf16 where the device accelerates it (CUDA with bf16; a CPU with AVX512-BF16 or AMX, read
@@ -63,8 +66,8 @@ class Precision:
         return {**asdict(self), "decode": DECODE_NOTE if self.name == "bf16" else "fp32"}
 
 
-DECODE_NOTE = ("cached decode steps on the CPU stay on the float32 C kernels (no bf16 weight path); "
-               "prefills and full forwards take bf16 products")
+DECODE_NOTE = ("cached decode steps on the CPU run the C kernels on bf16 copies of the block weights (float32 "
+               "arithmetic; router, norms and head float32); prefills and full forwards take bf16 products")
 
 
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:

@@ -18,30 +18,48 @@ from glm53_flash.model.ops.swiglu import reference_swiglu
 
 
 
-def decode_block_serves(streams: torch.Tensor, *tensors: torch.Tensor) -> bool:
+def weight_type(op: str, weights: dict[str, torch.Tensor]) -> int:
+    """1 when the weight products' weights are bf16, 0 when float32 (all of one type, or refused)."""
+    kinds = {w.dtype if isinstance(w, torch.Tensor) else None for w in weights.values()}
+    if kinds == {torch.bfloat16}:
+        return 1
+    if kinds != {torch.float32}:
+        library.fail(op, f"the weights ({', '.join(weights)}) must all be float32 or all bf16")
+    return 0
+
+
+def decode_block_serves(streams: torch.Tensor, *tensors: torch.Tensor, weights: tuple = ()) -> bool:
     """Whether the fused block step serves streams [S, B, 1, D] (one token per row; the first stream a
-    block of memory, the others B * D floats on or all the same) with these weights and states."""
+    block of memory, the others B * D floats on or all the same) with these float32 tensors (norms,
+    logits, router, states) and these weight-product `weights` (all float32 or all bf16: kernels.c's
+    wload)."""
     if not (library.FUSED_DECODE and library.ENABLED) or torch.is_grad_enabled() or streams.dim() != 4 or streams.shape[2] != 1:
         return False
     n_streams, batch, _, dim = streams.shape
     if not (n_streams <= library.LIMITS["streams"] and 0 < batch <= library.MAX_FUSED_ROWS and dim % 16 == 0
             and streams[0].is_contiguous() and streams.stride(0) in (0, batch * dim) and library.cpu_float32(streams)):
         return False
-    return library.cpu_float32(*tensors) and all(t.is_contiguous() for t in tensors) and library.path_open()
+    if weights and len({w.dtype for w in weights}) != 1 or any(w.dtype not in (torch.float32, torch.bfloat16)
+                                                                for w in weights):
+        return False
+    return (library.cpu_float32(*tensors) and all(w.is_cpu for w in weights)
+            and all(t.is_contiguous() for t in tensors + tuple(weights)) and library.path_open())
 
 def decode_attention_in(streams: torch.Tensor, input_logits: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                         qkv_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """streams [S, B, 1, D] -> (mixed [B, 1, D], the softmax(input_logits)-weighted mix of the streams;
-    qkv [B, 1, 3D] = rms_norm(mixed) @ qkv_weight^T)."""
+    qkv [B, 1, 3D] = rms_norm(mixed) @ qkv_weight^T). qkv_weight float32, or bf16 (read as bf16, the
+    arithmetic float32: equal to the float32 call on the same weights rounded to bf16)."""
     op = "decode_attention_in"
     n_streams, batch, dim = library.check_streams(op, streams)
     library.check_tensor(op, "input_logits", input_logits, (n_streams,))
     library.check_tensor(op, "norm_weight", norm_weight, (dim,))
-    library.check_tensor(op, "qkv_weight", qkv_weight, (3 * dim, dim))
+    bf16 = weight_type(op, {"qkv_weight": qkv_weight})
+    library.check_tensor(op, "qkv_weight", qkv_weight, (3 * dim, dim), qkv_weight.dtype)
     mixed = torch.empty(batch, 1, dim, dtype=torch.float32)
     qkv = torch.empty(batch, 1, qkv_weight.shape[0], dtype=torch.float32)
     library.call(op, streams.data_ptr(), streams.stride(0), n_streams, batch, dim, input_logits.data_ptr(),
-          norm_weight.data_ptr(), eps, qkv_weight.data_ptr(), mixed.data_ptr(), qkv.data_ptr())
+          norm_weight.data_ptr(), eps, qkv_weight.data_ptr(), bf16, mixed.data_ptr(), qkv.data_ptr())
     return mixed, qkv
 
 def decode_moe_out(streams: torch.Tensor, output_logits: torch.Tensor, double_residual: bool, attn: torch.Tensor,
@@ -50,7 +68,9 @@ def decode_moe_out(streams: torch.Tensor, output_logits: torch.Tensor, double_re
                    shared_up: torch.Tensor, shared_down: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The rest of a block's decode step after attention (attn [B, 1, D] before its output product):
     -> (the new streams [S, B, 1, D], routed slots per expert [E]). router [E, D], gate_up [E, 2H, D],
-    down [E, H, D], shared_up [2H, D], shared_down [D, H]; D % 16 == 0, H % 8 == 0."""
+    down [E, H, D], shared_up [2H, D], shared_down [D, H]; D % 16 == 0, H % 8 == 0. out_weight, gate_up,
+    down, shared_up and shared_down all float32 or all bf16 (as decode_attention_in's weight); the
+    router stays float32."""
     op = "decode_moe_out"
     n_streams, batch, dim = library.check_streams(op, streams)
     if not (dim % 16 == 0):
@@ -60,18 +80,21 @@ def decode_moe_out(streams: torch.Tensor, output_logits: torch.Tensor, double_re
     experts, hidden = down.shape[0], down.shape[1]
     library.check_vector_size(op, "H", hidden)
     library.check_routing(op, experts, top_k, batch)
+    weights = {"out_weight": out_weight, "gate_up": gate_up, "down": down, "shared_up": shared_up,
+               "shared_down": shared_down}
+    bf16 = weight_type(op, weights)
     for name, tensor, shape in (("output_logits", output_logits, (n_streams,)), ("attn", attn, (batch, 1, dim)),
                                 ("out_weight", out_weight, (dim, dim)), ("mixed", mixed, (batch, 1, dim)),
                                 ("norm_weight", norm_weight, (dim,)), ("router", router, (experts, dim)),
                                 ("gate_up", gate_up, (experts, 2 * hidden, dim)), ("down", down, (experts, hidden, dim)),
                                 ("shared_up", shared_up, (2 * hidden, dim)), ("shared_down", shared_down, (dim, hidden))):
-        library.check_tensor(op, name, tensor, shape)
+        library.check_tensor(op, name, tensor, shape, torch.bfloat16 if bf16 and name in weights else torch.float32)
     new_streams = torch.empty(n_streams, batch, 1, dim, dtype=torch.float32)
     counts = torch.empty(experts, dtype=torch.int64)
     library.call(op, streams.data_ptr(), streams.stride(0), n_streams, batch, dim, output_logits.data_ptr(),
           int(double_residual), attn.data_ptr(), out_weight.data_ptr(), mixed.data_ptr(), norm_weight.data_ptr(), eps,
           router.data_ptr(), experts, top_k, gate_up.data_ptr(), down.data_ptr(), hidden, shared_up.data_ptr(),
-          shared_down.data_ptr(), counts.data_ptr(), new_streams.data_ptr())
+          shared_down.data_ptr(), bf16, counts.data_ptr(), new_streams.data_ptr())
     return new_streams, counts
 
 def _mix(streams: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -97,4 +120,5 @@ def reference_decode_moe_out(streams, output_logits, double_residual, attn, out_
     return streams + streams.shape[0] * weights * update, counts
 
 
-__all__ = ["decode_attention_in", "decode_block_serves", "decode_moe_out", "reference_decode_attention_in", "reference_decode_moe_out"]
+__all__ = ["decode_attention_in", "decode_block_serves", "decode_moe_out", "reference_decode_attention_in",
+           "reference_decode_moe_out", "weight_type"]

@@ -57,6 +57,13 @@ static inline void vstore(float *p, vec v, lanes_mask m) {
     else
         _mm512_mask_storeu_ps(p, m, v);
 }
+/* 16 bf16 weights (or the first 8, zeros after them) widened to float32: a bf16 is the upper half of a
+ * float32, so the widening is exact. */
+static inline vec vload_bf16(const uint16_t *p, lanes_mask m) {
+    __m256i h = m == 0xFFFF ? _mm256_loadu_si256((const __m256i *)p)
+                            : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
 static inline vec vzero(void) { return _mm512_setzero_ps(); }
 static inline vec vset1(float x) { return _mm512_set1_ps(x); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
@@ -80,6 +87,10 @@ typedef int lanes_mask;  /* k_len % 8 == 0: every step is whole */
 static inline lanes_mask mask_at(int64_t k, int64_t k_len) { (void)k; (void)k_len; return 0; }
 static inline vec vload(const float *p, lanes_mask m) { (void)m; return _mm256_loadu_ps(p); }
 static inline void vstore(float *p, vec v, lanes_mask m) { (void)m; _mm256_storeu_ps(p, v); }
+static inline vec vload_bf16(const uint16_t *p, lanes_mask m) {
+    (void)m;
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
 static inline vec vzero(void) { return _mm256_setzero_ps(); }
 static inline vec vset1(float x) { return _mm256_set1_ps(x); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
@@ -98,6 +109,18 @@ static inline __m256 half_sum(vec a) { return a; }
 
 /* The number of float lanes this build uses (ops/library.py reports it). */
 int64_t glm53_lanes(void) { return LANES; }
+
+/* Weights are float32, or bf16 (uint16) for cached decoding in bf16: the product kernels below take
+ * `const void *` weights and a compile-time `bf16` flag after inlining (each kernel has one wrapper per
+ * weight type), index them in elements, and widen bf16 to float32 as they load it, so the arithmetic,
+ * its order and every accumulator are the float32 kernels' own: a product on bf16 weights equals the
+ * float32 kernel on the same weights rounded to bf16, bit for bit, and reads half the bytes. */
+static inline __attribute__((always_inline)) vec wload(const void *w, int64_t i, lanes_mask m, const int bf16) {
+    return bf16 ? vload_bf16((const uint16_t *)w + i, m) : vload((const float *)w + i, m);
+}
+static inline __attribute__((always_inline)) const char *wbyte(const void *w, int64_t i, const int bf16) {
+    return (const char *)w + i * (bf16 ? 2 : 4);
+}
 
 /* Four accumulators -> their four horizontal sums. */
 static inline __m128 sum4(vec a4, vec b4, vec c4, vec d4) {
@@ -120,8 +143,8 @@ static inline float sum1(vec a4) {
 
 /* out[r, n0 + j] = sum_k x[r, k] * w[n0 + j, k] for `rows` input rows and the four weight rows
  * j < 4, one accumulator per pair; rows is a compile-time constant after inlining. */
-static inline __attribute__((always_inline)) void rows_pass(const float *x, const float *w0, float *out, int64_t ldo,
-                                                            int64_t k_len, const int rows) {
+static inline __attribute__((always_inline)) void rows_pass(const float *x, const void *w0, float *out, int64_t ldo,
+                                                            int64_t k_len, const int rows, const int bf16) {
     vec acc[4][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < 4; j++)
@@ -130,7 +153,7 @@ static inline __attribute__((always_inline)) void rows_pass(const float *x, cons
         lanes_mask mk = mask_at(k, k_len);
         vec v[4];
         for (int j = 0; j < 4; j++)
-            v[j] = vload(w0 + j * k_len + k, mk);
+            v[j] = wload(w0, j * k_len + k, mk, bf16);
         for (int r = 0; r < rows; r++) {
             vec y = vload(x + r * k_len + k, mk);
             for (int j = 0; j < 4; j++)
@@ -146,58 +169,73 @@ static inline __attribute__((always_inline)) void rows_pass(const float *x, cons
 #define ROWS_PASS (LANES == 16 ? 4 : 3)
 
 /* out[m, n] = sum_k x[m, k] * w[n, k] for weight rows n0 <= n < n0 + 4 (nn.Linear's layout). K % 8 == 0. */
-static void rows_by_4(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
-                      int64_t ldo, int64_t k_len) {
-    const float *w0 = w + n0 * k_len;
+static inline __attribute__((always_inline)) void rows_by_4_any(const float *x, const void *w, float *out,
+                                                                int64_t m_rows, int64_t n0, int64_t ldo,
+                                                                int64_t k_len, const int bf16) {
+    const void *w0 = wbyte(w, n0 * k_len, bf16);
     /* Ask for the weight rows AHEAD_ROWS on (four blocks later in this thread's stream) now: with a few
      * input rows there is too little work per loaded line for the hardware prefetchers to keep enough
      * loads in flight (the experts' up projection ran at less than half the memory bandwidth). A
      * prefetch past the end of the weights is harmless: it cannot fault. */
-    for (int64_t i = 0; i < 4 * k_len; i += 64 / (int64_t)sizeof(float))
-        _mm_prefetch((const char *)(w0 + AHEAD_ROWS * k_len + i), _MM_HINT_T0);
+    for (int64_t i = 0; i < 4 * k_len; i += 64 / (bf16 ? 2 : 4))
+        _mm_prefetch(wbyte(w0, AHEAD_ROWS * k_len + i, bf16), _MM_HINT_T0);
     int64_t m = 0;
     for (; m + ROWS_PASS <= m_rows; m += ROWS_PASS)
-        rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, ROWS_PASS);
+        rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, ROWS_PASS, bf16);
     switch (m_rows - m) {  /* fewer than ROWS_PASS left: one pass over all of them */
-    case 3: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 3); break;
-    case 2: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 2); break;
-    case 1: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 1); break;
+    case 3: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 3, bf16); break;
+    case 2: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 2, bf16); break;
+    case 1: rows_pass(x + m * k_len, w0, out + m * ldo + n0, ldo, k_len, 1, bf16); break;
     default: break;
     }
 }
+static void rows_by_4(const float *x, const void *w, float *out, int64_t m_rows, int64_t n0, int64_t ldo,
+                      int64_t k_len) { rows_by_4_any(x, w, out, m_rows, n0, ldo, k_len, 0); }
+static void rows_by_4_bf16(const float *x, const void *w, float *out, int64_t m_rows, int64_t n0, int64_t ldo,
+                           int64_t k_len) { rows_by_4_any(x, w, out, m_rows, n0, ldo, k_len, 1); }
 
 /* The same for one weight row n (the tail when N % 4 != 0). */
-static void rows_by_1(const float *x, const float *w, float *out, int64_t m_rows, int64_t n,
-                      int64_t ldo, int64_t k_len) {
-    const float *w0 = w + n * k_len;
+static void rows_by_1(const float *x, const void *w, float *out, int64_t m_rows, int64_t n,
+                      int64_t ldo, int64_t k_len, const int bf16) {
+    const void *w0 = wbyte(w, n * k_len, bf16);
     for (int64_t m = 0; m < m_rows; m++) {
         const float *x0 = x + m * k_len;
         vec a = vzero();
         for (int64_t k = 0; k < k_len; k += LANES) {
             lanes_mask mk = mask_at(k, k_len);
-            a = vfma(vload(x0 + k, mk), vload(w0 + k, mk), a);
+            a = vfma(vload(x0 + k, mk), wload(w0, k, mk, bf16), a);
         }
         out[m * ldo + n] = sum1(a);
     }
 }
 
 /* x [M, K] @ w[N, K]^T -> out [M, N], all contiguous; K % 8 == 0. */
-static void linear(const float *x, const float *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len) {
+static void linear_any(const float *x, const void *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len,
+                       int bf16) {
     int64_t blocks = n_cols / 4;
+    if (bf16) {
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++)
-        rows_by_4(x, w, out, m_rows, 4 * b, n_cols, k_len);
+        for (int64_t b = 0; b < blocks; b++)
+            rows_by_4_bf16(x, w, out, m_rows, 4 * b, n_cols, k_len);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < blocks; b++)
+            rows_by_4(x, w, out, m_rows, 4 * b, n_cols, k_len);
+    }
     for (int64_t n = 4 * blocks; n < n_cols; n++)
-        rows_by_1(x, w, out, m_rows, n, n_cols, k_len);
+        rows_by_1(x, w, out, m_rows, n, n_cols, k_len, bf16);
+}
+static void linear(const float *x, const float *w, float *out, int64_t m_rows, int64_t n_cols, int64_t k_len) {
+    linear_any(x, w, out, m_rows, n_cols, k_len, 0);
 }
 
 /* A block kernel: out[m, n0 : n0 + width] for m_rows rows of x against one expert's weights. */
-typedef void (*block_kernel)(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
+typedef void (*block_kernel)(const float *x, const void *w, float *out, int64_t m_rows, int64_t n0,
                              int64_t n_cols, int64_t k_len);
 
 /* Rows sorted by expert (offsets[e] = end of expert e's rows, the cumulative counts), each expert's
  * weights n_cols * k_len floats apart: the work is split over (expert, block of `width` outputs). */
-static void grouped(block_kernel kernel, int64_t width, const float *rows, const float *w,
+static void grouped(block_kernel kernel, int64_t width, const float *rows, const void *w, int bf16,
                     const int64_t *offsets, float *out, int64_t experts, int64_t n_cols, int64_t k_len) {
     int64_t blocks = (n_cols + width - 1) / width;  /* the kernel clips the last block to n_cols */
 #pragma omp parallel for schedule(static)
@@ -205,16 +243,16 @@ static void grouped(block_kernel kernel, int64_t width, const float *rows, const
         int64_t e = item / blocks, b = item % blocks;
         int64_t start = e ? offsets[e - 1] : 0, count = offsets[e] - start;
         if (count > 0)
-            kernel(rows + start * k_len, w + e * n_cols * k_len, out + start * n_cols, count, width * b,
-                   n_cols, k_len);
+            kernel(rows + start * k_len, wbyte(w, e * n_cols * k_len, bf16), out + start * n_cols, count,
+                   width * b, n_cols, k_len);
     }
 }
 
 /* rows [M, K] sorted by expert, w [E, N, K] (nn.Linear layout per expert) -> out [M, N], row i
  * through its expert. K % 8 == 0, N % 4 == 0. */
-static void grouped_linear(const float *rows, const float *w, const int64_t *offsets, float *out,
+static void grouped_linear(const float *rows, const void *w, int bf16, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
-    grouped(rows_by_4, 4, rows, w, offsets, out, experts, n_cols, k_len);
+    grouped(bf16 ? rows_by_4_bf16 : rows_by_4, 4, rows, w, bf16, offsets, out, experts, n_cols, k_len);
 }
 
 /* out[m, n0:n0 + vecs * LANES] = sum_k x[m, k] * w[k, n0:n0 + vecs * LANES] (x @ W layout, w [K, N])
@@ -227,20 +265,20 @@ static void grouped_linear(const float *rows, const float *w, const int64_t *off
 #define BLOCK_COLS (BLOCK_VECS * LANES)
 /* Rows per pass over a whole block: 16 accumulators of 32 registers with AVX-512, 8 of 16 with AVX2. */
 #define BLOCK_ROWS (LANES == 16 ? 4 : 2)
-static inline __attribute__((always_inline)) void cols_pass(const float *x, const float *w, float *out,
+static inline __attribute__((always_inline)) void cols_pass(const float *x, const void *w, float *out,
                                                             int64_t n0, int64_t n_cols, int64_t k_len,
-                                                            const int rows, const int vecs) {
+                                                            const int rows, const int vecs, const int bf16) {
     vec acc[8][BLOCK_VECS];
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < vecs; c++)
             acc[r][c] = vzero();
     for (int64_t k = 0; k < k_len; k++) {
-        const float *wk = w + k * n_cols + n0;
+        int64_t wk = k * n_cols + n0;
         for (int c = 0; c < vecs; c++)  /* the same AHEAD_ROWS rows on, for the same reason as rows_by_4 */
-            _mm_prefetch((const char *)(wk + AHEAD_ROWS * n_cols + c * LANES), _MM_HINT_T0);
+            _mm_prefetch(wbyte(w, wk + AHEAD_ROWS * n_cols + c * LANES, bf16), _MM_HINT_T0);
         vec wv[BLOCK_VECS];
         for (int c = 0; c < vecs; c++)
-            wv[c] = vload(wk + c * LANES, FULL);
+            wv[c] = wload(w, wk + c * LANES, FULL, bf16);
         for (int r = 0; r < rows; r++) {
             vec y = vset1(x[r * k_len + k]);
             for (int c = 0; c < vecs; c++)
@@ -254,15 +292,16 @@ static inline __attribute__((always_inline)) void cols_pass(const float *x, cons
 
 /* Rows in passes of at most `most` (a power of two), then halves: an expert's few decode rows share
  * one pass, whose independent accumulators hide the FMA latency. */
-static inline __attribute__((always_inline)) void cols_rows(const float *x, const float *w, float *out,
+static inline __attribute__((always_inline)) void cols_rows(const float *x, const void *w, float *out,
                                                             int64_t m_rows, int64_t n0, int64_t n_cols,
-                                                            int64_t k_len, const int vecs, const int most) {
+                                                            int64_t k_len, const int vecs, const int most,
+                                                            const int bf16) {
     int64_t m = 0;
     for (; m + most <= m_rows; m += most)
-        cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, most, vecs);
+        cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, most, vecs, bf16);
     for (int rows = most / 2; rows >= 1; rows /= 2)
         if (m + rows <= m_rows) {
-            cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, rows, vecs);
+            cols_pass(x + m * k_len, w, out + m * n_cols, n0, n_cols, k_len, rows, vecs, bf16);
             m += rows;
         }
 }
@@ -270,20 +309,25 @@ static inline __attribute__((always_inline)) void cols_rows(const float *x, cons
 /* Columns n0 .. n0 + 4 vectors (64 with 16 lanes, 32 with 8), clipped to n_cols: whole blocks read
  * 256 (128) contiguous bytes of each weight row, which the prefetchers follow better than one line
  * per row; the clipped tail goes 16 columns at a time. N % 16 == 0. */
-static void cols_block(const float *x, const float *w, float *out, int64_t m_rows, int64_t n0,
-                       int64_t n_cols, int64_t k_len) {
+static inline __attribute__((always_inline)) void cols_block_any(const float *x, const void *w, float *out,
+                                                                 int64_t m_rows, int64_t n0, int64_t n_cols,
+                                                                 int64_t k_len, const int bf16) {
     if (n0 + BLOCK_COLS <= n_cols) {
-        cols_rows(x, w, out, m_rows, n0, n_cols, k_len, BLOCK_VECS, BLOCK_ROWS);
+        cols_rows(x, w, out, m_rows, n0, n_cols, k_len, BLOCK_VECS, BLOCK_ROWS, bf16);
         return;
     }
     for (int64_t n = n0; n < n_cols; n += 16)
-        cols_rows(x, w, out, m_rows, n, n_cols, k_len, COLVECS, 8 / COLVECS);
+        cols_rows(x, w, out, m_rows, n, n_cols, k_len, COLVECS, 8 / COLVECS, bf16);
 }
+static void cols_block(const float *x, const void *w, float *out, int64_t m_rows, int64_t n0, int64_t n_cols,
+                       int64_t k_len) { cols_block_any(x, w, out, m_rows, n0, n_cols, k_len, 0); }
+static void cols_block_bf16(const float *x, const void *w, float *out, int64_t m_rows, int64_t n0, int64_t n_cols,
+                            int64_t k_len) { cols_block_any(x, w, out, m_rows, n0, n_cols, k_len, 1); }
 
 /* rows [M, K] sorted by expert, w [E, K, N] (x @ W layout per expert) -> out [M, N]. N % 16 == 0. */
-static void grouped_matmul(const float *rows, const float *w, const int64_t *offsets, float *out,
+static void grouped_matmul(const float *rows, const void *w, int bf16, const int64_t *offsets, float *out,
                            int64_t experts, int64_t n_cols, int64_t k_len) {
-    grouped(cols_block, BLOCK_COLS, rows, w, offsets, out, experts, n_cols, k_len);
+    grouped(bf16 ? cols_block_bf16 : cols_block, BLOCK_COLS, rows, w, bf16, offsets, out, experts, n_cols, k_len);
 }
 
 /* Cached decoding's routing, in one pass: router logits x @ router^T [N, E], each token's top-k
@@ -570,7 +614,7 @@ static void small_softmax(const float *logits, int64_t n, float *out) {
  * and the q | k | v product qkv [B, 3D] = norm(mixed) @ qkv_w^T. Returns 0, or 1 when out of memory. */
 static int decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                                int64_t dim, const float *input_logits, const float *norm_w, float eps,
-                               const float *qkv_w, float *mixed, float *qkv) {
+                               const void *qkv_w, int bf16, float *mixed, float *qkv) {
     float w[LIMIT_STREAMS];
     small_softmax(input_logits, n_streams, w);
     int64_t count = batch * dim;
@@ -584,7 +628,7 @@ static int decode_attention_in(const float *streams, int64_t stream_stride, int6
     if (!normed)
         return 1;
     rms_norm_forward(mixed, norm_w, normed, NULL, batch, dim, eps);
-    linear(normed, qkv_w, qkv, batch, 3 * dim, dim);
+    linear_any(normed, qkv_w, qkv, batch, 3 * dim, dim, bf16);
     free(normed);
     return 0;
 }
@@ -647,10 +691,10 @@ static void sparse_attention_step(const float *qkv, float *keys, float *values, 
  * 0, or 1 when out of memory. D % 16 == 0, H % 8 == 0, E <= 64, top_k <= 8. */
 static int decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                           int64_t dim, const float *output_logits, int64_t double_residual, const float *attn,
-                          const float *out_w, const float *mixed, const float *norm_w, float eps,
-                          const float *router, int64_t experts, int64_t top_k, const float *gate_up,
-                          const float *down, int64_t hidden, const float *shared_up, const float *shared_down,
-                          int64_t *counts, float *new_streams) {
+                          const void *out_w, const float *mixed, const float *norm_w, float eps,
+                          const float *router, int64_t experts, int64_t top_k, const void *gate_up,
+                          const void *down, int64_t hidden, const void *shared_up, const void *shared_down,
+                          int bf16, int64_t *counts, float *new_streams) {
     int64_t count = batch * dim, slots = batch * top_k;
     size_t floats = 4 * (size_t)count + (size_t)slots * (dim + 1 + 3 * hidden + dim) + 3 * (size_t)batch * hidden;
     float *work = malloc(floats * sizeof(float));
@@ -665,17 +709,17 @@ static int decode_moe_out(const float *streams, int64_t stream_stride, int64_t n
     float *expert_out = act + slots * hidden, *shared_h = expert_out + slots * dim;
     float *shared_act = shared_h + batch * 2 * hidden;
     int64_t *offsets = ints, *position = ints + experts;
-    linear(attn, out_w, attn_out, batch, dim, dim);
+    linear_any(attn, out_w, attn_out, batch, dim, dim, bf16);
     for (int64_t i = 0; i < count; i++)
         value[i] = mixed[i] + attn_out[i];
     rms_norm_forward(value, norm_w, normed, NULL, batch, dim, eps);
-    moe_dispatch(normed, router, batch, dim, experts, top_k, rows, counts, offsets, position, gates);
-    grouped_linear(rows, gate_up, offsets, h, experts, 2 * hidden, dim);
+    moe_dispatch(normed, router, batch, dim, experts, top_k, rows, counts, offsets, position, gates);  /* router: float32 */
+    grouped_linear(rows, gate_up, bf16, offsets, h, experts, 2 * hidden, dim);
     swiglu_forward(h, act, slots, hidden);
-    grouped_matmul(act, down, offsets, expert_out, experts, dim, hidden);
-    linear(normed, shared_up, shared_h, batch, 2 * hidden, dim);
+    grouped_matmul(act, down, bf16, offsets, expert_out, experts, dim, hidden);
+    linear_any(normed, shared_up, shared_h, batch, 2 * hidden, dim, bf16);
     swiglu_forward(shared_h, shared_act, batch, hidden);
-    linear(shared_act, shared_down, value, batch, dim, hidden);  /* the shared expert's output */
+    linear_any(shared_act, shared_down, value, batch, dim, hidden, bf16);  /* the shared expert's output */
     moe_combine(expert_out, position, gates, value, moe, batch, dim, top_k);
     float w[LIMIT_STREAMS];
     small_softmax(output_logits, n_streams, w);
@@ -739,7 +783,7 @@ int glm53_grouped_linear(const float *rows, const float *w, const int64_t *offse
                          int64_t experts, int64_t n_cols, int64_t k_len) {
     REQUIRE(experts >= 1 && n_cols > 0 && n_cols % 4 == 0 && vector_size(k_len));
     REQUIRE(offsets_hold(offsets, experts, m_rows));
-    grouped_linear(rows, w, offsets, out, experts, n_cols, k_len);
+    grouped_linear(rows, w, 0, offsets, out, experts, n_cols, k_len);
     return OK;
 }
 
@@ -747,7 +791,7 @@ int glm53_grouped_matmul(const float *rows, const float *w, const int64_t *offse
                          int64_t experts, int64_t n_cols, int64_t k_len) {
     REQUIRE(experts >= 1 && n_cols > 0 && n_cols % 16 == 0 && k_len > 0);
     REQUIRE(offsets_hold(offsets, experts, m_rows));
-    grouped_matmul(rows, w, offsets, out, experts, n_cols, k_len);
+    grouped_matmul(rows, w, 0, offsets, out, experts, n_cols, k_len);
     return OK;
 }
 
@@ -801,12 +845,14 @@ int glm53_rms_norm_backward(const float *x, const float *w, const float *rstd, c
     return OK;
 }
 
+/* bf16 (0 or 1): whether the weight products' weights (qkv_w here; out_w, gate_up, down, shared_up and
+ * shared_down below; never the router or the norms) are bf16 rather than float32. */
 int glm53_decode_attention_in(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                               int64_t dim, const float *input_logits, const float *norm_w, float eps,
-                              const float *qkv_w, float *mixed, float *qkv) {
-    REQUIRE(vector_size(dim) && streams_hold(stream_stride, n_streams, batch, dim));
+                              const void *qkv_w, int64_t bf16, float *mixed, float *qkv) {
+    REQUIRE(vector_size(dim) && streams_hold(stream_stride, n_streams, batch, dim) && (bf16 == 0 || bf16 == 1));
     return decode_attention_in(streams, stream_stride, n_streams, batch, dim, input_logits, norm_w, eps, qkv_w,
-                               mixed, qkv) ? NO_MEMORY : OK;
+                               (int)bf16, mixed, qkv) ? NO_MEMORY : OK;
 }
 
 int glm53_sparse_attention_step(const float *qkv, float *keys, float *values, int64_t capacity, int64_t n,
@@ -820,13 +866,13 @@ int glm53_sparse_attention_step(const float *qkv, float *keys, float *values, in
 
 int glm53_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_streams, int64_t batch,
                          int64_t dim, const float *output_logits, int64_t double_residual, const float *attn,
-                         const float *out_w, const float *mixed, const float *norm_w, float eps,
-                         const float *router, int64_t experts, int64_t top_k, const float *gate_up,
-                         const float *down, int64_t hidden, const float *shared_up, const float *shared_down,
-                         int64_t *counts, float *new_streams) {
+                         const void *out_w, const float *mixed, const float *norm_w, float eps,
+                         const float *router, int64_t experts, int64_t top_k, const void *gate_up,
+                         const void *down, int64_t hidden, const void *shared_up, const void *shared_down,
+                         int64_t bf16, int64_t *counts, float *new_streams) {
     REQUIRE(dim > 0 && dim % 16 == 0 && vector_size(hidden) && streams_hold(stream_stride, n_streams, batch, dim));
-    REQUIRE(routing_holds(experts, top_k, batch));
+    REQUIRE(routing_holds(experts, top_k, batch) && (bf16 == 0 || bf16 == 1));
     return decode_moe_out(streams, stream_stride, n_streams, batch, dim, output_logits, double_residual, attn,
                           out_w, mixed, norm_w, eps, router, experts, top_k, gate_up, down, hidden, shared_up,
-                          shared_down, counts, new_streams) ? NO_MEMORY : OK;
+                          shared_down, (int)bf16, counts, new_streams) ? NO_MEMORY : OK;
 }

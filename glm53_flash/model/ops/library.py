@@ -112,10 +112,10 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "swiglu_backward": [pointer] * 3 + [size] * 2,
         "rms_norm_forward": [pointer] * 4 + [size] * 2 + [real],
         "rms_norm_backward": [pointer] * 7 + [size] * 2,
-        "decode_attention_in": [pointer] + [size] * 4 + [pointer] * 2 + [real] + [pointer] * 3,
+        "decode_attention_in": [pointer] + [size] * 4 + [pointer] * 2 + [real, pointer, size] + [pointer] * 2,
         "sparse_attention_step": [pointer] * 3 + [size] * 6 + [pointer] * 3,
         "decode_moe_out": ([pointer] + [size] * 4 + [pointer, size] + [pointer] * 4 + [real, pointer, size, size]
-                           + [pointer] * 2 + [size] + [pointer] * 4),
+                           + [pointer] * 2 + [size] + [pointer] * 2 + [size] + [pointer] * 2),
     }
 
 # The sizes kernels.c's fixed buffers hold (its LIMIT_* numbers, in the order glm53_limits reports them).
