@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -158,18 +159,32 @@ return {id: slide.id, scroll: [slide.scrollHeight, slide.clientHeight, slide.scr
 """
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
-def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_html, tmp_path, width, height):
+@contextmanager
+def slide_by_slide(browser, deck_html, tmp_path, width: int, height: int):
+    """The deck opened from a file in a width x height window: yields an iterator of slide numbers, each
+    shown on a fresh page when it is reached; the window goes back to 1400 x 900 afterwards."""
     path = tmp_path / "deck.html"
     path.write_text(deck_html)
     sized(browser, width, height)
-    try:
+
+    def slides():
         browser.get(path.as_uri())
-        total = len(browser.find_elements(By.CSS_SELECTOR, ".slide"))
-        charts = 0
-        for number in range(1, total + 1):
+        for number in range(1, len(browser.find_elements(By.CSS_SELECTOR, ".slide")) + 1):
             browser.get(f"{path.as_uri()}#{number}")
             browser.refresh()  # a new hash alone does not reload: every slide starts from a fresh page
+            yield number
+
+    try:
+        yield slides()
+    finally:
+        sized(browser, 1400, 900)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_html, tmp_path, width, height):
+    with slide_by_slide(browser, deck_html, tmp_path, width, height) as slides:
+        charts = 0
+        for number in slides:
             m = browser.execute_script(MEASURE)
             scroll_height, client_height, scroll_width, client_width = m["scroll"]
             assert scroll_height <= client_height and scroll_width <= client_width, (number, m)
@@ -180,8 +195,6 @@ def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_ht
             browser.save_screenshot(str(ARTIFACTS / f"deck-{width}x{height}-{number:02d}-{m['id']}.png"))
         assert charts >= 3
         assert errors(browser) == []
-    finally:
-        sized(browser, 1400, 900)
 
 
 # For each chart on the active slide: the rectangle its drawing covers on screen (the SVG's viewBox
@@ -240,16 +253,9 @@ def test_chart_text_stays_inside_its_chart_and_charts_take_the_space(browser, de
     by its chart's edge or written over another; each drawing is as large as its box allows (it fills
     the box's width or its height), and the charts reach down to the bottom of the slide, so a larger
     window gives larger charts rather than empty space."""
-    path = tmp_path / "deck.html"
-    path.write_text(deck_html)
-    sized(browser, width, height)
-    try:
-        browser.get(path.as_uri())
-        total = len(browser.find_elements(By.CSS_SELECTOR, ".slide"))
+    with slide_by_slide(browser, deck_html, tmp_path, width, height) as slides:
         seen = 0
-        for number in range(1, total + 1):
-            browser.get(f"{path.as_uri()}#{number}")
-            browser.refresh()
+        for number in slides:
             m = browser.execute_script(MEASURE_CHARTS)
             if not m["charts"]:
                 continue
@@ -265,8 +271,6 @@ def test_chart_text_stays_inside_its_chart_and_charts_take_the_space(browser, de
             assert lowest >= m["body"]["bottom"] - 0.03 * height, (number, m["id"], lowest, m["body"])
         assert seen >= 8
         assert errors(browser) == []
-    finally:
-        sized(browser, 1400, 900)
 
 
 def test_hash_links_open_that_slide(browser, deck_html, tmp_path):
