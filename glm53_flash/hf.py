@@ -221,6 +221,8 @@ class GLM53FlashForCausalLM(PreTrainedModel, GenerationMixin):
         module's note); `seed` keys its stream. Returns each row's prompt ids as given (padding too)
         followed by the generated ones, rows padded on the right with PAD."""
         if input_ids is None:
+            input_ids = kwargs.pop("inputs", None)  # Transformers' own name for the first argument
+        if input_ids is None:
             raise ValueError("give input_ids (AutoTokenizer's output)")
 
         def setting(name, default):

@@ -136,7 +136,7 @@ def test_greedy_generate_of_a_left_padded_batch_equals_each_prompt_alone(checkpo
     widths = [len(e) for e in encoded]  # left-pad to one width, as a batched generate is given them
     ids = torch.tensor([[0] * (max(widths) - len(e)) + e for e in encoded])
     mask = torch.tensor([[0] * (max(widths) - len(e)) + [1] * len(e) for e in encoded])
-    batched = loaded.generate(ids, attention_mask=mask, max_new_tokens=12)
+    batched = loaded.generate(inputs=ids, attention_mask=mask, max_new_tokens=12)  # Transformers' own keyword
     for row, prompt in enumerate(PROMPTS):
         ours = generate(model, [prompt], samples=1, max_new_tokens=12, temperature=0.0, stop="eos")[0][0]
         new = batched[row, ids.shape[1]:].tolist()
