@@ -52,7 +52,8 @@ def test_the_quick_preset_is_a_smoke_test_that_opens_no_sealed_split(tmp_path, m
 @pytest.mark.slow
 def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed_plans):
     out = tmp_path / "demo"
-    summary = reproduce(out, preset="quick", progress=False)
+    # fp32 is every CPU's default: the plan stays as it is and plan.json records what was asked for
+    summary = reproduce(out, preset="quick", progress=False, precision="fp32")
     assert set(summary["arms"]) == {"faithful", "ours"}
     # the arms differ in exactly the original's switches
     faithful_plan = summary["arms"]["faithful"]["plan"]
@@ -78,9 +79,10 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed
                 "before-greedy.json", "before-pass4.json", "rl-31415-greedy.json", "rl-31415-pass4.json"}
         report = (out / arm / "REPORT.md").read_text()
         assert "records one opening of the confirm split" in report
-        # what the run computed in, from its pretraining receipt (no --precision: the CPU's default)
-        assert s["precision"]["name"] == "fp32" and s["precision"]["requested"] == "default"
-        assert "Precision: fp32 (asked for: default;" in report
+        # what the run computed in, and what --precision asked for (kept in plan.json beside the plan)
+        assert s["precision"]["name"] == "fp32" and s["precision"]["requested"] == "fp32"
+        assert "Precision: fp32 (asked for: fp32;" in report
+        assert json.loads((out / arm / "plan.json").read_text())["precision"]["requested"] == "fp32"
         # the strong set beside the three cases, per checkpoint, from the receipts
         strong = s["holdout"]["strong_tests"]["before"]
         receipt = json.loads((out / arm / "holdout" / "before-greedy.json").read_text())
@@ -158,6 +160,7 @@ def test_a_precision_that_resolves_to_the_default_is_the_same_plan(tmp_path):
     emulated = with_precision(plan, resolve_precision("bf16", "cpu", cpuinfo="flags\t\t: avx2"), "cpu")
     assert plan_sha256(emulated) == plan_sha256(fast)
     ours = [r for r in arm_runs(tmp_path, "headline") if r.arm == "ours"]
+    assert plain.record()["requested"] == "auto"  # what plan.json keeps beside an unchanged plan
     same = [r for r in arm_runs(tmp_path, "headline", precision=plain, device="cpu") if r.arm == "ours"]
     new = [r for r in arm_runs(tmp_path, "headline", precision=bf16, device="cpu") if r.arm == "ours"]
     assert [plan_sha256(r.plan) for r in same] == [plan_sha256(r.plan) for r in ours]

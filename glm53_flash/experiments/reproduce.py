@@ -183,7 +183,8 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     state_analysis(out, runs)
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
-        reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory])
+        reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory],
+                      precision=resolved)
     from glm53_flash.report.arms import build_headline_report
 
     summary = build_headline_summary(out)
@@ -287,9 +288,11 @@ def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None
 
 
 def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool = True,
-                  openings: dict | None = None) -> RunSummary:
+                  openings: dict | None = None, precision=None) -> RunSummary:
     """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
-    sealed splits (confirm, then holdout) -> its summary.json and REPORT.md."""
+    sealed splits (confirm, then holdout) -> its summary.json and REPORT.md. `precision` (the resolved
+    --precision, already applied to the plan by `with_precision`) is recorded in plan.json beside the
+    plan, so the summary says what was asked for even where it left the plan as it was."""
     from glm53_flash.train.pretrain import pretrain
     from glm53_flash.train.rl import train_rl
     from glm53_flash.train.select import select_from_config
@@ -310,11 +313,13 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
             raise ValueError(f"{out} was started with a different plan (preset, --rl-seeds or a changed "
                              "default); use the same flags or a new --output")
         stages = recorded.get("stage_seconds", {})
+        asked = precision.record() if precision is not None else recorded.get("precision")
     else:
-        stages = {}
+        stages, asked = {}, precision.record() if precision is not None else None
 
     def save_stage_times():
-        write_json(plan_path, {"preset": preset, "arm": run.arm, "plan": plan.to_dict(), "stage_seconds": stages})
+        write_json(plan_path, {"preset": preset, "arm": run.arm, "plan": plan.to_dict(), "stage_seconds": stages,
+                               **({"precision": asked} if asked is not None else {})})
 
     save_stage_times()
 
@@ -513,7 +518,8 @@ def build_summary(out: Path) -> RunSummary:
             first_opened_utc=first_opened["holdout"], ledger=ledger_lines_for(plan, "holdout", directory=out)),
         # a smoke plan's sealed stages evaluated a stand-in
         sealed_stand_in=plan.confirm_greedy.split if plan.confirm_greedy.split != "confirm" else None,
-        precision=read_json(out / "pretrain" / "training-receipt.json").get("precision"))
+        # what --precision asked for (plan.json), else what the pretraining receipt recorded
+        precision=meta.get("precision") or read_json(out / "pretrain" / "training-receipt.json").get("precision"))
 
 
 # --------------------------------------------------------------------------- both arms

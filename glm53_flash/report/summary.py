@@ -52,8 +52,9 @@ class RunSummary:
     holdout: SealedSplit
     provenance: dict
     sealed_stand_in: str | None = None  # a smoke plan's: the unsealed split its sealed stages evaluated
-    # What the run's stages computed in (the pretraining receipt's `precision`: name, requested, reason,
-    # decode); None for runs whose receipts predate the record (on the CPU those ran in float32).
+    # What the run computed in (name, requested, reason, decode): what --precision asked for (plan.json),
+    # else the pretraining receipt's; None for runs whose receipts predate the record (on the CPU those
+    # ran in float32).
     precision: dict | None = None
 
     @property
