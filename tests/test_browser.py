@@ -180,7 +180,7 @@ def slide_by_slide(browser, deck_html, tmp_path, width: int, height: int):
         sized(browser, 1400, 900)
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080), (1366, 768)])  # and a short laptop screen
 def test_every_slide_fits_the_window_and_chart_text_is_readable(browser, deck_html, tmp_path, width, height):
     with slide_by_slide(browser, deck_html, tmp_path, width, height) as slides:
         charts = 0

@@ -33,13 +33,18 @@
   }
   function status(text) { document.getElementById("feedback-status").textContent = text; }
 
-  // Shrink the slide's text (not its charts) step by step until nothing overflows the window.
+  // Shrink the slide's text (not its charts) step by step until nothing overflows the window: neither
+  // the slide nor its body (a flex item that may shrink below its content, which then runs under the
+  // footer without making the slide scroll).
+  function overflows(slide, body) {
+    return slide.scrollHeight > slide.clientHeight + 1 || slide.scrollWidth > slide.clientWidth + 1 ||
+           body.scrollHeight > body.clientHeight + 1;
+  }
   function fit(slide) {
     var body = slide.querySelector(".body");
     var scale = 1;
     body.style.fontSize = "";
-    while ((slide.scrollHeight > slide.clientHeight + 1 || slide.scrollWidth > slide.clientWidth + 1) &&
-           scale > MIN_FIT) {
+    while (overflows(slide, body) && scale > MIN_FIT) {
       scale = Math.round((scale - 0.04) * 100) / 100;
       body.style.fontSize = scale + "em";
     }
