@@ -17,12 +17,15 @@ $(STAMP): pyproject.toml
 # tracked results/ledger.jsonl stays as it is; running the same plans again with that ledger is a
 # reopening, which goes ahead with this reason (recorded there too).
 REOPEN ?= make demo: a rerun of the committed headline's plan
+# On a machine something else keeps busy: make demo DEMO_FLAGS=--adapt-threads (the math threads follow
+# the free cores; on a quiet machine nothing changes).
+DEMO_FLAGS ?=
 demo: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --reopen "$(REOPEN)"
 
 # Two more pretraining seeds per arm (one RL seed each) beside the demo's runs, for the spread over seeds.
 seeds: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

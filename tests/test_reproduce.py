@@ -52,8 +52,9 @@ def test_the_quick_preset_is_a_smoke_test_that_opens_no_sealed_split(tmp_path, m
 @pytest.mark.slow
 def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed_plans):
     out = tmp_path / "demo"
-    # fp32 is every CPU's default: the plan stays as it is and plan.json records what was asked for
-    summary = reproduce(out, preset="quick", progress=False, precision="fp32")
+    # fp32 is every CPU's default: the plan stays as it is and plan.json records what was asked for;
+    # the thread governor is a run-time choice (not in the plan), recorded in the stages' receipts
+    summary = reproduce(out, preset="quick", progress=False, precision="fp32", adapt_threads=True)
     assert set(summary["arms"]) == {"faithful", "ours"}
     # the arms differ in exactly the original's switches
     faithful_plan = summary["arms"]["faithful"]["plan"]
@@ -82,7 +83,11 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed
         # what the run computed in, and what --precision asked for (kept in plan.json beside the plan)
         assert s["precision"]["name"] == "fp32" and s["precision"]["requested"] == "fp32"
         assert "Precision: fp32 (asked for: fp32;" in report
-        assert json.loads((out / arm / "plan.json").read_text())["precision"]["requested"] == "fp32"
+        recorded = json.loads((out / arm / "plan.json").read_text())
+        assert recorded["precision"]["requested"] == "fp32" and recorded["adapt_threads"] is True
+        rows = [json.loads(line) for line in (out / arm / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+        assert all("threads" in row for row in rows if "loss" in row)  # each step's thread count: the governor ran
+        assert "thread_changes" in json.loads((out / arm / "holdout" / "before-greedy.json").read_text())["timing"]
         # the strong set beside the three cases, per checkpoint, from the receipts
         strong = s["holdout"]["strong_tests"]["before"]
         receipt = json.loads((out / arm / "holdout" / "before-greedy.json").read_text())
@@ -144,6 +149,8 @@ def test_a_precision_that_resolves_to_the_default_is_the_same_plan(tmp_path):
     fp32, the CPU's default, so every plan and its identity stay as they are (the committed headline's
     plan); on a CPU with AVX512-BF16 it is bf16 on every stage, a new plan. An explicit bf16 on a CPU
     without it is a new plan too (emulated)."""
+    from dataclasses import replace
+
     from glm53_flash.experiments.reproduce import PLANS, ReproducePlan, arm_runs, plan_sha256, with_precision
     from glm53_flash.model.precision import resolve_precision
 
@@ -161,6 +168,8 @@ def test_a_precision_that_resolves_to_the_default_is_the_same_plan(tmp_path):
     assert plan_sha256(emulated) == plan_sha256(fast)
     ours = [r for r in arm_runs(tmp_path, "headline") if r.arm == "ours"]
     assert plain.record()["requested"] == "auto"  # what plan.json keeps beside an unchanged plan
+    threaded = replace(plan, pretrain=replace(plan.pretrain, adapt_threads=True), rl=replace(plan.rl, adapt_threads=True))
+    assert plan_sha256(threaded) == plan_sha256(plan)  # --adapt-threads is how a run runs, not what it is
     same = [r for r in arm_runs(tmp_path, "headline", precision=plain, device="cpu") if r.arm == "ours"]
     new = [r for r in arm_runs(tmp_path, "headline", precision=bf16, device="cpu") if r.arm == "ours"]
     assert [plan_sha256(r.plan) for r in same] == [plan_sha256(r.plan) for r in ours]

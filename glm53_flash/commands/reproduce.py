@@ -31,6 +31,10 @@ def register(sub) -> None:
                    help=PRECISION_HELP + ". Resolved once for every stage; a choice that resolves to the device's "
                         "default (fp32 on a CPU without bf16) leaves the plan as it is, any other is a new plan "
                         "(`make demo` passes auto)")
+    p.add_argument("--adapt-threads", action="store_true",
+                   help="pretraining, RL and the sealed evaluations run with their math threads following the free "
+                        "cores (a busy core then slows a step by its share instead of stalling it; on a quiet "
+                        "machine nothing changes; not part of the plan; the receipts record the thread counts)")
     p.add_argument("--reopen", metavar="REASON", default=None,
                    help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
@@ -62,7 +66,7 @@ def _run_reproduce(args) -> int:
                         progress=not args.quiet, reopen=args.reopen,
                         extra_pretrain_seeds=parse_int_list(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
                         arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), ledger=args.ledger,
-                        precision=args.precision)
+                        precision=args.precision, adapt_threads=args.adapt_threads)
     print()
     print("\n".join(arm_table(summary)))
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")

@@ -160,12 +160,15 @@ def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
               device: str = "auto", progress: bool = True, reopen: str | None = None,
               extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
-              ledger: str | Path | None = None, precision: str | None = None) -> dict:
+              ledger: str | Path | None = None, precision: str | None = None, adapt_threads: bool = False) -> dict:
     """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
     and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
     recorded in the ledger (`run_ledger`: by default the run's own); a plan that already opened one
     there is refused unless `reopen` gives the reason. Every opening is asked for before any stage runs.
-    `precision` (fp32, bf16, auto; None: the device's default) is resolved once, here (`with_precision`)."""
+    `precision` (fp32, bf16, auto; None: the device's default) is resolved once, here (`with_precision`).
+    `adapt_threads`: pretraining, RL and the sealed evaluations run with the thread governor (a run
+    time choice, not part of the plan: on a quiet machine the threads never change and the results are
+    the fixed-thread run's; on a busy one they follow the free cores, recorded in the receipts)."""
     from glm53_flash.core.runtime import resolve_device
     from glm53_flash.model.precision import resolve_precision
 
@@ -184,7 +187,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
         reproduce_arm(run, preset, device=device, progress=progress, openings=openings[run.directory],
-                      precision=resolved)
+                      precision=resolved, adapt_threads=adapt_threads)
     from glm53_flash.report.arms import build_headline_report
 
     summary = build_headline_summary(out)
@@ -288,7 +291,7 @@ def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None
 
 
 def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool = True,
-                  openings: dict | None = None, precision=None) -> RunSummary:
+                  openings: dict | None = None, precision=None, adapt_threads: bool = False) -> RunSummary:
     """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
     sealed splits (confirm, then holdout) -> its summary.json and REPORT.md. `precision` (the resolved
     --precision, already applied to the plan by `with_precision`) is recorded in plan.json beside the
@@ -314,12 +317,15 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
                              "default); use the same flags or a new --output")
         stages = recorded.get("stage_seconds", {})
         asked = precision.record() if precision is not None else recorded.get("precision")
+        # a resume keeps the run's own --adapt-threads (its stages refuse to resume with another)
+        adapt_threads = adapt_threads or bool(recorded.get("adapt_threads"))
     else:
         stages, asked = {}, precision.record() if precision is not None else None
 
     def save_stage_times():
         write_json(plan_path, {"preset": preset, "arm": run.arm, "plan": plan.to_dict(), "stage_seconds": stages,
-                               **({"precision": asked} if asked is not None else {})})
+                               **({"precision": asked} if asked is not None else {}),
+                               **({"adapt_threads": True} if adapt_threads else {})})
 
     save_stage_times()
 
@@ -330,7 +336,8 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     _log(f"[{run.arm}] pretraining the {plan.pretrain.preset} model for {plan.pretrain.steps} steps "
          f"(seed {plan.pretrain.seed})")
     with _timed(stages, "pretrain", done=_finished(out / "pretrain")):
-        pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, quiet=not progress))
+        pretrain(replace(plan.pretrain, output=str(out / "pretrain"), device=device, resume=True, quiet=not progress,
+                         adapt_threads=adapt_threads))
     save_stage_times()
 
     # 2. pretraining checkpoint selection on dev (all families)
@@ -350,7 +357,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
         _log(f"[{run.arm}] RL seed {seed}: {plan.rl.groups} groups x {plan.rl.group_size}")
         with _timed(stages, f"rl_{seed}", done=_finished(run_dir)):
             train_rl(replace(plan.rl, initial_checkpoint=start_checkpoint, output=str(run_dir), seed=seed,
-                             device=device, resume=True, quiet=not progress))
+                             device=device, resume=True, quiet=not progress, adapt_threads=adapt_threads))
         selection = run_dir / "selection-dev.json"
         if not selection.exists():
             with _timed(stages, f"select_rl_{seed}"):
@@ -364,7 +371,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     for split, configs in sealed_stages(plan).items():
         done = all(path.exists() for path in _receipt_paths(out, plan, split))
         with _timed(stages, split, done=done):
-            _evaluate_sealed(out / split, configs, checkpoints, openings.get(split), device, run.arm)
+            _evaluate_sealed(out / split, configs, checkpoints, openings.get(split), device, run.arm, adapt_threads)
         save_stage_times()
     for opening in openings.values():
         opening.close()
@@ -388,7 +395,7 @@ def _finished(run_dir: Path) -> bool:
 
 
 def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], checkpoints: dict[str, str],
-                     opening, device: str, arm: str) -> None:
+                     opening, device: str, arm: str, adapt_threads: bool = False) -> None:
     """Greedy and sampled receipts of every checkpoint on one sealed split, written under `opening`
     (evaluate.run_eval: every field of the plan's EvalConfigs is honoured)."""
     from glm53_flash.evaluation.evaluate import eval_tasks, run_eval
@@ -408,7 +415,8 @@ def _evaluate_sealed(directory: Path, configs: tuple[EvalConfig, EvalConfig], ch
             model, meta = load_pretrained(checkpoint, device)
             for path, (cfg, tasks) in zip((greedy_path, sampled_path), stages):
                 if not path.exists():
-                    receipt = run_eval(replace(cfg, checkpoint=str(checkpoint), device=device), model=model,
+                    receipt = run_eval(replace(cfg, checkpoint=str(checkpoint), device=device,
+                                               adapt_threads=adapt_threads), model=model,
                                        checkpoint_sha256=meta["weights_sha256"], verifier=verifier,
                                        opening=opening, progress=False, tasks=tasks)
                     if opening is None:  # a smoke plan's stand-in split: not sealed, not in any ledger

@@ -13,9 +13,10 @@ from glm53_flash.core.receipts import sha256_json
 from glm53_flash.evaluation.config import GREEDY_SEED, SAMPLED_SEED, EvalConfig  # noqa: F401 - re-exported
 from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig
 
-# Fields a stage fills in at run time (paths, the device, progress): not part of a plan's identity.
+# Fields a stage fills in at run time (paths, the device, progress, whether the math threads follow the
+# free cores): not part of a plan's identity.
 RUN_FIELDS = frozenset({"output", "run", "initial_checkpoint", "checkpoint", "device", "resume", "progress",
-                        "force", "quiet", "tensorboard", "wandb"})
+                        "force", "quiet", "tensorboard", "wandb", "adapt_threads"})
 
 
 @dataclass(frozen=True)
