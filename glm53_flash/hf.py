@@ -174,18 +174,18 @@ class GLM53FlashForCausalLM(PreTrainedModel, GenerationMixin):
             out = self.model(input_ids)
             return out.logits, out.hidden
         starts, lengths = row_spans(attention_mask.to(input_ids.device))
+        if not bool((lengths > 0).any()):
+            raise ValueError("every row of attention_mask is padding: there is nothing to compute")
         b, t = input_ids.shape
-        logits = None
+        logits = hidden = None
         for start in sorted(set(starts[lengths > 0].tolist())):
             rows = ((starts == start) & (lengths > 0)).nonzero().flatten()
             out = self.model(input_ids[rows, start:])
             if logits is None:
                 logits = out.logits.new_zeros(b, t, out.logits.shape[-1])
                 hidden = out.hidden.new_zeros(b, t, out.hidden.shape[-1])
-            logits = logits.index_put((rows[:, None], torch.arange(start, t, device=rows.device)), out.logits)
-            hidden = hidden.index_put((rows[:, None], torch.arange(start, t, device=rows.device)), out.hidden)
-        if logits is None:
-            raise ValueError("every row of attention_mask is padding: there is nothing to compute")
+            logits[rows, start:] = out.logits  # in place: autograd carries the rows' gradients back
+            hidden[rows, start:] = out.hidden
         return logits, hidden
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

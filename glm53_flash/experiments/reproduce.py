@@ -304,6 +304,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     openings = _require_openings(run, None) if openings is None else openings
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
+    recorded = {}
     if plan_path.exists():
         recorded = read_json(plan_path)
         if not isinstance(recorded, dict):
@@ -315,12 +316,10 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
         if not same:
             raise ValueError(f"{out} was started with a different plan (preset, --rl-seeds or a changed "
                              "default); use the same flags or a new --output")
-        stages = recorded.get("stage_seconds", {})
-        asked = precision.record() if precision is not None else recorded.get("precision")
-        # a resume keeps the run's own --adapt-threads (its stages refuse to resume with another)
-        adapt_threads = adapt_threads or bool(recorded.get("adapt_threads"))
-    else:
-        stages, asked = {}, precision.record() if precision is not None else None
+    stages = recorded.get("stage_seconds", {})
+    asked = precision.record() if precision is not None else recorded.get("precision")
+    # a resume keeps the run's own --adapt-threads (its stages refuse to resume with another)
+    adapt_threads = adapt_threads or bool(recorded.get("adapt_threads"))
 
     def save_stage_times():
         write_json(plan_path, {"preset": preset, "arm": run.arm, "plan": plan.to_dict(), "stage_seconds": stages,

@@ -75,15 +75,13 @@ def headline_dir(runs: Path) -> Path:
 
 
 
-# Studies whose charts are wide: one above the other on their slide (the others go side by side).
-STACKED_CHARTS = {"research-pretraining-data"}
-
-
-def study_figures(slide_id: str, study: dict, directory: Path) -> list[tuple]:
+def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tuple], bool]:
     """The charts a study's REPORT.md shows, drawn from its summary.json at the deck's sizes: a list of
-    (figure, name, alt text)."""
+    (figure, name, alt text), and whether they are wide ones that go one above the other (else side by
+    side)."""
     from glm53_flash.report import study_charts as sc
 
+    stacked = False
     if slide_id == "vision":
         made = [(sc.draw_vision_comparison(study, size=(14.4, 5.4)), "vision",
                  "held-out accuracy per seed for both architectures, and their confusion matrices")]
@@ -92,6 +90,7 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> list[tuple]:
                  "held-out byte accuracy over training per condition, and the paired differences"),
                 (sc.draw_paired_differences(study, size=(14, 3.4)), "pretraining-data-differences",
                  "per-seed paired differences at the primary update, with their means and intervals")]
+        stacked = True
     elif slide_id == "research-rl-choices":
         plan = directory / "plan.json"
         split = json.loads(plan.read_text())["design"]["confirm_split"] if plan.is_file() else "confirmation"
@@ -101,7 +100,7 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> list[tuple]:
                  "baseline and candidate on the confirmation split, one line per fresh seed")]
     else:
         made = []
-    return [(fig, name, alt) for fig, name, alt in made if fig is not None]
+    return [(fig, name, alt) for fig, name, alt in made if fig is not None], stacked
 
 
 # What one study slide holds at 1280x800, in characters: about 80 per table row plus the answers' text.
@@ -567,9 +566,9 @@ def study_slides(x: Inputs) -> list[Slide]:
             slides.append(Slide(slide_id, title, answers, notes + " The next slide has the table behind these answers."))
             slides.append(Slide(f"{slide_id}-table", f"{title}: the numbers", f"<div class='dense'>{table}</div>",
                                 notes + " Differences are right minus left, paired by seed."))
-        drawn = study_figures(slide_id, study, path.parent)
+        drawn, stacked = study_figures(slide_id, study, path.parent)
         if drawn:
-            if slide_id in STACKED_CHARTS or len(drawn) == 1:
+            if stacked or len(drawn) == 1:
                 body = "".join(chart(fig, name, alt) for fig, name, alt in drawn)
             else:
                 body = ("<div class='cols charts'>" + "".join(f"<div class='chart-column'>{chart(fig, name, alt)}</div>"

@@ -39,8 +39,7 @@ def decode_block_serves(streams: torch.Tensor, *tensors: torch.Tensor, weights: 
     if not (n_streams <= library.LIMITS["streams"] and 0 < batch <= library.MAX_FUSED_ROWS and dim % 16 == 0
             and streams[0].is_contiguous() and streams.stride(0) in (0, batch * dim) and library.cpu_float32(streams)):
         return False
-    if weights and len({w.dtype for w in weights}) != 1 or any(w.dtype not in (torch.float32, torch.bfloat16)
-                                                                for w in weights):
+    if len({w.dtype for w in weights}) > 1 or any(w.dtype not in (torch.float32, torch.bfloat16) for w in weights):
         return False
     return (library.cpu_float32(*tensors) and all(w.is_cpu for w in weights)
             and all(t.is_contiguous() for t in tensors + tuple(weights)) and library.path_open())
