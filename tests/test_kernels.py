@@ -317,9 +317,57 @@ def test_fused_swiglu_at_the_edges_of_the_exponential():
                                equal_nan=True)
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16)
+
+
+@needs_kernels
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 200), hidden=st.sampled_from([8, 24, 40, 384]), scale=st.sampled_from([1.0, 30.0]),
+       seed=st.integers(0, 2**16))
+def test_bf16_swiglu_is_the_float32_kernel_on_widened_inputs_rounded_once(rows, hidden, scale, seed):
+    """bf16 in and out: the float32 kernel on the widened h and grad_out with its results rounded to bf16 by
+    torch, bit for bit (forward and backward; hidden sizes with a half-vector tail take the masked store)."""
+    generator = torch.Generator().manual_seed(seed)
+    h = (torch.randn(rows, 2 * hidden, generator=generator) * scale).bfloat16()
+    grad_out = torch.randn(rows, hidden, generator=generator).bfloat16()
+    out = ops.swiglu_forward(h)
+    grad = ops.swiglu_backward(h, grad_out)
+    assert out.dtype == grad.dtype == torch.bfloat16 and grad.shape == h.shape
+    assert torch.equal(_bits(out), _bits(ops.swiglu_forward(h.float()).bfloat16()))
+    assert torch.equal(_bits(grad), _bits(ops.swiglu_backward(h.float(), grad_out.float()).bfloat16()))
+
+
+@needs_kernels
+def test_bf16_swiglu_rounds_ties_to_even_and_keeps_the_edges():
+    """The store's rounding where it is easiest to get wrong. For a gate of 32 or more silu(gate) is the gate
+    itself in float32, so the forward's output is gate * value, the exact product of two bf16 numbers (up to
+    16 significant bits), which bf16 must round: among all 128 x 128 mantissa pairs the test takes 128 that
+    fall exactly between two bf16 numbers (ties go to the even one) and 128 that do not, then the edges:
+    overflow to inf, infinities, zeros, a subnormal, NaN. torch's rounding of the exact products is the oracle."""
+    mantissas = 1.0 + torch.arange(128) / 128.0
+    gates, values = (32.0 * mantissas)[:, None].expand(128, 128).flatten(), mantissas.repeat(128)
+    exact = gates * values  # exact in float32: 8 x 8 significant bits
+    tie = (exact.view(torch.int32) & 0xFFFF) == 0x8000
+    chosen = torch.cat([tie.nonzero()[:128, 0], (~tie).nonzero()[::97][:128, 0]])
+    assert int(tie[chosen].sum()) == 128
+    edge_values = torch.tensor([3.38e38, -3.38e38, float("inf"), float("-inf"), 0.0, -0.0, 2.0 ** -130, float("nan")])
+    gate = torch.cat([gates[chosen], torch.full((8,), 32.0)]).bfloat16()  # 264 = 16 x 16 + 8: the masked tail too
+    value = torch.cat([-values[chosen[:64]], values[chosen[64:]], edge_values]).bfloat16()
+    assert torch.equal(ops.swiglu_forward(torch.cat([gate, torch.ones_like(gate)]).float()[None])[0], gate.float())
+    out = ops.swiglu_forward(torch.cat([gate, value])[None])[0]
+    want = (gate.float() * value.float()).bfloat16()
+    nan = torch.isnan(want.float())
+    assert torch.equal(torch.isnan(out.float()), nan)
+    assert torch.equal(_bits(out)[~nan], _bits(want)[~nan])
+    assert _bits(out)[nan].tolist() == [0x7FC0]
+
+
 def test_fused_swiglu_serves_only_what_it_was_written_for():
     h = torch.randn(4, 32)
     assert ops.swiglu_serves(h) is ops.available()  # gradients on or off: it has a backward
+    assert ops.swiglu_serves(h.bfloat16()) is ops.available()  # bf16 weight products' activations
+    assert not ops.swiglu_serves(h.half())
     assert not ops.swiglu_serves(h.double())
     assert not ops.swiglu_serves(torch.randn(4, 24))  # H = 12 is not a multiple of 8
     assert not ops.swiglu_serves(torch.randn(0, 32))

@@ -171,6 +171,31 @@ def test_blocked_bf16_experts_equal_the_chunk_loop_at_the_same_rounding_points(m
         torch.testing.assert_close(blocked, loop, rtol=2e-2, atol=2e-2 * float(loop.abs().max()))
 
 
+@pytest.mark.skipif(not ops.available(), reason="the C kernels did not build")
+def test_bf16_activations_between_products_give_the_cast_paths_bits(monkeypatch):
+    """Inside bf16 products the experts' and the shared expert's SwiGLU take the bf16 product output and
+    hand the next product bf16 (the bf16 kernel). The path it replaced widened the output to float32, ran
+    the float32 kernel and rounded back: a whole training step (loss and every gradient) must be the same,
+    bit for bit. The replaced path is taken by hiding the bf16 kernel."""
+    from glm53_flash.model.ops import swiglu as swiglu_ops
+
+    results, served, call = {}, swiglu_ops.swiglu_serves, swiglu_ops.library.call
+    for bf16_kernel in (True, False):
+        if not bf16_kernel:
+            monkeypatch.setattr(ops, "swiglu_serves", lambda h: h.dtype == torch.float32 and served(h))
+        calls = []
+        monkeypatch.setattr(swiglu_ops.library, "call", lambda op, *a, calls=calls: calls.append(op) or call(op, *a))
+        model = small_model(seed=6).train()
+        ids = random_ids(4, 33, seed=7)
+        with compute_in(BF16, "cpu"):
+            out = model(ids[:, :-1])
+            loss = F.cross_entropy(out.logits.flatten(0, 1), ids[:, 1:].flatten()) + 0.01 * out.aux_loss
+            loss.backward()
+        assert ("swiglu_forward_bf16" in calls) is bf16_kernel and ("swiglu_backward_bf16" in calls) is bf16_kernel
+        results[bf16_kernel] = [loss.detach()] + [p.grad for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(results[True], results[False]))
+
+
 # ---------------------------------------------------------------------------------------- the model
 
 

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from glm53_flash.model import ops
 from glm53_flash.model.ops import Linear
-from glm53_flash.model.precision import mixed_linear, mixed_matmul, product_dtype
+from glm53_flash.model.precision import mixed_linear, mixed_matmul, product_dtype, product_dtype_for
 
 
 class _SwiGLUActivation(torch.autograd.Function):
@@ -53,7 +53,7 @@ class _SwiGLUActivation(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:
         if ctx.fused:
             (h,) = ctx.saved_tensors
-            return ops.swiglu_backward(h, grad_out)
+            return ops.swiglu_backward(h, grad_out.to(h.dtype))
         h, activated = ctx.saved_tensors
         gate, value = h.chunk(2, dim=-1)
         grad = torch.empty_like(h)
@@ -76,6 +76,16 @@ def swiglu_activation(h: torch.Tensor) -> torch.Tensor:
     return _SwiGLUActivation.apply(h)
 
 
+def swiglu_rounded(h: torch.Tensor) -> torch.Tensor:
+    """The activation of a bf16 product's output h (bf16 weight products on the CPU, model/precision.py)
+    as the next product's bf16 input: the fused kernel in bf16 where it serves, else float32 between two
+    casts. Both round once, at the end: what the kernel computes equals the float32 kernel on the widened
+    h rounded to bf16, bit for bit, and its backward hands the product's backward bf16 as a cast would."""
+    if ops.swiglu_serves(h):
+        return swiglu_activation(h)
+    return swiglu_activation(h.float()).to(h.dtype)
+
+
 def swiglu(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     """SwiGLU with one routed expert's weights: gate_up [2H, D] (nn.Linear layout), down [H, D] (x @ W)."""
     return mixed_matmul(swiglu_activation(mixed_linear(x, gate_up)), down)
@@ -88,7 +98,13 @@ class SwiGLU(nn.Module):
         self.down = Linear(hidden, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(swiglu_activation(self.up(x)))
+        dtype = product_dtype_for(x)
+        if dtype is None:
+            return self.down(swiglu_activation(self.up(x)))
+        # bf16 products: the hidden activations stay bf16 from one product to the next (the same bits as
+        # the two mixed_linear calls, which would widen them to float32 and round them back).
+        hidden = F.linear(x.to(dtype), self.up.weight.to(dtype))
+        return F.linear(swiglu_rounded(hidden), self.down.weight.to(dtype)).float()
 
 
 def grouped_mm_usable(x: torch.Tensor, weight: torch.Tensor, aligned: bool) -> bool:
@@ -237,7 +253,7 @@ class MixtureOfExperts(nn.Module):
         padded = rows.new_zeros(int(ends[-1]), dim, dtype=dtype).index_copy(0, flat, rows.to(dtype))
         offsets = ends.to(torch.int32)
         hidden = F.grouped_mm(padded, self.expert_gate_up.to(dtype).transpose(1, 2), offs=offsets)
-        activated = swiglu_activation(hidden.float()).to(dtype)
+        activated = swiglu_rounded(hidden)
         out = F.grouped_mm(activated, self.expert_down.to(dtype), offs=offsets)
         return out.index_select(0, flat).float()
 

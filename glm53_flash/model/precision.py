@@ -150,7 +150,7 @@ def product_dtype() -> torch.dtype | None:
     return _PRODUCT_DTYPE.get()
 
 
-def _product_dtype_for(x: torch.Tensor) -> torch.dtype | None:
+def product_dtype_for(x: torch.Tensor) -> torch.dtype | None:
     """The dtype the product of float32 CPU rows `x` takes inside compute_in, or None: its own (outside
     bf16 products, another dtype or device, or fewer than BF16_MIN_ROWS rows)."""
     dtype = _PRODUCT_DTYPE.get()
@@ -162,7 +162,7 @@ def _product_dtype_for(x: torch.Tensor) -> torch.dtype | None:
 def mixed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight) without bias, in the product dtype of compute_in for float32 CPU inputs of
     at least BF16_MIN_ROWS rows."""
-    dtype = _product_dtype_for(x)
+    dtype = product_dtype_for(x)
     if dtype is None:
         return F.linear(x, weight)
     return F.linear(x.to(dtype), weight.to(dtype)).float()
@@ -170,11 +170,12 @@ def mixed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def mixed_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight, in the product dtype of compute_in for float32 CPU inputs of at least BF16_MIN_ROWS rows."""
-    dtype = _product_dtype_for(x)
+    dtype = product_dtype_for(x)
     if dtype is None:
         return torch.matmul(x, weight)
     return torch.matmul(x.to(dtype), weight.to(dtype)).float()
 
 
 __all__ = ["BF16_MIN_ROWS", "CPU_BF16_FLAGS", "DECODE_NOTE", "PRECISIONS", "PRECISION_HELP", "Precision",
-           "compute_in", "cpu_bf16_flags", "mixed_linear", "mixed_matmul", "product_dtype", "resolve_precision"]
+           "compute_in", "cpu_bf16_flags", "mixed_linear", "mixed_matmul", "product_dtype", "product_dtype_for",
+           "resolve_precision"]

@@ -64,6 +64,19 @@ static inline vec vload_bf16(const uint16_t *p, lanes_mask m) {
                             : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* 16 floats (or the first 8) rounded to bf16 as torch rounds them: to nearest, ties to even, a NaN to
+ * 0x7FC0. */
+static inline void vstore_bf16(uint16_t *p, vec v, lanes_mask m) {
+    __m512i bits = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    rounded = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_set1_epi32(0x7FC0), rounded);
+    __m256i h = _mm512_cvtepi32_epi16(rounded);
+    if (m == 0xFFFF)
+        _mm256_storeu_si256((__m256i *)p, h);
+    else
+        _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(h));
+}
 static inline vec vzero(void) { return _mm512_setzero_ps(); }
 static inline vec vset1(float x) { return _mm512_set1_ps(x); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
@@ -90,6 +103,15 @@ static inline void vstore(float *p, vec v, lanes_mask m) { (void)m; _mm256_store
 static inline vec vload_bf16(const uint16_t *p, lanes_mask m) {
     (void)m;
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline void vstore_bf16(uint16_t *p, vec v, lanes_mask m) {
+    (void)m;
+    __m256i bits = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+    rounded = _mm256_blendv_epi8(_mm256_set1_epi32(0x7FC0), rounded, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
 }
 static inline vec vzero(void) { return _mm256_setzero_ps(); }
 static inline vec vset1(float x) { return _mm256_set1_ps(x); }
@@ -481,9 +503,10 @@ static inline vec vexp(vec x) {
 /* The exponentials' dependency chain is long (~60 cycles), so out-of-order execution keeps few loads
  * in flight on its own; asking for the rows two ahead keeps memory busy (the forward on 25 MB of h ran
  * 3.6x faster on one core of an AVX-512 AMD EPYC). */
-#define PREFETCH_AHEAD(gate, value, hidden) \
-    (_mm_prefetch((const char *)((gate) + 4 * (hidden)), _MM_HINT_T0), \
-     _mm_prefetch((const char *)((value) + 4 * (hidden)), _MM_HINT_T0))
+/* Two rows ahead of element i of a row's gate and value halves (elements of 4 or 2 bytes). */
+#define PREFETCH_AHEAD(gate, value, i, hidden, bf16) \
+    (_mm_prefetch(wbyte((gate), (i) + 4 * (hidden), (bf16)), _MM_HINT_T0), \
+     _mm_prefetch(wbyte((value), (i) + 4 * (hidden), (bf16)), _MM_HINT_T0))
 
 /* The SwiGLU activation for training and prefill, in one pass over memory each way (the eager
  * autograd.Function in moe.py takes five and is the test oracle). h [R, 2H] = [gate | value] per row,
@@ -491,40 +514,68 @@ static inline vec vexp(vec x) {
  * silu'(g) = s (1 + g (1 - s)) with s = 1 / (1 + exp(-g)).
  * Forward: out [R, H] = silu(gate) * value. A NaN gate gives NaN (it enters every product), and
  * infinite gates give what torch's formulas give. */
-static void swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidden) {
+/* Activations are float32, or bf16 (uint16) for the bf16 weight products of training (model/precision.py):
+ * a bf16 element is widened as it is loaded and the result rounded to bf16 as it is stored, the arithmetic
+ * between stays float32, so the bf16 kernels equal the float32 ones on the widened inputs with the
+ * outputs rounded, bit for bit (what casting around the float32 kernel gave, without the casts' passes). */
+static inline __attribute__((always_inline)) vec aload(const void *p, int64_t i, lanes_mask m, const int bf16) {
+    return bf16 ? vload_bf16((const uint16_t *)p + i, m) : vload((const float *)p + i, m);
+}
+static inline __attribute__((always_inline)) void astore(void *p, int64_t i, vec v, lanes_mask m, const int bf16) {
+    if (bf16)
+        vstore_bf16((uint16_t *)p + i, v, m);
+    else
+        vstore((float *)p + i, v, m);
+}
+
+static inline __attribute__((always_inline)) void swiglu_forward_any(const void *h, void *out, int64_t rows,
+                                                                     int64_t hidden, const int bf16) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *g = h + r * 2 * hidden, *v = g + hidden;
-        float *o = out + r * hidden;
+        const char *g = wbyte(h, r * 2 * hidden, bf16), *v = wbyte(h, r * 2 * hidden + hidden, bf16);
         for (int64_t i = 0; i < hidden; i += LANES) {
             lanes_mask m = mask_at(i, hidden);
-            PREFETCH_AHEAD(g + i, v + i, hidden);
-            vec x = vload(g + i, m);
+            PREFETCH_AHEAD(g, v, i, hidden, bf16);
+            vec x = aload(g, i, m, bf16);
             vec silu = vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x))));
-            vstore(o + i, vmul(silu, vload(v + i, m)), m);
+            astore(out, r * hidden + i, vmul(silu, aload(v, i, m, bf16)), m, bf16);
         }
     }
+}
+static void swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidden) {
+    swiglu_forward_any(h, out, rows, hidden, 0);
+}
+static void swiglu_forward_bf16(const uint16_t *h, uint16_t *out, int64_t rows, int64_t hidden) {
+    swiglu_forward_any(h, out, rows, hidden, 1);
 }
 
 /* Backward: grad [R, 2H] = [grad_out * value * silu'(gate) | grad_out * silu(gate)] from h and
  * grad_out [R, H]; nothing saved from the forward but h (the exponentials are recomputed). */
-static void swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
+static inline __attribute__((always_inline)) void swiglu_backward_any(const void *h, const void *grad_out, void *grad,
+                                                                      int64_t rows, int64_t hidden, const int bf16) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *g = h + r * 2 * hidden, *v = g + hidden, *go = grad_out + r * hidden;
-        float *gg = grad + r * 2 * hidden, *gv = gg + hidden;
+        const char *g = wbyte(h, r * 2 * hidden, bf16), *v = wbyte(h, r * 2 * hidden + hidden, bf16);
+        const char *go = wbyte(grad_out, r * hidden, bf16);
         for (int64_t i = 0; i < hidden; i += LANES) {
             lanes_mask m = mask_at(i, hidden);
-            PREFETCH_AHEAD(g + i, v + i, hidden);
-            _mm_prefetch((const char *)(go + i + 2 * hidden), _MM_HINT_T0);
-            vec x = vload(g + i, m), up = vload(go + i, m), one = vset1(1.0f);
+            PREFETCH_AHEAD(g, v, i, hidden, bf16);
+            _mm_prefetch(wbyte(go, i + 2 * hidden, bf16), _MM_HINT_T0);
+            vec x = aload(g, i, m, bf16), up = aload(go, i, m, bf16), one = vset1(1.0f);
             vec denominator = vadd(one, vexp(vsub(vzero(), x)));
             vec s = vdiv(one, denominator);
             vec slope = vmul(s, vfma(x, vsub(one, s), one));
-            vstore(gg + i, vmul(vmul(up, vload(v + i, m)), slope), m);
-            vstore(gv + i, vmul(up, vdiv(x, denominator)), m);
+            astore(grad, r * 2 * hidden + i, vmul(vmul(up, aload(v, i, m, bf16)), slope), m, bf16);
+            astore(grad, r * 2 * hidden + hidden + i, vmul(up, vdiv(x, denominator)), m, bf16);
         }
     }
+}
+static void swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
+    swiglu_backward_any(h, grad_out, grad, rows, hidden, 0);
+}
+static void swiglu_backward_bf16(const uint16_t *h, const uint16_t *grad_out, uint16_t *grad, int64_t rows,
+                                 int64_t hidden) {
+    swiglu_backward_any(h, grad_out, grad, rows, hidden, 1);
 }
 
 /* RMSNorm of rows [R, D]: out = (x * 1 / sqrt(mean(x^2) + eps)) * w, as torch's rms_norm orders it,
@@ -828,6 +879,19 @@ int glm53_swiglu_forward(const float *h, float *out, int64_t rows, int64_t hidde
 int glm53_swiglu_backward(const float *h, const float *grad_out, float *grad, int64_t rows, int64_t hidden) {
     REQUIRE(rows >= 0 && vector_size(hidden));
     swiglu_backward(h, grad_out, grad, rows, hidden);
+    return OK;
+}
+
+int glm53_swiglu_forward_bf16(const uint16_t *h, uint16_t *out, int64_t rows, int64_t hidden) {
+    REQUIRE(rows >= 0 && vector_size(hidden));
+    swiglu_forward_bf16(h, out, rows, hidden);
+    return OK;
+}
+
+int glm53_swiglu_backward_bf16(const uint16_t *h, const uint16_t *grad_out, uint16_t *grad, int64_t rows,
+                               int64_t hidden) {
+    REQUIRE(rows >= 0 && vector_size(hidden));
+    swiglu_backward_bf16(h, grad_out, grad, rows, hidden);
     return OK;
 }
 

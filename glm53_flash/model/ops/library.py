@@ -110,6 +110,8 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [real],
         "swiglu_forward": [pointer] * 2 + [size] * 2,
         "swiglu_backward": [pointer] * 3 + [size] * 2,
+        "swiglu_forward_bf16": [pointer] * 2 + [size] * 2,
+        "swiglu_backward_bf16": [pointer] * 3 + [size] * 2,
         "rms_norm_forward": [pointer] * 4 + [size] * 2 + [real],
         "rms_norm_backward": [pointer] * 7 + [size] * 2,
         "decode_attention_in": [pointer] + [size] * 4 + [pointer] * 2 + [real, pointer, size] + [pointer] * 2,

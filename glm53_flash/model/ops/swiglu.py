@@ -1,6 +1,8 @@
 """The SwiGLU activation silu(gate) * value of h = [gate | value], forward and backward in one pass each
 (moe.py's autograd.Function calls them where `swiglu_serves`: training too). Reference:
-`reference_swiglu`.
+`reference_swiglu`. In float32, or in bf16 for bf16 weight products (model/precision.py): bf16 in and
+out, float32 arithmetic between, equal bit for bit to the float32 kernel on the widened input with its
+output rounded to bf16 (what casting around it gave, without the casts' passes over memory).
 """
 
 from __future__ import annotations
@@ -14,12 +16,19 @@ from glm53_flash.model.ops import library
 def swiglu_serves(h: torch.Tensor) -> bool:
     """Whether the fused SwiGLU activation serves h [..., 2H] (float32 on the CPU, H % 8 == 0, outside
     autocast and compile). Unlike the products above it serves training too: it has a backward."""
-    return library.ENABLED and library.cpu_float32(h) and h.dim() > 0 and h.shape[-1] % 16 == 0 and h.numel() > 0 and library.path_open()
+    return (library.ENABLED and h.is_cpu and h.dtype in _KERNELS and h.dim() > 0 and h.shape[-1] % 16 == 0
+            and h.numel() > 0 and library.path_open())
+
+
+# The kernel of each dtype the activation takes: float32, and bf16 for the bf16 weight products.
+_KERNELS = {torch.float32: "", torch.bfloat16: "_bf16"}
 
 def _check_swiglu_input(op: str, h: torch.Tensor) -> int:
     if not (isinstance(h, torch.Tensor) and h.dim() > 0):
         library.fail(op, "h must be [..., 2H]")
-    library.check_tensor(op, "h", h)
+    if h.dtype not in _KERNELS:
+        library.fail(op, f"h must be float32 or bf16, not {h.dtype}")
+    library.check_tensor(op, "h", h, dtype=h.dtype)
     if not (h.shape[-1] % 16 == 0 and h.shape[-1] > 0):
         library.fail(op, f"2H = {h.shape[-1]} must be a positive multiple of 16")
     return h.shape[-1] // 2
@@ -29,7 +38,7 @@ def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
     h = h.contiguous() if isinstance(h, torch.Tensor) else h  # held here: the library reads it below
     hidden = _check_swiglu_input("swiglu_forward", h)
     out = torch.empty((*h.shape[:-1], hidden), dtype=h.dtype, device=h.device)
-    library.call("swiglu_forward", h.data_ptr(), out.data_ptr(), h.numel() // h.shape[-1], hidden)
+    library.call("swiglu_forward" + _KERNELS[h.dtype], h.data_ptr(), out.data_ptr(), h.numel() // h.shape[-1], hidden)
     return out
 
 def swiglu_backward(h: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
@@ -38,14 +47,15 @@ def swiglu_backward(h: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     h = h.contiguous() if isinstance(h, torch.Tensor) else h  # held here: the library reads them below
     grad_out = grad_out.contiguous() if isinstance(grad_out, torch.Tensor) else grad_out
     hidden = _check_swiglu_input(op, h)
-    library.check_tensor(op, "grad_out", grad_out, (*h.shape[:-1], hidden))
+    library.check_tensor(op, "grad_out", grad_out, (*h.shape[:-1], hidden), dtype=h.dtype)
     grad = torch.empty_like(h)
-    library.call(op, h.data_ptr(), grad_out.data_ptr(), grad.data_ptr(), h.numel() // h.shape[-1], hidden)
+    library.call(op + _KERNELS[h.dtype], h.data_ptr(), grad_out.data_ptr(), grad.data_ptr(), h.numel() // h.shape[-1], hidden)
     return grad
 
 def reference_swiglu(h):
-    gate, value = h.chunk(2, dim=-1)
-    return F.silu(gate) * value
+    """The plain formula, in float32 for a bf16 h (rounded back to bf16 once, as the kernel does)."""
+    gate, value = h.float().chunk(2, dim=-1)
+    return (F.silu(gate) * value).to(h.dtype)
 
 
 __all__ = ["reference_swiglu", "swiglu_backward", "swiglu_forward", "swiglu_serves"]
