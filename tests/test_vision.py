@@ -360,6 +360,27 @@ def test_cli_smoke_train_report_and_predict(tmp_path, capsys):
     assert printed == predict_digit(model, load_image(png, 32))
 
 
+def test_vision_training_in_each_precision(monkeypatch):
+    """--precision: fp32 is the default and what runs did before the choice (the same losses, bit for bit,
+    as a run that does not name it); bf16 runs the language model's products in bf16 (the rows rule lowered
+    so the miniature's few rows take it), changes the losses a little, and the receipt says which ran."""
+    from glm53_flash.model import precision as precision_module
+    from glm53_flash.vision.training import run_vision_training
+
+    def run(**precision):
+        cfg = VisionTrainConfig(architectures=("faithful",), steps=3, batch_size=10, eval_examples=10,
+                                progress=False, **precision)
+        receipt = run_vision_training(cfg)
+        return receipt["precision"], receipt["results"][0]["training_loss_curve"]
+
+    (default, default_curve), (fp32, fp32_curve) = run(), run(precision="fp32")
+    assert default["name"] == fp32["name"] == "fp32" and default_curve == fp32_curve
+    monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", 1)
+    bf16, bf16_curve = run(precision="bf16")
+    assert bf16["name"] == "bf16" and bf16["requested"] == "bf16"
+    assert bf16_curve != fp32_curve and max(abs(a - b) / b for a, b in zip(bf16_curve, fp32_curve)) < 0.05
+
+
 def test_cli_bad_input_is_a_one_line_error(tmp_path, capsys):
     assert main(["vision", "predict", "--weights", str(tmp_path / "missing"), str(tmp_path / "x.png")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -379,8 +400,9 @@ def test_cli_pilot_from_a_checkpoint(tmp_path, capsys, one_thread):
     save_checkpoint(checkpoint, GLM53Flash(TINY_LM.replace(vocab_size=260)), {"step": 1})
     out = tmp_path / "pilot"
     code = main(["vision", "pilot", "--checkpoint", str(checkpoint), "--steps", "3", "--eval-examples", "10",
-                 "--device", "cpu", "--output", str(out), "--save-weights", "--no-progress"])
+                 "--device", "cpu", "--precision", "auto", "--output", str(out), "--save-weights", "--no-progress"])
     receipt = json.loads((out / "receipt.json").read_text())
+    assert receipt["precision"]["requested"] == "auto" and receipt["precision"]["name"] in ("fp32", "bf16")
     assert code == (0 if receipt["learned_at_all"] else 1)
     assert receipt["initialization"]["source"] == "local_pretraining_checkpoint"
     assert receipt["initialization"]["checkpoint_step"] == 1 and receipt["initialization"]["checkpoint_weights_sha256"]

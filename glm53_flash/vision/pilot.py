@@ -18,6 +18,7 @@ from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import GLM53Flash
 from glm53_flash.core.receipts import peak_rss_bytes, provenance
 from glm53_flash.core.runtime import resolve_device, seed_everything
+from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.core.progress import progress_bar
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.vision.config import PILOT_MAX_SEQUENCE_LENGTH, PILOT_VISION, VISION_VOCAB_SIZE
@@ -83,6 +84,7 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
     """Train and evaluate the pilot; `on_model(model)` may save weights. Returns the receipt."""
     cfg.validate()
     device = resolve_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     seed_everything(cfg.seed)
     model, initialization = build_pilot_model(cfg.checkpoint)
     model.to(device)
@@ -106,7 +108,7 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
     start = time.perf_counter()
     trace: list[dict] = []
     try:
-        with deterministic(device):
+        with deterministic(device), compute_in(precision, device):
             before = evaluate_digits(model, cfg.eval_examples, held_out)
             optimizer = make_optimizer(model, vision_recipe(cfg))
             model.train()
@@ -153,6 +155,7 @@ def run_pilot(cfg: PilotConfig, argv: list[str] | None = None, on_model=None) ->
         "provenance": provenance(argv, str(device)),
         "environment": {"device": str(device), "torch_version": torch.__version__,
                         "torch_threads": torch.get_num_threads()},
+        "precision": precision.record(),
         "model": {**counts, "language_model": lm.config.to_dict(), "vision_model": PILOT_VISION.to_dict()},
         "data": {"source": "generated seven-segment RGB digits (glm53_flash.vision.digits)", "downloaded": False,
                  "training_examples_seen": completed * cfg.batch_size,

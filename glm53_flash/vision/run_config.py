@@ -14,13 +14,15 @@ from dataclasses import dataclass
 
 from glm53_flash.core.argtypes import comma_ints
 from glm53_flash.core.options import option
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
+from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.train.config import ProgressConfig
 from glm53_flash.vision.config import ARCHITECTURES, check_architecture
 
 SMOKE_CAPS = {"steps": 40, "batch_size": 20, "eval_examples": 100}
 BOTH = "both"
 RECIPE_HELP = "(fixed by the recipe: no flag)"
+# fp32 by default on every device: what vision runs did before the choice (they never took CUDA's autocast).
+VISION_PRECISION_HELP = PRECISION_HELP + "; the vision tower's products (width 24) stay float32 on the CPU"
 
 
 def check_budget(steps: int, batch_size: int, eval_examples: int, learning_rate: float) -> None:
@@ -52,6 +54,7 @@ class VisionTrainConfig:
     device: str = option(DEFAULT_DEVICE, choices=DEVICE_CHOICES,
                          help="where to train: the miniature is too small to gain from an accelerator")
     threads: int | None = option(1, help="CPU threads while training")  # None (library only): torch's own count
+    precision: str = option("fp32", choices=PRECISIONS, help=VISION_PRECISION_HELP)
     progress: bool = option(True, flag=False, help="progress bar (the command's --quiet turns it off)")
 
     def validate(self) -> None:
@@ -107,6 +110,7 @@ class PilotConfig:
     weight_decay: float = option(0.01, flag=False, help=f"AdamW weight decay {RECIPE_HELP}")
     grad_clip: float = option(1.0, flag=False, help=f"clip the gradient's global norm to this {RECIPE_HELP}")
     device: str = option(DEFAULT_DEVICE, choices=DEVICE_CHOICES, help="where to train")
+    precision: str = option("fp32", choices=PRECISIONS, help=VISION_PRECISION_HELP)
     progress: bool = option(True, flag=False, help="progress bar (the command's --quiet turns it off)")
 
     def validate(self) -> None:

@@ -19,6 +19,7 @@ from torch import nn
 
 from glm53_flash.core.receipts import peak_rss_bytes, provenance
 from glm53_flash.core.runtime import resolve_device, seed_everything
+from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.train.engine import (VISION, StepLoop, TrainingDiverged, UpdateRecipe, make_optimizer, optimizer_step,
                                       stop_when_not_finite)
 from glm53_flash.core.progress import progress_bar
@@ -126,12 +127,13 @@ def run_vision_training(cfg: VisionTrainConfig, argv: list[str] | None = None, o
     cfg.validate()
     cfg = cfg.effective()
     device = resolve_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     bar = progress_bar(cfg.steps * len(cfg.seeds) * len(cfg.architectures), quiet=not cfg.progress,
                        desc="vision train")
     results = []
     start = time.perf_counter()
     try:
-        with deterministic(device), cpu_threads(cfg.threads):
+        with deterministic(device), cpu_threads(cfg.threads), compute_in(precision, device):
             threads = torch.get_num_threads()
             for seed in cfg.seeds:
                 for architecture in cfg.architectures:
@@ -162,6 +164,7 @@ def run_vision_training(cfg: VisionTrainConfig, argv: list[str] | None = None, o
         "provenance": provenance(argv, str(device)),
         "environment": {"device": str(device), "torch_version": torch.__version__,
                         "torch_threads": threads},
+        "precision": precision.record(),
         "results": results,
         "total_wall_time_seconds": round(total, 4),
         "peak_rss_bytes": peak_rss_bytes(),
