@@ -142,18 +142,19 @@ def test_the_readme_refuses_each_doctored_figure(tmp_path, edit):
 
 
 @pytest.mark.slow
-def test_the_headline_reports_are_what_their_receipts_give(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["headline", "headline-bf16"])
+def test_the_headline_reports_are_what_their_receipts_give(tmp_path, monkeypatch, name):
     from glm53_flash.experiments.reproduce import rebuild_reports
 
     # the reports name the committed ledger's openings (read only: rebuilding opens nothing)
     monkeypatch.setenv("GLM53_LEDGER", str(ROOT / "results" / "ledger.jsonl"))
-    copy = tmp_path / "headline"
-    shutil.copytree(ROOT / "results" / "headline", copy)
+    copy = tmp_path / name
+    shutil.copytree(ROOT / "results" / name, copy)
     rebuild_reports(copy)
-    for report in sorted((ROOT / "results" / "headline").rglob("REPORT.md")):
-        rebuilt = copy / report.relative_to(ROOT / "results" / "headline")
+    for report in sorted((ROOT / "results" / name).rglob("REPORT.md")):
+        rebuilt = copy / report.relative_to(ROOT / "results" / name)
         assert rebuilt.read_text() == report.read_text(), f"{report} is not what its receipts give"
-    committed = json.loads((ROOT / "results" / "headline" / "summary.json").read_text())
+    committed = json.loads((ROOT / "results" / name / "summary.json").read_text())
     again = json.loads((copy / "summary.json").read_text())
     for key in ("comparison", "headline_table", "readme", "power"):
         assert again[key] == committed[key], key

@@ -35,15 +35,20 @@ def test_study_results_are_committed_with_their_plan_and_receipts(name):
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
-def test_the_committed_ledger_records_every_committed_sealed_receipt_once():
-    """Each sealed-split receipt of the committed headline has exactly one ledger line whose sha256 is
+# The committed headlines: the directory under results/ and the one its run wrote (the ledger's receipt paths).
+HEADLINES = {"headline": "runs/demo/", "headline-bf16": "runs/demo-bf16/"}
+
+
+@pytest.mark.parametrize("name", HEADLINES)
+def test_the_committed_ledger_records_every_committed_sealed_receipt_once(name):
+    """Each sealed-split receipt of a committed headline has exactly one ledger line whose sha256 is
     the committed file's (the run wrote runs/demo/...; its receipts are committed under results/headline/),
     all of them from the latest opening of its split for its plan; the plan's first opening of a split
     needed no reason and every later one (timing runs, the rerun that made the committed headline)
     records its reason."""
     from glm53_flash.core.receipts import sha256_file
 
-    headline = ROOT / "results" / "headline"
+    headline = ROOT / "results" / name
     # the openings of the committed runs' plans, as their summaries recorded them (a user's later
     # `make demo` appends openings of its own to the same file; those are not in the summaries)
     committed = {line["opening_id"] for path in headline.glob("*/summary.json")
@@ -64,7 +69,7 @@ def test_the_committed_ledger_records_every_committed_sealed_receipt_once():
     latest = {ids[-1] for ids in openings.values()}
     for path in receipts:
         relative = str(path.relative_to(headline))
-        matches = [line for line in lines if line["receipt"].removeprefix("runs/demo/") == relative
+        matches = [line for line in lines if line["receipt"].removeprefix(HEADLINES[name]) == relative
                    and line["receipt_sha256"] == sha256_file(path)]
         assert len(matches) == 1, f"{relative}: {len(matches)} ledger lines with its sha256"
         assert matches[0]["split"] == path.parent.name and matches[0]["opening_id"] in latest
@@ -84,8 +89,8 @@ def test_committed_plans_and_runs_use_the_current_option_names():
                      r'"linear_rope": "before_feature"|"rl_groups"')
     spelled = [str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*.json") if old.search(p.read_text())]
     assert spelled == []
-    plans = sorted((ROOT / "results" / "headline").glob("*/plan.json"))
-    assert plans
+    plans = sorted(path for name in HEADLINES for path in (ROOT / "results" / name).glob("*/plan.json"))
+    assert len(plans) == 8
     for path in plans:
         recorded = json.loads(path.read_text())["plan"]
         assert ReproducePlan.from_dict(recorded).to_dict() == recorded, path
@@ -98,8 +103,8 @@ def test_committed_run_summaries_read_as_their_type_and_back():
     the same JSON; a summary with a missing or mistyped field is a one-line error naming it."""
     from glm53_flash.report.summary import RunSummary
 
-    paths = sorted((ROOT / "results" / "headline").glob("*/summary.json"))
-    assert len(paths) == 6
+    paths = sorted(path for name in HEADLINES for path in (ROOT / "results" / name).glob("*/summary.json"))
+    assert len(paths) == 8  # six runs of the fp32 headline (three pretraining seeds per arm), two of bf16
     for path in paths:
         recorded = json.loads(path.read_text())
         summary = RunSummary.read(path)
