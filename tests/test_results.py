@@ -90,7 +90,7 @@ def test_committed_plans_and_runs_use_the_current_option_names():
     spelled = [str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*.json") if old.search(p.read_text())]
     assert spelled == []
     plans = sorted(path for name in HEADLINES for path in (ROOT / "results" / name).glob("*/plan.json"))
-    assert len(plans) == 8
+    assert len(plans) == 12
     for path in plans:
         recorded = json.loads(path.read_text())["plan"]
         assert ReproducePlan.from_dict(recorded).to_dict() == recorded, path
@@ -104,7 +104,7 @@ def test_committed_run_summaries_read_as_their_type_and_back():
     from glm53_flash.report.summary import RunSummary
 
     paths = sorted(path for name in HEADLINES for path in (ROOT / "results" / name).glob("*/summary.json"))
-    assert len(paths) == 8  # six runs of the fp32 headline (three pretraining seeds per arm), two of bf16
+    assert len(paths) == 12  # six runs of each headline (three pretraining seeds per arm)
     for path in paths:
         recorded = json.loads(path.read_text())
         summary = RunSummary.read(path)
