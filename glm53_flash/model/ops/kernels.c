@@ -143,6 +143,16 @@ static inline __attribute__((always_inline)) vec wload(const void *w, int64_t i,
 static inline __attribute__((always_inline)) const char *wbyte(const void *w, int64_t i, const int bf16) {
     return (const char *)w + i * (bf16 ? 2 : 4);
 }
+/* The SwiGLU kernels' activations are float32 too, or bf16 for training's bf16 weight products
+ * (model/precision.py): wload widens them and wstore rounds the results to bf16 as it stores them, the
+ * arithmetic between stays float32, so the bf16 kernels equal the float32 ones on the widened inputs with
+ * the outputs rounded, bit for bit (what casting around the float32 kernel gave, without the casts). */
+static inline __attribute__((always_inline)) void wstore(void *p, int64_t i, vec v, lanes_mask m, const int bf16) {
+    if (bf16)
+        vstore_bf16((uint16_t *)p + i, v, m);
+    else
+        vstore((float *)p + i, v, m);
+}
 
 /* Four accumulators -> their four horizontal sums. */
 static inline __m128 sum4(vec a4, vec b4, vec c4, vec d4) {
@@ -501,9 +511,9 @@ static inline vec vexp(vec x) {
 }
 
 /* The exponentials' dependency chain is long (~60 cycles), so out-of-order execution keeps few loads
- * in flight on its own; asking for the rows two ahead keeps memory busy (the forward on 25 MB of h ran
- * 3.6x faster on one core of an AVX-512 AMD EPYC). */
-/* Two rows ahead of element i of a row's gate and value halves (elements of 4 or 2 bytes). */
+ * in flight on its own; asking for the rows two ahead (of element i of a row's gate and value halves,
+ * elements of 4 or 2 bytes) keeps memory busy (the forward on 25 MB of h ran 3.6x faster on one core of
+ * an AVX-512 AMD EPYC). */
 #define PREFETCH_AHEAD(gate, value, i, hidden, bf16) \
     (_mm_prefetch(wbyte((gate), (i) + 4 * (hidden), (bf16)), _MM_HINT_T0), \
      _mm_prefetch(wbyte((value), (i) + 4 * (hidden), (bf16)), _MM_HINT_T0))
@@ -514,20 +524,6 @@ static inline vec vexp(vec x) {
  * silu'(g) = s (1 + g (1 - s)) with s = 1 / (1 + exp(-g)).
  * Forward: out [R, H] = silu(gate) * value. A NaN gate gives NaN (it enters every product), and
  * infinite gates give what torch's formulas give. */
-/* Activations are float32, or bf16 (uint16) for the bf16 weight products of training (model/precision.py):
- * a bf16 element is widened as it is loaded and the result rounded to bf16 as it is stored, the arithmetic
- * between stays float32, so the bf16 kernels equal the float32 ones on the widened inputs with the
- * outputs rounded, bit for bit (what casting around the float32 kernel gave, without the casts' passes). */
-static inline __attribute__((always_inline)) vec aload(const void *p, int64_t i, lanes_mask m, const int bf16) {
-    return bf16 ? vload_bf16((const uint16_t *)p + i, m) : vload((const float *)p + i, m);
-}
-static inline __attribute__((always_inline)) void astore(void *p, int64_t i, vec v, lanes_mask m, const int bf16) {
-    if (bf16)
-        vstore_bf16((uint16_t *)p + i, v, m);
-    else
-        vstore((float *)p + i, v, m);
-}
-
 static inline __attribute__((always_inline)) void swiglu_forward_any(const void *h, void *out, int64_t rows,
                                                                      int64_t hidden, const int bf16) {
 #pragma omp parallel for schedule(static)
@@ -536,9 +532,9 @@ static inline __attribute__((always_inline)) void swiglu_forward_any(const void 
         for (int64_t i = 0; i < hidden; i += LANES) {
             lanes_mask m = mask_at(i, hidden);
             PREFETCH_AHEAD(g, v, i, hidden, bf16);
-            vec x = aload(g, i, m, bf16);
+            vec x = wload(g, i, m, bf16);
             vec silu = vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x))));
-            astore(out, r * hidden + i, vmul(silu, aload(v, i, m, bf16)), m, bf16);
+            wstore(out, r * hidden + i, vmul(silu, wload(v, i, m, bf16)), m, bf16);
         }
     }
 }
@@ -561,12 +557,12 @@ static inline __attribute__((always_inline)) void swiglu_backward_any(const void
             lanes_mask m = mask_at(i, hidden);
             PREFETCH_AHEAD(g, v, i, hidden, bf16);
             _mm_prefetch(wbyte(go, i + 2 * hidden, bf16), _MM_HINT_T0);
-            vec x = aload(g, i, m, bf16), up = aload(go, i, m, bf16), one = vset1(1.0f);
+            vec x = wload(g, i, m, bf16), up = wload(go, i, m, bf16), one = vset1(1.0f);
             vec denominator = vadd(one, vexp(vsub(vzero(), x)));
             vec s = vdiv(one, denominator);
             vec slope = vmul(s, vfma(x, vsub(one, s), one));
-            astore(grad, r * 2 * hidden + i, vmul(vmul(up, aload(v, i, m, bf16)), slope), m, bf16);
-            astore(grad, r * 2 * hidden + hidden + i, vmul(up, vdiv(x, denominator)), m, bf16);
+            wstore(grad, r * 2 * hidden + i, vmul(vmul(up, wload(v, i, m, bf16)), slope), m, bf16);
+            wstore(grad, r * 2 * hidden + hidden + i, vmul(up, vdiv(x, denominator)), m, bf16);
         }
     }
 }

@@ -13,15 +13,16 @@ import torch.nn.functional as F
 from glm53_flash.model.ops import library
 
 
+# The kernel of each dtype the activation takes: float32, and bf16 for the bf16 weight products.
+_KERNELS = {torch.float32: "", torch.bfloat16: "_bf16"}
+
+
 def swiglu_serves(h: torch.Tensor) -> bool:
-    """Whether the fused SwiGLU activation serves h [..., 2H] (float32 on the CPU, H % 8 == 0, outside
+    """Whether the fused SwiGLU activation serves h [..., 2H] (float32 or bf16 on the CPU, H % 8 == 0, outside
     autocast and compile). Unlike the products above it serves training too: it has a backward."""
     return (library.ENABLED and h.is_cpu and h.dtype in _KERNELS and h.dim() > 0 and h.shape[-1] % 16 == 0
             and h.numel() > 0 and library.path_open())
 
-
-# The kernel of each dtype the activation takes: float32, and bf16 for the bf16 weight products.
-_KERNELS = {torch.float32: "", torch.bfloat16: "_bf16"}
 
 def _check_swiglu_input(op: str, h: torch.Tensor) -> int:
     if not (isinstance(h, torch.Tensor) and h.dim() > 0):
