@@ -605,3 +605,15 @@ def test_a_direction_needs_both_levels():
     assert two_level_comparison(worse)["verdict"] == "worse"
     with pytest.raises(ValueError, match="other units"):
         two_level_comparison({1: {"a": 0.1}, 2: {"b": 0.1}})
+
+
+def test_sign_flip_floor_holds_for_any_number_of_units():
+    """A sealed split of the compositions suite has 1,030 units: 2.0 ** 1030 overflows a float, so the
+    floor and every power statement built on it must not compute it."""
+    from glm53_flash.core.stats import minimum_detectable_difference, sign_flip_floor
+
+    assert sign_flip_floor(0) == 1.0 and sign_flip_floor(1) == 1.0 and sign_flip_floor(5) == 2 / 32
+    assert sign_flip_floor(1030) == 0.0 or sign_flip_floor(1030) < 1e-300
+    assert minimum_detectable_difference(1030, 0.3, test="sign-flip") == pytest.approx(
+        minimum_detectable_difference(1030, 0.3, test="z"))
+    assert minimum_detectable_difference(5, 0.3, test="sign-flip") is None  # 2/32 > 0.05

@@ -528,6 +528,12 @@ def equivalence_test(values: Sequence[float], *, reference: float = 0.0, margin:
             "method": "two one-sided t-tests (TOST) over independent values"}
 
 
+def sign_flip_floor(n: int) -> float:
+    """The smallest p the exact two-sided sign-flip test over `n` non-zero values can give: 2/2^n (1 for
+    no values), computed without overflow for any n (2.0 ** 1030 is out of a float's range)."""
+    return min(1.0, math.ldexp(1.0, 1 - _count("n", n)))
+
+
 def minimum_detectable_difference(n: int, sd: float, alpha: float = 0.05, power: float = 0.8,
                                   test: str = "t") -> float | None:
     """The smallest true mean difference a two-sided paired test over `n` independent values (units
@@ -542,7 +548,7 @@ def minimum_detectable_difference(n: int, sd: float, alpha: float = 0.05, power:
         raise ValueError(f"sd must be a finite number >= 0, got {sd!r}")
     if test not in ("t", "z", "sign-flip"):
         raise ValueError(f"test must be 't', 'z' or 'sign-flip', got {test!r}")
-    if n < 2 or (test == "sign-flip" and 2.0 / 2.0**n > alpha):
+    if n < 2 or (test == "sign-flip" and sign_flip_floor(n) > alpha):
         return None
     if test == "t":
         quantiles = student_t_quantile(1.0 - alpha / 2.0, n - 1) + student_t_quantile(power, n - 1)
@@ -586,7 +592,7 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
     unit_p = sign_flip_p(per_unit, seed=seed)
     unit_ci = bootstrap_ci(per_unit, level=1.0 - alpha, resamples=resamples, seed=seed)
     seed_level = {"n": len(seeds), "values": per_seed, "mean": float(np.mean(per_seed)),
-                  "sign_flip_p": sign_flip_p(per_seed, seed=seed), "sign_flip_floor": 2.0 / 2.0 ** len(seeds)}
+                  "sign_flip_p": sign_flip_p(per_seed, seed=seed), "sign_flip_floor": sign_flip_floor(len(seeds))}
     if len(seeds) >= 2:
         seed_level["t_test_p"] = t_test_p(per_seed)
         seed_level["interval"] = list(t_interval(per_seed, 1.0 - alpha)) if np.std(per_seed) > 0 else \
@@ -627,6 +633,7 @@ __all__ = [
     "paired_counts",
     "pass_at_k",
     "regularized_beta",
+    "sign_flip_floor",
     "sign_flip_p",
     "student_t_cdf",
     "student_t_quantile",

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from glm53_flash.core.stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_p
+from glm53_flash.core.stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_floor, sign_flip_p
 from glm53_flash.tasks import FAMILIES, family_order, parse_families, suite_of
 
 DEFAULT_RESAMPLES = 10_000
@@ -130,7 +130,7 @@ def unit_comparison(task_ids: list[str], b: dict, a: dict, level: float, resampl
             "better": sum(d > 0 for d in differences), "worse": sum(d < 0 for d in differences),
             "same": sum(d == 0 for d in differences),
             "rate_difference": sum(differences) / len(differences), "rate_difference_ci": [low, high],
-            "sign_flip_p": sign_flip_p(differences, seed=seed), "sign_flip_floor": 2.0 / 2.0 ** len(differences),
+            "sign_flip_p": sign_flip_p(differences, seed=seed), "sign_flip_floor": sign_flip_floor(len(differences)),
             "test": "exact sign-flip over units (each unit's pass-rate difference over its tasks)"}
 
 

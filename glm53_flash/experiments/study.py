@@ -33,10 +33,10 @@ def level_power(n: int, test: str, alpha: float = 0.05, power: float = 0.8) -> d
     """What a paired test over `n` independent values can detect, in standard deviations of the paired
     differences (so it needs no assumed spread): None when it can detect nothing (the exact sign-flip
     test's floor 2/2^n is above alpha, or fewer than two values)."""
-    from glm53_flash.core.stats import minimum_detectable_difference
+    from glm53_flash.core.stats import minimum_detectable_difference, sign_flip_floor
 
     return {"n": n, "test": test, "alpha": alpha, "power": power,
-            "sign_flip_floor": 2.0 / 2.0 ** n if n else 1.0,
+            "sign_flip_floor": sign_flip_floor(n),
             "mdd_in_sd": minimum_detectable_difference(n, 1.0, alpha, power, test)}
 
 
