@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo seeds test test-quick clean-venv
+.PHONY: demo seeds study-generalisation study-generalisation-rerun study-switches test test-quick clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,22 @@ demo: $(STAMP)
 # Two more pretraining seeds per arm (one RL seed each) beside the demo's runs, for the spread over seeds.
 seeds: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
+
+# The compositions suite's studies (docs/STUDIES.md). Each states its power and its time on this machine
+# before the first run, runs two units at a time (one thread each) and resumes when rerun; the sealed
+# splits are opened once per arm and pretraining seed, recorded in results/ledger.jsonl. The rerun is
+# the same study on disjoint pretraining seeds.
+STUDY_PURPOSE ?= make study-generalisation: the study's sealed evaluations, after every selection on dev
+study-generalisation: $(STAMP)
+	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation --open-sealed "$(STUDY_PURPOSE)"
+
+study-generalisation-rerun: $(STAMP)
+	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation-rerun --seeds 6,7,8,9,10 \
+		--open-sealed "$(STUDY_PURPOSE) (the rerun on disjoint pretraining seeds)"
+
+# Which RL switch matters, from the first study's pretrained checkpoints (dev only).
+study-switches: $(STAMP)
+	$(BIN)/glm53 experiment rl-switches --source runs/study-generalisation --output runs/study-switches
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

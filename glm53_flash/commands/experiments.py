@@ -12,7 +12,9 @@ from glm53_flash.commands.train import add_no_progress_alias
 
 
 def register(sub) -> None:
-    from glm53_flash.experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
+    from glm53_flash.experiments.config import (
+        GeneralisationStudyConfig, PretrainingDataStudyConfig, RLChoicesStudyConfig, RLSwitchesStudyConfig,
+    )
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
     studies = experiment.add_subparsers(dest="study", metavar="STUDY")
@@ -37,6 +39,30 @@ def register(sub) -> None:
     add_no_progress_alias(r)
     r.set_defaults(func=run_rl_choices)
 
+    g = studies.add_parser(
+        "rl-generalisation", help="does RL on the compositions suite generalise: arms x pretraining seeds x RL "
+                                  "seeds x rewards, two sealed splits",
+        description="For each arm (faithful, ours) and pretraining seed: pretrain on the compositions suite, select on "
+                    "dev, RL on compositions.rl for every RL seed with the three-case and the strong reward (each run "
+                    "selected on dev), then open the two sealed splits (unseen compositions, new constants) once per "
+                    "arm and seed. Units run in parallel (--workers, one thread each); the plan states its power and "
+                    "its time on this machine before the first run. Resumable. Analyse with `glm53 analyze DIR`.")
+    add_arguments(g, GeneralisationStudyConfig)
+    add_no_progress_alias(g)
+    g.set_defaults(func=run_generalisation)
+
+    w = studies.add_parser(
+        "rl-switches", help="which RL switch matters: each of the three flipped alone on each arm, from an "
+                            "rl-generalisation study's checkpoints, on dev",
+        description="From the selected pretraining checkpoints of a finished rl-generalisation study (--source): RL "
+                    "with each arm's own switches and with each switch alone set to the other arm's value, for every "
+                    "RL seed; each run's last checkpoint evaluated greedy on dev; each flip compared with the arm's "
+                    "own at the behaviour and the seed level, Holm over the comparisons. Opens no sealed split. "
+                    "Resumable. Analyse with `glm53 analyze DIR`.")
+    add_arguments(w, RLSwitchesStudyConfig)
+    add_no_progress_alias(w)
+    w.set_defaults(func=run_rl_switches)
+
     a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
                        description="Reads only DIR/plan.json and DIR/runs/*.json; writes DIR/summary.json, "
                                    "DIR/REPORT.md and PNG charts. Refuses to replace them without --force.")
@@ -57,12 +83,23 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
     return None
 
 
+def plan_power_lines(plan: dict) -> list[str]:
+    """The power statement of a study's plan, in its own study's words."""
+    from glm53_flash.experiments import generalisation
+    from glm53_flash.experiments.study import power_lines
+
+    if plan.get("study") == generalisation.STUDY:
+        return generalisation.power_lines(plan)
+    return power_lines(plan)
+
+
 def _start_study(cfg, out: Path, plan: dict) -> bool:
-    from glm53_flash.experiments.study import pending_units, power_lines, prepare_study
+    from glm53_flash.experiments.study import pending_units, prepare_study
 
     resuming = prepare_study(out, plan, cfg.force)
     recorded = json.loads((out / "plan.json").read_text())
-    for line in power_lines(recorded):
+    lines = plan_power_lines(recorded)
+    for line in lines:
         print(line, file=sys.stderr)
     estimate = plan["estimate"]
     units = plan["units"]
@@ -196,6 +233,130 @@ def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
         ran += _run(cfg, out, plan, resolved, run_unit, opening)
     if work.is_dir() and not any(work.iterdir()):  # each unit removes its own; another shard may still run
         work.rmdir()
+    return ran
+
+
+def run_generalisation(args) -> int:
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.experiments import generalisation
+    from glm53_flash.experiments.config import GeneralisationStudyConfig
+    from glm53_flash.model.precision import resolve_precision
+
+    cfg = from_arguments(GeneralisationStudyConfig, args)
+    cfg.validate()
+    out = Path(cfg.output)
+    device = str(resolve_device(cfg.device))
+    options = dict(arms=cfg.arms, seeds=cfg.seeds, rl_seeds=cfg.rl_seeds, rewards=cfg.rewards,
+                   pretrain=cfg.pretrain_recipe(), rl=cfg.rl_recipe(), dev_tasks=cfg.dev_tasks,
+                   sealed_tasks=cfg.sealed_tasks, precision=resolve_precision(cfg.precision, device).name,
+                   workers=cfg.workers)
+    draft = generalisation.build_plan(**options, speed=None)  # validates the flags before timing anything
+    # Every pending sealed evaluation's opening is granted here, before the study directory is touched: a
+    # refused one (a second opening without --reopen) costs no training. Without --open-sealed the study
+    # runs up to its sealed evaluations and stops there.
+    openings = {} if cfg.plan_only else _generalisation_openings(cfg, out, draft)
+
+    def timed_plan():
+        print(f"{generalisation.STUDY}: timing this machine (a few pretraining steps, one RL group, 8 dev tasks; "
+              "one thread, as each worker runs)", file=sys.stderr)
+        return generalisation.build_plan(**options, speed=generalisation.measure_speed(draft["design"], device))
+
+    try:
+        return _run_study(args, cfg, out, draft, timed_plan,
+                          lambda plan: _run_generalisation_phases(cfg, out, plan, openings))
+    finally:
+        for opening in openings.values():
+            opening.close()  # a later run (in this process too) asks the ledger again
+
+
+def run_rl_switches(args) -> int:
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.experiments import rl_switches
+    from glm53_flash.experiments.config import RLSwitchesStudyConfig
+
+    cfg = from_arguments(RLSwitchesStudyConfig, args)
+    cfg.validate()
+    out = Path(cfg.output)
+    device = str(resolve_device(cfg.device))
+    options = (Path(cfg.source), cfg.rl_seeds, cfg.switches, cfg.dev_tasks, cfg.workers)
+    draft = rl_switches.build_plan(*options, None)
+
+    def run(plan):
+        work = (out / "work").resolve()
+        ran = _run(cfg, out, plan, [u | {"work_dir": str(work / u["key"])} for u in plan["units"]],
+                   rl_switches.run_unit)
+        if work.is_dir() and not any(work.iterdir()):
+            work.rmdir()
+        return ran
+
+    return _run_study(args, cfg, out, draft,
+                      lambda: rl_switches.build_plan(*options, rl_switches.measure_speed(draft, device)), run)
+
+
+def sealed_identity(plan_sha256: str, key: str) -> str:
+    """A sealed unit's plan identity in the ledger: the study's plan and the unit, so each (arm, seed) opens
+    each sealed split once."""
+    from glm53_flash.core.receipts import sha256_json
+
+    return sha256_json({"study_plan_sha256": plan_sha256, "unit": key})
+
+
+def _generalisation_openings(cfg, out: Path, plan: dict) -> dict:
+    from glm53_flash.evaluation.ledger import plan_openings, require_open
+    from glm53_flash.experiments.study import pending_units, plan_hash
+
+    sha = plan_hash(plan)
+    pending = [u for u in pending_units(out, plan["units"], sha) if u["phase"] == "sealed"] \
+        if (out / "plan.json").is_file() else [u for u in plan["units"] if u["phase"] == "sealed"]
+    if not pending or cfg.open_sealed is None:
+        return {}
+    openings = {}
+    for unit in pending:
+        identity = sealed_identity(sha, unit["key"])
+        earlier = cfg.reopen is not None and plan_openings(unit["split"], identity)
+        openings[unit["key"]] = require_open(unit["split"], cfg.open_sealed, plan_sha256=identity,
+                                             reopen=cfg.reopen if earlier else None)
+    return openings
+
+
+def _run_generalisation_phases(cfg, out: Path, plan: dict, openings: dict) -> int:
+    """One pretraining seed at a time (so a study stopped early has whole seeds to analyse): that seed's
+    pretraining runs (each then selected on dev), its RL runs from each selected checkpoint (each selected
+    on dev), then its sealed evaluations, each under its opening, once all its runs are done."""
+    from glm53_flash.experiments.generalisation import run_unit
+    from glm53_flash.experiments.study import load_receipts
+
+    work = (out / "work").resolve()
+    ran = 0
+    for seed in plan["design"]["seeds"]:
+        units = [u for u in plan["units"] if u["seed"] == seed]
+
+        def done() -> dict:
+            return {r["unit"]["key"]: r for r in load_receipts(out, plan["plan_sha256"])}
+
+        ran += _run(cfg, out, plan, [u | {"work_dir": str(work / u["key"])} for u in units
+                                     if u["phase"] == "pretrain"], run_unit)
+        receipts = done()
+        rl = [u | {"work_dir": str(work / u["key"]), "initial_checkpoint":
+                   receipts[f"pretrain-{u['arm']}-seed-{seed}"]["selection"]["selected"]["checkpoint"]}
+              for u in units if u["phase"] == "rl" and f"pretrain-{u['arm']}-seed-{seed}" in receipts]
+        ran += _run(cfg, out, plan, rl, run_unit)
+        receipts = done()
+        sealed = []
+        for unit in (u for u in units if u["phase"] == "sealed" and u["key"] not in receipts):
+            arm = unit["arm"]
+            runs = {"before": f"pretrain-{arm}-seed-{seed}"}
+            runs |= {f"{reward}-{r}": f"rl-{arm}-seed-{seed}-{reward}-{r}"
+                     for reward in plan["design"]["rewards"] for r in plan["design"]["rl_seeds"]}
+            if not all(key in receipts for key in runs.values()):
+                continue  # its runs are not all done (another shard's, or failed): it waits
+            if unit["key"] not in openings:
+                print(f"rl-generalisation: {unit['key']} is ready; pass --open-sealed \"<purpose>\" to evaluate it",
+                      file=sys.stderr)
+                continue
+            checkpoints = {name: receipts[key]["selection"]["selected"]["checkpoint"] for name, key in runs.items()}
+            sealed.append(unit | {"checkpoints": checkpoints, "opening": openings[unit["key"]]})
+        ran += _run(cfg, out, plan, sealed, run_unit)
     return ran
 
 

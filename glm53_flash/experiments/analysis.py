@@ -662,7 +662,20 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
 # --------------------------------------------------------------------------- entry point
 
 
-ANALYZERS = {"pretraining-data": analyze_pretraining, "rl-choices": analyze_rl_choices}
+def analyze_generalisation(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    from glm53_flash.experiments import generalisation
+
+    return generalisation.analyze(out, plan, receipts)
+
+
+def analyze_rl_switches(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    from glm53_flash.experiments import rl_switches
+
+    return rl_switches.analyze(out, plan, receipts)
+
+
+ANALYZERS = {"pretraining-data": analyze_pretraining, "rl-choices": analyze_rl_choices,
+             "rl-generalisation": analyze_generalisation, "rl-switches": analyze_rl_switches}
 
 
 def analyze(directory: str | Path, force: bool = False, argv: list[str] | None = None) -> dict:

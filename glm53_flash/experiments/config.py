@@ -13,6 +13,9 @@ from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.train.config import STUDY_LEARNING_RATE, LiveLoggingConfig
 from glm53_flash.experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
 from glm53_flash.experiments.rl_choices import ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
+from glm53_flash.experiments import generalisation, rl_switches
+from glm53_flash.core.runtime import PRECISION_HELP, PRECISIONS
+from glm53_flash.model.config import PRESETS
 
 
 def parse_name_list(text: str) -> tuple[str, ...]:
@@ -117,7 +120,103 @@ class RLChoicesStudyConfig(StudyConfig):
         self.arms, self.seeds, self.confirm_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.confirm_seeds)
 
 
+def _optional_count(text: str) -> int | None:
+    """'all' -> None, else a positive integer."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {text!r}")
+    return value
+
+
+_PRETRAIN = generalisation.PRETRAIN_DEFAULTS
+_RL = generalisation.RL_RECIPE
+
+
+@dataclass(kw_only=True)
+class GeneralisationStudyConfig(StudyConfig):
+    """Every knob of `glm53 experiment rl-generalisation`; the design in plan.json comes from these."""
+
+    arms: tuple[str, ...] = option(("faithful", "ours"), parse=parse_name_list,
+                                   help="comma-separated arms (reproduce's: faithful, ours)", default_text="faithful,ours")
+    seeds: tuple[int, ...] = option(generalisation.DEFAULT_SEEDS, parse=parse_seed_range,
+                                    help="pretraining seeds: comma-separated or START:COUNT:STEP",
+                                    default_text="1,2,3,4,5")
+    rl_seeds: tuple[int, ...] = option(generalisation.DEFAULT_RL_SEEDS, parse=parse_seed_range,
+                                       help="RL seeds of every pretraining seed", default_text="31415,27182")
+    rewards: tuple[str, ...] = option(generalisation.REWARDS, parse=parse_name_list,
+                                      help="RL reward cases, each its own runs: three (the original's), strong",
+                                      default_text="three,strong")
+    preset: str = option(_PRETRAIN["preset"], choices=tuple(sorted(PRESETS)), help="model preset")
+    steps: int = option(_PRETRAIN["steps"], help="pretraining steps per run")
+    checkpoints: tuple[int, ...] = option(_PRETRAIN["checkpoints"], parse=comma_ints,
+                                          help="pretraining checkpoints selected among on dev (the last step always)")
+    learning_rate: float = option(_PRETRAIN["learning_rate"], help="pretraining peak learning rate (constant after warmup)")
+    warmup: int = option(_PRETRAIN["warmup"], help="pretraining warmup steps")
+    batch_size: int = option(_PRETRAIN["batch_size"], help="pretraining sequences per step (192 tokens each)")
+    rl_groups: int = option(_RL.groups, help="RL prompts per run (one group each)")
+    rl_group_size: int = option(_RL.group_size, help="RL samples per prompt")
+    rl_checkpoints: tuple[int, ...] = option(_RL.checkpoints, parse=comma_ints,
+                                             help="RL checkpoints selected among on dev (the last group always)")
+    rl_learning_rate: float = option(_RL.learning_rate, help="RL learning rate")
+    dev_tasks: int | None = option(None, parse=_optional_count, metavar="N|all",
+                                   help="dev tasks every selection evaluates (a fixed subset by hash)",
+                                   default_text="all 621")
+    sealed_tasks: int | None = option(None, parse=_optional_count, metavar="N|all",
+                                      help="tasks of each sealed split evaluated (a fixed subset by hash)",
+                                      default_text="all: 1,030 unseen compositions, 478 new constants")
+    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP + "; part of the design")
+    open_sealed: str | None = option(None, metavar="PURPOSE",
+                                     help="the sealed splits' evaluations run: say why they are opened (recorded "
+                                          "in the ledger, once per arm and seed)",
+                                     default_text="none: the study stops before its sealed evaluations")
+    reopen: str | None = option(None, metavar="REASON",
+                                help="open a sealed split again for an (arm, seed) that already opened it",
+                                default_text="none: a second opening is refused")
+
+    def __post_init__(self) -> None:
+        self.arms, self.seeds, self.rl_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.rl_seeds)
+        self.rewards, self.checkpoints, self.rl_checkpoints = (tuple(self.rewards), tuple(self.checkpoints),
+                                                              tuple(self.rl_checkpoints))
+
+    def pretrain_recipe(self) -> dict:
+        return {"preset": self.preset, "steps": self.steps, "checkpoints": self.checkpoints,
+                "learning_rate": self.learning_rate, "warmup": self.warmup, "batch_size": self.batch_size}
+
+    def rl_recipe(self):
+        from dataclasses import replace
+
+        return replace(_RL, groups=self.rl_groups, group_size=self.rl_group_size,
+                       checkpoints=tuple(c for c in self.rl_checkpoints if c <= self.rl_groups),
+                       learning_rate=self.rl_learning_rate)
+
+
+@dataclass(kw_only=True)
+class RLSwitchesStudyConfig(StudyConfig):
+    """Every knob of `glm53 experiment rl-switches`; the design in plan.json comes from these."""
+
+    source: str = option(help="a finished rl-generalisation study directory whose selected pretraining "
+                              "checkpoints every run starts from")
+    rl_seeds: tuple[int, ...] = option(rl_switches.DEFAULT_RL_SEEDS, parse=parse_seed_range,
+                                       help="RL seeds of every (arm, pretraining seed, variant)", default_text="101,202")
+    switches: tuple[str, ...] = option(rl_switches.SWITCHES, parse=parse_name_list,
+                                       help=f"RL switches to flip, each alone; {', '.join(rl_switches.SWITCHES)}",
+                                       default_text="all three")
+    dev_tasks: int | None = option(None, parse=_optional_count, metavar="N|all",
+                                   help="dev tasks every run's last checkpoint is evaluated on (a fixed subset by hash)",
+                                   default_text="all 621")
+
+    def __post_init__(self) -> None:
+        self.rl_seeds, self.switches = tuple(self.rl_seeds), tuple(self.switches)
+
+
 __all__ = [
+    "GeneralisationStudyConfig",
+    "RLSwitchesStudyConfig",
     "PretrainingDataStudyConfig",
     "RLChoicesStudyConfig",
     "StudyConfig",

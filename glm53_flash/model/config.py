@@ -174,6 +174,10 @@ PRESETS: dict[str, ModelConfig] = {
         dim=48, layers=3, heads=3, expert_hidden=96, experts=4, top_k=1, streams=2,
         sparse_window=24, sparse_stride=24, linear_rope="rope-before-feature-map",
     ),
+    # The compositions studies' model (`glm53 experiment rl-generalisation`): the flash model's pattern once
+    # (three linear layers, then one sparse), narrower, so five pretraining seeds per arm fit a study on a
+    # 2-core CPU; its budget was chosen on dev (docs/STUDIES.md, results/study-budget/).
+    "study": ModelConfig(dim=96, layers=4, heads=4, expert_hidden=192),
     "tiny": ModelConfig(
         dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=4,
         sparse_window=8, sparse_stride=8, max_sequence_length=192, linear_chunk=16,

@@ -1,0 +1,526 @@
+"""RL-generalisation study: does RL on the compositions suite's rl behaviours carry over to behaviours
+it never trained on?
+
+For each arm (faithful: the original miniature's switches; ours: our defaults; reproduce.ARMS) and
+each pretraining seed: pretrain on the suite's pretraining stream, select a checkpoint on dev
+(greedy, the most tasks solved, then tests passed; ties to the earlier), then RL from it on
+`compositions.rl` for every RL seed, once with the original's three-case reward and once with the
+strong set as the reward, each run's checkpoint again selected on dev. Only when every run of an
+(arm, seed) is selected are the two sealed splits opened, once each through the ledger: unseen
+compositions (`compositions.unseen_structures`) and seen structures with new constants
+(`compositions.new_constants`), reported separately. Every evaluation is greedy pass@1, judged on the
+task's three cases and on its strong set, so a report can say how many passes are false (reward
+hacking). The unit of analysis is a behaviour (each task is its own) and a pretraining seed; a
+direction is claimed only when both levels show it (stats.two_level_comparison).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
+from glm53_flash.tasks import compositions
+from glm53_flash.train.config import RLConfig
+
+STUDY = "rl-generalisation"
+DEV_SPLIT = compositions.DEV_SPLIT
+SEALED_SPLITS = compositions.SEALED
+SHORT_NAMES = {compositions.UNSEEN_SPLIT: "unseen", compositions.NEW_CONSTANTS_SPLIT: "new-constants"}
+REWARDS = ("three", "strong")  # the reward cases of RL: the original's three, or the whole strong set
+DEFAULT_SEEDS = (1, 2, 3, 4, 5)
+DEFAULT_RL_SEEDS = (31415, 27182)
+EVAL_SEED = 2026  # recorded only: greedy decoding draws no random numbers
+MAX_NEW_TOKENS = compositions.MAX_NEW_TOKENS
+SELECTION_RULE = ("on dev (the study's dev tasks), the checkpoint with the most tasks solved, then the most tests "
+                  "passed; ties to the earlier checkpoint (pretraining: every checkpoint after step 0; RL: every "
+                  "checkpoint of the run)")
+# The pretraining recipe's defaults: the `study` preset's budget, chosen on dev by the suite's rule (the
+# earliest checkpoint whose dev pass rate lies between 20% and 80% for both kinds of task; the pilot in
+# results/study-budget/, docs/STUDIES.md), with the two checkpoints before it to select among.
+PRETRAIN_DEFAULTS = {"preset": "study", "steps": 2500, "checkpoints": (1500, 2000, 2500), "learning_rate": 2e-3,
+                     "warmup": 100, "batch_size": 32}
+# The RL recipe every run starts from: the headline's (the original's) group size, temperature, binary
+# reward and trained scope (the last block and the head); the learning rate and the number of groups
+# chosen on dev for the study model (results/study-budget/: 5e-5 barely moved dev, 2e-4 did, training
+# every parameter at 2e-4 lowered it). An arm changes its switches, a run its seed, reward cases and paths.
+RL_RECIPE = RLConfig(initial_checkpoint="", output="", tasks="compositions", groups=128, checkpoints=(32, 64, 96, 128),
+                     group_size=16, temperature=SAMPLING_TEMPERATURE, learning_rate=2e-4,
+                     train_scope="last-block-head", reward_mode="binary", prompts_per_update=1, verifier_workers=1,
+                     quiet=True)
+RL_RECORDED = ("tasks", "groups", "checkpoints", "group_size", "temperature", "learning_rate", "train_scope",
+               "reward_mode", "invalid_penalty", "exact_bonus", "max_new_tokens", "stop", "prompts_per_update",
+               "kl_coef", "warmup", "grad_clip")
+
+
+def _arms() -> dict:
+    from glm53_flash.experiments.reproduce import ARMS
+
+    return ARMS
+
+
+def task_subset(split: str, count: int | None) -> list[str]:
+    """The ids of `count` tasks of `split` (all when None): the first by sha256 of the id, so a subset is
+    fixed, spread over the whole split, and needs no opening of a sealed split to name."""
+    from glm53_flash.tasks import split_task_ids
+
+    ids = split_task_ids(split)
+    if count is None or count >= len(ids):
+        return ids
+    if count < 1:
+        raise ValueError(f"a task count must be >= 1, got {count}")
+    chosen = set(sorted(ids, key=lambda i: hashlib.sha256(i.encode()).hexdigest())[:count])
+    return [i for i in ids if i in chosen]
+
+
+def _ids_sha256(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def rl_record(recipe: RLConfig) -> dict:
+    record = {name: getattr(recipe, name) for name in RL_RECORDED}
+    record["checkpoints"] = list(record["checkpoints"])
+    return record
+
+
+def build_plan(*, arms, seeds, rl_seeds, rewards, pretrain: dict, rl: RLConfig, dev_tasks: int | None,
+               sealed_tasks: int | None, precision: str, workers: int, speed: dict | None) -> dict:
+    """The study's plan: its design (hashed), units, analysis and power, stated before anything runs,
+    and the time it is expected to take on this machine (`speed`: measure_speed's, None for a draft)."""
+    from glm53_flash.evaluation.headline_stats import HEADLINE_ANALYSIS, level_power
+
+    known = _arms()
+    arms, seeds, rl_seeds, rewards = list(arms), list(seeds), list(rl_seeds), list(rewards)
+    for arm in arms:
+        if arm not in known:
+            raise ValueError(f"unknown arm {arm!r}; allowed: {', '.join(known)}")
+    for reward in rewards:
+        if reward not in REWARDS:
+            raise ValueError(f"unknown reward {reward!r}; allowed: {', '.join(REWARDS)}")
+    for name, values in (("arms", arms), ("seeds", seeds), ("RL seeds", rl_seeds), ("rewards", rewards)):
+        if not values or len(set(values)) != len(values):
+            raise ValueError(f"{name} must be given, without repeats")
+    steps = pretrain["steps"]
+    checkpoints = sorted(set(pretrain["checkpoints"]) | {steps})
+    if steps < 1 or any(c < 1 or c > steps for c in checkpoints):
+        raise ValueError(f"pretraining checkpoints must lie in 1..{steps}, got {checkpoints}")
+    rl.validate()
+    dev_ids = task_subset(DEV_SPLIT, dev_tasks)
+    sealed_ids = {split: task_subset(split, sealed_tasks) for split in SEALED_SPLITS}
+    units = [{"key": f"pretrain-{arm}-seed-{seed}", "phase": "pretrain", "arm": arm, "seed": seed}
+             for seed in seeds for arm in arms]
+    units += [{"key": f"rl-{arm}-seed-{seed}-{reward}-{rl_seed}", "phase": "rl", "arm": arm, "seed": seed,
+               "reward": reward, "rl_seed": rl_seed}
+              for seed in seeds for arm in arms for reward in rewards for rl_seed in rl_seeds]
+    units += [{"key": f"sealed-{SHORT_NAMES[split]}-{arm}-seed-{seed}", "phase": "sealed", "arm": arm, "seed": seed,
+               "split": split} for split in SEALED_SPLITS for seed in seeds for arm in arms]
+    analysis = HEADLINE_ANALYSIS
+    power = {f"RL gain on {split}": {"test": "before vs after RL (the mean over RL seeds), units and pretraining "
+                                             "seeds together",
+                                     **level_power(len(ids), len(seeds), analysis)}
+             for split, ids in sealed_ids.items()}
+    runs = len(arms) * len(seeds)
+    rl_runs = runs * len(rewards) * len(rl_seeds)
+    selections = len(checkpoints) * runs + len(set(rl.checkpoints) | {rl.groups}) * rl_runs
+    evaluated = selections * len(dev_ids) + runs * (1 + len(rewards) * len(rl_seeds)) * sum(
+        len(ids) for ids in sealed_ids.values())
+    estimate = {"workers": workers, "pretraining_steps": runs * steps, "rollouts": rl_runs * rl.groups * rl.group_size,
+                "evaluated_tasks": evaluated, **(speed or {})}
+    if speed:
+        seconds = (estimate["pretraining_steps"] * speed["seconds_per_step"]
+                   + estimate["rollouts"] * speed["seconds_per_rollout"]
+                   + evaluated * speed["seconds_per_eval_task"])
+        estimate["expected_minutes"] = round(seconds / max(1, min(workers, runs)) / 60, 1)
+    else:
+        estimate["expected_minutes"] = None
+    return {
+        "study": STUDY,
+        "design": {
+            "suite": compositions.SUITE, "suite_version": compositions.VERSION, "arms": arms,
+            "arm_switches": {arm: known[arm] for arm in arms}, "seeds": seeds, "rl_seeds": rl_seeds,
+            "rewards": rewards,
+            "pretrain": {**{k: v for k, v in pretrain.items() if k != "checkpoints"}, "checkpoints": checkpoints,
+                         "tasks": compositions.SUITE, "sequence_length": compositions.SEQUENCE_LENGTH},
+            "rl": rl_record(rl), "precision": precision,
+            "dev_split": DEV_SPLIT, "dev_tasks": len(dev_ids), "dev_task_ids_sha256": _ids_sha256(dev_ids),
+            "sealed_splits": list(SEALED_SPLITS), "sealed_tasks": {s: len(ids) for s, ids in sealed_ids.items()},
+            "sealed_task_ids_sha256": {s: _ids_sha256(ids) for s, ids in sealed_ids.items()},
+            "subset_sizes": {"dev": dev_tasks, "sealed": sealed_tasks},
+            "evaluation": f"greedy pass@1, at most {MAX_NEW_TOKENS} new tokens, each program judged on its three "
+                          "cases and on its strong set",
+            "selection": SELECTION_RULE,
+        },
+        "units": units,
+        "analysis": {
+            "effect": "per arm, reward and sealed split: after RL (the selected checkpoint, averaged over RL seeds) "
+                      "minus before RL (the selected pretraining checkpoint), per behaviour and pretraining seed",
+            "test": "stats.two_level_comparison: exact sign-flip and bootstrap CI over behaviours, t-test and "
+                    "interval over pretraining seeds; a direction needs both levels at alpha",
+            "reward_hacking": "false passes (pass the three cases, fail the strong set) per pass, on the sealed "
+                              "evaluations and in training",
+            "settings": analysis.to_dict(),
+        },
+        # stated before the first run, outside the hashed design (as the estimate)
+        "power": power,
+        "estimate": estimate,
+    }
+
+
+def power_lines(plan: dict) -> list[str]:
+    def points(value):
+        return "none" if value is None else f"{100 * value:.1f} points"
+
+    settings = plan["analysis"]["settings"]
+    lines = [f"power at alpha {settings['alpha']} and {settings['power']:.0%} (assumed sd: units "
+             f"{settings['unit_sd']}, seeds {settings['seed_sd']}, the headline's; this study measures its own):"]
+    for name, q in plan["power"].items():
+        lines.append(f"- {name}: {q['units']} behaviours, {q['seeds']} pretraining seeds; smallest detectable "
+                     f"difference {points(q['mdd_units'])} over behaviours, {points(q['mdd_seeds'])} over seeds "
+                     f"(effect of interest {points(q['effect_of_interest'])}) -> "
+                     f"{'can' if q['detectable'] else 'cannot'} detect it")
+    return lines
+
+
+# --------------------------------------------------------------------------- the units
+
+
+def _tasks(split: str, ids: list[str] | None = None, opening=None) -> list:
+    from glm53_flash.tasks import split_tasks
+
+    tasks = split_tasks(split, opening=opening)
+    if ids is None:
+        return tasks
+    wanted = set(ids)
+    return [task for task in tasks if task.task_id in wanted]
+
+
+def _design_ids(design: dict, split: str) -> list[str]:
+    sizes = design["subset_sizes"]
+    ids = task_subset(split, sizes["dev"] if split == DEV_SPLIT else sizes["sealed"])
+    expected = design["dev_task_ids_sha256"] if split == DEV_SPLIT else design["sealed_task_ids_sha256"][split]
+    if _ids_sha256(ids) != expected:
+        raise ValueError(f"the tasks of {split} differ from the plan's (suite changed?); start a new study")
+    return ids
+
+
+def _evaluate(model, tasks: list, design: dict, verifier, opening=None) -> dict:
+    """Greedy pass@1 of `model` on `tasks`: the summary, by kind, and each task's two verdicts."""
+    from glm53_flash.evaluation.evaluate import evaluate_greedy
+
+    receipt = evaluate_greedy(model, tasks, max_new_tokens=MAX_NEW_TOKENS, seed=EVAL_SEED, verifier=verifier,
+                              opening=opening, precision=design["precision"])
+    outcomes = {e["task_id"]: [bool(e["evaluation"]["passed"]), bool(e["strong_passed"])] for e in receipt["episodes"]}
+    return {"summary": receipt["summary"], "by_kind": receipt["by_kind"], "outcomes": outcomes,
+            "completions": {e["task_id"]: e["generated_completion"] for e in receipt["episodes"]},
+            "seconds": receipt["elapsed_seconds"]}
+
+
+def _select(run_dir: Path, design: dict, device: str, skip_step_zero: bool) -> dict:
+    """Every checkpoint of a run evaluated on the study's dev tasks, and the one the rule selects."""
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.checkpoint import list_checkpoints
+    from glm53_flash.train.select import best_entry, selection_score
+    from glm53_flash.verifier import Verifier
+
+    tasks = _tasks(DEV_SPLIT, _design_ids(design, DEV_SPLIT))
+    entries, results = [], {}
+    with Verifier(workers=1) as verifier:
+        for step, path in list_checkpoints(run_dir):
+            if skip_step_zero and step == 0:
+                continue
+            model, meta = load_pretrained(path, device)
+            result = _evaluate(model, tasks, design, verifier)
+            score = list(selection_score(result, sampled=False))
+            entries.append({"step": step, "checkpoint": str(path), "weights_sha256": meta["weights_sha256"],
+                            "score": score, "pass_at_1": result["summary"]["pass_at_1"],
+                            "solved_strong": result["summary"]["tasks_solved_strong"], "by_kind": result["by_kind"]})
+            results[step] = result
+    if not entries:
+        raise ValueError(f"{run_dir} holds no checkpoint to select from")
+    best = best_entry(entries)
+    return {"rule": SELECTION_RULE, "checkpoints": entries, "selected": best,
+            "outcomes": results[best["step"]]["outcomes"]}
+
+
+def run_unit(unit: dict) -> dict:
+    """Worker entry point: one pretraining run (and its selection), one RL run (and its selection), or
+    one sealed split's evaluation of an (arm, seed)'s selected checkpoints."""
+    import torch
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    phase = unit["phase"]
+    result = {"pretrain": _pretrain_unit, "rl": _rl_unit, "sealed": _sealed_unit}[phase](unit)
+    return {"phase": phase, "arm": unit["arm"], "seed": unit["seed"], **result,
+            "elapsed_seconds": round(time.perf_counter() - started, 3)}
+
+
+def _pretrain_unit(unit: dict) -> dict:
+    from glm53_flash.train.config import PretrainConfig
+    from glm53_flash.train.pretrain import pretrain
+
+    design, device = unit["design"], unit.get("device", "cpu")
+    switches = _arms()[unit["arm"]]
+    recipe = design["pretrain"]
+    work = Path(unit["work_dir"])
+    receipt = pretrain(PretrainConfig(
+        output=str(work), steps=recipe["steps"], checkpoints=tuple(recipe["checkpoints"]),
+        batch_size=recipe["batch_size"], sequence_length=recipe["sequence_length"],
+        learning_rate=recipe["learning_rate"], warmup=recipe["warmup"], seed=unit["seed"], tasks=recipe["tasks"],
+        preset=recipe["preset"], model_overrides={**recipe.get("model_overrides", {}), **switches["model_overrides"]},
+        precision=design["precision"], device=device, resume=True, quiet=True, **switches["pretrain"]))
+    curve = receipt["training_curve"]
+    training = {"elapsed_seconds": receipt["elapsed_seconds"], "tokens_seen": receipt["tokens_seen"],
+                "final_loss": curve[-1]["loss"] if curve else None, "parameters": receipt["parameter_counts"],
+                "checkpoints": [{"step": c["step"], "weights_sha256": c["weights_sha256"]}
+                                for c in receipt["checkpoints"]]}
+    return {"training": training, "selection": _select(work, design, device, skip_step_zero=True)}
+
+
+def _rl_unit(unit: dict) -> dict:
+    from glm53_flash.train.rl import train_rl
+
+    design, device = unit["design"], unit.get("device", "cpu")
+    switches = _arms()[unit["arm"]]
+    recipe = {k: tuple(v) if isinstance(v, list) else v for k, v in design["rl"].items()}
+    work = Path(unit["work_dir"])
+    receipt = train_rl(replace(RLConfig(initial_checkpoint="", output="", **recipe), **switches["rl"],
+                               initial_checkpoint=unit["initial_checkpoint"], output=str(work),
+                               seed=unit["rl_seed"], reward_cases=unit["reward"], precision=design["precision"],
+                               device=device, resume=True, quiet=True, verifier_workers=1))
+    training = {key: receipt.get(key) for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
+                                                  "exact_training_rollouts", "elapsed_seconds", "reward_hacking",
+                                                  "trainable_parameters")}
+    return {"reward": unit["reward"], "rl_seed": unit["rl_seed"], "initial_checkpoint": unit["initial_checkpoint"],
+            "training": training, "selection": _select(work, design, device, skip_step_zero=False)}
+
+
+def _sealed_unit(unit: dict) -> dict:
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.verifier import Verifier
+
+    design, device, opening = unit["design"], unit.get("device", "cpu"), unit.get("opening")
+    split = unit["split"]
+    if opening is None or opening.split != split:
+        raise ValueError(f"{unit['key']} evaluates the sealed split {split}: it needs an opening of it")
+    tasks = _tasks(split, _design_ids(design, split), opening=opening)
+    evaluations = {}
+    with Verifier(workers=1) as verifier:
+        for name, checkpoint in unit["checkpoints"].items():
+            model, meta = load_pretrained(checkpoint, device)
+            result = _evaluate(model, tasks, design, verifier, opening=opening)
+            evaluations[name] = {"checkpoint": checkpoint, "weights_sha256": meta["weights_sha256"], **result}
+    return {"split": split, "evaluations": evaluations}
+
+
+def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
+    """Seconds per pretraining step, per RL rollout and per evaluated dev task of the plan's model on this
+    machine, one thread (as each worker runs): a few steps of a fresh pretraining run, one RL group from
+    its checkpoint, and a greedy evaluation of a few dev tasks. An untrained model writes every
+    completion to the cap, so the last two are upper bounds."""
+    import tempfile
+
+    import torch
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.config import PretrainConfig
+    from glm53_flash.train.pretrain import pretrain
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.verifier import Verifier
+
+    recipe, rl = design_draft["pretrain"], design_draft["rl"]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="glm53-generalisation-probe-") as tmp:
+            receipt = pretrain(PretrainConfig(
+                output=f"{tmp}/pretrain", steps=4, checkpoints=(4,), batch_size=recipe["batch_size"],
+                sequence_length=recipe["sequence_length"], learning_rate=recipe["learning_rate"],
+                tasks=recipe["tasks"], preset=recipe["preset"], model_overrides=recipe.get("model_overrides", {}),
+                precision=design_draft["precision"], device=device, quiet=True))
+            step = sorted(row["seconds"] for row in receipt["training_curve"][1:])[1]  # the median of steps 2-4
+            checkpoint = receipt["checkpoints"][-1]["path"]
+            started = time.perf_counter()
+            train_rl(RLConfig(initial_checkpoint=checkpoint, output=f"{tmp}/rl", tasks="compositions", groups=1,
+                              checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
+                              train_scope=rl["train_scope"], precision=design_draft["precision"], device=device,
+                              verifier_workers=1, quiet=True))
+            rollout = (time.perf_counter() - started) / rl["group_size"]
+            model, _ = load_pretrained(checkpoint, device)
+            tasks = _tasks(DEV_SPLIT, task_subset(DEV_SPLIT, 8))
+            with Verifier(workers=1) as verifier:
+                started = time.perf_counter()
+                _evaluate(model, tasks, design_draft, verifier)
+                per_task = (time.perf_counter() - started) / len(tasks)
+        return {"seconds_per_step": round(step, 4), "seconds_per_rollout": round(rollout, 4),
+                "seconds_per_eval_task": round(per_task, 4)}
+    finally:
+        torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def _by_unit(receipts: list[dict]) -> dict:
+    return {(r["phase"], r["arm"], r["seed"], r.get("reward"), r.get("rl_seed"), r.get("split")): r for r in receipts}
+
+
+def _rate(outcomes: dict, strong: bool) -> float:
+    return sum(v[1 if strong else 0] for v in outcomes.values()) / len(outcomes) if outcomes else 0.0
+
+
+def _false_pass_share(outcomes_list: list[dict]) -> dict:
+    passes = sum(v[0] for outcomes in outcomes_list for v in outcomes.values())
+    false = sum(v[0] and not v[1] for outcomes in outcomes_list for v in outcomes.values())
+    return {"passes": passes, "false_passes": false, "share": false / passes if passes else None}
+
+
+def compute(plan: dict, receipts: list[dict]) -> dict:
+    """The study's summary from its receipts: per arm, reward and sealed split the RL effect at both
+    levels under the three-case and the strong verdict; the same on dev (where the checkpoints were
+    selected: optimistic, shown for reference); the false passes; the seeds' spread."""
+    from glm53_flash.core.stats import two_level_comparison
+
+    design = plan["design"]
+    found = _by_unit(receipts)
+    alpha = plan["analysis"]["settings"]["alpha"]
+    results, dev, hacking, spread = [], [], [], {}
+    for arm in design["arms"]:
+        for reward in design["rewards"]:
+            for split in design["sealed_splits"]:
+                seeds = [s for s in design["seeds"] if ("sealed", arm, s, None, None, split) in found]
+                if not seeds:
+                    continue
+                evaluations = {s: found[("sealed", arm, s, None, None, split)]["evaluations"] for s in seeds}
+                row = {"arm": arm, "reward": reward, "split": split, "seeds": seeds}
+                for verdict, strong in (("three", False), ("strong", True)):
+                    differences, before, after = {}, [], []
+                    for s in seeds:
+                        base = evaluations[s]["before"]["outcomes"]
+                        runs = [evaluations[s][f"{reward}-{r}"]["outcomes"] for r in design["rl_seeds"]]
+                        differences[str(s)] = {t: sum(run[t][strong] for run in runs) / len(runs) - base[t][strong]
+                                               for t in base}
+                        before.append(_rate(base, strong))
+                        after.append(sum(_rate(run, strong) for run in runs) / len(runs))
+                    row[verdict] = {"before": before, "after": after,
+                                    "comparison": two_level_comparison(differences, alpha=alpha)}
+                row["false_passes"] = {
+                    "before": _false_pass_share([evaluations[s]["before"]["outcomes"] for s in seeds]),
+                    "after": _false_pass_share([evaluations[s][f"{reward}-{r}"]["outcomes"]
+                                                for s in seeds for r in design["rl_seeds"]])}
+                results.append(row)
+            rl_rows = [r for r in receipts if r["phase"] == "rl" and r["arm"] == arm and r["reward"] == reward]
+            if rl_rows:
+                hacks = [{k: v for k, v in r["training"]["reward_hacking"].items() if k != "by_group"}
+                         for r in rl_rows if r["training"].get("reward_hacking")]
+                hacking.append({"arm": arm, "reward": reward, "runs": len(rl_rows), "training": hacks})
+                seeds = sorted({r["seed"] for r in rl_rows if ("pretrain", arm, r["seed"], None, None, None) in found})
+                complete = [s for s in seeds if all(("rl", arm, s, reward, r, None) in found for r in design["rl_seeds"])]
+                if complete:
+                    differences = {}
+                    for s in complete:
+                        base = found[("pretrain", arm, s, None, None, None)]["selection"]["outcomes"]
+                        runs = [found[("rl", arm, s, reward, r, None)]["selection"]["outcomes"] for r in design["rl_seeds"]]
+                        differences[str(s)] = {t: sum(run[t][0] for run in runs) / len(runs) - base[t][0] for t in base}
+                    dev.append({"arm": arm, "reward": reward, "seeds": complete,
+                                "comparison": two_level_comparison(differences, alpha=alpha)})
+        pretrained = [found[k] for k in found if k[0] == "pretrain" and k[1] == arm]
+        if pretrained:
+            rates = [r["selection"]["selected"]["pass_at_1"] for r in pretrained]
+            mean = sum(rates) / len(rates)
+            sd = (sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) ** 0.5 if len(rates) > 1 else None
+            spread[arm] = {"seeds": [r["seed"] for r in pretrained], "dev_pass_at_1": rates, "mean": mean, "sd": sd,
+                           "selected_steps": [r["selection"]["selected"]["step"] for r in pretrained]}
+    return {"study": STUDY, "runs": len(receipts), "sealed": results, "dev": dev, "reward_hacking": hacking,
+            "pretraining_on_dev": spread}
+
+
+VERBS = {"better": "raises", "worse": "lowers", "not shown": "is not shown to change"}
+
+
+def answers(plan: dict, summary: dict) -> list[str]:
+    """One line per (arm, reward, sealed split): the effect under the strong verdict with both levels."""
+    lines = []
+    for row in summary["sealed"]:
+        c = row["strong"]["comparison"]
+        seeds = c["seeds"]
+        interval = seeds["interval"]
+        lines.append(
+            f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: RL "
+            f"{VERBS[c['verdict']]}"
+            f" the strong pass rate by {100 * c['mean_difference']:+.1f} points (behaviours: p {c['units']['sign_flip_p']:.3g}, "
+            f"CI {100 * c['units']['interval'][0]:+.1f} to {100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
+            + ("p n/a" if seeds["t_test_p"] is None else
+               f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")")
+    return lines
+
+
+def report_lines(plan: dict, summary: dict) -> list[str]:
+    design = plan["design"]
+    lines = [f"# {STUDY}: does RL on the compositions suite carry over?", "",
+             f"Arms {', '.join(design['arms'])}; pretraining seeds {', '.join(map(str, design['seeds']))}; RL seeds "
+             f"{', '.join(map(str, design['rl_seeds']))}; rewards {', '.join(design['rewards'])}; the "
+             f"{design['pretrain']['preset']} preset, {design['pretrain']['steps']} pretraining steps; RL "
+             f"{design['rl']['groups']} groups x {design['rl']['group_size']}; precision {design['precision']}.", "",
+             "## Power, stated before the runs", "", *power_lines(plan), "",
+             "## The sealed splits (each opened once per (arm, seed), after every selection)", "",
+             "| arm | reward | split | verdict | before (strong) | after (strong) | effect, behaviours | "
+             "effect, seeds | result | false passes before / after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def mean(values):
+        return sum(values) / len(values)
+
+    for row in summary["sealed"]:
+        for verdict in ("three", "strong"):
+            c = row[verdict]["comparison"]
+            units, seeds = c["units"], c["seeds"]
+            seed_text = "n/a" if seeds["interval"] is None else \
+                f"{100 * seeds['mean']:+.1f} [{100 * seeds['interval'][0]:+.1f}, {100 * seeds['interval'][1]:+.1f}] " \
+                f"p {seeds['t_test_p']:.3g}"
+            fp = row["false_passes"]
+
+            def share(entry):
+                return "n/a" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
+
+            lines.append(f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | {verdict} | "
+                         f"{100 * mean(row[verdict]['before']):.1f}% | {100 * mean(row[verdict]['after']):.1f}% | "
+                         f"{100 * units['mean']:+.1f} [{100 * units['interval'][0]:+.1f}, "
+                         f"{100 * units['interval'][1]:+.1f}] p {units['sign_flip_p']:.3g} | {seed_text} | "
+                         f"{c['verdict']} | " + (f"{share(fp['before'])} / {share(fp['after'])}" if verdict == "three"
+                                                 else "") + " |")
+    lines += ["", "Effects are points of greedy pass@1 (after minus before; brackets: 95% intervals). `result` "
+                  "is `better`/`worse` only when behaviours and seeds both show it.", "",
+              "## On dev (where every checkpoint was selected: optimistic)", "",
+              "| arm | reward | seeds | effect (three cases) | result |", "|---|---|---|---|---|"]
+    for row in summary["dev"]:
+        c = row["comparison"]
+        lines.append(f"| {row['arm']} | {row['reward']} | {len(row['seeds'])} | {100 * c['mean_difference']:+.1f} | "
+                     f"{c['verdict']} |")
+    lines += ["", "## Pretraining: the selected checkpoints on dev", "",
+              "| arm | seeds | dev pass@1 | mean | sd over seeds | selected steps |", "|---|---|---|---|---|---|"]
+    for arm, row in summary["pretraining_on_dev"].items():
+        lines.append(f"| {arm} | {', '.join(map(str, row['seeds']))} | "
+                     f"{', '.join(f'{100 * r:.1f}%' for r in row['dev_pass_at_1'])} | {100 * row['mean']:.1f}% | "
+                     + ("n/a" if row["sd"] is None else f"{100 * row['sd']:.1f} points") + " | "
+                     f"{', '.join(map(str, row['selected_steps']))} |")
+    lines += ["", "## Reward hacking in training", "", "| arm | reward | runs | passes that fail the strong set |",
+              "|---|---|---|---|"]
+    for row in summary["reward_hacking"]:
+        passes = sum(h["rollouts_passing_reward_cases"] for h in row["training"])
+        hacks = sum(h["failing_strong_set"] for h in row["training"])
+        lines.append(f"| {row['arm']} | {row['reward']} | {row['runs']} | {hacks} of {passes} |")
+    return lines + [""]
+
+
+def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    summary = compute(plan, receipts)
+    summary["answers"] = answers(plan, summary)
+    return summary, report_lines(plan, summary), {}
+
+
+__all__ = ["DEFAULT_RL_SEEDS", "DEFAULT_SEEDS", "PRETRAIN_DEFAULTS", "REWARDS", "RL_RECIPE", "STUDY", "analyze",
+           "build_plan", "compute", "measure_speed", "run_unit", "task_subset"]

@@ -1,0 +1,279 @@
+"""RL-switches study: which of the three RL switches that differ between the arms matters?
+
+The faithful and our arm differ in three RL switches (`logprob_source`, `loss_normalization`,
+`eos_handling`; reproduce.ARMS). This study reuses the pretrained and dev-selected checkpoints of a
+finished `rl-generalisation` study (so its seeds cost only RL) and, for each arm and pretraining seed,
+runs RL with the arm's own switches and with each switch alone set to the other arm's value, for every
+RL seed, with the source study's RL recipe and the original's three-case reward. Every run's last
+checkpoint is evaluated greedy on dev (the same tasks for every run: no checkpoint is selected, so the
+comparison is not biased by a choice made on the tasks it is judged on). Each flip is compared with the
+arm's own run at both levels that vary (behaviours and pretraining seeds, the RL seeds averaged), Holm
+over the comparisons. Nothing here opens a sealed split.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from glm53_flash.experiments import generalisation as gen
+from glm53_flash.train.config import RLConfig
+
+STUDY = "rl-switches"
+SWITCHES = ("logprob_source", "loss_normalization", "eos_handling")
+OWN = "own"
+DEFAULT_RL_SEEDS = (101, 202)
+
+
+def switch_values(arm: str) -> dict:
+    """The arm's value of each RL switch (an arm that does not set one has RLConfig's default)."""
+    from glm53_flash.experiments.reproduce import ARMS
+
+    defaults = RLConfig(initial_checkpoint="", output="")
+    return {name: ARMS[arm]["rl"].get(name, getattr(defaults, name)) for name in SWITCHES}
+
+
+def variant_switches(arm: str, variant: str, other: str) -> dict:
+    """The RL switches of `variant` on `arm`: its own, or one switch set to the `other` arm's value."""
+    values = switch_values(arm)
+    if variant == OWN:
+        return values
+    name = variant.removeprefix("flip-")
+    if name not in SWITCHES or variant == name:
+        raise ValueError(f"unknown variant {variant!r}; allowed: {OWN}, " + ", ".join(f"flip-{s}" for s in SWITCHES))
+    return values | {name: switch_values(other)[name]}
+
+
+def source_runs(source: Path) -> tuple[dict, dict]:
+    """A finished rl-generalisation study's plan and, per (arm, seed), its selected pretraining checkpoint;
+    refused when the study is another or its pretraining is not all finished."""
+    from glm53_flash.experiments.study import PLAN_FILE, load_receipts
+
+    path = Path(source) / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"--from {source}: no {PLAN_FILE}; give an `rl-generalisation` study directory")
+    plan = json.loads(path.read_text())
+    if plan.get("study") != gen.STUDY:
+        raise ValueError(f"--from {source} is a {plan.get('study')!r} study; give an `{gen.STUDY}` study directory")
+    found = {(r["arm"], r["seed"]): r for r in load_receipts(source, plan["plan_sha256"]) if r["phase"] == "pretrain"}
+    design = plan["design"]
+    missing = [f"{arm} seed {seed}" for arm in design["arms"] for seed in design["seeds"] if (arm, seed) not in found]
+    if missing:
+        raise ValueError(f"--from {source}: pretraining not finished for {', '.join(missing)}; finish it first "
+                         f"(`glm53 experiment {gen.STUDY}` resumes it)")
+    checkpoints = {}
+    for (arm, seed), receipt in found.items():
+        selected = receipt["selection"]["selected"]
+        checkpoints[f"{arm}-{seed}"] = {"checkpoint": selected["checkpoint"], "weights_sha256": selected["weights_sha256"],
+                                        "step": selected["step"]}
+    return plan, checkpoints
+
+
+def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers: int, speed: dict | None) -> dict:
+    from glm53_flash.experiments.study import level_power
+
+    source_plan, checkpoints = source_runs(source)
+    design_in = source_plan["design"]
+    arms, seeds, rl_seeds, switches = list(design_in["arms"]), list(design_in["seeds"]), list(rl_seeds), list(switches)
+    if len(arms) != 2:
+        raise ValueError(f"the source study must have both arms to flip a switch to the other's value; it has "
+                         f"{', '.join(arms)}")
+    unknown = [s for s in switches if s not in SWITCHES]
+    if unknown or not switches or len(set(switches)) != len(switches):
+        raise ValueError(f"switches must be distinct names among {', '.join(SWITCHES)}; got {', '.join(switches)}")
+    if not rl_seeds or len(set(rl_seeds)) != len(rl_seeds):
+        raise ValueError("RL seeds must be given, without repeats")
+    variants = [OWN, *(f"flip-{s}" for s in switches)]
+    other = {arms[0]: arms[1], arms[1]: arms[0]}
+    dev_ids = gen.task_subset(gen.DEV_SPLIT, dev_tasks)
+    units = [{"key": f"{arm}-seed-{seed}-{variant}-{rl_seed}", "arm": arm, "seed": seed, "variant": variant,
+              "rl_seed": rl_seed}
+             for seed in seeds for arm in arms for variant in variants for rl_seed in rl_seeds]
+    rl = design_in["rl"]
+    estimate = {"workers": workers, "rollouts": len(units) * rl["groups"] * rl["group_size"],
+                "evaluated_tasks": len(units) * len(dev_ids), **(speed or {})}
+    estimate["expected_minutes"] = round(
+        (estimate["rollouts"] * speed["seconds_per_rollout"] + estimate["evaluated_tasks"] * speed["seconds_per_eval_task"])
+        / max(1, workers) / 60, 1) if speed else None
+    comparisons = len(arms) * len(switches)
+    return {
+        "study": STUDY,
+        "design": {
+            "source": {"directory": str(source), "plan_sha256": source_plan["plan_sha256"], "study": gen.STUDY},
+            "checkpoints": checkpoints, "arms": arms, "seeds": seeds, "rl_seeds": rl_seeds, "switches": switches,
+            "variants": {arm: {v: variant_switches(arm, v, other[arm]) for v in variants} for arm in arms},
+            "rl": rl, "reward_cases": "three", "precision": design_in["precision"],
+            "dev_split": gen.DEV_SPLIT, "dev_tasks": len(dev_ids), "dev_task_ids_sha256": gen._ids_sha256(dev_ids),
+            "subset_sizes": {"dev": dev_tasks}, "evaluation": "the last RL checkpoint, greedy pass@1 on dev",
+        },
+        "units": units,
+        "analysis": {
+            "comparison": "each flip vs the arm's own switches: per behaviour and pretraining seed, the flip's pass "
+                          "minus the own run's (RL seeds averaged); stats.two_level_comparison",
+            "multiplicity": f"Holm over the {comparisons} comparisons, at each level separately; a direction needs "
+                            "both levels significant after Holm",
+            "alpha": 0.05,
+        },
+        "power": {"over pretraining seeds": level_power(len(seeds), "t"),
+                  "over behaviours": level_power(len(dev_ids), "sign-flip")},
+        "estimate": estimate,
+    }
+
+
+def run_unit(unit: dict) -> dict:
+    """Worker entry point: one RL run from the source study's checkpoint, its last checkpoint on dev."""
+    import torch
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.verifier import Verifier
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    design, device = unit["design"], unit.get("device", "cpu")
+    start = design["checkpoints"][f"{unit['arm']}-{unit['seed']}"]
+    switches = design["variants"][unit["arm"]][unit["variant"]]
+    recipe = {k: tuple(v) if isinstance(v, list) else v for k, v in design["rl"].items()}
+    work = Path(unit["work_dir"])
+    receipt = train_rl(replace(RLConfig(initial_checkpoint="", output="", **recipe), **switches,
+                               initial_checkpoint=start["checkpoint"], output=str(work), seed=unit["rl_seed"],
+                               reward_cases=design["reward_cases"], precision=design["precision"], device=device,
+                               checkpoints=(recipe["groups"],), resume=True, quiet=True, verifier_workers=1))
+    if receipt["initial_checkpoint_sha256"] != start["weights_sha256"]:
+        raise ValueError(f"{start['checkpoint']} changed since the source study selected it")
+    final = receipt["checkpoints"][-1]
+    model, meta = load_pretrained(final["path"], device)
+    tasks = gen._tasks(gen.DEV_SPLIT, gen._design_ids(design, gen.DEV_SPLIT))
+    with Verifier(workers=1) as verifier:
+        evaluation = gen._evaluate(model, tasks, design, verifier)
+    hacking = {k: v for k, v in (receipt.get("reward_hacking") or {}).items() if k != "by_group"}
+    shutil.rmtree(work, ignore_errors=True)  # the weights of every run: the receipt keeps their hashes
+    return {"arm": unit["arm"], "seed": unit["seed"], "variant": unit["variant"], "rl_seed": unit["rl_seed"],
+            "switches": switches, "training": {"exact_training_rollouts": receipt.get("exact_training_rollouts"),
+                                               "elapsed_seconds": receipt.get("elapsed_seconds"),
+                                               "final_weights_sha256": meta["weights_sha256"],
+                                               "reward_hacking": hacking},
+            "evaluation": {k: evaluation[k] for k in ("summary", "by_kind", "outcomes")},
+            "elapsed_seconds": round(time.perf_counter() - started, 3)}
+
+
+def measure_speed(plan_draft: dict, device: str = "cpu") -> dict:
+    """Seconds per RL rollout and per evaluated dev task on this machine, one thread, from the first
+    source checkpoint: one RL group and 8 dev tasks."""
+    import tempfile
+
+    import torch
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.verifier import Verifier
+
+    design = plan_draft["design"]
+    start = next(iter(design["checkpoints"].values()))["checkpoint"]
+    rl = design["rl"]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="glm53-rl-switches-probe-") as tmp:
+            started = time.perf_counter()
+            train_rl(RLConfig(initial_checkpoint=start, output=f"{tmp}/rl", tasks="compositions", groups=1,
+                              checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
+                              train_scope=rl["train_scope"], precision=design["precision"], device=device,
+                              verifier_workers=1, quiet=True))
+            rollout = (time.perf_counter() - started) / rl["group_size"]
+        model, _ = load_pretrained(start, device)
+        tasks = gen._tasks(gen.DEV_SPLIT, gen.task_subset(gen.DEV_SPLIT, 8))
+        with Verifier(workers=1) as verifier:
+            started = time.perf_counter()
+            gen._evaluate(model, tasks, design, verifier)
+            per_task = (time.perf_counter() - started) / len(tasks)
+        return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4)}
+    finally:
+        torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def compute(plan: dict, receipts: list[dict]) -> dict:
+    from glm53_flash.core.stats import holm, two_level_comparison
+
+    design, alpha = plan["design"], plan["analysis"]["alpha"]
+    found = {(r["arm"], r["seed"], r["variant"], r["rl_seed"]): r["evaluation"]["outcomes"] for r in receipts}
+    rows = []
+    for arm in design["arms"]:
+        for switch in design["switches"]:
+            variant = f"flip-{switch}"
+            seeds = [s for s in design["seeds"]
+                     if all((arm, s, v, r) in found for v in (OWN, variant) for r in design["rl_seeds"])]
+            if not seeds:
+                continue
+            differences, own_rates, flip_rates = {}, [], []
+            for s in seeds:
+                own = [found[(arm, s, OWN, r)] for r in design["rl_seeds"]]
+                flip = [found[(arm, s, variant, r)] for r in design["rl_seeds"]]
+                differences[str(s)] = {t: (sum(o[t][0] for o in flip) - sum(o[t][0] for o in own)) / len(own)
+                                       for t in own[0]}
+                own_rates.append(sum(gen._rate(o, False) for o in own) / len(own))
+                flip_rates.append(sum(gen._rate(o, False) for o in flip) / len(flip))
+            rows.append({"arm": arm, "switch": switch, "own": design["variants"][arm][OWN][switch],
+                         "flipped_to": design["variants"][arm][variant][switch], "seeds": seeds,
+                         "own_pass_rate": own_rates, "flipped_pass_rate": flip_rates,
+                         "comparison": two_level_comparison(differences, alpha=alpha)})
+    if rows:
+        unit_p = holm([row["comparison"]["units"]["sign_flip_p"] for row in rows])
+        seed_p = holm([1.0 if row["comparison"]["seeds"]["t_test_p"] is None else row["comparison"]["seeds"]["t_test_p"]
+                       for row in rows])
+        for row, up, sp in zip(rows, unit_p, seed_p):
+            c = row["comparison"]
+            same = (c["units"]["mean"] > 0) == (c["seeds"]["mean"] > 0) and c["units"]["mean"] != 0
+            row["holm"] = {"units_p": up, "seeds_p": sp}
+            row["verdict"] = ("flip better" if c["units"]["mean"] > 0 else "flip worse") \
+                if up < alpha and sp < alpha and same else "not shown"
+    return {"study": STUDY, "runs": len(receipts), "comparisons": rows}
+
+
+def answers(summary: dict) -> list[str]:
+    lines = []
+    for row in summary["comparisons"]:
+        c = row["comparison"]
+        lines.append(f"{row['arm']}: {row['switch']} {row['own']} -> {row['flipped_to']}: "
+                     f"{100 * c['mean_difference']:+.1f} points on dev ({row['verdict']}; Holm p behaviours "
+                     f"{row['holm']['units_p']:.3g}, seeds {row['holm']['seeds_p']:.3g}; {len(row['seeds'])} seeds)")
+    return lines
+
+
+def report_lines(plan: dict, summary: dict) -> list[str]:
+    from glm53_flash.experiments.study import power_lines
+
+    design = plan["design"]
+    lines = [f"# {STUDY}: which RL switch matters?", "",
+             f"Source: `{design['source']['directory']}` (plan {design['source']['plan_sha256'][:12]}); arms "
+             f"{', '.join(design['arms'])}; pretraining seeds {', '.join(map(str, design['seeds']))}; RL seeds "
+             f"{', '.join(map(str, design['rl_seeds']))}; RL {design['rl']['groups']} groups x "
+             f"{design['rl']['group_size']}, three-case reward; each run's last checkpoint on "
+             f"{design['dev_tasks']} dev tasks.", "", "## Power, stated before the runs", "", *power_lines(plan), "",
+             "## Each switch alone, flipped to the other arm's value", "",
+             "| arm | switch | own -> flipped | own pass@1 | flipped pass@1 | difference | behaviours p (Holm) | "
+             "seeds p (Holm) | result |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in summary["comparisons"]:
+        c = row["comparison"]
+        own = sum(row["own_pass_rate"]) / len(row["own_pass_rate"])
+        flip = sum(row["flipped_pass_rate"]) / len(row["flipped_pass_rate"])
+        lines.append(f"| {row['arm']} | {row['switch']} | {row['own']} -> {row['flipped_to']} | {100 * own:.1f}% | "
+                     f"{100 * flip:.1f}% | {100 * c['mean_difference']:+.1f} | {row['holm']['units_p']:.3g} | "
+                     f"{row['holm']['seeds_p']:.3g} | {row['verdict']} |")
+    return lines + ["", "Points of greedy pass@1 on dev; a direction needs both levels after Holm.", ""]
+
+
+def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    summary = compute(plan, receipts)
+    summary["answers"] = answers(summary)
+    return summary, report_lines(plan, summary), {}
+
+
+__all__ = ["DEFAULT_RL_SEEDS", "OWN", "STUDY", "SWITCHES", "analyze", "build_plan", "compute", "measure_speed",
+           "run_unit", "source_runs", "switch_values", "variant_switches"]

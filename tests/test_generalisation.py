@@ -1,0 +1,253 @@
+"""The RL-generalisation study (`glm53 experiment rl-generalisation`): its plan, its phases end to end on a
+tiny model, the ledger's one opening per (arm, seed) and sealed split, and its analysis on receipts whose
+answer is known."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from glm53_flash.cli import main
+from glm53_flash.evaluation.ledger import read_ledger
+from glm53_flash.experiments import generalisation as gen
+from glm53_flash.experiments.study import load_receipts, plan_hash
+from glm53_flash.tasks import compositions, split_task_ids
+
+TINY_RL = replace(gen.RL_RECIPE, groups=2, group_size=2, checkpoints=(1,))
+TINY_PRETRAIN = {"preset": "tiny", "steps": 12, "checkpoints": (6,), "learning_rate": 3e-3, "warmup": 0,
+                 "batch_size": 4}
+
+
+def _plan(**changes):
+    options = dict(arms=("faithful", "ours"), seeds=(1, 2, 3), rl_seeds=(7, 8), rewards=gen.REWARDS,
+                   pretrain=TINY_PRETRAIN, rl=TINY_RL, dev_tasks=5, sealed_tasks=6, precision="fp32", workers=1,
+                   speed=None)
+    return gen.build_plan(**(options | changes))
+
+
+def test_task_subsets_are_fixed_spread_and_need_no_opening():
+    ids = split_task_ids(compositions.UNSEEN_SPLIT)
+    subset = gen.task_subset(compositions.UNSEEN_SPLIT, 40)
+    assert len(subset) == 40 and subset == gen.task_subset(compositions.UNSEEN_SPLIT, 40)
+    assert set(subset) <= set(ids) and subset == [i for i in ids if i in set(subset)]  # the split's order
+    positions = [ids.index(i) for i in subset]
+    assert positions[0] < len(ids) // 4 and positions[-1] > 3 * len(ids) // 4  # spread, not the first 40
+    assert gen.task_subset(compositions.DEV_SPLIT, None) == split_task_ids(compositions.DEV_SPLIT)
+    with pytest.raises(ValueError, match=">= 1"):
+        gen.task_subset(compositions.DEV_SPLIT, 0)
+
+
+def test_plan_has_every_unit_and_states_its_power():
+    plan = _plan()
+    phases = [u["phase"] for u in plan["units"]]
+    assert phases.count("pretrain") == 2 * 3 and phases.count("rl") == 2 * 3 * 2 * 2
+    assert phases.count("sealed") == 2 * 3 * 2  # two sealed splits per (arm, seed)
+    assert len({u["key"] for u in plan["units"]}) == len(plan["units"])
+    assert plan["design"]["sealed_tasks"] == {split: 6 for split in compositions.SEALED}
+    assert plan["design"]["arm_switches"]["faithful"]["rl"]["logprob_source"] == "untempered"
+    power = plan["power"][f"RL gain on {compositions.UNSEEN_SPLIT}"]
+    assert power["units"] == 6 and power["seeds"] == 3 and power["mdd_seeds"] > 0
+    full = _plan(sealed_tasks=None)["power"][f"RL gain on {compositions.UNSEEN_SPLIT}"]
+    assert full["units"] == len(split_task_ids(compositions.UNSEEN_SPLIT)) and full["mdd_units"] < 0.05
+    assert plan["estimate"]["expected_minutes"] is None
+    timed = _plan(speed={"seconds_per_step": 1.0, "seconds_per_rollout": 0.0, "seconds_per_eval_task": 0.0})
+    assert timed["estimate"]["expected_minutes"] == round(6 * 12 / 60, 1)
+    assert plan_hash(timed) == plan_hash(plan)  # the estimate is not the design
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"arms": ("ours", "mine")}, "unknown arm"), ({"rewards": ("three", "sample")}, "unknown reward"),
+    ({"seeds": (1, 1)}, "without repeats"), ({"rl_seeds": ()}, "without repeats"),
+    ({"pretrain": TINY_PRETRAIN | {"checkpoints": (20,)}}, "checkpoints must lie"),
+])
+def test_plan_refuses_bad_designs(change, message):
+    with pytest.raises(ValueError, match=message):
+        _plan(**change)
+
+
+def test_a_sealed_unit_without_its_opening_is_refused():
+    unit = {"key": "sealed-unseen-ours-seed-1", "phase": "sealed", "arm": "ours", "seed": 1,
+            "split": compositions.UNSEEN_SPLIT, "design": _plan()["design"], "checkpoints": {}}
+    with pytest.raises(ValueError, match="needs an opening"):
+        gen.run_unit(unit)
+
+
+def _study_args(out, *extra):
+    return ["experiment", "rl-generalisation", "--output", str(out), "--preset", "tiny", "--steps", "12",
+            "--checkpoints", "6", "--learning-rate", "3e-3", "--warmup", "0", "--batch-size", "4", "--rl-groups", "2",
+            "--rl-group-size", "2", "--rl-checkpoints", "1", "--seeds", "1", "--rl-seeds", "7", "--dev-tasks", "5",
+            "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
+
+
+def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path, capsys, private_ledger,
+                                                                      one_thread):
+    out = tmp_path / "study"
+    # without --open-sealed every run trains and is selected, and the study stops before the sealed splits
+    assert main(_study_args(out)) == 0
+    err = capsys.readouterr().err
+    assert "smallest detectable difference" in err and "estimated" in err
+    assert "is ready; pass --open-sealed" in err
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["status"] == "incomplete" and plan["estimate"]["expected_minutes"] > 0
+    done = {r["unit"]["key"]: r for r in load_receipts(out)}
+    assert len(done) == 6 and not any(k.startswith("sealed") for k in done)
+    assert not private_ledger.exists()
+    rl = done["rl-ours-seed-1-strong-7"]
+    assert rl["initial_checkpoint"] == done["pretrain-ours-seed-1"]["selection"]["selected"]["checkpoint"]
+    assert rl["training"]["reward_hacking"]["rollouts_passing_reward_cases"] >= 0
+    selection = done["pretrain-faithful-seed-1"]["selection"]
+    assert [c["step"] for c in selection["checkpoints"]] == [6, 12]  # step 0 is not a candidate
+    assert len(selection["outcomes"]) == 5
+
+    assert main(_study_args(out, "--open-sealed", "test of the study")) == 0
+    done = {r["unit"]["key"]: r for r in load_receipts(out)}
+    assert len(done) == 10 and json.loads((out / "plan.json").read_text())["status"] == "complete"
+    sealed = done["sealed-unseen-faithful-seed-1"]
+    assert set(sealed["evaluations"]) == {"before", "three-7", "strong-7"}
+    assert sealed["evaluations"]["before"]["checkpoint"] == \
+        done["pretrain-faithful-seed-1"]["selection"]["selected"]["checkpoint"]
+    assert all(len(e["outcomes"]) == 4 for e in sealed["evaluations"].values())
+    lines = read_ledger(private_ledger)
+    assert len(lines) == 4 and len({line["plan_sha256"] for line in lines}) == 4  # one per (arm, seed, split)
+    assert {line["split"] for line in lines} == set(compositions.SEALED)
+
+    # a sealed receipt lost: evaluating it again is a second opening for that unit, refused without a reason
+    (out / "runs" / "sealed-unseen-faithful-seed-1.json").unlink()
+    assert main(_study_args(out, "--open-sealed", "test of the study")) == 2
+    assert "already opened" in capsys.readouterr().err
+    assert main(_study_args(out, "--open-sealed", "test of the study", "--reopen", "the receipt was deleted")) == 0
+    assert len(read_ledger(private_ledger)) == 5 and read_ledger(private_ledger)[-1]["reopen"]
+
+    assert main(["analyze", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and len(summary["sealed"]) == 2 * 2 * 2
+    assert "## The sealed splits" in (out / "REPORT.md").read_text()
+
+
+def _outcomes(ids, passed, strong=None):
+    strong = passed if strong is None else strong
+    return {t: [t in passed, t in strong] for t in ids}
+
+
+def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
+    """Receipts built by hand: RL solves two more of six behaviours on every seed (one of them only under
+    the three cases), and one before-RL pass is false. The summary must give exactly these effects."""
+    plan = _plan(arms=("ours",), seeds=(1, 2, 3, 4, 5, 6), rl_seeds=(7,), rewards=("three",), sealed_tasks=6)
+    sha = plan_hash(plan)
+    dev = gen.task_subset(compositions.DEV_SPLIT, 5)
+    receipts = []
+    for seed in plan["design"]["seeds"]:
+        receipts.append({"phase": "pretrain", "arm": "ours", "seed": seed, "plan_sha256": sha, "unit": {},
+                         "selection": {"outcomes": _outcomes(dev, dev[:1]),
+                                       "selected": {"pass_at_1": 0.2, "step": 12}}})
+        receipts.append({"phase": "rl", "arm": "ours", "seed": seed, "reward": "three", "rl_seed": 7,
+                         "plan_sha256": sha, "unit": {}, "training": {}, "selection": {"outcomes": _outcomes(dev, dev[:3])}})
+        for split in compositions.SEALED:
+            ids = gen.task_subset(split, 6)
+            receipts.append({"phase": "sealed", "arm": "ours", "seed": seed, "split": split, "plan_sha256": sha,
+                             "unit": {}, "evaluations": {
+                                 "before": {"outcomes": _outcomes(ids, ids[:2], strong=ids[:1])},
+                                 "three-7": {"outcomes": _outcomes(ids, ids[:4], strong=ids[:3])}}})
+    summary = gen.compute(plan, receipts)
+    assert len(summary["sealed"]) == 2
+    row = summary["sealed"][0]
+    three, strong = row["three"]["comparison"], row["strong"]["comparison"]
+    assert three["mean_difference"] == pytest.approx(2 / 6) and strong["mean_difference"] == pytest.approx(2 / 6)
+    assert three["units"]["positive"] == 2 and three["units"]["negative"] == 0
+    assert three["seeds"]["values"] == [pytest.approx(2 / 6)] * 6
+    assert row["three"]["before"] == [pytest.approx(2 / 6)] * 6 and row["strong"]["after"] == [pytest.approx(3 / 6)] * 6
+    assert row["false_passes"]["before"] == {"passes": 12, "false_passes": 6, "share": 0.5}
+    assert row["false_passes"]["after"]["share"] == pytest.approx(0.25)
+    assert summary["dev"][0]["comparison"]["mean_difference"] == pytest.approx(2 / 5)
+    assert summary["pretraining_on_dev"]["ours"]["sd"] == pytest.approx(0.0)
+    # two of six behaviours, all seeds alike: behaviours cannot reach p < 0.05 (floor 2/4), so "not shown"
+    assert three["verdict"] == "not shown"
+    assert any("is not shown to change" in line for line in gen.answers(plan, summary))
+
+
+# --------------------------------------------------------------------------- rl-switches
+
+
+def test_each_variant_flips_one_switch_to_the_other_arms_value():
+    from glm53_flash.experiments import rl_switches as sw
+
+    ours, faithful = sw.switch_values("ours"), sw.switch_values("faithful")
+    assert all(ours[name] != faithful[name] for name in sw.SWITCHES)  # the arms differ in all three
+    assert sw.variant_switches("ours", sw.OWN, "faithful") == ours
+    for name in sw.SWITCHES:
+        flipped = sw.variant_switches("ours", f"flip-{name}", "faithful")
+        assert flipped[name] == faithful[name] and {k: v for k, v in flipped.items() if k != name} == \
+            {k: v for k, v in ours.items() if k != name}
+    with pytest.raises(ValueError, match="unknown variant"):
+        sw.variant_switches("ours", "flip-temperature", "faithful")
+
+
+def test_rl_switches_refuses_a_source_that_is_not_a_finished_generalisation_study(tmp_path):
+    from glm53_flash.experiments import rl_switches as sw
+
+    with pytest.raises(FileNotFoundError, match="rl-generalisation"):
+        sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+    (tmp_path / "plan.json").write_text(json.dumps(_plan() | {"plan_sha256": plan_hash(_plan())}))
+    with pytest.raises(ValueError, match="pretraining not finished for faithful seed 1"):
+        sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+    (tmp_path / "plan.json").write_text(json.dumps({"study": "rl-choices"}))
+    with pytest.raises(ValueError, match="rl-choices"):
+        sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+
+
+def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest():
+    from glm53_flash.experiments import rl_switches as sw
+
+    dev = [f"t{i}" for i in range(40)]
+    plan = {"design": {"arms": ["faithful", "ours"], "seeds": [1, 2, 3, 4, 5, 6], "rl_seeds": [11, 12],
+                       "switches": list(sw.SWITCHES),
+                       "variants": {arm: {v: sw.variant_switches(arm, v, other)
+                                          for v in [sw.OWN, *(f"flip-{s}" for s in sw.SWITCHES)]}
+                                    for arm, other in (("faithful", "ours"), ("ours", "faithful"))}},
+            "analysis": {"alpha": 0.05}}
+    receipts = []
+    for arm in ("faithful", "ours"):
+        for seed in range(1, 7):
+            for variant in [sw.OWN, *(f"flip-{s}" for s in sw.SWITCHES)]:
+                for rl_seed in (11, 12):
+                    # faithful with the sampler's log-probs solves 15 more behaviours on every seed; a few
+                    # behaviours move by seed elsewhere (noise that must not become a claim)
+                    solved = 10 + (15 if (arm, variant) == ("faithful", "flip-logprob_source") else 0)
+                    wobble = {dev[30 + (seed + rl_seed) % 5]} if variant != sw.OWN else set()
+                    passed = set(dev[:solved]) | wobble
+                    receipts.append({"arm": arm, "seed": seed, "variant": variant, "rl_seed": rl_seed,
+                                     "evaluation": {"outcomes": {t: [t in passed, t in passed] for t in dev}}})
+    summary = sw.compute(plan, receipts)
+    rows = {(r["arm"], r["switch"]): r for r in summary["comparisons"]}
+    assert len(rows) == 6
+    helped = rows[("faithful", "logprob_source")]
+    assert helped["comparison"]["mean_difference"] == pytest.approx(15 / 40 + 1 / 40)
+    assert helped["verdict"] == "flip better" and helped["holm"]["units_p"] < 0.05
+    assert helped["own"] == "untempered" and helped["flipped_to"] == "sampler"
+    for key, row in rows.items():
+        if key != ("faithful", "logprob_source"):
+            assert row["verdict"] == "not shown", key
+    assert any("flip better" in line for line in sw.answers(summary))
+
+
+def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, one_thread):
+    source = tmp_path / "study"
+    assert main(_study_args(source)) == 0  # pretraining and RL finished; the sealed evaluations wait
+    out = tmp_path / "switches"
+    args = ["experiment", "rl-switches", "--source", str(source), "--output", str(out), "--rl-seeds", "3",
+            "--switches", "eos_handling", "--dev-tasks", "5", "--workers", "1", "--quiet"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "power, over pretraining seeds" in err and "estimated" in err
+    done = {r["unit"]["key"]: r for r in load_receipts(out)}
+    assert sorted(done) == ["faithful-seed-1-flip-eos_handling-3", "faithful-seed-1-own-3",
+                            "ours-seed-1-flip-eos_handling-3", "ours-seed-1-own-3"]
+    assert done["ours-seed-1-flip-eos_handling-3"]["switches"]["eos_handling"] == "omit"
+    assert done["faithful-seed-1-flip-eos_handling-3"]["switches"]["eos_handling"] == "append"
+    assert all(len(r["evaluation"]["outcomes"]) == 5 for r in done.values())
+    assert not (out / "work").exists()  # every run's weights removed, their hashes kept
+    assert main(args) == 0 and "0 run(s) finished" in capsys.readouterr().err  # resumes: nothing to do
+    assert main(["analyze", str(out)]) == 0
+    assert len(json.loads((out / "summary.json").read_text())["comparisons"]) == 2
