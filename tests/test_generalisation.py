@@ -76,8 +76,8 @@ def test_a_sealed_unit_without_its_opening_is_refused():
 
 def _study_args(out, *extra):
     return ["experiment", "rl-generalisation", "--output", str(out), "--preset", "tiny", "--steps", "12",
-            "--checkpoints", "6", "--learning-rate", "3e-3", "--warmup", "0", "--batch-size", "4", "--rl-groups", "2",
-            "--rl-group-size", "2", "--rl-checkpoints", "1", "--seeds", "1", "--rl-seeds", "7", "--dev-tasks", "5",
+            "--checkpoints", "6", "--learning-rate", "3e-3", "--warmup", "0", "--batch-size", "4", "--groups", "2",
+            "--group-size", "2", "--rl-checkpoints", "1", "--seeds", "1", "--rl-seeds", "7", "--dev-tasks", "5",
             "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
 
 
@@ -251,3 +251,41 @@ def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, on
     assert main(args) == 0 and "0 run(s) finished" in capsys.readouterr().err  # resumes: nothing to do
     assert main(["analyze", str(out)]) == 0
     assert len(json.loads((out / "summary.json").read_text())["comparisons"]) == 2
+
+
+# --------------------------------------------------------------------------- the receipts that chose the defaults
+
+
+def test_the_study_budget_rebuilds_from_its_receipts_and_pins_the_studys_defaults(tmp_path):
+    """results/study-budget/ holds the dev pilot that chose the study's pretraining budget and RL recipe
+    (its receipts gzip-compressed: each is over 1 MB as JSON). The summary must rebuild from them, and the
+    study's defaults must be what they chose."""
+    import gzip
+    from pathlib import Path
+
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.report.budget import budget_summary
+
+    directory = Path(__file__).resolve().parents[1] / "results" / "study-budget"
+    for packed in directory.glob("*.json.gz"):
+        (tmp_path / packed.name.removesuffix(".gz")).write_bytes(gzip.decompress(packed.read_bytes()))
+    rebuilt = budget_summary(tmp_path / "training-receipt.json", sorted(tmp_path.glob("dev-step*-greedy.json")))
+    committed = json.loads((directory / "summary.json").read_text())
+    assert rebuilt["checkpoints"] == committed["checkpoints"] and rebuilt["budget"] == committed["budget"]
+    assert rebuilt["training"] == committed["training"]  # the receipts' hashes are the uncompressed files'
+
+    training = json.loads((tmp_path / "training-receipt.json").read_text())
+    assert training["config"] == ModelConfig.preset(gen.PRETRAIN_DEFAULTS["preset"]).to_dict()
+    assert training["data"]["tasks"] == compositions.SUITE
+    defaults = gen.PRETRAIN_DEFAULTS
+    assert defaults["steps"] == committed["budget"]["step"] == max(defaults["checkpoints"])
+    assert (defaults["learning_rate"], defaults["warmup"], defaults["batch_size"]) == \
+        (training["learning_rate"], training["warmup"], training["batch_size"])
+
+    # the RL recipe's learning rate and scope: the pilot run whose best dev checkpoint solved the most
+    pilots = {path.name.removesuffix("-selection.json"): json.loads(path.read_text())
+              for path in directory.glob("rl-*-selection.json")}
+    assert len(pilots) == 5
+    best = max(pilots, key=lambda name: max(c["score"] for c in pilots[name]["checkpoints"]))
+    assert best == f"rl-lr{gen.RL_RECIPE.learning_rate:g}-{gen.RL_RECIPE.train_scope}-g192"
+    assert gen.RL_RECIPE.groups == pilots[best]["selected"]["step"]  # where that run peaked on dev

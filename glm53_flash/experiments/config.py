@@ -158,8 +158,8 @@ class GeneralisationStudyConfig(StudyConfig):
     learning_rate: float = option(_PRETRAIN["learning_rate"], help="pretraining peak learning rate (constant after warmup)")
     warmup: int = option(_PRETRAIN["warmup"], help="pretraining warmup steps")
     batch_size: int = option(_PRETRAIN["batch_size"], help="pretraining sequences per step (192 tokens each)")
-    rl_groups: int = option(_RL.groups, help="RL prompts per run (one group each)")
-    rl_group_size: int = option(_RL.group_size, help="RL samples per prompt")
+    groups: int = option(_RL.groups, help="RL prompts per run (one group each)")
+    group_size: int = option(_RL.group_size, help="RL samples per prompt")
     rl_checkpoints: tuple[int, ...] = option(_RL.checkpoints, parse=comma_ints,
                                              help="RL checkpoints selected among on dev (the last group always)")
     rl_learning_rate: float = option(_RL.learning_rate, help="RL learning rate")
@@ -190,8 +190,8 @@ class GeneralisationStudyConfig(StudyConfig):
     def rl_recipe(self):
         from dataclasses import replace
 
-        return replace(_RL, groups=self.rl_groups, group_size=self.rl_group_size,
-                       checkpoints=tuple(c for c in self.rl_checkpoints if c <= self.rl_groups),
+        return replace(_RL, groups=self.groups, group_size=self.group_size,
+                       checkpoints=tuple(c for c in self.rl_checkpoints if c <= self.groups),
                        learning_rate=self.rl_learning_rate)
 
 
