@@ -289,3 +289,47 @@ def test_the_study_budget_rebuilds_from_its_receipts_and_pins_the_studys_default
     best = max(pilots, key=lambda name: max(c["score"] for c in pilots[name]["checkpoints"]))
     assert best == f"rl-lr{gen.RL_RECIPE.learning_rate:g}-{gen.RL_RECIPE.train_scope}-g192"
     assert gen.RL_RECIPE.groups == pilots[best]["selected"]["step"]  # where that run peaked on dev
+
+
+# --------------------------------------------------------------------------- rl-choices on the compositions suite
+
+
+def test_rl_choices_on_compositions_scales_every_arm_and_adds_the_strong_reward():
+    from glm53_flash.experiments import rl_choices as rc
+
+    families = {arm: rc.arm_settings(arm) for arm in rc.ARMS}
+    assert all("reward_cases" not in s for s in families.values())  # the families screen is the original's
+    arms = list(rc.arms_of("compositions"))
+    assert arms == [*rc.ARMS, "reward-strong"]
+    for arm in rc.ARMS:
+        settings = rc.arm_settings(arm, "compositions")
+        assert settings["groups"] == families[arm]["groups"] * rc.COMPOSITIONS_SCALE
+        assert settings["group_size"] == families[arm]["group_size"] and settings["reward_cases"] == "three"
+    assert rc.arm_settings("reward-strong", "compositions")["reward_cases"] == "strong"
+    with pytest.raises(ValueError, match="unknown arm"):
+        rc.arm_settings("reward-strong")  # not an arm of the families screen
+
+    plan = rc.build_plan("ckpt", "sha", arms, (1, 2), (3,), 7, None, 2, 0.1, 0.01, suite="compositions")
+    design = plan["design"]
+    assert (design["screen_split"], design["confirm_split"]) == (compositions.DEV_SPLIT, compositions.UNSEEN_SPLIT)
+    assert design["suite"] == "compositions" and design["max_new_tokens"] == compositions.MAX_NEW_TOKENS
+    assert design["recipe"]["learning_rate"] == rc.COMPOSITIONS_RECIPE.learning_rate
+    assert design["task_ids_sha256"][compositions.DEV_SPLIT] == gen._ids_sha256(gen.task_subset(compositions.DEV_SPLIT, 7))
+    assert plan["estimate"]["evaluated_tasks"] == 7 * (2 + len(arms) * 2 + 2)
+    families_plan = rc.build_plan("ckpt", "sha", list(rc.ARMS), (1, 2), (3,), None, None, 2, None, None)
+    assert "suite" not in families_plan["design"] and families_plan["design"]["tasks_per_family"] == 20
+    with pytest.raises(ValueError, match="unknown suite"):
+        rc.build_plan("ckpt", "sha", ["baseline"], (1,), (), None, None, 1, None, None, suite="grammar")
+
+
+def test_rl_choices_reference_unit_on_compositions_evaluates_the_subset(tmp_path, one_thread):
+    from web_helpers import tiny_checkpoint
+
+    from glm53_flash.experiments import rl_choices as rc
+
+    checkpoint = tiny_checkpoint(tmp_path / "checkpoint-0000")
+    plan = rc.build_plan(str(checkpoint), "sha", ["baseline"], (1,), (), 5, "partial", 1, None, None,
+                         suite="compositions")
+    result = rc.run_unit({"phase": "reference", "split": compositions.DEV_SPLIT, "design": plan["design"]})
+    assert [o["task_id"] for o in result["evaluation"]["outcomes"]] == gen.task_subset(compositions.DEV_SPLIT, 5)
+    assert result["evaluation"]["split"] == compositions.DEV_SPLIT

@@ -186,12 +186,13 @@ def run_rl_choices(args) -> int:
                                 "`glm53 pretrain --output runs/pretrain --steps 100` (or `make demo`)")
     sha = read_metadata(checkpoint)["weights_sha256"]
     options = (str(checkpoint), sha, cfg.arms, cfg.seeds, cfg.confirm_seeds, cfg.tasks, cfg.confirm_arm, cfg.workers)
-    draft = build_plan(*options, None, None)
+    draft = build_plan(*options, None, None, cfg.suite)
     # Every unit on a sealed split (the confirmation and its reference) runs under one opening, granted
     # here, before the study directory is touched: a missing --open-sealed costs no training.
     opening = None if cfg.plan_only else _sealed_opening(cfg, out, draft)
     return _run_study(args, cfg, out, draft,
-                      lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint)))),
+                      lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint), cfg.suite)),
+                                         cfg.suite),
                       lambda plan: _run_rl_phases(cfg, out, plan, opening))
 
 

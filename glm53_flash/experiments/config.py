@@ -12,7 +12,7 @@ from glm53_flash.core.options import option
 from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.train.config import STUDY_LEARNING_RATE, LiveLoggingConfig
 from glm53_flash.experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
-from glm53_flash.experiments.rl_choices import ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
+from glm53_flash.experiments.rl_choices import ARMS, COMPOSITIONS_ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
 from glm53_flash.experiments import generalisation, rl_switches
 from glm53_flash.core.runtime import PRECISION_HELP, PRECISIONS
 from glm53_flash.model.config import PRESETS
@@ -97,15 +97,23 @@ class RLChoicesStudyConfig(StudyConfig):
     """Every knob of `glm53 experiment rl-choices`; the design in plan.json comes from these."""
 
     checkpoint: str = option(help="pretraining checkpoint directory every arm starts from")
-    arms: tuple[str, ...] = option(tuple(ARMS), parse=parse_name_list, help=f"comma-separated arms; {', '.join(ARMS)}",
-                                   default_text=f"all {len(ARMS)}")
+    arms: tuple[str, ...] | None = option(None, parse=parse_name_list,
+                                          help=f"comma-separated arms; {', '.join(ARMS)} (compositions also "
+                                               f"{', '.join(COMPOSITIONS_ARMS)})",
+                                          default_text="all of the suite's")
     seeds: tuple[int, ...] = option(DEFAULT_SCREEN_SEEDS, parse=parse_seed_range,
                                     help="screening training seeds: comma-separated or START:COUNT:STEP")
     confirm_seeds: tuple[int, ...] = option(DEFAULT_CONFIRM_SEEDS, parse=parse_seed_range,
                                             help="fresh training seeds for the confirmation",
                                             default_text="1001:10:1")
-    tasks: int = option(DEFAULT_TASKS_PER_FAMILY, help="evaluation tasks per family (5 families; the default "
-                                                       "gives 100 tasks per split)")
+    suite: str = option("families", choices=("families", "compositions"),
+                        help="task suite: families (the original's screen: dev, then the sealed final) or "
+                             "compositions (compositions.dev, then the sealed compositions.unseen_structures; every "
+                             "arm's budget x8 and a strong-reward arm)")
+    tasks: int | None = option(None, help="evaluation tasks per family (families: 5 families) or of each split "
+                                          "(compositions: a fixed subset by hash)",
+                               default_text=f"{DEFAULT_TASKS_PER_FAMILY} per family, 100 per split (families); all "
+                                            "(compositions)")
     confirm_arm: str | None = option(None, help="confirm this arm instead of the screen's winner",
                                      default_text="the screen's winner")
     open_sealed: str | None = option(None, metavar="PURPOSE",
@@ -117,6 +125,10 @@ class RLChoicesStudyConfig(StudyConfig):
                                 default_text="none: a second opening is refused")
 
     def __post_init__(self) -> None:
+        from glm53_flash.experiments.rl_choices import arms_of
+
+        if self.arms is None:
+            self.arms = tuple(arms_of(self.suite)) if self.suite in ("families", "compositions") else tuple(ARMS)
         self.arms, self.seeds, self.confirm_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.confirm_seeds)
 
 
