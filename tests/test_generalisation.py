@@ -108,7 +108,12 @@ def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path
     assert set(sealed["evaluations"]) == {"before", "three-7", "strong-7"}
     assert sealed["evaluations"]["before"]["checkpoint"] == \
         done["pretrain-faithful-seed-1"]["selection"]["selected"]["checkpoint"]
-    assert all(len(e["outcomes"]) == 4 for e in sealed["evaluations"].values())
+    assert sealed["evaluations"]["before"]["weights_sha256"] == \
+        done["pretrain-faithful-seed-1"]["selection"]["selected"]["weights_sha256"]
+    assert len(sealed["task_ids"]) == len(sealed["structures"]) == 4
+    assert all(len(e["passed"]) == len(e["strong_passed"]) == 4 for e in sealed["evaluations"].values())
+    assert sealed["sealed_opening"]["split"] == compositions.UNSEEN_SPLIT
+    assert len(gen.sealed_outcomes(sealed, "three-7")) == 4
     lines = read_ledger(private_ledger)
     assert len(lines) == 4 and len({line["plan_sha256"] for line in lines}) == 4  # one per (arm, seed, split)
     assert {line["split"] for line in lines} == set(compositions.SEALED)
@@ -123,7 +128,9 @@ def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path
     assert main(["analyze", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and len(summary["sealed"]) == 2 * 2 * 2
-    assert "## The sealed splits" in (out / "REPORT.md").read_text()
+    report = (out / "REPORT.md").read_text()
+    assert "## The sealed splits" in report and "](effects.png)" in report
+    assert summary["charts"] == {"effects": "effects.png"} and (out / "effects.png").stat().st_size > 10_000
 
 
 def _outcomes(ids, passed, strong=None):
@@ -146,10 +153,13 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
                          "plan_sha256": sha, "unit": {}, "training": {}, "selection": {"outcomes": _outcomes(dev, dev[:3])}})
         for split in compositions.SEALED:
             ids = gen.task_subset(split, 6)
+
+            def verdicts(passed, strong):
+                return {"passed": gen._bits(t in passed for t in ids), "strong_passed": gen._bits(t in strong for t in ids)}
+
             receipts.append({"phase": "sealed", "arm": "ours", "seed": seed, "split": split, "plan_sha256": sha,
-                             "unit": {}, "evaluations": {
-                                 "before": {"outcomes": _outcomes(ids, ids[:2], strong=ids[:1])},
-                                 "three-7": {"outcomes": _outcomes(ids, ids[:4], strong=ids[:3])}}})
+                             "unit": {}, "task_ids": ids, "structures": ["a", "a", "b", "c", "d", "e"], "evaluations": {
+                                 "before": verdicts(ids[:2], ids[:1]), "three-7": verdicts(ids[:4], ids[:3])}})
     summary = gen.compute(plan, receipts)
     assert len(summary["sealed"]) == 2
     row = summary["sealed"][0]
@@ -157,6 +167,10 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
     assert three["mean_difference"] == pytest.approx(2 / 6) and strong["mean_difference"] == pytest.approx(2 / 6)
     assert three["units"]["positive"] == 2 and three["units"]["negative"] == 0
     assert three["seeds"]["values"] == [pytest.approx(2 / 6)] * 6
+    # over structures (a holds two behaviours, passed before and after; b and c, one each, are the gains)
+    by_structure = row["three"]["by_structure"]
+    assert by_structure["units"]["n"] == 5 and by_structure["mean_difference"] == pytest.approx(2 / 5)
+    assert set(row["three"]["holm"]) == {"units", "seeds"}
     assert row["three"]["before"] == [pytest.approx(2 / 6)] * 6 and row["strong"]["after"] == [pytest.approx(3 / 6)] * 6
     assert row["false_passes"]["before"] == {"passes": 12, "false_passes": 6, "share": 0.5}
     assert row["false_passes"]["after"]["share"] == pytest.approx(0.25)
@@ -164,7 +178,7 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
     assert summary["pretraining_on_dev"]["ours"]["sd"] == pytest.approx(0.0)
     # two of six behaviours, all seeds alike: behaviours cannot reach p < 0.05 (floor 2/4), so "not shown"
     assert three["verdict"] == "not shown"
-    assert any("is not shown to change" in line for line in gen.answers(plan, summary))
+    assert any("not shown either way" in line for line in gen.answers(plan, summary))
 
 
 # --------------------------------------------------------------------------- rl-switches
@@ -313,7 +327,9 @@ def test_rl_choices_on_compositions_scales_every_arm_and_adds_the_strong_reward(
     design = plan["design"]
     assert (design["screen_split"], design["confirm_split"]) == (compositions.DEV_SPLIT, compositions.UNSEEN_SPLIT)
     assert design["suite"] == "compositions" and design["max_new_tokens"] == compositions.MAX_NEW_TOKENS
-    assert design["recipe"]["learning_rate"] == rc.COMPOSITIONS_RECIPE.learning_rate
+    assert design["recipe"]["learning_rate"] == rc.COMPOSITIONS_RECIPE.learning_rate and design["precision"] == "fp32"
+    assert rc.build_plan("ckpt", "sha", arms, (1,), (), 7, None, 2, None, None, suite="compositions",
+                         precision="bf16")["design"]["precision"] == "bf16"
     assert design["task_ids_sha256"][compositions.DEV_SPLIT] == gen._ids_sha256(gen.task_subset(compositions.DEV_SPLIT, 7))
     assert plan["estimate"]["evaluated_tasks"] == 7 * (2 + len(arms) * 2 + 2)
     families_plan = rc.build_plan("ckpt", "sha", list(rc.ARMS), (1, 2), (3,), None, None, 2, None, None)

@@ -186,13 +186,17 @@ def run_rl_choices(args) -> int:
                                 "`glm53 pretrain --output runs/pretrain --steps 100` (or `make demo`)")
     sha = read_metadata(checkpoint)["weights_sha256"]
     options = (str(checkpoint), sha, cfg.arms, cfg.seeds, cfg.confirm_seeds, cfg.tasks, cfg.confirm_arm, cfg.workers)
-    draft = build_plan(*options, None, None, cfg.suite)
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.model.precision import resolve_precision
+
+    precision = resolve_precision("auto", str(resolve_device(cfg.device))).name if cfg.suite == "compositions" else None
+    draft = build_plan(*options, None, None, cfg.suite, precision)
     # Every unit on a sealed split (the confirmation and its reference) runs under one opening, granted
     # here, before the study directory is touched: a missing --open-sealed costs no training.
     opening = None if cfg.plan_only else _sealed_opening(cfg, out, draft)
     return _run_study(args, cfg, out, draft,
                       lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint), cfg.suite)),
-                                         cfg.suite),
+                                         cfg.suite, precision),
                       lambda plan: _run_rl_phases(cfg, out, plan, opening))
 
 
@@ -201,7 +205,8 @@ def _sealed_opening(cfg, out: Path, plan: dict):
     from glm53_flash.experiments.study import pending_units, plan_hash
     from glm53_flash.evaluation.ledger import is_sealed, require_open
 
-    sealed = [u["split"] for u in pending_units(out, plan["units"], plan_hash(plan)) if is_sealed(u["split"])]
+    units = pending_units(out, plan["units"], plan_hash(plan)) if _existing_plan(out, plan) is not None else plan["units"]
+    sealed = [u["split"] for u in units if is_sealed(u["split"])]
     if not sealed:
         return None
     if not cfg.open_sealed:
@@ -307,8 +312,10 @@ def _generalisation_openings(cfg, out: Path, plan: dict) -> dict:
     from glm53_flash.experiments.study import pending_units, plan_hash
 
     sha = plan_hash(plan)
-    pending = [u for u in pending_units(out, plan["units"], sha) if u["phase"] == "sealed"] \
-        if (out / "plan.json").is_file() else [u for u in plan["units"] if u["phase"] == "sealed"]
+    index, count = cfg.shard
+    sealed = [u for position, u in enumerate(plan["units"]) if u["phase"] == "sealed" and position % count == index]
+    # receipts count only in a directory of this plan: another plan's (replaced by --force) are not this one's
+    pending = pending_units(out, sealed, sha) if _existing_plan(out, plan) is not None else sealed
     if not pending or cfg.open_sealed is None:
         return {}
     openings = {}
@@ -338,9 +345,13 @@ def _run_generalisation_phases(cfg, out: Path, plan: dict, openings: dict) -> in
         ran += _run(cfg, out, plan, [u | {"work_dir": str(work / u["key"])} for u in units
                                      if u["phase"] == "pretrain"], run_unit)
         receipts = done()
-        rl = [u | {"work_dir": str(work / u["key"]), "initial_checkpoint":
-                   receipts[f"pretrain-{u['arm']}-seed-{seed}"]["selection"]["selected"]["checkpoint"]}
-              for u in units if u["phase"] == "rl" and f"pretrain-{u['arm']}-seed-{seed}" in receipts]
+        rl = []
+        for unit in units:
+            start = receipts.get(f"pretrain-{unit['arm']}-seed-{seed}") if unit["phase"] == "rl" else None
+            if start is not None:
+                selected = start["selection"]["selected"]
+                rl.append(unit | {"work_dir": str(work / unit["key"]), "initial_checkpoint": selected["checkpoint"],
+                                  "initial_checkpoint_sha256": selected["weights_sha256"]})
         ran += _run(cfg, out, plan, rl, run_unit)
         receipts = done()
         sealed = []
@@ -355,8 +366,10 @@ def _run_generalisation_phases(cfg, out: Path, plan: dict, openings: dict) -> in
                 print(f"rl-generalisation: {unit['key']} is ready; pass --open-sealed \"<purpose>\" to evaluate it",
                       file=sys.stderr)
                 continue
-            checkpoints = {name: receipts[key]["selection"]["selected"]["checkpoint"] for name, key in runs.items()}
-            sealed.append(unit | {"checkpoints": checkpoints, "opening": openings[unit["key"]]})
+            selected = {name: receipts[key]["selection"]["selected"] for name, key in runs.items()}
+            sealed.append(unit | {"checkpoints": {name: s["checkpoint"] for name, s in selected.items()},
+                                  "checkpoint_sha256": {name: s["weights_sha256"] for name, s in selected.items()},
+                                  "opening": openings[unit["key"]]})
         ran += _run(cfg, out, plan, sealed, run_unit)
     return ran
 

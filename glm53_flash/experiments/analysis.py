@@ -611,10 +611,16 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         "# Which RL choices matter?",
         "",
         (f"Every arm starts from checkpoint `{design['checkpoint']}` (sha256 `{design['checkpoint_sha256'][:12]}`; "
-         f"greedy pass@1 before RL: {pretrained}). Recipe: families {recipe['families']}, "
-         f"{recipe['tasks_per_family']} RL prompts per family, lr {recipe['learning_rate']}, scope "
+         f"greedy pass@1 before RL: {pretrained}). Recipe: "
+         + (f"families {recipe['families']}, {recipe['tasks_per_family']} RL prompts per family, "
+            if design.get("suite", "families") == "families" else
+            f"the compositions suite's rl behaviours, every arm's groups x{design['budget_scale']}, "
+            f"precision {design.get('precision', 'fp32')}, ")
+         + f"lr {recipe['learning_rate']}, scope "
          f"{recipe['train_scope']}, max {recipe['max_new_tokens']} new tokens. Screen: {len(design['arms'])} arms x "
-         f"seeds {design['screen_seeds']} on {design['screen_split']} ({design['tasks_per_family']} tasks per family). "
+         f"seeds {design['screen_seeds']} on {design['screen_split']} "
+         + (f"({design['tasks_per_family']} tasks per family). " if design.get("suite", "families") == "families" else
+            f"({'all' if design['tasks_per_family'] is None else design['tasks_per_family']} tasks). ") +
          f"Confirmation: seeds {design['confirm_seeds']} on {design['confirm_split']}. Plan "
          f"`{summary['plan_sha256'][:12]}` was written before the first run; {summary['runs']}/{summary['runs_planned']} "
          f"runs done in {summary['wall_minutes']} min of wall time."),
@@ -651,9 +657,12 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         mde = confirmation.get("mde")
         lines += ["", (f"Minimum detectable effect at {confirmation['n']} seeds (80% power, from the observed seed-level "
                       f"SD): {'n/a' if mde is None else f'{mde:.1f} points'}."), ""]
-    lines += ["## Limits", "",
-              ("- Tasks within a family share their unit tests and differ in name and wording, so task-level tests "
-              "(McNemar, pooled sign-flip) overstate the evidence; the seed-level test is the primary one."),
+    units_limit = ("- Tasks within a family share their unit tests and differ in name and wording, so task-level "
+                   "tests (McNemar, pooled sign-flip) overstate the evidence; the seed-level test is the primary one."
+                   if design.get("suite", "families") == "families" else
+                   "- Each task is its own behaviour, but behaviours of one structure are alike, so task-level tests "
+                   "(McNemar, pooled sign-flip) overstate the evidence somewhat; the seed-level test is the primary one.")
+    lines += ["## Limits", "", units_limit,
               "- One pretraining checkpoint and one learning rate; the screen's few seeds only select a candidate.",
               ""]
     return lines

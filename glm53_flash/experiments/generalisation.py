@@ -124,7 +124,7 @@ def build_plan(*, arms, seeds, rl_seeds, rewards, pretrain: dict, rl: RLConfig, 
              for split, ids in sealed_ids.items()}
     runs = len(arms) * len(seeds)
     rl_runs = runs * len(rewards) * len(rl_seeds)
-    selections = len(checkpoints) * runs + len(set(rl.checkpoints) | {rl.groups}) * rl_runs
+    selections = len(checkpoints) * runs + len(set(rl.checkpoints) | {0, rl.groups}) * rl_runs  # RL's step 0 too
     evaluated = selections * len(dev_ids) + runs * (1 + len(rewards) * len(rl_seeds)) * sum(
         len(ids) for ids in sealed_ids.values())
     estimate = {"workers": workers, "pretraining_steps": runs * steps, "rollouts": rl_runs * rl.groups * rl.group_size,
@@ -287,10 +287,15 @@ def _rl_unit(unit: dict) -> dict:
     switches = _arms()[unit["arm"]]
     recipe = {k: tuple(v) if isinstance(v, list) else v for k, v in design["rl"].items()}
     work = Path(unit["work_dir"])
+    _check_weights(unit["initial_checkpoint"], unit.get("initial_checkpoint_sha256"), device)
     receipt = train_rl(replace(RLConfig(initial_checkpoint="", output="", **recipe), **switches["rl"],
                                initial_checkpoint=unit["initial_checkpoint"], output=str(work),
                                seed=unit["rl_seed"], reward_cases=unit["reward"], precision=design["precision"],
                                device=device, resume=True, quiet=True, verifier_workers=1))
+    expected = unit.get("initial_checkpoint_sha256")
+    if expected is not None and receipt.get("initial_checkpoint_sha256") != expected:
+        raise ValueError(f"{unit['key']}: RL started from weights {receipt.get('initial_checkpoint_sha256')}, not the "
+                         f"selected {expected}")
     training = {key: receipt.get(key) for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                                   "exact_training_rollouts", "elapsed_seconds", "reward_hacking",
                                                   "trainable_parameters")}
@@ -298,8 +303,28 @@ def _rl_unit(unit: dict) -> dict:
             "training": training, "selection": _select(work, design, device, skip_step_zero=False)}
 
 
-def _sealed_unit(unit: dict) -> dict:
+def _check_weights(checkpoint: str, expected: str | None, device: str):
+    """Load `checkpoint`; when `expected` is given, refuse weights whose sha256 is another (a checkpoint
+    replaced since it was selected). Returns (model, metadata)."""
     from glm53_flash.model.lm import load_pretrained
+
+    model, meta = load_pretrained(checkpoint, device)
+    if expected is not None and meta["weights_sha256"] != expected:
+        raise ValueError(f"{checkpoint} holds weights {meta['weights_sha256'][:12]}, not the selected {expected[:12]}")
+    return model, meta
+
+
+# A sealed receipt holds five evaluations of up to 1,030 tasks: their verdicts as strings of 0/1 in task
+# order, and the completions only of the programs that passed (the ones a reward-hacking audit reads),
+# so it stays far under the repository's 1 MB per file; past this size the completions are left out.
+SEALED_RECEIPT_LIMIT = 900_000
+
+
+def _bits(values) -> str:
+    return "".join("1" if v else "0" for v in values)
+
+
+def _sealed_unit(unit: dict) -> dict:
     from glm53_flash.verifier import Verifier
 
     design, device, opening = unit["design"], unit.get("device", "cpu"), unit.get("opening")
@@ -307,13 +332,33 @@ def _sealed_unit(unit: dict) -> dict:
     if opening is None or opening.split != split:
         raise ValueError(f"{unit['key']} evaluates the sealed split {split}: it needs an opening of it")
     tasks = _tasks(split, _design_ids(design, split), opening=opening)
+    ids = [task.task_id for task in tasks]
+    expected = unit.get("checkpoint_sha256") or {}
     evaluations = {}
     with Verifier(workers=1) as verifier:
         for name, checkpoint in unit["checkpoints"].items():
-            model, meta = load_pretrained(checkpoint, device)
+            model, meta = _check_weights(checkpoint, expected.get(name), device)
             result = _evaluate(model, tasks, design, verifier, opening=opening)
-            evaluations[name] = {"checkpoint": checkpoint, "weights_sha256": meta["weights_sha256"], **result}
-    return {"split": split, "evaluations": evaluations}
+            outcomes = result["outcomes"]
+            evaluations[name] = {
+                "checkpoint": checkpoint, "weights_sha256": meta["weights_sha256"], "summary": result["summary"],
+                "by_kind": result["by_kind"], "seconds": result["seconds"],
+                "passed": _bits(outcomes[t][0] for t in ids), "strong_passed": _bits(outcomes[t][1] for t in ids),
+                "completions_of_passes": {t: result["completions"][t] for t in ids if outcomes[t][0] or outcomes[t][1]}}
+    record = {"split": split, "task_ids": ids, "structures": [task.structure for task in tasks],
+              "evaluations": evaluations, "sealed_opening": opening.to_dict()}
+    if len(json.dumps(record, indent=2)) > SEALED_RECEIPT_LIMIT:
+        for evaluation in evaluations.values():
+            evaluation.pop("completions_of_passes")
+        record["completions_left_out"] = f"the receipt would exceed {SEALED_RECEIPT_LIMIT} bytes"
+    return record
+
+
+def sealed_outcomes(receipt: dict, name: str) -> dict:
+    """task id -> [passed on the three cases, passed on the strong set] of one evaluation of a sealed receipt."""
+    evaluation = receipt["evaluations"][name]
+    return {t: [p == "1", q == "1"] for t, p, q in zip(receipt["task_ids"], evaluation["passed"],
+                                                         evaluation["strong_passed"], strict=True)}
 
 
 def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
@@ -382,7 +427,7 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
     """The study's summary from its receipts: per arm, reward and sealed split the RL effect at both
     levels under the three-case and the strong verdict; the same on dev (where the checkpoints were
     selected: optimistic, shown for reference); the false passes; the seeds' spread."""
-    from glm53_flash.core.stats import two_level_comparison
+    from glm53_flash.core.stats import holm, two_level_comparison
 
     design = plan["design"]
     found = _by_unit(receipts)
@@ -394,23 +439,27 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                 seeds = [s for s in design["seeds"] if ("sealed", arm, s, None, None, split) in found]
                 if not seeds:
                     continue
-                evaluations = {s: found[("sealed", arm, s, None, None, split)]["evaluations"] for s in seeds}
+                sealed = {s: found[("sealed", arm, s, None, None, split)] for s in seeds}
+                outcomes = {s: {name: sealed_outcomes(sealed[s], name) for name in sealed[s]["evaluations"]}
+                            for s in seeds}
+                structure = dict(zip(sealed[seeds[0]]["task_ids"], sealed[seeds[0]]["structures"]))
                 row = {"arm": arm, "reward": reward, "split": split, "seeds": seeds}
                 for verdict, strong in (("three", False), ("strong", True)):
                     differences, before, after = {}, [], []
                     for s in seeds:
-                        base = evaluations[s]["before"]["outcomes"]
-                        runs = [evaluations[s][f"{reward}-{r}"]["outcomes"] for r in design["rl_seeds"]]
+                        base = outcomes[s]["before"]
+                        runs = [outcomes[s][f"{reward}-{r}"] for r in design["rl_seeds"]]
                         differences[str(s)] = {t: sum(run[t][strong] for run in runs) / len(runs) - base[t][strong]
                                                for t in base}
                         before.append(_rate(base, strong))
                         after.append(sum(_rate(run, strong) for run in runs) / len(runs))
+                    by_structure = {s: _means_by(values, structure) for s, values in differences.items()}
                     row[verdict] = {"before": before, "after": after,
-                                    "comparison": two_level_comparison(differences, alpha=alpha)}
+                                    "comparison": two_level_comparison(differences, alpha=alpha),
+                                    "by_structure": two_level_comparison(by_structure, alpha=alpha)}
                 row["false_passes"] = {
-                    "before": _false_pass_share([evaluations[s]["before"]["outcomes"] for s in seeds]),
-                    "after": _false_pass_share([evaluations[s][f"{reward}-{r}"]["outcomes"]
-                                                for s in seeds for r in design["rl_seeds"]])}
+                    "before": _false_pass_share([outcomes[s]["before"] for s in seeds]),
+                    "after": _false_pass_share([outcomes[s][f"{reward}-{r}"] for s in seeds for r in design["rl_seeds"]])}
                 results.append(row)
             rl_rows = [r for r in receipts if r["phase"] == "rl" and r["arm"] == arm and r["reward"] == reward]
             if rl_rows:
@@ -434,11 +483,26 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
             sd = (sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) ** 0.5 if len(rates) > 1 else None
             spread[arm] = {"seeds": [r["seed"] for r in pretrained], "dev_pass_at_1": rates, "mean": mean, "sd": sd,
                            "selected_steps": [r["selection"]["selected"]["step"] for r in pretrained]}
+    for verdict in ("three", "strong"):  # beside the planned per-comparison rule: Holm over the comparisons
+        for level in ("units", "seeds"):
+            ps = [row[verdict]["comparison"][level].get("sign_flip_p" if level == "units" else "t_test_p") for row in results]
+            for row, adjusted in zip(results, holm([1.0 if p is None else p for p in ps]) if results else []):
+                row[verdict].setdefault("holm", {})[level] = adjusted
     return {"study": STUDY, "runs": len(receipts), "sealed": results, "dev": dev, "reward_hacking": hacking,
             "pretraining_on_dev": spread}
 
 
-VERBS = {"better": "raises", "worse": "lowers", "not shown": "is not shown to change"}
+def _means_by(values: dict, group: dict) -> dict:
+    """{unit: value} -> {group: the mean of its units' values}."""
+    sums: dict = {}
+    for unit, value in values.items():
+        entry = sums.setdefault(group[unit], [0.0, 0])
+        entry[0] += value
+        entry[1] += 1
+    return {key: total / count for key, (total, count) in sums.items()}
+
+
+VERBS = {"better": "RL raises it", "worse": "RL lowers it", "not shown": "not shown either way"}
 
 
 def answers(plan: dict, summary: dict) -> list[str]:
@@ -449,10 +513,10 @@ def answers(plan: dict, summary: dict) -> list[str]:
         seeds = c["seeds"]
         interval = seeds["interval"]
         lines.append(
-            f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: RL "
-            f"{VERBS[c['verdict']]}"
-            f" the strong pass rate by {100 * c['mean_difference']:+.1f} points (behaviours: p {c['units']['sign_flip_p']:.3g}, "
-            f"CI {100 * c['units']['interval'][0]:+.1f} to {100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
+            f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: after minus before "
+            f"RL on the strong pass rate {100 * c['mean_difference']:+.1f} points, {VERBS[c['verdict']]} (behaviours: "
+            f"p {c['units']['sign_flip_p']:.3g}, CI {100 * c['units']['interval'][0]:+.1f} to "
+            f"{100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
             + ("p n/a" if seeds["t_test_p"] is None else
                f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")")
     return lines
@@ -467,9 +531,9 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
              f"{design['rl']['groups']} groups x {design['rl']['group_size']}; precision {design['precision']}.", "",
              "## Power, stated before the runs", "", *power_lines(plan), "",
              "## The sealed splits (each opened once per (arm, seed), after every selection)", "",
-             "| arm | reward | split | verdict | before (strong) | after (strong) | effect, behaviours | "
-             "effect, seeds | result | false passes before / after |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | reward | split | verdict | before | after | effect, behaviours | effect, seeds | result | "
+             "structures p | Holm p (behaviours / seeds) | false passes before / after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def mean(values):
         return sum(values) / len(values)
@@ -486,14 +550,23 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
             def share(entry):
                 return "n/a" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
 
+            structures = row[verdict].get("by_structure")
+            holm = row[verdict].get("holm", {})
             lines.append(f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | {verdict} | "
                          f"{100 * mean(row[verdict]['before']):.1f}% | {100 * mean(row[verdict]['after']):.1f}% | "
                          f"{100 * units['mean']:+.1f} [{100 * units['interval'][0]:+.1f}, "
                          f"{100 * units['interval'][1]:+.1f}] p {units['sign_flip_p']:.3g} | {seed_text} | "
-                         f"{c['verdict']} | " + (f"{share(fp['before'])} / {share(fp['after'])}" if verdict == "three"
-                                                 else "") + " |")
-    lines += ["", "Effects are points of greedy pass@1 (after minus before; brackets: 95% intervals). `result` "
-                  "is `better`/`worse` only when behaviours and seeds both show it.", "",
+                         f"{c['verdict']} | "
+                         + ("n/a" if structures is None else
+                            f"{structures['units']['sign_flip_p']:.3g} ({structures['units']['n']})") + " | "
+                         + (f"{holm['units']:.3g} / {holm['seeds']:.3g}" if holm else "n/a") + " | "
+                         + (f"{share(fp['before'])} / {share(fp['after'])}" if verdict == "three" else "") + " |")
+    lines += ["", "Effects are points of greedy pass@1 under the row's verdict (after minus before; brackets: 95% "
+                  "intervals). `result` is `better`/`worse` only when behaviours and seeds both show it at alpha, the "
+                  "planned rule, per comparison (unadjusted); Holm's adjustment over the comparisons of each verdict is "
+                  "beside it. Behaviours of one structure are not independent: `structures p` repeats the behaviour-"
+                  "level test over structures (each the mean of its behaviours; their number in brackets), a secondary "
+                  "check. False passes: passes of the three cases that fail the strong set, per pass.", "",
               "## On dev (where every checkpoint was selected: optimistic)", "",
               "| arm | reward | seeds | effect (three cases) | result |", "|---|---|---|---|---|"]
     for row in summary["dev"]:
@@ -507,8 +580,9 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
                      f"{', '.join(f'{100 * r:.1f}%' for r in row['dev_pass_at_1'])} | {100 * row['mean']:.1f}% | "
                      + ("n/a" if row["sd"] is None else f"{100 * row['sd']:.1f} points") + " | "
                      f"{', '.join(map(str, row['selected_steps']))} |")
-    lines += ["", "## Reward hacking in training", "", "| arm | reward | runs | passes that fail the strong set |",
-              "|---|---|---|---|"]
+    lines += ["", "## Reward hacking in training", "", "With the strong set as the reward a pass is judged on that set, so "
+              "its count is 0 by construction; the three-case reward's count is the measurement.", "",
+              "| arm | reward | runs | passes that fail the strong set |", "|---|---|---|---|"]
     for row in summary["reward_hacking"]:
         passes = sum(h["rollouts_passing_reward_cases"] for h in row["training"])
         hacks = sum(h["failing_strong_set"] for h in row["training"])
@@ -517,9 +591,18 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    from glm53_flash.report import figures, study_charts
+
     summary = compute(plan, receipts)
     summary["answers"] = answers(plan, summary)
-    return summary, report_lines(plan, summary), {}
+    lines, charts = report_lines(plan, summary), {}
+    fig = study_charts.draw_rl_generalisation(summary)
+    if fig is not None:
+        charts["effects"] = "effects.png"
+        figures.save_png(fig, Path(out) / "effects.png", dpi=100)
+        at = lines.index("## The sealed splits (each opened once per (arm, seed), after every selection)")
+        lines[at + 1:at + 1] = ["", "![RL's effect per arm, reward and sealed split](effects.png)"]
+    return summary, lines, charts
 
 
 __all__ = ["DEFAULT_RL_SEEDS", "DEFAULT_SEEDS", "PRETRAIN_DEFAULTS", "REWARDS", "RL_RECIPE", "STUDY", "analyze",

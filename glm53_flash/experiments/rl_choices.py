@@ -108,7 +108,7 @@ def eval_task_ids(suite: str, split: str, tasks: int | None) -> list[str] | None
 
 def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, confirm_seeds, tasks_per_family: int | None,
                confirm_arm: str | None, workers: int, seconds_per_rollout: float | None,
-               seconds_per_eval_task: float | None, suite: str = "families") -> dict:
+               seconds_per_eval_task: float | None, suite: str = "families", precision: str | None = None) -> dict:
     """The study's plan. `tasks_per_family`: the families suite's tasks per family (None: the default); the
     compositions suite's tasks of each split (None: all)."""
     check_suite(suite)
@@ -163,6 +163,7 @@ def build_plan(checkpoint: str, checkpoint_sha256: str, arms, screen_seeds, conf
         design["task_ids_sha256"] = {split: _ids_sha256(eval_task_ids(suite, split, tasks_per_family))
                                      for split in (screen_split, confirm_split)}
         design["budget_scale"] = COMPOSITIONS_SCALE
+        design["precision"] = precision or "fp32"  # resolved by the CLI (auto: bf16 where the CPU has it)
     return {
         "study": STUDY,
         "design": design,
@@ -213,7 +214,8 @@ def _ids_sha256(ids: list[str]) -> str:
     return digest(ids)
 
 
-def _evaluate(model, split: str, tasks_per_family: int | None, opening=None, suite: str = "families") -> dict:
+def _evaluate(model, split: str, tasks_per_family: int | None, opening=None, suite: str = "families",
+              precision: str | None = None) -> dict:
     from glm53_flash.evaluation.evaluate import evaluate_greedy
     from glm53_flash.tasks import frozen_tasks, parse_families
 
@@ -224,7 +226,7 @@ def _evaluate(model, split: str, tasks_per_family: int | None, opening=None, sui
 
         tasks = _tasks(split, eval_task_ids(suite, split, tasks_per_family), opening=opening)
     receipt = evaluate_greedy(model, tasks, max_new_tokens=recipe_for(suite).max_new_tokens, seed=EVAL_SEED,
-                              opening=opening)
+                              opening=opening, precision=precision)
     outcomes = [{"task_id": e["task_id"], "family": e["family"], "passed": e["evaluation"]["passed"],
                  "status": e["evaluation"]["status"], "pass_fraction": e["evaluation"]["pass_fraction"],
                  "completion": e["generated_completion"]} for e in receipt["episodes"]]
@@ -245,7 +247,8 @@ def run_unit(unit: dict) -> dict:
     started = time.perf_counter()
     if unit["phase"] == "reference":
         model, _ = load_pretrained(design["checkpoint"], device)
-        evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"), suite)
+        evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"), suite,
+                               design.get("precision"))
         return {"phase": "reference", "arm": "pretrained", "seed": None, "evaluation": evaluation,
                 "elapsed_seconds": round(time.perf_counter() - started, 3)}
     arm = unit["arm"]
@@ -257,11 +260,13 @@ def run_unit(unit: dict) -> dict:
         checkpoints=(settings["groups"],), group_size=settings["group_size"], temperature=settings["temperature"],
         reward_mode=settings["reward_mode"], invalid_penalty=settings["invalid_penalty"], seed=unit["seed"],
         device=device, resume=True, **({"reward_cases": settings["reward_cases"]} if "reward_cases" in settings else {}),
+        **({"precision": design["precision"]} if "precision" in design else {}),
         tensorboard=str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None,
         wandb=logging.get("wandb")))
     final = rl["checkpoints"][-1]
     model, meta = load_pretrained(final["path"], device)
-    evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"), suite)
+    evaluation = _evaluate(model, unit["split"], design["tasks_per_family"], unit.get("opening"), suite,
+                           design.get("precision"))
     training = {key: rl[key] for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                          "exact_training_rollouts", "elapsed_seconds", "trainable_parameters")}
     training.update(rollouts=settings["groups"] * settings["group_size"], final_weights_sha256=meta["weights_sha256"])

@@ -149,3 +149,37 @@ def draw_vision_comparison(summary: dict, size=None):
             ax.set_yticks(range(10), confusion["rows"])
             ax.set(xlabel="predicted", ylabel="drawn", title=f"{name}: confusion (all seeds)")
     return fig
+
+
+def draw_rl_generalisation(summary: dict, size=None):
+    """RL-generalisation study: per arm, reward and sealed split, RL's effect on the strong pass rate (points):
+    each pretraining seed's effect as a dot, the mean with its 95% interval over behaviours (thick) and over
+    seeds (thin)."""
+    rows = [row for row in summary.get("sealed", []) if row.get("strong")]
+    if not rows:
+        return None
+    with figures.style() as plt:
+        fig, ax = plt.subplots(figsize=size or (9, 1.4 + 0.55 * len(rows)), layout="constrained")
+        for y, row in enumerate(rows):
+            c = row["strong"]["comparison"]
+            mean = 100 * c["mean_difference"]
+            seeds = [100 * v for v in c["seeds"]["values"]]
+            ax.scatter(seeds, [y] * len(seeds), s=14, color="grey", alpha=0.7, zorder=2)
+            if c["seeds"]["interval"] is not None:
+                low, high = (100 * v for v in c["seeds"]["interval"])
+                ax.plot([low, high], [y, y], color="tab:blue", lw=1, zorder=1)
+            low, high = (100 * v for v in c["units"]["interval"])
+            ax.plot([low, high], [y, y], color="tab:blue", lw=4, alpha=0.6, zorder=1)
+            ax.scatter([mean], [y], color="tab:blue", s=36, zorder=3)
+        ax.axvline(0, color="grey", lw=0.8)
+        split_names = {"compositions.unseen_structures": "unseen compositions",
+                       "compositions.new_constants": "new constants"}
+        rewards = {"three": "three-case", "strong": "strong-set"}
+        ax.set_yticks(range(len(rows)), [f"{r['arm']}, {rewards.get(r['reward'], r['reward'])} reward, "
+                                         f"{split_names.get(r['split'], r['split'])}" for r in rows])
+        ax.invert_yaxis()
+        seeds = max(len(r["strong"]["comparison"]["seeds"]["values"]) for r in rows)
+        ax.set(xlabel="after RL minus before, strong pass rate (points)",
+               title=f"RL's effect on the sealed splits\n(dots: the {seeds} pretraining seeds; thick: 95% CI over "
+                     "behaviours; thin: over seeds)")
+    return fig
