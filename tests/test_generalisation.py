@@ -14,6 +14,7 @@ from glm53_flash.evaluation.ledger import read_ledger
 from glm53_flash.experiments import generalisation as gen
 from glm53_flash.experiments.study import load_receipts, plan_hash
 from glm53_flash.tasks import compositions, split_task_ids
+from glm53_flash.train.config import RLConfig
 
 TINY_RL = replace(gen.RL_RECIPE, groups=2, group_size=2, checkpoints=(1,))
 TINY_PRETRAIN = {"preset": "tiny", "steps": 12, "checkpoints": (6,), "learning_rate": 3e-3, "warmup": 0,
@@ -94,6 +95,14 @@ def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path
     done = {r["unit"]["key"]: r for r in load_receipts(out)}
     assert len(done) == 6 and not any(k.startswith("sealed") for k in done)
     assert not private_ledger.exists()
+    # the design pins the faithful arm's RL switches; ours has RLConfig's defaults, so each RL receipt says which
+    # values it trained with (a later change of a default cannot pass unnoticed)
+    assert done["rl-faithful-seed-1-three-7"]["switches"] == {"logprob_source": "untempered",
+                                                              "loss_normalization": "sequence-mean",
+                                                              "eos_handling": "omit"}
+    defaults = RLConfig(initial_checkpoint="", output="")
+    assert done["rl-ours-seed-1-three-7"]["switches"] == {name: getattr(defaults, name) for name in
+                                                          ("logprob_source", "loss_normalization", "eos_handling")}
     rl = done["rl-ours-seed-1-strong-7"]
     assert rl["initial_checkpoint"] == done["pretrain-ours-seed-1"]["selection"]["selected"]["checkpoint"]
     assert rl["training"]["reward_hacking"]["rollouts_passing_reward_cases"] >= 0
@@ -349,3 +358,4 @@ def test_rl_choices_reference_unit_on_compositions_evaluates_the_subset(tmp_path
     result = rc.run_unit({"phase": "reference", "split": compositions.DEV_SPLIT, "design": plan["design"]})
     assert [o["task_id"] for o in result["evaluation"]["outcomes"]] == gen.task_subset(compositions.DEV_SPLIT, 5)
     assert result["evaluation"]["split"] == compositions.DEV_SPLIT
+

@@ -288,10 +288,11 @@ def _rl_unit(unit: dict) -> dict:
     recipe = {k: tuple(v) if isinstance(v, list) else v for k, v in design["rl"].items()}
     work = Path(unit["work_dir"])
     _check_weights(unit["initial_checkpoint"], unit.get("initial_checkpoint_sha256"), device)
-    receipt = train_rl(replace(RLConfig(initial_checkpoint="", output="", **recipe), **switches["rl"],
-                               initial_checkpoint=unit["initial_checkpoint"], output=str(work),
-                               seed=unit["rl_seed"], reward_cases=unit["reward"], precision=design["precision"],
-                               device=device, resume=True, quiet=True, verifier_workers=1))
+    config = replace(RLConfig(initial_checkpoint="", output="", **recipe), **switches["rl"],
+                     initial_checkpoint=unit["initial_checkpoint"], output=str(work), seed=unit["rl_seed"],
+                     reward_cases=unit["reward"], precision=design["precision"], device=device, resume=True, quiet=True,
+                     verifier_workers=1)
+    receipt = train_rl(config)
     expected = unit.get("initial_checkpoint_sha256")
     if expected is not None and receipt.get("initial_checkpoint_sha256") != expected:
         raise ValueError(f"{unit['key']}: RL started from weights {receipt.get('initial_checkpoint_sha256')}, not the "
@@ -299,8 +300,10 @@ def _rl_unit(unit: dict) -> dict:
     training = {key: receipt.get(key) for key in ("initial_checkpoint_sha256", "schedule_sha256", "updated_groups",
                                                   "exact_training_rollouts", "elapsed_seconds", "reward_hacking",
                                                   "trainable_parameters")}
+    # the switches this run had (an arm that sets none has RLConfig's defaults, which the design does not pin)
+    effective = {name: getattr(config, name) for name in ("logprob_source", "loss_normalization", "eos_handling")}
     return {"reward": unit["reward"], "rl_seed": unit["rl_seed"], "initial_checkpoint": unit["initial_checkpoint"],
-            "training": training, "selection": _select(work, design, device, skip_step_zero=False)}
+            "switches": effective, "training": training, "selection": _select(work, design, device, skip_step_zero=False)}
 
 
 def _check_weights(checkpoint: str, expected: str | None, device: str):
