@@ -157,18 +157,21 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
     for seed in plan["design"]["seeds"]:
         receipts.append({"phase": "pretrain", "arm": "ours", "seed": seed, "plan_sha256": sha, "unit": {},
                          "selection": {"outcomes": _outcomes(dev, dev[:1]),
-                                       "selected": {"pass_at_1": 0.2, "step": 12}}})
+                                       "selected": {"pass_at_1": 0.2, "step": 12, "weights_sha256": f"pre-{seed}"}}})
         receipts.append({"phase": "rl", "arm": "ours", "seed": seed, "reward": "three", "rl_seed": 7,
-                         "plan_sha256": sha, "unit": {}, "training": {}, "selection": {"outcomes": _outcomes(dev, dev[:3])}})
+                         "plan_sha256": sha, "unit": {}, "training": {},
+                         "selection": {"outcomes": _outcomes(dev, dev[:3]), "selected": {"weights_sha256": f"rl-{seed}"}}})
         for split in compositions.SEALED:
             ids = gen.task_subset(split, 6)
 
-            def verdicts(passed, strong):
-                return {"passed": gen._bits(t in passed for t in ids), "strong_passed": gen._bits(t in strong for t in ids)}
+            def verdicts(passed, strong, weights):
+                return {"passed": gen._bits(t in passed for t in ids), "strong_passed": gen._bits(t in strong for t in ids),
+                        "weights_sha256": weights}
 
             receipts.append({"phase": "sealed", "arm": "ours", "seed": seed, "split": split, "plan_sha256": sha,
                              "unit": {}, "task_ids": ids, "structures": ["a", "a", "b", "c", "d", "e"], "evaluations": {
-                                 "before": verdicts(ids[:2], ids[:1]), "three-7": verdicts(ids[:4], ids[:3])}})
+                                 "before": verdicts(ids[:2], ids[:1], f"pre-{seed}"),
+                                 "three-7": verdicts(ids[:4], ids[:3], f"rl-{seed}")}})
     summary = gen.compute(plan, receipts)
     assert len(summary["sealed"]) == 2
     row = summary["sealed"][0]
@@ -188,6 +191,10 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
     # two of six behaviours, all seeds alike: behaviours cannot reach p < 0.05 (floor 2/4), so "not shown"
     assert three["verdict"] == "not shown"
     assert any("not shown either way" in line for line in gen.answers(plan, summary))
+    # a sealed evaluation of other weights than the selected ones is refused, not analysed
+    receipts[-1]["evaluations"]["three-7"]["weights_sha256"] = "rl-1"
+    with pytest.raises(ValueError, match="not the selected"):
+        gen.compute(plan, receipts)
 
 
 # --------------------------------------------------------------------------- rl-switches

@@ -443,6 +443,8 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                 if not seeds:
                     continue
                 sealed = {s: found[("sealed", arm, s, None, None, split)] for s in seeds}
+                for s in seeds:
+                    _check_sealed_weights(sealed[s], found, design, arm, s, reward)
                 outcomes = {s: {name: sealed_outcomes(sealed[s], name) for name in sealed[s]["evaluations"]}
                             for s in seeds}
                 structure = dict(zip(sealed[seeds[0]]["task_ids"], sealed[seeds[0]]["structures"]))
@@ -493,6 +495,21 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                 row[verdict].setdefault("holm", {})[level] = adjusted
     return {"study": STUDY, "runs": len(receipts), "sealed": results, "dev": dev, "reward_hacking": hacking,
             "pretraining_on_dev": spread}
+
+
+def _check_sealed_weights(receipt: dict, found: dict, design: dict, arm: str, seed: int, reward: str) -> None:
+    """Every checkpoint a sealed receipt evaluated must be the one its selection chose (the weights' sha256
+    in the selection receipts), or the analysis refuses it."""
+    expected = {"before": ("pretrain", arm, seed, None, None, None)}
+    expected |= {f"{reward}-{r}": ("rl", arm, seed, reward, r, None) for r in design["rl_seeds"]}
+    for name, key in expected.items():
+        if key not in found:
+            raise ValueError(f"a sealed receipt of {arm} seed {seed} has no selection receipt for {name}")
+        chosen = found[key]["selection"]["selected"]["weights_sha256"]
+        evaluated = receipt["evaluations"][name]["weights_sha256"]
+        if evaluated != chosen:
+            raise ValueError(f"the sealed evaluation of {arm} seed {seed}, {name}, evaluated weights {evaluated[:12]}, "
+                             f"not the selected {chosen[:12]}")
 
 
 def _means_by(values: dict, group: dict) -> dict:
