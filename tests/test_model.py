@@ -24,6 +24,7 @@ def tiny_model(seed=0, **overrides):
 def test_parameter_counts():
     assert g.GLM53Flash(g.ModelConfig()).parameter_counts() == {"total": 25_730_592, "active": 9_805_344}
     assert g.GLM53Flash(g.ModelConfig.preset("research-mini")).parameter_counts()["total"] == 248_412
+    assert g.GLM53Flash(g.ModelConfig.preset("study")).parameter_counts()["total"] == 2_167_040  # the studies' model
     assert g.ModelConfig() == g.ModelConfig.preset("flash")
 
 
