@@ -17,7 +17,7 @@ from glm53_flash.report.slides import RELEASED, STUDIES, build_deck
 SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
                "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
                "research-pretraining-data-charts", "research-rl-choices", "research-rl-choices-table",
-               "research-rl-choices-charts", "sources"]
+               "research-rl-choices-charts", "research-rl-generalisation", "sources"]
 REPO = RESULTS.parent
 
 

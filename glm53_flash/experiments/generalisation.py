@@ -542,6 +542,26 @@ def answers(plan: dict, summary: dict) -> list[str]:
     return lines
 
 
+def headline_table(summary: dict) -> dict:
+    """The README's and the deck's table: per arm, reward and sealed split, the strong pass rate before and
+    after RL and RL's effect at both levels."""
+    columns = ["arm", "reward", "sealed split", "strong pass@1 before", "after RL", "effect (points, behaviours CI)",
+               "over seeds (CI)", "seeds", "result"]
+    rows = []
+    for row in summary["sealed"]:
+        c, values = row["strong"]["comparison"], row["strong"]
+        seeds = c["seeds"]
+        rows.append([row["arm"], row["reward"], SHORT_NAMES.get(row["split"], row["split"]),
+                     f"{100 * sum(values['before']) / len(values['before']):.1f}%",
+                     f"{100 * sum(values['after']) / len(values['after']):.1f}%",
+                     f"{100 * c['mean_difference']:+.1f} [{100 * c['units']['interval'][0]:+.1f}, "
+                     f"{100 * c['units']['interval'][1]:+.1f}]",
+                     "n/a" if seeds["interval"] is None else
+                     f"[{100 * seeds['interval'][0]:+.1f}, {100 * seeds['interval'][1]:+.1f}]",
+                     str(seeds["n"]), c["verdict"]])
+    return {"columns": columns, "rows": rows}
+
+
 def report_lines(plan: dict, summary: dict) -> list[str]:
     design = plan["design"]
     lines = [f"# {STUDY}: does RL on the compositions suite carry over?", "",
@@ -615,6 +635,7 @@ def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str
 
     summary = compute(plan, receipts)
     summary["answers"] = answers(plan, summary)
+    summary["headline_table"] = headline_table(summary)
     lines, charts = report_lines(plan, summary), {}
     fig = study_charts.draw_rl_generalisation(summary)
     if fig is not None:

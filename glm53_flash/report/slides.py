@@ -3,7 +3,7 @@
 `glm53 slides build --runs DIR` reads DIR/headline/summary.json (the committed `results/`) or
 DIR/summary.json (a `glm53 reproduce` run directory such as runs/demo), the charts next to it, the
 confirm receipts when the run has them (for example completions), and the optional study summaries
-DIR/vision, DIR/pretraining-data and DIR/rl-choices. Charts are drawn here from the same numbers
+DIR/vision, DIR/pretraining-data, DIR/rl-choices and DIR/rl-generalisation. Charts are drawn here from the same numbers
 (report/headline.py's chart data and drawing functions) as inline SVG sized for their slide, so their
 text stays readable on a 1280x800 screen. Numbers about the miniature come from
 ModelConfig and GLM53Flash.parameter_counts(); numbers about the released model come from
@@ -62,6 +62,8 @@ STUDIES = (
      "pretraining-data/summary.json"),
     ("research-rl-choices", "Research study: RL choices", "glm53 experiment rl-choices",
      "rl-choices/summary.json"),
+    ("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
+     "rl-generalisation/summary.json"),
 )
 
 
@@ -98,6 +100,9 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
                  "dev greedy pass@1 of every RL arm per screening seed"),
                 (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), "rl-choices-confirmation",
                  "baseline and candidate on the confirmation split, one line per fresh seed")]
+    elif slide_id == "research-rl-generalisation":
+        made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), "rl-generalisation-effects",
+                 "RL's effect on the strong pass rate per arm, reward and sealed split, with each seed")]
     else:
         made = []
     return [(fig, name, alt) for fig, name, alt in made if fig is not None], stacked
