@@ -180,6 +180,6 @@ def draw_rl_generalisation(summary: dict, size=None):
         ax.invert_yaxis()
         seeds = max(len(r["strong"]["comparison"]["seeds"]["values"]) for r in rows)
         ax.set(xlabel="after RL minus before, strong pass rate (points)",
-               title=f"RL's effect on the sealed splits\n(dots: the {seeds} pretraining seeds; thick: 95% CI over "
+               title=f"RL's effect on the sealed splits\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
                      "behaviours; thin: over seeds)")
     return fig
