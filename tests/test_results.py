@@ -120,3 +120,33 @@ def test_committed_run_summaries_read_as_their_type_and_back():
         spoil(spoilt)
         with pytest.raises(ValueError, match=rule):
             RunSummary.from_dict(spoilt, source="x")
+
+
+def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_sealed_one_is_in_the_ledger_once():
+    """results/rl-generalisation/: every receipt is of the committed plan, the summary is what the analysis
+    computes from them, every sealed receipt has one ledger line with its sha256 under its own (arm, seed)
+    identity, and every file is under 1 MB."""
+    from glm53_flash.commands.experiments import sealed_identity
+    from glm53_flash.core.receipts import sha256_file
+    from glm53_flash.evaluation.ledger import read_ledger
+    from glm53_flash.experiments import generalisation
+
+    directory = ROOT / "results" / "rl-generalisation"
+    plan = json.loads((directory / "plan.json").read_text())
+    receipts = [json.loads(p.read_text()) for p in sorted((directory / "runs").glob("*.json"))]
+    assert receipts and all(r["plan_sha256"] == plan["plan_sha256"] for r in receipts)
+    summary = json.loads((directory / "summary.json").read_text())
+    rebuilt = generalisation.compute(plan, receipts)
+    for key in ("sealed", "dev", "pretraining_on_dev"):
+        assert json.loads(json.dumps(rebuilt[key])) == summary[key], key
+    assert summary["headline_table"] == generalisation.headline_table(rebuilt)
+    assert summary["complete"] == (len(receipts) == len(plan["units"]))
+    lines = read_ledger(ROOT / "results" / "ledger.jsonl")
+    for path in sorted((directory / "runs").glob("sealed-*.json")):
+        receipt = json.loads(path.read_text())
+        identity = sealed_identity(plan["plan_sha256"], path.stem)
+        assert receipt["sealed_opening"]["plan_sha256"] == identity
+        mine = [line for line in lines if line["plan_sha256"] == identity]
+        assert len(mine) == 1 and mine[0]["receipt_sha256"] == sha256_file(path), path.name
+        assert mine[0]["split"] == receipt["split"] and mine[0]["reopen"] is None
+    assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
