@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
@@ -373,11 +373,8 @@ def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
 
     import torch
 
-    from glm53_flash.model.lm import load_pretrained
     from glm53_flash.train.config import PretrainConfig
     from glm53_flash.train.pretrain import pretrain
-    from glm53_flash.train.rl import train_rl
-    from glm53_flash.verifier import Verifier
 
     recipe, rl = design_draft["pretrain"], design_draft["rl"]
     before = torch.get_num_threads()
@@ -390,23 +387,35 @@ def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
                 tasks=recipe["tasks"], preset=recipe["preset"], model_overrides=recipe.get("model_overrides", {}),
                 precision=design_draft["precision"], device=device, quiet=True))
             step = sorted(row["seconds"] for row in receipt["training_curve"][1:])[1]  # the median of steps 2-4
-            checkpoint = receipt["checkpoints"][-1]["path"]
-            started = time.perf_counter()
-            train_rl(RLConfig(initial_checkpoint=checkpoint, output=f"{tmp}/rl", tasks="compositions", groups=1,
-                              checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
-                              train_scope=rl["train_scope"], precision=design_draft["precision"], device=device,
-                              verifier_workers=1, quiet=True))
-            rollout = (time.perf_counter() - started) / rl["group_size"]
-            model, _ = load_pretrained(checkpoint, device)
-            tasks = _tasks(DEV_SPLIT, task_subset(DEV_SPLIT, 8))
-            with Verifier(workers=1) as verifier:
-                started = time.perf_counter()
-                _evaluate(model, tasks, design_draft, verifier)
-                per_task = (time.perf_counter() - started) / len(tasks)
-        return {"seconds_per_step": round(step, 4), "seconds_per_rollout": round(rollout, 4),
-                "seconds_per_eval_task": round(per_task, 4)}
+            speed = probe_rl_and_evaluation(receipt["checkpoints"][-1]["path"], rl, design_draft["precision"], device)
+        return {"seconds_per_step": round(step, 4), **speed}
     finally:
         torch.set_num_threads(before)
+
+
+def probe_rl_and_evaluation(checkpoint: str, rl: dict, precision: str, device: str = "cpu") -> dict:
+    """Seconds per RL rollout (one group of `rl`'s size on compositions.rl) and per greedy evaluation of a
+    dev task (eight of them) from `checkpoint`, in the calling thread's settings."""
+    import tempfile
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.verifier import Verifier
+
+    with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
+        started = time.perf_counter()
+        train_rl(RLConfig(initial_checkpoint=checkpoint, output=f"{tmp}/rl", tasks="compositions", groups=1,
+                          checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
+                          train_scope=rl["train_scope"], precision=precision, device=device, verifier_workers=1,
+                          quiet=True))
+        rollout = (time.perf_counter() - started) / rl["group_size"]
+    model, _ = load_pretrained(checkpoint, device)
+    tasks = _tasks(DEV_SPLIT, task_subset(DEV_SPLIT, 8))
+    with Verifier(workers=1) as verifier:
+        started = time.perf_counter()
+        _evaluate(model, tasks, {"precision": precision}, verifier)
+        per_task = (time.perf_counter() - started) / len(tasks)
+    return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4)}
 
 
 # --------------------------------------------------------------------------- analysis

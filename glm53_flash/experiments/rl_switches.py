@@ -163,34 +163,14 @@ def run_unit(unit: dict) -> dict:
 def measure_speed(plan_draft: dict, device: str = "cpu") -> dict:
     """Seconds per RL rollout and per evaluated dev task on this machine, one thread, from the first
     source checkpoint: one RL group and 8 dev tasks."""
-    import tempfile
-
     import torch
 
-    from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import train_rl
-    from glm53_flash.verifier import Verifier
-
     design = plan_draft["design"]
-    start = next(iter(design["checkpoints"].values()))["checkpoint"]
-    rl = design["rl"]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with tempfile.TemporaryDirectory(prefix="glm53-rl-switches-probe-") as tmp:
-            started = time.perf_counter()
-            train_rl(RLConfig(initial_checkpoint=start, output=f"{tmp}/rl", tasks="compositions", groups=1,
-                              checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
-                              train_scope=rl["train_scope"], precision=design["precision"], device=device,
-                              verifier_workers=1, quiet=True))
-            rollout = (time.perf_counter() - started) / rl["group_size"]
-        model, _ = load_pretrained(start, device)
-        tasks = gen._tasks(gen.DEV_SPLIT, gen.task_subset(gen.DEV_SPLIT, 8))
-        with Verifier(workers=1) as verifier:
-            started = time.perf_counter()
-            gen._evaluate(model, tasks, design, verifier)
-            per_task = (time.perf_counter() - started) / len(tasks)
-        return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4)}
+        return gen.probe_rl_and_evaluation(next(iter(design["checkpoints"].values()))["checkpoint"], design["rl"],
+                                           design["precision"], device)
     finally:
         torch.set_num_threads(before)
 
