@@ -227,6 +227,44 @@ def test_rl_switches_refuses_a_source_that_is_not_a_finished_generalisation_stud
         sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
 
 
+def test_rl_switches_uses_only_seeds_whose_checkpoints_remain_and_states_power_under_holm(tmp_path):
+    """A source study's selected checkpoints live in its uncommitted work directory: a plan that needs one
+    that is gone is refused before anything runs, naming the seeds that can still be used."""
+    from glm53_flash.experiments import rl_switches as sw
+
+    plan = _plan()
+    sha = plan_hash(plan)
+    (tmp_path / "plan.json").write_text(json.dumps(plan | {"plan_sha256": sha}))
+    (tmp_path / "runs").mkdir()
+    for arm in ("faithful", "ours"):
+        for seed in (1, 2, 3):
+            weights = tmp_path / "work" / f"{arm}-{seed}"
+            if seed != 2:  # seed 2's checkpoints were lost
+                weights.mkdir(parents=True)
+            receipt = {"plan_sha256": sha, "phase": "pretrain", "arm": arm, "seed": seed,
+                       "unit": {"key": f"pretrain-{arm}-seed-{seed}"},
+                       "selection": {"selected": {"checkpoint": str(weights), "weights_sha256": f"{arm}{seed}",
+                                                  "step": 6}}}
+            (tmp_path / "runs" / f"pretrain-{arm}-seed-{seed}.json").write_text(json.dumps(receipt))
+    with pytest.raises(FileNotFoundError, match=r"faithful-2, ours-2 are no longer on disk.*--seeds 1,3"):
+        sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+    for bad in ((4,), (1, 1), ()):
+        with pytest.raises(ValueError, match="--seeds must be distinct pretraining seeds"):
+            sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None, seeds=bad)
+    subset = sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None, seeds=(1, 3))
+    assert subset["design"]["seeds"] == [1, 3] and sorted(subset["design"]["checkpoints"]) == \
+        ["faithful-1", "faithful-3", "ours-1", "ours-3"]
+    assert {u["seed"] for u in subset["units"]} == {1, 3} and len(subset["units"]) == 2 * 2 * 4
+    # six comparisons: the smallest p must clear 0.05/6, which asks more of the seeds than alpha 0.05 does,
+    # and five behaviours' exact sign-flip test (floor 2/32) can detect nothing at that level
+    from glm53_flash.experiments.study import level_power
+
+    seeds_level, units_level = subset["power"].values()
+    assert seeds_level["alpha"] == units_level["alpha"] == pytest.approx(0.05 / 6)
+    assert seeds_level["mdd_in_sd"] > level_power(2, "t")["mdd_in_sd"] > 0
+    assert units_level["mdd_in_sd"] is None
+
+
 def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest():
     from glm53_flash.experiments import rl_switches as sw
 

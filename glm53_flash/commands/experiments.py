@@ -285,7 +285,7 @@ def run_rl_switches(args) -> int:
     out = Path(cfg.output)
     device = str(resolve_device(cfg.device))
     options = (Path(cfg.source), cfg.rl_seeds, cfg.switches, cfg.dev_tasks, cfg.workers)
-    draft = rl_switches.build_plan(*options, None)
+    draft = rl_switches.build_plan(*options, None, seeds=cfg.seeds)
 
     def run(plan):
         work = (out / "work").resolve()
@@ -296,7 +296,8 @@ def run_rl_switches(args) -> int:
         return ran
 
     return _run_study(args, cfg, out, draft,
-                      lambda: rl_switches.build_plan(*options, rl_switches.measure_speed(draft, device)), run)
+                      lambda: rl_switches.build_plan(*options, rl_switches.measure_speed(draft, device),
+                                                         seeds=cfg.seeds), run)
 
 
 def sealed_identity(plan_sha256: str, key: str) -> str:

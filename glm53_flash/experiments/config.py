@@ -215,6 +215,9 @@ class RLSwitchesStudyConfig(StudyConfig):
                               "checkpoints every run starts from")
     rl_seeds: tuple[int, ...] = option(rl_switches.DEFAULT_RL_SEEDS, parse=parse_seed_range,
                                        help="RL seeds of every (arm, pretraining seed, variant)", default_text="101,202")
+    seeds: tuple[int, ...] | None = option(None, parse=parse_seed_range,
+                                           help="the source study's pretraining seeds to use (each needs its "
+                                                "selected checkpoints still on disk)", default_text="all of them")
     switches: tuple[str, ...] = option(rl_switches.SWITCHES, parse=parse_name_list,
                                        help=f"RL switches to flip, each alone; {', '.join(rl_switches.SWITCHES)}",
                                        default_text="all three")
@@ -224,6 +227,7 @@ class RLSwitchesStudyConfig(StudyConfig):
 
     def __post_init__(self) -> None:
         self.rl_seeds, self.switches = tuple(self.rl_seeds), tuple(self.switches)
+        self.seeds = None if self.seeds is None else tuple(self.seeds)
 
 
 __all__ = [

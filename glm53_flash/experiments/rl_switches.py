@@ -72,12 +72,29 @@ def source_runs(source: Path) -> tuple[dict, dict]:
     return plan, checkpoints
 
 
-def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers: int, speed: dict | None) -> dict:
+def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers: int, speed: dict | None,
+               seeds=None) -> dict:
+    """The study's plan over the source's pretraining seeds (`seeds`, default all of them), refused before
+    anything runs when a checkpoint it needs is no longer on disk."""
     from glm53_flash.experiments.study import level_power
 
     source_plan, checkpoints = source_runs(source)
     design_in = source_plan["design"]
-    arms, seeds, rl_seeds, switches = list(design_in["arms"]), list(design_in["seeds"]), list(rl_seeds), list(switches)
+    arms, rl_seeds, switches = list(design_in["arms"]), list(rl_seeds), list(switches)
+    seeds = list(design_in["seeds"]) if seeds is None else list(seeds)
+    outside = [s for s in seeds if s not in design_in["seeds"]]
+    if not seeds or outside or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must be distinct pretraining seeds of the source study "
+                         f"({', '.join(map(str, design_in['seeds']))}); got {', '.join(map(str, seeds)) or 'none'}")
+    checkpoints = {key: checkpoints[key] for arm in arms for seed in seeds for key in [f"{arm}-{seed}"]}
+    gone = [key for key, c in checkpoints.items() if not Path(c["checkpoint"]).exists()]
+    if gone:
+        kept = [s for s in seeds if all(f"{arm}-{s}" not in gone for arm in arms)]
+        raise FileNotFoundError(
+            f"--source {source}: the selected checkpoints of {', '.join(gone)} are no longer on disk (a study's "
+            "work directory is not committed); " + (f"pass --seeds {','.join(map(str, kept))} to use the seeds "
+            "whose checkpoints remain, or " if kept else "") + f"rerun their pretraining (`glm53 experiment "
+            f"{gen.STUDY}` into a new directory)")
     if len(arms) != 2:
         raise ValueError(f"the source study must have both arms to flip a switch to the other's value; it has "
                          f"{', '.join(arms)}")
@@ -117,8 +134,11 @@ def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers:
                             "both levels significant after Holm",
             "alpha": 0.05,
         },
-        "power": {"over pretraining seeds": level_power(len(seeds), "t"),
-                  "over behaviours": level_power(len(dev_ids), "sign-flip")},
+        # Holm tests the smallest p at alpha / comparisons: the power a single real flip has at worst
+        "power": {f"over pretraining seeds, at Holm's first step (alpha 0.05/{comparisons})":
+                  level_power(len(seeds), "t", alpha=0.05 / comparisons),
+                  f"over behaviours, at Holm's first step (alpha 0.05/{comparisons})":
+                  level_power(len(dev_ids), "sign-flip", alpha=0.05 / comparisons)},
         "estimate": estimate,
     }
 
