@@ -91,7 +91,10 @@ def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path
     assert "smallest detectable difference" in err and "estimated" in err
     assert "is ready; pass --open-sealed" in err
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["status"] == "incomplete" and plan["estimate"]["expected_minutes"] > 0
+    # the estimate comes from timed steps (a tiny config on a fast machine can round to 0.0 minutes)
+    estimate = plan["estimate"]
+    assert plan["status"] == "incomplete" and estimate["expected_minutes"] is not None
+    assert min(estimate["seconds_per_step"], estimate["seconds_per_rollout"], estimate["seconds_per_eval_task"]) > 0
     done = {r["unit"]["key"]: r for r in load_receipts(out)}
     assert len(done) == 6 and not any(k.startswith("sealed") for k in done)
     assert not private_ledger.exists()
