@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -228,6 +229,25 @@ def test_rl_switches_refuses_a_source_that_is_not_a_finished_generalisation_stud
     (tmp_path / "plan.json").write_text(json.dumps({"study": "rl-choices"}))
     with pytest.raises(ValueError, match="rl-choices"):
         sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+
+
+def test_an_answer_shown_per_comparison_says_whether_it_survives_holm():
+    """The planned rule is per comparison; a 'better' row must say when Holm over the rows takes it away
+    at a level (and say that it holds when it does), and a 'not shown' row says nothing of Holm."""
+    def verdict(direction, units, seeds):
+        return {"comparison": {"verdict": direction}, "holm": {"units": units, "seeds": seeds}}
+
+    lost = gen._holm_caveat(verdict("better", 8e-05, 0.111), 8, 0.05)
+    assert "per comparison only" in lost and "the seeds' p is 0.111" in lost and "behaviours'" not in lost
+    both = gen._holm_caveat(verdict("worse", 0.2, 0.3), 8, 0.05)
+    assert "behaviours' p is 0.2" in both and "seeds' p is 0.3" in both
+    assert "holds after Holm over the 8" in gen._holm_caveat(verdict("better", 0.01, 0.049), 8, 0.05)
+    assert gen._holm_caveat(verdict("not shown", 0.9, 0.9), 8, 0.05) == ""
+    # every shown direction of the committed study says where it stands after Holm
+    summary = json.loads((Path(__file__).resolve().parents[1] / "results" / "rl-generalisation" / "summary.json")
+                         .read_text())
+    shown = [line for line in summary["answers"] if "not shown either way" not in line]
+    assert shown and all("after Holm over the 8 comparisons" in line for line in shown)
 
 
 def test_rl_switches_uses_only_seeds_whose_checkpoints_remain_and_states_power_under_holm(tmp_path):

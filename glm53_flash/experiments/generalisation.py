@@ -547,8 +547,23 @@ def answers(plan: dict, summary: dict) -> list[str]:
             f"p {c['units']['sign_flip_p']:.3g}, CI {100 * c['units']['interval'][0]:+.1f} to "
             f"{100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
             + ("p n/a" if seeds["t_test_p"] is None else
-               f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")")
+               f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")"
+            + _holm_caveat(row["strong"], len(summary["sealed"]), plan["analysis"]["settings"]["alpha"]))
     return lines
+
+
+def _holm_caveat(verdict: dict, comparisons: int, alpha: float) -> str:
+    """For a direction shown by the planned per-comparison rule, whether it survives Holm over the
+    comparisons at both levels; empty for a row that shows nothing."""
+    holm = verdict.get("holm")
+    if verdict["comparison"]["verdict"] == "not shown" or not holm:
+        return ""
+    failing = [level for level in ("units", "seeds") if holm[level] >= alpha]
+    if not failing:
+        return f"; it holds after Holm over the {comparisons} comparisons"
+    return (f"; per comparison only: after Holm over the {comparisons} comparisons "
+            + ", ".join(f"the {'behaviours' if level == 'units' else 'seeds'}' p is {holm[level]:.3g}"
+                        for level in failing) + ", so it is not shown at that level")
 
 
 def headline_table(summary: dict) -> dict:
