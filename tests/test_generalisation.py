@@ -151,10 +151,9 @@ def _outcomes(ids, passed, strong=None):
     return {t: [t in passed, t in strong] for t in ids}
 
 
-def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
-    """Receipts built by hand: RL solves two more of six behaviours on every seed (one of them only under
-    the three cases), and one before-RL pass is false. The summary must give exactly these effects."""
-    plan = _plan(arms=("ours",), seeds=(1, 2, 3, 4, 5, 6), rl_seeds=(7,), rewards=("three",), sealed_tasks=6)
+def _hand_receipts(plan, gains=lambda seed: 2):
+    """Receipts of the one-arm, one-RL-seed, three-case plan written by hand: before RL two of six sealed
+    behaviours pass the three cases (one the strong set), after RL `gains(seed)` more pass each."""
     sha = plan_hash(plan)
     dev = gen.task_subset(compositions.DEV_SPLIT, 5)
     receipts = []
@@ -172,10 +171,19 @@ def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
                 return {"passed": gen._bits(t in passed for t in ids), "strong_passed": gen._bits(t in strong for t in ids),
                         "weights_sha256": weights}
 
+            gain = gains(seed)
             receipts.append({"phase": "sealed", "arm": "ours", "seed": seed, "split": split, "plan_sha256": sha,
                              "unit": {}, "task_ids": ids, "structures": ["a", "a", "b", "c", "d", "e"], "evaluations": {
                                  "before": verdicts(ids[:2], ids[:1], f"pre-{seed}"),
-                                 "three-7": verdicts(ids[:4], ids[:3], f"rl-{seed}")}})
+                                 "three-7": verdicts(ids[:2 + gain], ids[:1 + gain], f"rl-{seed}")}})
+    return receipts
+
+
+def test_analysis_recovers_a_known_effect_at_both_levels(tmp_path):
+    """Receipts built by hand: RL solves two more of six behaviours on every seed (one of them only under
+    the three cases), and one before-RL pass is false. The summary must give exactly these effects."""
+    plan = _plan(arms=("ours",), seeds=(1, 2, 3, 4, 5, 6), rl_seeds=(7,), rewards=("three",), sealed_tasks=6)
+    receipts = _hand_receipts(plan)
     summary = gen.compute(plan, receipts)
     assert len(summary["sealed"]) == 2
     row = summary["sealed"][0]
@@ -229,6 +237,55 @@ def test_rl_switches_refuses_a_source_that_is_not_a_finished_generalisation_stud
     (tmp_path / "plan.json").write_text(json.dumps({"study": "rl-choices"}))
     with pytest.raises(ValueError, match="rl-choices"):
         sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+
+
+def test_a_rerun_on_disjoint_seeds_is_compared_row_by_row_and_both_together(tmp_path, capsys):
+    """Hand-built studies whose effect is known: the rerun holds when its seeds give the same effect, its
+    spread is 0 and within the margin; a rerun whose RL gains nothing does not hold; plans that differ in
+    more than their seeds, or share a seed, are refused before anything is written."""
+    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments.study import write_json
+
+    one = dict(arms=("ours",), rl_seeds=(7,), rewards=("three",), sealed_tasks=6)
+    first = _plan(seeds=tuple(range(1, 7)), **one)
+    first["plan_sha256"] = plan_hash(first)
+    # seed-level sd > 0: the gain is 2 or 3 of six behaviours by seed parity
+    varied = lambda seed: 2 + seed % 2  # noqa: E731
+    rerun = _plan(seeds=tuple(range(11, 17)), **one)
+    rerun["plan_sha256"] = plan_hash(rerun)
+    # six behaviours move a seed's effect by 1/6: equivalence here needs a margin of that order
+    same = reruns.compare(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, varied), margin=0.3)
+    row = same["rows"][0]
+    assert len(same["rows"]) == 2 and same["all_hold"] and row["holds"]
+    assert row["spread"]["difference"] == pytest.approx(0.0, abs=1e-12) and row["spread"]["equivalent"]
+    assert row["pooled"]["seeds"] == list(range(1, 7)) + list(range(11, 17))
+    assert row["pooled"]["comparison"]["seeds"]["n"] == 12
+    # the rerun's RL gains nothing on its seeds: the seeds' direction is lost, and its size is not reproduced
+    flat = reruns.compare(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, lambda seed: 0),
+                          margin=0.3)
+    assert not flat["all_hold"] and not flat["rows"][0]["spread"]["equivalent"]
+    assert flat["rows"][0]["rerun"]["verdict"] == "not shown" and flat["rows"][0]["directions"]["seeds"][1] == "0"
+    with pytest.raises(ValueError, match="disjoint pretraining seeds; both studies have \\[1\\]"):
+        reruns.compare(first, [], _plan(seeds=(1, 20), **one) | {"plan_sha256": "x"}, [])
+    other = _plan(seeds=(21, 22), **(one | {"sealed_tasks": 5}))
+    with pytest.raises(ValueError, match="more than their pretraining seeds: sealed_task_ids_sha256, sealed_tasks, subset_sizes"):
+        reruns.compare(first, [], other | {"plan_sha256": "x"}, [])
+    # the command: the rerun's directory analysed against the first's, the table in its REPORT.md
+    dirs = {}
+    for name, plan, gains in (("first", first, varied), ("rerun", rerun, varied)):
+        dirs[name] = tmp_path / name
+        write_json(dirs[name] / "plan.json", plan)
+        for i, receipt in enumerate(_hand_receipts(plan, gains)):
+            write_json(dirs[name] / "runs" / f"{i:03d}.json", receipt)
+    assert main(["analyze", str(dirs["rerun"]), "--rerun-of", str(dirs["first"])]) == 0
+    assert '"every row holds in the rerun": true' in capsys.readouterr().out
+    report = (dirs["rerun"] / "REPORT.md").read_text()
+    assert "## Against the first study" in report and "| ours | three | unseen |" in report
+    assert json.loads((dirs["rerun"] / "summary.json").read_text())["rerun"]["margin"] == reruns.RERUN_MARGIN
+    # a study that is no rl-generalisation study cannot be the first of a rerun
+    (dirs["first"] / "plan.json").write_text(json.dumps(first | {"study": "rl-switches"}))
+    assert main(["analyze", str(dirs["rerun"]), "--rerun-of", str(dirs["first"]), "--force"]) == 2
+    assert "reruns compare `rl-generalisation` studies" in capsys.readouterr().err
 
 
 def test_an_answer_shown_per_comparison_says_whether_it_survives_holm():

@@ -617,3 +617,48 @@ def test_sign_flip_floor_holds_for_any_number_of_units():
     assert minimum_detectable_difference(1030, 0.3, test="sign-flip") == pytest.approx(
         minimum_detectable_difference(1030, 0.3, test="z"))
     assert minimum_detectable_difference(5, 0.3, test="sign-flip") is None  # 2/32 > 0.05
+
+
+# ------------------------------------------------------------------ Welch's two-sample comparison
+
+from glm53_flash.core.stats import welch_comparison  # noqa: E402
+
+
+def test_welch_matches_the_textbook_example_and_its_equivalence_is_its_interval():
+    # t.test(c(2,4,6,8,10), c(1,2,3,4,5)) (Welch's, the default): t = 1.8974, df = 5.8824, p = 0.1075
+    r = welch_comparison([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], margin=1.0)
+    assert r["difference"] == 3.0 and r["df"] == pytest.approx(5.8824, abs=1e-4)
+    assert r["p"] == pytest.approx(0.1075, abs=1e-4)
+    # its 90% interval from the same t quantile: 3 +- t_{0.95, 5.88} * sqrt(2.5/5 + 10/5)
+    half = student_t_quantile(0.95, r["df"]) * math.sqrt(2.5)
+    assert r["interval"] == pytest.approx([3 - half, 3 + half])
+    assert not r["equivalent"] and r["smallest_margin"] == pytest.approx(3 + half)
+    # swapping the samples negates the difference and keeps every p
+    swapped = welch_comparison([2, 4, 6, 8, 10], [1, 2, 3, 4, 5], margin=1.0)
+    assert swapped["difference"] == -3.0 and swapped["p"] == pytest.approx(r["p"])
+    assert swapped["tost_p"] == pytest.approx(r["tost_p"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=8), st.lists(st.floats(-5, 5), min_size=2, max_size=8),
+       st.floats(0.01, 10))
+def test_welch_equivalence_holds_exactly_when_its_interval_lies_inside_the_margin(first, second, margin):
+    r = welch_comparison(first, second, margin=margin)
+    low, high = r["interval"]
+    if abs(abs(low) - margin) > 1e-9 and abs(abs(high) - margin) > 1e-9:  # away from the boundary
+        assert r["equivalent"] == (-margin < low and high < margin)
+    # the two-sided p is below 2 alpha exactly when the (1 - 2 alpha) interval leaves out 0
+    if r["df"] is not None and min(abs(low), abs(high)) > 1e-9:
+        assert (r["p"] < 0.1) == (low > 0 or high < 0)
+    # a shift of both samples moves nothing
+    moved = welch_comparison([x + 3 for x in first], [x + 3 for x in second], margin=margin)
+    assert moved["difference"] == pytest.approx(r["difference"], abs=1e-9)
+
+
+def test_welch_refuses_what_it_cannot_compare():
+    with pytest.raises(ValueError, match="first needs at least 2"):
+        welch_comparison([1.0], [1.0, 2.0], margin=1.0)
+    with pytest.raises(ValueError, match="margin"):
+        welch_comparison([1.0, 2.0], [1.0, 2.0], margin=0)
+    same = welch_comparison([1.0, 1.0], [1.5, 1.5], margin=1.0)
+    assert same["df"] is None and same["p"] == 0.0 and same["equivalent"]

@@ -68,6 +68,9 @@ def register(sub) -> None:
                                    "DIR/REPORT.md and PNG charts. Refuses to replace them without --force.")
     a.add_argument("directory", help="a study directory written by `glm53 experiment ...`")
     a.add_argument("--force", action="store_true", help="rebuild summary.json / REPORT.md when they exist")
+    a.add_argument("--rerun-of", metavar="FIRST", default=None,
+                   help="DIR is the rerun of this rl-generalisation study (disjoint pretraining seeds): add whether "
+                        "each conclusion holds in both, the rerun spread and both together (default: none)")
     a.set_defaults(func=run_analyze)
 
 
@@ -378,8 +381,10 @@ def _run_generalisation_phases(cfg, out: Path, plan: dict, openings: dict) -> in
 def run_analyze(args) -> int:
     from glm53_flash.experiments.analysis import analyze
 
-    summary = analyze(args.directory, force=args.force, argv=sys.argv)
-    print(json.dumps({"study": summary["study"], "runs": summary["runs"],
-                      "answers": summary["answers"]}, indent=2))
+    summary = analyze(args.directory, force=args.force, argv=sys.argv, rerun_of=args.rerun_of)
+    shown = {"study": summary["study"], "runs": summary["runs"], "answers": summary["answers"]}
+    if "rerun" in summary:
+        shown["every row holds in the rerun"] = summary["rerun"]["all_hold"]
+    print(json.dumps(shown, indent=2))
     print(f"wrote {Path(args.directory) / 'REPORT.md'}", file=sys.stderr)
     return 0

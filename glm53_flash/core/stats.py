@@ -528,6 +528,42 @@ def equivalence_test(values: Sequence[float], *, reference: float = 0.0, margin:
             "method": "two one-sided t-tests (TOST) over independent values"}
 
 
+def welch_comparison(first: Sequence[float], second: Sequence[float], *, margin: float,
+                     alpha: float = 0.05) -> dict:
+    """How far the mean of `second` lies from the mean of `first`, two independent samples (the seeds
+    of a study and of its rerun): Welch's t with Welch-Satterthwaite degrees of freedom. Gives the
+    difference (second - first), the two-sided p of "no difference", its (1 - 2 alpha) interval, and
+    equivalence within +- margin by two one-sided tests (shown when the interval lies inside the
+    margin); `smallest_margin` is the largest |bound| of that interval, the tightest margin these data
+    could show. The margin must be stated before the data are seen."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0 or not math.isfinite(margin):
+        raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
+    alpha = _open_unit("alpha", alpha)
+    mean_a, error_a, n_a = _mean_and_error(first, "first")
+    mean_b, error_b, n_b = _mean_and_error(second, "second")
+    difference = mean_b - mean_a
+    variance = error_a ** 2 + error_b ** 2
+    if variance == 0.0:
+        p = 1.0 if difference == 0.0 else 0.0
+        p_lower = 0.0 if difference > -margin else 1.0
+        p_upper = 0.0 if difference < margin else 1.0
+        df, interval = None, (difference, difference)
+    else:
+        error = math.sqrt(variance)
+        # Welch-Satterthwaite: the error terms weighted by their own degrees of freedom
+        df = variance ** 2 / (error_a ** 4 / (n_a - 1) + error_b ** 4 / (n_b - 1))
+        p = min(1.0, 2.0 * student_t_cdf(-abs(difference) / error, df))
+        p_lower = 1.0 - student_t_cdf((difference + margin) / error, df)
+        p_upper = student_t_cdf((difference - margin) / error, df)
+        half = student_t_quantile(1.0 - alpha, df) * error
+        interval = (difference - half, difference + half)
+    tost = max(p_lower, p_upper)
+    return {"n": [n_a, n_b], "means": [mean_a, mean_b], "difference": difference, "df": df, "p": p,
+            "interval": list(interval), "interval_level": 1.0 - 2.0 * alpha, "margin": margin, "alpha": alpha,
+            "tost_p": tost, "equivalent": tost < alpha, "smallest_margin": max(abs(interval[0]), abs(interval[1])),
+            "method": "Welch's t over two independent samples; equivalence by two one-sided tests"}
+
+
 def sign_flip_floor(n: int) -> float:
     """The smallest p the exact two-sided sign-flip test over `n` non-zero values can give: 2/2^n (1 for
     no values), computed without overflow for any n (2.0 ** 1030 is out of a float's range)."""
@@ -640,5 +676,6 @@ __all__ = [
     "t_interval",
     "t_test_p",
     "two_level_comparison",
+    "welch_comparison",
     "wilson_interval",
 ]

@@ -687,7 +687,10 @@ ANALYZERS = {"pretraining-data": analyze_pretraining, "rl-choices": analyze_rl_c
              "rl-generalisation": analyze_generalisation, "rl-switches": analyze_rl_switches}
 
 
-def analyze(directory: str | Path, force: bool = False, argv: list[str] | None = None) -> dict:
+def analyze(directory: str | Path, force: bool = False, argv: list[str] | None = None,
+            rerun_of: str | Path | None = None) -> dict:
+    """A study directory's summary.json and REPORT.md from its receipts; with `rerun_of`, the directory is
+    the rerun of that `rl-generalisation` study (disjoint pretraining seeds) and both are compared."""
     out = Path(directory)
     plan_path = out / PLAN_FILE
     if not plan_path.is_file():
@@ -695,13 +698,23 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     plan = json.loads(plan_path.read_text())
     if plan.get("study") not in ANALYZERS:
         raise ValueError(f"{plan_path}: unknown study {plan.get('study')!r}; known: {', '.join(ANALYZERS)}")
+    if rerun_of is not None and plan.get("study") != "rl-generalisation":
+        raise ValueError(f"--rerun-of compares `rl-generalisation` studies; {out} is a {plan.get('study')!r} study")
     existing = [name for name in OUTPUT_FILES if (out / name).exists()]
     if existing and not force:
         raise FileExistsError(f"{out} already has {', '.join(existing)}; add --force to rebuild them")
     receipts = [r for r in load_receipts(out) if r.get("plan_sha256") == plan["plan_sha256"]]
     if not receipts:
         raise ValueError(f"{out} has no finished runs of this plan yet; run `glm53 experiment {plan['study']}` first")
+    if rerun_of is not None:  # refused before anything is written when the two are not a study and its rerun
+        from glm53_flash.experiments import reruns
+
+        first_plan, first_receipts = reruns.load(Path(rerun_of))
+        comparison = reruns.compare(first_plan, first_receipts, plan, receipts)
     summary, lines, charts = ANALYZERS[plan["study"]](out, plan, receipts)
+    if rerun_of is not None:
+        summary["rerun"] = comparison
+        lines += reruns.report_lines(comparison, str(rerun_of))
     summary["complete"] = len(receipts) == len(plan["units"])
     versions: dict[str, int] = {}
     for receipt in receipts:

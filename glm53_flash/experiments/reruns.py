@@ -1,0 +1,147 @@
+"""A study against its rerun: does every conclusion hold on disjoint pretraining seeds?
+
+`glm53 analyze RERUN --rerun-of FIRST` compares two `rl-generalisation` studies whose designs are the
+same but for their pretraining seeds, which must not overlap. The rule was fixed before the rerun's
+sealed splits were opened (docs/STUDIES.md, "Reruns"):
+
+- a row (arm, reward, sealed split; the strong verdict, the README's) *holds* when both studies give
+  it the same result at each level: at the behaviours and at the seeds, the same direction at alpha
+  or neither;
+- the rerun spread is the rerun's seed-level effect minus the first's, Welch's t over the two sets
+  of seeds (independent: disjoint seeds), with its 90% interval; the rerun *reproduces* a row's size
+  when that interval lies within +- RERUN_MARGIN (two one-sided tests), and `smallest_margin` says
+  which margin the data could show;
+- both studies together (all their seeds; each evaluated the same sealed tasks) are analysed once
+  more as one study, a secondary, more powerful view that neither study planned alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from glm53_flash.experiments import generalisation as gen
+
+# Points of strong pass@1 within which the rerun's RL effect must lie of the first's to reproduce its
+# size: the smallest effect the first study reports (1.1 points) is about half of it, so a rerun within
+# the margin keeps each effect's order of magnitude; stated before the rerun's sealed splits were opened.
+RERUN_MARGIN = 0.02
+LEVELS = ("units", "seeds")
+
+
+def _direction(comparison: dict, level: str, alpha: float) -> str:
+    """'+', '-' or '0': the level's direction when its test is significant at alpha."""
+    part = comparison[level]
+    p = part["sign_flip_p"] if level == "units" else part["t_test_p"]
+    if p is None or p >= alpha:
+        return "0"
+    mean = part["mean"]
+    return "+" if mean > 0 else "-" if mean < 0 else "0"
+
+
+def _check_designs(first: dict, rerun: dict) -> None:
+    for name, plan in (("first", first), ("rerun", rerun)):
+        if plan.get("study") != gen.STUDY:
+            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; reruns compare `{gen.STUDY}` studies")
+    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
+                    if key != "seeds" and first["design"].get(key) != rerun["design"].get(key))
+    if first["analysis"] != rerun["analysis"]:
+        differ.append("analysis")
+    if differ:
+        raise ValueError(f"the two studies differ in more than their pretraining seeds: {', '.join(differ)}")
+    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
+    if shared:
+        raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+
+
+def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
+            margin: float = RERUN_MARGIN) -> dict:
+    """Per (arm, reward, sealed split) under the strong verdict: each study's result, whether it holds,
+    the rerun spread with its equivalence test, and both studies analysed as one."""
+    from glm53_flash.core.stats import welch_comparison
+
+    _check_designs(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["settings"]["alpha"]
+    first, rerun = gen.compute(first_plan, first_receipts), gen.compute(rerun_plan, rerun_receipts)
+    seeds = first_plan["design"]["seeds"] + rerun_plan["design"]["seeds"]
+    pooled_plan = {**first_plan, "design": {**first_plan["design"], "seeds": seeds}}
+    pooled = gen.compute(pooled_plan, first_receipts + rerun_receipts)
+
+    def keyed(summary):
+        return {(r["arm"], r["reward"], r["split"]): r for r in summary["sealed"]}
+
+    first_rows, rerun_rows, pooled_rows = keyed(first), keyed(rerun), keyed(pooled)
+    rows = []
+    for key, a in first_rows.items():
+        if key not in rerun_rows:
+            continue
+        ca, cb = a["strong"]["comparison"], rerun_rows[key]["strong"]["comparison"]
+        directions = {level: [_direction(ca, level, alpha), _direction(cb, level, alpha)] for level in LEVELS}
+        spread = (welch_comparison(ca["seeds"]["values"], cb["seeds"]["values"], margin=margin, alpha=alpha)
+                  if min(len(ca["seeds"]["values"]), len(cb["seeds"]["values"])) >= 2 else None)
+        cp = pooled_rows[key]["strong"]
+        rows.append({
+            "arm": key[0], "reward": key[1], "split": key[2],
+            "first": {"mean_difference": ca["mean_difference"], "verdict": ca["verdict"], "seeds": a["seeds"],
+                      "holm": a["strong"].get("holm")},
+            "rerun": {"mean_difference": cb["mean_difference"], "verdict": cb["verdict"],
+                      "seeds": rerun_rows[key]["seeds"], "holm": rerun_rows[key]["strong"].get("holm")},
+            "directions": directions,
+            "holds": ca["verdict"] == cb["verdict"] and all(d[0] == d[1] for d in directions.values()),
+            "spread": spread,
+            "pooled": {"seeds": pooled_rows[key]["seeds"], "comparison": cp["comparison"], "holm": cp.get("holm")},
+        })
+    return {"first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "verdict": "strong", "rows": rows,
+            "all_hold": bool(rows) and all(r["holds"] for r in rows),
+            "rule": "a row holds when both studies give the same direction (or none) at alpha at the behaviours "
+                    "and at the seeds; it reproduces its size when Welch's 90% interval of the rerun's seed-level "
+                    "effect minus the first's lies within +- the margin (two one-sided tests)"}
+
+
+def load(directory: Path) -> tuple[dict, list[dict]]:
+    """A study directory's plan and the receipts of that plan."""
+    from glm53_flash.experiments.study import PLAN_FILE, load_receipts
+
+    path = Path(directory) / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"--rerun-of {directory}: no {PLAN_FILE}; give the first study's directory")
+    plan = json.loads(path.read_text())
+    return plan, load_receipts(directory, plan["plan_sha256"])
+
+
+def report_lines(comparison: dict, first_name: str) -> list[str]:
+    """REPORT.md's section: the table of each row in both studies and together."""
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule, fixed before this rerun's sealed splits were opened: {comparison['rule']}; margin "
+             f"{100 * comparison['margin']:.1f} points. Strong verdict; effects in points.", "",
+             "| arm | reward | split | first | rerun | holds (behaviours, seeds) | rerun - first, 90% CI | "
+             "within the margin | both together | result together |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in comparison["rows"]:
+        spread = row["spread"]
+        d = row["directions"]
+        both = row["pooled"]["comparison"]
+        seeds_ci = both["seeds"]["interval"]
+        lines.append(
+            f"| {row['arm']} | {row['reward']} | {gen.SHORT_NAMES.get(row['split'], row['split'])} | "
+            f"{signed(row['first']['mean_difference'])} {row['first']['verdict']} | "
+            f"{signed(row['rerun']['mean_difference'])} {row['rerun']['verdict']} | "
+            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
+            + ("n/a | n/a" if spread is None else
+               f"{signed(spread['difference'])} [{signed(spread['interval'][0])}, {signed(spread['interval'][1])}] | "
+               f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})")
+            + f" | {signed(both['mean_difference'])}, seeds CI "
+            + ("n/a" if seeds_ci is None else f"[{signed(seeds_ci[0])}, {signed(seeds_ci[1])}]")
+            + f" ({len(row['pooled']['seeds'])} seeds) | {both['verdict']} |")
+    lines += ["", "`holds` lists each level's direction in the first study / the rerun (`+` RL raises the strong pass "
+                  "rate at alpha, `-` lowers it, `0` not shown). `both together` is one analysis over both studies' "
+                  "seeds, a secondary view neither plan made alone.", ""]
+    return lines
+
+
+__all__ = ["RERUN_MARGIN", "compare", "load", "report_lines"]
