@@ -234,6 +234,9 @@ def test_rl_switches_refuses_a_source_that_is_not_a_finished_generalisation_stud
     (tmp_path / "plan.json").write_text(json.dumps(_plan() | {"plan_sha256": plan_hash(_plan())}))
     with pytest.raises(ValueError, match="pretraining not finished for faithful seed 1"):
         sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)
+    # with --seeds only those seeds' pretraining must be finished (a source still running the rest can serve)
+    with pytest.raises(ValueError, match="pretraining not finished for faithful seed 2, ours seed 2;"):
+        sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None, seeds=(2,))
     (tmp_path / "plan.json").write_text(json.dumps({"study": "rl-choices"}))
     with pytest.raises(ValueError, match="rl-choices"):
         sw.build_plan(tmp_path, (1,), sw.SWITCHES, 5, 1, None)

@@ -47,9 +47,10 @@ def variant_switches(arm: str, variant: str, other: str) -> dict:
     return values | {name: switch_values(other)[name]}
 
 
-def source_runs(source: Path) -> tuple[dict, dict]:
-    """A finished rl-generalisation study's plan and, per (arm, seed), its selected pretraining checkpoint;
-    refused when the study is another or its pretraining is not all finished."""
+def source_runs(source: Path, seeds=None) -> tuple[dict, dict]:
+    """An rl-generalisation study's plan and, per (arm, seed), its selected pretraining checkpoint;
+    refused when the study is another or the pretraining of a seed in `seeds` (default: all of the
+    study's) is not finished."""
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
 
     path = Path(source) / PLAN_FILE
@@ -60,7 +61,8 @@ def source_runs(source: Path) -> tuple[dict, dict]:
         raise ValueError(f"--from {source} is a {plan.get('study')!r} study; give an `{gen.STUDY}` study directory")
     found = {(r["arm"], r["seed"]): r for r in load_receipts(source, plan["plan_sha256"]) if r["phase"] == "pretrain"}
     design = plan["design"]
-    missing = [f"{arm} seed {seed}" for arm in design["arms"] for seed in design["seeds"] if (arm, seed) not in found]
+    wanted = design["seeds"] if seeds is None else [s for s in design["seeds"] if s in set(seeds)]
+    missing = [f"{arm} seed {seed}" for arm in design["arms"] for seed in wanted if (arm, seed) not in found]
     if missing:
         raise ValueError(f"--from {source}: pretraining not finished for {', '.join(missing)}; finish it first "
                          f"(`glm53 experiment {gen.STUDY}` resumes it)")
@@ -78,7 +80,7 @@ def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers:
     anything runs when a checkpoint it needs is no longer on disk."""
     from glm53_flash.experiments.study import level_power
 
-    source_plan, checkpoints = source_runs(source)
+    source_plan, checkpoints = source_runs(source, seeds)
     design_in = source_plan["design"]
     arms, rl_seeds, switches = list(design_in["arms"]), list(rl_seeds), list(switches)
     seeds = list(design_in["seeds"]) if seeds is None else list(seeds)
