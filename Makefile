@@ -39,9 +39,13 @@ study-generalisation-rerun: $(STAMP)
 	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation-rerun --seeds 6,7,8,9,10 \
 		--open-sealed "$(STUDY_PURPOSE) (the rerun on disjoint pretraining seeds)"
 
-# Which RL switch matters, from the first study's pretrained checkpoints (dev only).
+# Which RL switch matters, from a study's pretrained checkpoints (dev only). The checkpoints are not
+# committed, so run it in the same checkout as its source, e.g.
+# make study-switches SWITCHES_SOURCE=runs/study-generalisation-rerun SWITCHES_FLAGS="--seeds 6,7,8"
+SWITCHES_SOURCE ?= runs/study-generalisation
+SWITCHES_FLAGS ?=
 study-switches: $(STAMP)
-	$(BIN)/glm53 experiment rl-switches --source runs/study-generalisation --output runs/study-switches
+	$(BIN)/glm53 experiment rl-switches --source $(SWITCHES_SOURCE) --output runs/study-switches $(SWITCHES_FLAGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
