@@ -380,7 +380,18 @@ def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest()
     for key, row in rows.items():
         if key != ("faithful", "logprob_source"):
             assert row["verdict"] == "not shown", key
-    assert any("flip better" in line for line in sw.answers(summary))
+    lines = sw.answers(summary)
+    assert any("flip better" in line for line in lines)
+    # a row that shows nothing says what its seeds and behaviours could have detected at Holm's first step
+    quiet = rows[("ours", "eos_handling")]
+    from glm53_flash.core.stats import minimum_detectable_difference
+    assert quiet["detectable"]["alpha"] == pytest.approx(0.05 / 6)
+    assert quiet["detectable"]["seeds"] == pytest.approx(minimum_detectable_difference(
+        6, quiet["comparison"]["seeds"]["sd"], 0.05 / 6, 0.8, "t"))
+    assert all("detectable at Holm's first step" in line for line in lines if "not shown" in line)
+    table = sw.headline_table(summary)
+    assert len(table["rows"]) == 6 and all(len(r) == len(table["columns"]) for r in table["rows"])
+    assert table["rows"][0][-1] == "flip better" and table["rows"][0][-2] == "6"
 
 
 def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, one_thread):

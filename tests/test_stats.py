@@ -662,3 +662,21 @@ def test_welch_refuses_what_it_cannot_compare():
         welch_comparison([1.0, 2.0], [1.0, 2.0], margin=0)
     same = welch_comparison([1.0, 1.0], [1.5, 1.5], margin=1.0)
     assert same["df"] is None and same["p"] == 0.0 and same["equivalent"]
+
+
+def test_detectable_differences_come_from_the_spread_each_level_measured():
+    from glm53_flash.core.stats import detectable_differences, minimum_detectable_difference
+
+    units = [f"u{i}" for i in range(10)]
+    data = {seed: {u: 0.1 * ((i + seed) % 3) for i, u in enumerate(units)} for seed in range(4)}
+    result = two_level_comparison(data)
+    per_seed = [float(np.mean([data[s][u] for u in units])) for s in range(4)]
+    per_unit = [float(np.mean([data[s][u] for s in range(4)])) for u in units]
+    assert result["seeds"]["sd"] == pytest.approx(float(np.std(per_seed, ddof=1)))
+    assert result["units"]["sd"] == pytest.approx(float(np.std(per_unit, ddof=1)))
+    found = detectable_differences(result, alpha=0.01)
+    assert found["seeds"] == pytest.approx(minimum_detectable_difference(4, result["seeds"]["sd"], 0.01, 0.8, "t"))
+    assert found["units"] == pytest.approx(minimum_detectable_difference(10, result["units"]["sd"], 0.01, 0.8, "t"))
+    # a stricter alpha needs a larger difference; one seed has no spread to plan with
+    assert found["seeds"] > detectable_differences(result)["seeds"]
+    assert detectable_differences(two_level_comparison({1: data[0]}))["seeds"] is None

@@ -439,7 +439,7 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
     """The study's summary from its receipts: per arm, reward and sealed split the RL effect at both
     levels under the three-case and the strong verdict; the same on dev (where the checkpoints were
     selected: optimistic, shown for reference); the false passes; the seeds' spread."""
-    from glm53_flash.core.stats import holm, two_level_comparison
+    from glm53_flash.core.stats import detectable_differences, holm, two_level_comparison
 
     design = plan["design"]
     found = _by_unit(receipts)
@@ -468,8 +468,9 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                         before.append(_rate(base, strong))
                         after.append(sum(_rate(run, strong) for run in runs) / len(runs))
                     by_structure = {s: _means_by(values, structure) for s, values in differences.items()}
-                    row[verdict] = {"before": before, "after": after,
-                                    "comparison": two_level_comparison(differences, alpha=alpha),
+                    comparison = two_level_comparison(differences, alpha=alpha)
+                    row[verdict] = {"before": before, "after": after, "comparison": comparison,
+                                    "detectable": detectable_differences(comparison, alpha),
                                     "by_structure": two_level_comparison(by_structure, alpha=alpha)}
                 row["false_passes"] = {
                     "before": _false_pass_share([outcomes[s]["before"] for s in seeds]),
@@ -548,8 +549,18 @@ def answers(plan: dict, summary: dict) -> list[str]:
             f"{100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
             + ("p n/a" if seeds["t_test_p"] is None else
                f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")"
-            + _holm_caveat(row["strong"], len(summary["sealed"]), plan["analysis"]["settings"]["alpha"]))
+            + _holm_caveat(row["strong"], len(summary["sealed"]), plan["analysis"]["settings"]["alpha"])
+            + _detectable_note(row["strong"]))
     return lines
+
+
+def _detectable_note(verdict: dict) -> str:
+    """For a row that shows nothing at the seeds, the difference its seeds could have shown (80% power,
+    their measured spread); empty otherwise."""
+    seeds = (verdict.get("detectable") or {}).get("seeds")
+    if verdict["comparison"]["verdict"] != "not shown" or seeds is None:
+        return ""
+    return f"; with this spread its seeds detect {100 * seeds:.1f} points"
 
 
 def _holm_caveat(verdict: dict, comparisons: int, alpha: float) -> str:

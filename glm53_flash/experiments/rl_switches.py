@@ -201,7 +201,7 @@ def measure_speed(plan_draft: dict, device: str = "cpu") -> dict:
 
 
 def compute(plan: dict, receipts: list[dict]) -> dict:
-    from glm53_flash.core.stats import holm, two_level_comparison
+    from glm53_flash.core.stats import detectable_differences, holm, two_level_comparison
 
     design, alpha = plan["design"], plan["analysis"]["alpha"]
     found = {(r["arm"], r["seed"], r["variant"], r["rl_seed"]): r["evaluation"]["outcomes"] for r in receipts}
@@ -233,19 +233,50 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
             c = row["comparison"]
             same = (c["units"]["mean"] > 0) == (c["seeds"]["mean"] > 0) and c["units"]["mean"] != 0
             row["holm"] = {"units_p": up, "seeds_p": sp}
+            # what the data could have shown: Holm tests the smallest p at alpha / comparisons
+            row["detectable"] = detectable_differences(c, alpha / len(rows))
             row["verdict"] = ("flip better" if c["units"]["mean"] > 0 else "flip worse") \
                 if up < alpha and sp < alpha and same else "not shown"
     return {"study": STUDY, "runs": len(receipts), "comparisons": rows}
 
 
+def _points(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
 def answers(summary: dict) -> list[str]:
+    """One line per (arm, switch): the flip's effect on dev, its result after Holm and, when nothing is
+    shown, the smallest difference each level could have shown with the spread it measured."""
     lines = []
     for row in summary["comparisons"]:
-        c = row["comparison"]
+        c, d = row["comparison"], row["detectable"]
         lines.append(f"{row['arm']}: {row['switch']} {row['own']} -> {row['flipped_to']}: "
                      f"{100 * c['mean_difference']:+.1f} points on dev ({row['verdict']}; Holm p behaviours "
-                     f"{row['holm']['units_p']:.3g}, seeds {row['holm']['seeds_p']:.3g}; {len(row['seeds'])} seeds)")
+                     f"{row['holm']['units_p']:.3g}, seeds {row['holm']['seeds_p']:.3g}; {len(row['seeds'])} seeds)"
+                     + ("" if row["verdict"] != "not shown" else
+                        f"; detectable at Holm's first step: {_points(d['seeds'])} points over seeds, "
+                        f"{_points(d['units'])} over behaviours"))
     return lines
+
+
+def headline_table(summary: dict) -> dict:
+    """The README's and the deck's table: per arm and switch, the dev pass rates, the flip's effect at both
+    levels with Holm's p, and what each level could have detected."""
+    columns = ["arm", "switch", "own -> flipped", "own pass@1", "flipped", "effect (points, behaviours CI)",
+               "over seeds (CI)", "Holm p (behaviours / seeds)", "detectable (seeds / behaviours)", "seeds", "result"]
+    rows = []
+    for row in summary["comparisons"]:
+        c, d = row["comparison"], row["detectable"]
+        interval = c["seeds"]["interval"]
+        rows.append([row["arm"], row["switch"], f"{row['own']} -> {row['flipped_to']}",
+                     f"{100 * sum(row['own_pass_rate']) / len(row['own_pass_rate']):.1f}%",
+                     f"{100 * sum(row['flipped_pass_rate']) / len(row['flipped_pass_rate']):.1f}%",
+                     f"{100 * c['mean_difference']:+.1f} [{100 * c['units']['interval'][0]:+.1f}, "
+                     f"{100 * c['units']['interval'][1]:+.1f}]",
+                     "n/a" if interval is None else f"[{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]",
+                     f"{row['holm']['units_p']:.3g} / {row['holm']['seeds_p']:.3g}",
+                     f"{_points(d['seeds'])} / {_points(d['units'])}", str(len(row["seeds"])), row["verdict"]])
+    return {"columns": columns, "rows": rows}
 
 
 def report_lines(plan: dict, summary: dict) -> list[str]:
@@ -258,24 +289,32 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
              f"{', '.join(map(str, design['rl_seeds']))}; RL {design['rl']['groups']} groups x "
              f"{design['rl']['group_size']}, three-case reward; each run's last checkpoint on "
              f"{design['dev_tasks']} dev tasks.", "", "## Power, stated before the runs", "", *power_lines(plan), "",
-             "## Each switch alone, flipped to the other arm's value", "",
-             "| arm | switch | own -> flipped | own pass@1 | flipped pass@1 | difference | behaviours p (Holm) | "
-             "seeds p (Holm) | result |", "|---|---|---|---|---|---|---|---|---|"]
-    for row in summary["comparisons"]:
-        c = row["comparison"]
-        own = sum(row["own_pass_rate"]) / len(row["own_pass_rate"])
-        flip = sum(row["flipped_pass_rate"]) / len(row["flipped_pass_rate"])
-        lines.append(f"| {row['arm']} | {row['switch']} | {row['own']} -> {row['flipped_to']} | {100 * own:.1f}% | "
-                     f"{100 * flip:.1f}% | {100 * c['mean_difference']:+.1f} | {row['holm']['units_p']:.3g} | "
-                     f"{row['holm']['seeds_p']:.3g} | {row['verdict']} |")
-    return lines + ["", "Points of greedy pass@1 on dev; a direction needs both levels after Holm.", ""]
+             "## Each switch alone, flipped to the other arm's value", ""]
+    table = summary["headline_table"]
+    lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
+    lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
+    return lines + ["", "Points of greedy pass@1 on dev (the three cases), each flip minus the arm's own run, the RL "
+                        "seeds averaged; brackets: 95% intervals. A direction needs both levels after Holm. "
+                        "`detectable`: the smallest difference each level would show at Holm's first step with 80% "
+                        "power, from the spread it measured.", ""]
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    from glm53_flash.report import figures, study_charts
+
     summary = compute(plan, receipts)
     summary["answers"] = answers(summary)
-    return summary, report_lines(plan, summary), {}
+    summary["headline_table"] = headline_table(summary)
+    lines, charts = report_lines(plan, summary), {}
+    fig = study_charts.draw_rl_switches(summary)
+    if fig is not None:
+        charts["effects"] = "effects.png"
+        figures.save_png(fig, Path(out) / "effects.png", dpi=100)
+        at = lines.index("## Each switch alone, flipped to the other arm's value")
+        lines[at + 1:at + 1] = ["", "![each flip's effect on dev per arm](effects.png)"]
+    return summary, lines, charts
 
 
-__all__ = ["DEFAULT_RL_SEEDS", "OWN", "STUDY", "SWITCHES", "analyze", "build_plan", "compute", "measure_speed",
+__all__ = ["DEFAULT_RL_SEEDS", "OWN", "STUDY", "SWITCHES", "analyze", "build_plan", "compute", "headline_table",
+           "measure_speed",
            "run_unit", "source_runs", "switch_values", "variant_switches"]

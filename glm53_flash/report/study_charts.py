@@ -151,17 +151,12 @@ def draw_vision_comparison(summary: dict, size=None):
     return fig
 
 
-def draw_rl_generalisation(summary: dict, size=None):
-    """RL-generalisation study: per arm, reward and sealed split, RL's effect on the strong pass rate (points):
-    each pretraining seed's effect as a dot, the mean with its 95% interval over behaviours (thick) and over
-    seeds (thin)."""
-    rows = [row for row in summary.get("sealed", []) if row.get("strong")]
-    if not rows:
-        return None
+def _two_level_effects(comparisons: list[dict], labels: list[str], size, xlabel: str, title: str):
+    """One row per two_level_comparison: each seed's effect as a dot, the mean with its 95% interval over
+    units (thick) and over seeds (thin), in points."""
     with figures.style() as plt:
-        fig, ax = plt.subplots(figsize=size or (9, 1.4 + 0.55 * len(rows)), layout="constrained")
-        for y, row in enumerate(rows):
-            c = row["strong"]["comparison"]
+        fig, ax = plt.subplots(figsize=size or (9, 1.4 + 0.55 * len(comparisons)), layout="constrained")
+        for y, c in enumerate(comparisons):
             mean = 100 * c["mean_difference"]
             seeds = [100 * v for v in c["seeds"]["values"]]
             ax.scatter(seeds, [y] * len(seeds), s=14, color="grey", alpha=0.7, zorder=2)
@@ -172,14 +167,39 @@ def draw_rl_generalisation(summary: dict, size=None):
             ax.plot([low, high], [y, y], color="tab:blue", lw=4, alpha=0.6, zorder=1)
             ax.scatter([mean], [y], color="tab:blue", s=36, zorder=3)
         ax.axvline(0, color="grey", lw=0.8)
-        split_names = {"compositions.unseen_structures": "unseen compositions",
-                       "compositions.new_constants": "new constants"}
-        rewards = {"three": "three-case", "strong": "strong-set"}
-        ax.set_yticks(range(len(rows)), [f"{r['arm']}, {rewards.get(r['reward'], r['reward'])} reward, "
-                                         f"{split_names.get(r['split'], r['split'])}" for r in rows])
+        ax.set_yticks(range(len(comparisons)), labels)
         ax.invert_yaxis()
-        seeds = max(len(r["strong"]["comparison"]["seeds"]["values"]) for r in rows)
-        ax.set(xlabel="after RL minus before, strong pass rate (points)",
-               title=f"RL's effect on the sealed splits\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
-                     "behaviours; thin: over seeds)")
+        ax.set(xlabel=xlabel, title=title)
     return fig
+
+
+def draw_rl_switches(summary: dict, size=None):
+    """RL-switches study: per arm and switch, the flip's effect on the dev pass rate (points), each
+    pretraining seed's as a dot, with the intervals over behaviours and over seeds."""
+    rows = summary.get("comparisons") or []
+    if not rows:
+        return None
+    seeds = max(len(r["comparison"]["seeds"]["values"]) for r in rows)
+    return _two_level_effects([r["comparison"] for r in rows],
+                              [f"{r['arm']}: {r['switch']} -> {r['flipped_to']}" for r in rows], size,
+                              "flipped minus own switches, dev pass rate (points)",
+                              f"Each RL switch flipped alone\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
+                              "behaviours; thin: over seeds)")
+
+
+def draw_rl_generalisation(summary: dict, size=None):
+    """RL-generalisation study: per arm, reward and sealed split, RL's effect on the strong pass rate (points):
+    each pretraining seed's effect as a dot, the mean with its 95% interval over behaviours (thick) and over
+    seeds (thin)."""
+    rows = [row for row in summary.get("sealed", []) if row.get("strong")]
+    if not rows:
+        return None
+    split_names = {"compositions.unseen_structures": "unseen compositions", "compositions.new_constants": "new constants"}
+    rewards = {"three": "three-case", "strong": "strong-set"}
+    seeds = max(len(r["strong"]["comparison"]["seeds"]["values"]) for r in rows)
+    return _two_level_effects([r["strong"]["comparison"] for r in rows],
+                              [f"{r['arm']}, {rewards.get(r['reward'], r['reward'])} reward, "
+                               f"{split_names.get(r['split'], r['split'])}" for r in rows], size,
+                              "after RL minus before, strong pass rate (points)",
+                              f"RL's effect on the sealed splits\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
+                              "behaviours; thin: over seeds)")
