@@ -666,18 +666,16 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
-    from glm53_flash.report import figures, study_charts
+    from glm53_flash.report import study_charts
 
     summary = compute(plan, receipts)
     summary["answers"] = answers(plan, summary)
     summary["headline_table"] = headline_table(summary)
-    lines, charts = report_lines(plan, summary), {}
-    fig = study_charts.draw_rl_generalisation(summary)
-    if fig is not None:
-        charts["effects"] = "effects.png"
-        figures.save_png(fig, Path(out) / "effects.png", dpi=100)
-        at = lines.index("## The sealed splits (each opened once per (arm, seed), after every selection)")
-        lines[at + 1:at + 1] = ["", "![RL's effect per arm, reward and sealed split](effects.png)"]
+    lines = report_lines(plan, summary)
+    charts = study_charts.insert_effects_chart(
+        out, lines, study_charts.draw_rl_generalisation(summary),
+        "## The sealed splits (each opened once per (arm, seed), after every selection)",
+        "RL's effect per arm, reward and sealed split")
     return summary, lines, charts
 
 

@@ -300,18 +300,15 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
-    from glm53_flash.report import figures, study_charts
+    from glm53_flash.report import study_charts
 
     summary = compute(plan, receipts)
     summary["answers"] = answers(summary)
     summary["headline_table"] = headline_table(summary)
-    lines, charts = report_lines(plan, summary), {}
-    fig = study_charts.draw_rl_switches(summary)
-    if fig is not None:
-        charts["effects"] = "effects.png"
-        figures.save_png(fig, Path(out) / "effects.png", dpi=100)
-        at = lines.index("## Each switch alone, flipped to the other arm's value")
-        lines[at + 1:at + 1] = ["", "![each flip's effect on dev per arm](effects.png)"]
+    lines = report_lines(plan, summary)
+    charts = study_charts.insert_effects_chart(out, lines, study_charts.draw_rl_switches(summary),
+                                               "## Each switch alone, flipped to the other arm's value",
+                                               "each flip's effect on dev per arm")
     return summary, lines, charts
 
 

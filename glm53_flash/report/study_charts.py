@@ -151,6 +151,19 @@ def draw_vision_comparison(summary: dict, size=None):
     return fig
 
 
+def insert_effects_chart(out, lines: list[str], fig, heading: str, alt: str) -> dict:
+    """Save a study's effects chart as OUT/effects.png and show it under `heading` in its REPORT.md
+    lines; the charts entry for its summary ({} when there is no figure)."""
+    from pathlib import Path
+
+    if fig is None:
+        return {}
+    figures.save_png(fig, Path(out) / "effects.png", dpi=100)
+    at = lines.index(heading)
+    lines[at + 1:at + 1] = ["", f"![{alt}](effects.png)"]
+    return {"effects": "effects.png"}
+
+
 def _two_level_effects(comparisons: list[dict], labels: list[str], size, xlabel: str, title: str):
     """One row per two_level_comparison: each seed's effect as a dot, the mean with its 95% interval over
     units (thick) and over seeds (thin), in points."""
