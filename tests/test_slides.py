@@ -18,7 +18,8 @@ SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "arc
                "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
                "research-pretraining-data-charts", "research-rl-choices", "research-rl-choices-table",
                "research-rl-choices-charts", "research-rl-generalisation", "research-rl-generalisation-table",
-               "research-rl-generalisation-charts",
+               "research-rl-generalisation-charts", "research-rl-switches", "research-rl-switches-table",
+               "research-rl-switches-charts",
                "sources"]
 REPO = RESULTS.parent
 
@@ -141,8 +142,8 @@ def test_charts_are_inline_svg_with_text_and_stated_sample_sizes(deck):
     charts = re.findall(r'<svg class="chart".*?</svg>', deck, flags=re.S)
     # per-seed, pretraining (loss and selection), RL (reward and selection), families; vision; the
     # pretraining-data study's curves and differences; the RL-choices screen and confirmation; the
-    # RL-generalisation study's effects
-    assert len(charts) == 10
+    # RL-generalisation study's effects; the RL-switches study's effects
+    assert len(charts) == 11
     for svg in charts:
         assert "<text" in svg and "n=" in svg
         assert not re.search(r'<svg[^>]*\swidth="', svg)  # sized by the page, not fixed

@@ -669,14 +669,15 @@ def test_detectable_differences_come_from_the_spread_each_level_measured():
 
     units = [f"u{i}" for i in range(10)]
     data = {seed: {u: 0.1 * ((i + seed) % 3) for i, u in enumerate(units)} for seed in range(4)}
-    result = two_level_comparison(data)
     per_seed = [float(np.mean([data[s][u] for u in units])) for s in range(4)]
     per_unit = [float(np.mean([data[s][u] for s in range(4)])) for u in units]
-    assert result["seeds"]["sd"] == pytest.approx(float(np.std(per_seed, ddof=1)))
-    assert result["units"]["sd"] == pytest.approx(float(np.std(per_unit, ddof=1)))
-    found = detectable_differences(result, alpha=0.01)
-    assert found["seeds"] == pytest.approx(minimum_detectable_difference(4, result["seeds"]["sd"], 0.01, 0.8, "t"))
-    assert found["units"] == pytest.approx(minimum_detectable_difference(10, result["units"]["sd"], 0.01, 0.8, "t"))
+    found = detectable_differences(data, alpha=0.01)
+    assert found["seeds_sd"] == pytest.approx(float(np.std(per_seed, ddof=1)))
+    assert found["units_sd"] == pytest.approx(float(np.std(per_unit, ddof=1)))
+    assert found["seeds"] == pytest.approx(minimum_detectable_difference(4, found["seeds_sd"], 0.01, 0.8, "t"))
+    assert found["units"] == pytest.approx(minimum_detectable_difference(10, found["units_sd"], 0.01, 0.8, "t"))
+    # the per-seed values are two_level_comparison's
+    assert two_level_comparison(data)["seeds"]["values"] == pytest.approx(per_seed)
     # a stricter alpha needs a larger difference; one seed has no spread to plan with
-    assert found["seeds"] > detectable_differences(result)["seeds"]
-    assert detectable_differences(two_level_comparison({1: data[0]}))["seeds"] is None
+    assert found["seeds"] > detectable_differences(data)["seeds"]
+    assert detectable_differences({1: data[0]})["seeds"] is None

@@ -266,7 +266,7 @@ def run_generalisation(args) -> int:
     openings = {} if cfg.plan_only else _generalisation_openings(cfg, out, draft)
 
     def timed_plan():
-        print(f"{generalisation.STUDY}: timing this machine (a few pretraining steps, one RL group, 8 dev tasks; "
+        print(f"{generalisation.STUDY}: timing this machine (a few pretraining steps, RL with one and with three groups, 4 and 12 dev tasks; "
               "one thread, as each worker runs)", file=sys.stderr)
         return generalisation.build_plan(**options, speed=generalisation.measure_speed(draft["design"], device))
 

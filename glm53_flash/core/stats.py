@@ -628,7 +628,6 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
     unit_p = sign_flip_p(per_unit, seed=seed)
     unit_ci = bootstrap_ci(per_unit, level=1.0 - alpha, resamples=resamples, seed=seed)
     seed_level = {"n": len(seeds), "values": per_seed, "mean": float(np.mean(per_seed)),
-                  "sd": float(np.std(per_seed, ddof=1)) if len(seeds) >= 2 else None,
                   "sign_flip_p": sign_flip_p(per_seed, seed=seed), "sign_flip_floor": sign_flip_floor(len(seeds))}
     if len(seeds) >= 2:
         seed_level["t_test_p"] = t_test_p(per_seed)
@@ -644,8 +643,7 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
     verdict = ("better" if mean > 0 else "worse") if unit_significant and seed_significant and same_sign \
         else "not shown"
     return {"mean_difference": mean, "verdict": verdict, "alpha": alpha,
-            "units": {"n": len(units), "mean": mean, "sd": float(np.std(per_unit, ddof=1)) if len(units) >= 2 else None,
-                      "sign_flip_p": unit_p, "interval": list(unit_ci),
+            "units": {"n": len(units), "mean": mean, "sign_flip_p": unit_p, "interval": list(unit_ci),
                       "positive": sum(d > 0 for d in per_unit), "negative": sum(d < 0 for d in per_unit)},
             "seeds": seed_level,
             "method": "units: each unit's difference averaged over seeds, exact sign-flip over units, "
@@ -653,16 +651,20 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
                       "a direction needs both levels"}
 
 
-def detectable_differences(comparison: dict, alpha: float = 0.05, power: float = 0.8) -> dict:
-    """What a two_level_comparison's data could have shown: at each level, the smallest true difference
-    its test detects with `power` at `alpha` given the spread it measured (the t approximation, also
-    for the sign-flip test over units); None where there is no spread to plan with."""
+def detectable_differences(differences: dict, alpha: float = 0.05, power: float = 0.8) -> dict:
+    """What the data of a two_level_comparison (the same `differences[seed][unit]`) could have shown: at
+    each level, the smallest true difference its test detects with `power` at `alpha` given the spread
+    it measured (the t approximation, also for the sign-flip test over units); None where a level has
+    fewer than two values."""
+    seeds = list(differences)
+    units = sorted(differences[seeds[0]]) if seeds else []
+    per_unit = [float(np.mean([differences[k][u] for k in seeds])) for u in units]
+    per_seed = [float(np.mean([differences[k][u] for u in units])) for k in seeds] if units else []
     out = {}
-    for level in ("units", "seeds"):
-        part = comparison[level]
-        sd = part.get("sd")
-        out[level] = None if sd is None or part["n"] < 2 else minimum_detectable_difference(part["n"], sd, alpha,
-                                                                                             power, "t")
+    for level, values in (("units", per_unit), ("seeds", per_seed)):
+        sd = float(np.std(values, ddof=1)) if len(values) >= 2 else None
+        out[level] = None if sd is None else minimum_detectable_difference(len(values), sd, alpha, power, "t")
+        out[f"{level}_sd"] = sd
     return {**out, "alpha": alpha, "power": power, "method": "minimum_detectable_difference from the measured sd"}
 
 

@@ -366,9 +366,10 @@ def sealed_outcomes(receipt: dict, name: str) -> dict:
 
 def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
     """Seconds per pretraining step, per RL rollout and per evaluated dev task of the plan's model on this
-    machine, one thread (as each worker runs): a few steps of a fresh pretraining run, one RL group from
-    its checkpoint, and a greedy evaluation of a few dev tasks. An untrained model writes every
-    completion to the cap, so the last two are upper bounds."""
+    machine, one thread (as each worker runs): a few steps of a fresh pretraining run, then from its
+    checkpoint the marginal cost of an RL rollout and of a dev task's greedy evaluation
+    (probe_rl_and_evaluation). An untrained model writes every completion to the cap, so the last two
+    are upper bounds."""
     import tempfile
 
     import torch
@@ -394,28 +395,39 @@ def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
 
 
 def probe_rl_and_evaluation(checkpoint: str, rl: dict, precision: str, device: str = "cpu") -> dict:
-    """Seconds per RL rollout (one group of `rl`'s size on compositions.rl) and per greedy evaluation of a
-    dev task (eight of them) from `checkpoint`, in the calling thread's settings."""
+    """Seconds per RL rollout and per greedy evaluation of a dev task from `checkpoint`, in the calling
+    thread's settings, as marginal costs: RL with one group and with three groups of `rl`'s size, and
+    evaluations of four and of twelve dev tasks, each difference divided by what it adds, so that loading
+    the model, starting the verifier and writing checkpoints (paid once per run) do not count as the
+    rollouts' or the tasks' time."""
     import tempfile
 
     from glm53_flash.model.lm import load_pretrained
     from glm53_flash.train.rl import train_rl
     from glm53_flash.verifier import Verifier
 
-    with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
-        started = time.perf_counter()
-        train_rl(RLConfig(initial_checkpoint=checkpoint, output=f"{tmp}/rl", tasks="compositions", groups=1,
-                          checkpoints=(1,), group_size=rl["group_size"], temperature=rl["temperature"],
-                          train_scope=rl["train_scope"], precision=precision, device=device, verifier_workers=1,
-                          quiet=True))
-        rollout = (time.perf_counter() - started) / rl["group_size"]
+    def rl_seconds(groups: int) -> float:
+        with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
+            started = time.perf_counter()
+            train_rl(RLConfig(initial_checkpoint=checkpoint, output=f"{tmp}/rl", tasks="compositions", groups=groups,
+                              checkpoints=(groups,), group_size=rl["group_size"], temperature=rl["temperature"],
+                              train_scope=rl["train_scope"], precision=precision, device=device, verifier_workers=1,
+                              quiet=True))
+            return time.perf_counter() - started
+
+    one, three = rl_seconds(1), rl_seconds(3)
+    rollout = max(three - one, 0.0) / (2 * rl["group_size"]) or three / (3 * rl["group_size"])
     model, _ = load_pretrained(checkpoint, device)
-    tasks = _tasks(DEV_SPLIT, task_subset(DEV_SPLIT, 8))
+    ids = task_subset(DEV_SPLIT, 12)
     with Verifier(workers=1) as verifier:
-        started = time.perf_counter()
-        _evaluate(model, tasks, {"precision": precision}, verifier)
-        per_task = (time.perf_counter() - started) / len(tasks)
-    return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4)}
+        seconds = []
+        for tasks in (_tasks(DEV_SPLIT, ids[:4]), _tasks(DEV_SPLIT, ids)):
+            started = time.perf_counter()
+            _evaluate(model, tasks, {"precision": precision}, verifier)
+            seconds.append(time.perf_counter() - started)
+    per_task = max(seconds[1] - seconds[0], 0.0) / 8 or seconds[1] / 12
+    return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4),
+            "probe": "marginal costs: RL with 3 groups minus 1 group, evaluation of 12 dev tasks minus 4"}
 
 
 # --------------------------------------------------------------------------- analysis
@@ -470,7 +482,7 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                     by_structure = {s: _means_by(values, structure) for s, values in differences.items()}
                     comparison = two_level_comparison(differences, alpha=alpha)
                     row[verdict] = {"before": before, "after": after, "comparison": comparison,
-                                    "detectable": detectable_differences(comparison, alpha),
+                                    "detectable": detectable_differences(differences, alpha),
                                     "by_structure": two_level_comparison(by_structure, alpha=alpha)}
                 row["false_passes"] = {
                     "before": _false_pass_share([outcomes[s]["before"] for s in seeds]),

@@ -184,7 +184,7 @@ def run_unit(unit: dict) -> dict:
 
 def measure_speed(plan_draft: dict, device: str = "cpu") -> dict:
     """Seconds per RL rollout and per evaluated dev task on this machine, one thread, from the first
-    source checkpoint: one RL group and 8 dev tasks."""
+    source checkpoint: their marginal costs (gen.probe_rl_and_evaluation)."""
     import torch
 
     design = plan_draft["design"]
@@ -224,7 +224,7 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
             rows.append({"arm": arm, "switch": switch, "own": design["variants"][arm][OWN][switch],
                          "flipped_to": design["variants"][arm][variant][switch], "seeds": seeds,
                          "own_pass_rate": own_rates, "flipped_pass_rate": flip_rates,
-                         "comparison": two_level_comparison(differences, alpha=alpha)})
+                         "comparison": two_level_comparison(differences, alpha=alpha), "differences": differences})
     if rows:
         unit_p = holm([row["comparison"]["units"]["sign_flip_p"] for row in rows])
         seed_p = holm([1.0 if row["comparison"]["seeds"]["t_test_p"] is None else row["comparison"]["seeds"]["t_test_p"]
@@ -234,7 +234,7 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
             same = (c["units"]["mean"] > 0) == (c["seeds"]["mean"] > 0) and c["units"]["mean"] != 0
             row["holm"] = {"units_p": up, "seeds_p": sp}
             # what the data could have shown: Holm tests the smallest p at alpha / comparisons
-            row["detectable"] = detectable_differences(c, alpha / len(rows))
+            row["detectable"] = detectable_differences(row.pop("differences"), alpha / len(rows))
             row["verdict"] = ("flip better" if c["units"]["mean"] > 0 else "flip worse") \
                 if up < alpha and sp < alpha and same else "not shown"
     return {"study": STUDY, "runs": len(receipts), "comparisons": rows}

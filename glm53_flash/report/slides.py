@@ -3,8 +3,8 @@
 `glm53 slides build --runs DIR` reads DIR/headline/summary.json (the committed `results/`) or
 DIR/summary.json (a `glm53 reproduce` run directory such as runs/demo), the charts next to it, the
 confirm receipts when the run has them (for example completions), and the optional study summaries
-DIR/vision, DIR/pretraining-data, DIR/rl-choices and DIR/rl-generalisation. Charts are drawn here from the same numbers
-(report/headline.py's chart data and drawing functions) as inline SVG sized for their slide, so their
+DIR/vision, DIR/pretraining-data, DIR/rl-choices, DIR/rl-generalisation and DIR/rl-switches. Charts are
+drawn here from the same numbers (report/headline.py's chart data and drawing functions) as inline SVG sized for their slide, so their
 text stays readable on a 1280x800 screen. Numbers about the miniature come from
 ModelConfig and GLM53Flash.parameter_counts(); numbers about the released model come from
 RELEASED below, each with its source. The output embeds its CSS, script and charts (no network
@@ -64,6 +64,8 @@ STUDIES = (
      "rl-choices/summary.json"),
     ("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
      "rl-generalisation/summary.json"),
+    ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
+     "rl-switches/summary.json"),
 )
 
 
@@ -103,6 +105,9 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
     elif slide_id == "research-rl-generalisation":
         made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), "rl-generalisation-effects",
                  "RL's effect on the strong pass rate per arm, reward and sealed split, with each seed")]
+    elif slide_id == "research-rl-switches":
+        made = [(sc.draw_rl_switches(study, size=(12, 5.4)), "rl-switches-effects",
+                 "each RL switch flipped alone: its effect on the dev pass rate per arm, with each seed")]
     else:
         made = []
     return [(fig, name, alt) for fig, name, alt in made if fig is not None], stacked
