@@ -122,8 +122,9 @@ def test_committed_run_summaries_read_as_their_type_and_back():
             RunSummary.from_dict(spoilt, source="x")
 
 
-def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_sealed_one_is_in_the_ledger_once():
-    """results/rl-generalisation/: every receipt is of the committed plan, the summary is what the analysis
+@pytest.mark.parametrize("name", ["rl-generalisation", "rl-generalisation-rerun"])
+def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_sealed_one_is_in_the_ledger_once(name):
+    """results/rl-generalisation/ and its rerun: every receipt is of the committed plan, the summary is what the analysis
     computes from them, every sealed receipt is the newest ledger line with its sha256 under its own (arm, seed)
     identity (a second line only with its reason), and every file is under 1 MB."""
     from glm53_flash.commands.experiments import sealed_identity
@@ -131,7 +132,7 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
     from glm53_flash.evaluation.ledger import read_ledger
     from glm53_flash.experiments import generalisation
 
-    directory = ROOT / "results" / "rl-generalisation"
+    directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())
     receipts = [json.loads(p.read_text()) for p in sorted((directory / "runs").glob("*.json"))]
     assert receipts and all(r["plan_sha256"] == plan["plan_sha256"] for r in receipts)
@@ -155,4 +156,19 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
         if len(mine) == 2:
             assert mine[1]["reopen"] and "lost" in mine[1]["reopen"], path.name
             assert mine[0]["receipt_sha256"] != mine[1]["receipt_sha256"]
+    # every opening of the plan in the ledger has its committed receipt (none lost unrecorded)
+    sealed_units = {sealed_identity(plan["plan_sha256"], u["key"]) for u in plan["units"] if u["phase"] == "sealed"}
+    opened = {line["plan_sha256"] for line in lines} & sealed_units
+    assert opened == {sealed_identity(plan["plan_sha256"], p.stem) for p in (directory / "runs").glob("sealed-*.json")}
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
+
+
+def test_the_rerun_comparison_is_what_both_studies_receipts_give():
+    from glm53_flash.experiments import reruns
+
+    rerun = ROOT / "results" / "rl-generalisation-rerun"
+    first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-generalisation")
+    plan, receipts = reruns.load(rerun)
+    summary = json.loads((rerun / "summary.json").read_text())
+    again = json.loads(json.dumps(reruns.compare(first_plan, first_receipts, plan, receipts)))
+    assert again == summary["rerun"]

@@ -121,7 +121,8 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
              f"Rule, fixed before this rerun's sealed splits were opened: {comparison['rule']}; margin "
              f"{100 * comparison['margin']:.1f} points. Strong verdict; effects in points.", "",
              "| arm | reward | split | first | rerun | holds (behaviours, seeds) | rerun - first, 90% CI | "
-             "within the margin | both together | result together |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "within the margin | both together | result together | Holm p together (behaviours / seeds) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in comparison["rows"]:
         spread = row["spread"]
         d = row["directions"]
@@ -137,10 +138,13 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
                f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})")
             + f" | {signed(both['mean_difference'])}, seeds CI "
             + ("n/a" if seeds_ci is None else f"[{signed(seeds_ci[0])}, {signed(seeds_ci[1])}]")
-            + f" ({len(row['pooled']['seeds'])} seeds) | {both['verdict']} |")
+            + f" ({len(row['pooled']['seeds'])} seeds) | {both['verdict']} | "
+            + ("n/a" if not row["pooled"]["holm"] else
+               f"{row['pooled']['holm']['units']:.3g} / {row['pooled']['holm']['seeds']:.3g}") + " |")
     lines += ["", "`holds` lists each level's direction in the first study / the rerun (`+` RL raises the strong pass "
                   "rate at alpha, `-` lowers it, `0` not shown). `both together` is one analysis over both studies' "
-                  "seeds, a secondary view neither plan made alone.", ""]
+                  "seeds, a secondary view neither plan made alone; its `result` is the per-comparison rule, Holm's adjustment over "
+                  "the rows beside it.", ""]
     return lines
 
 
