@@ -91,6 +91,61 @@ def test_linear_attention_step_equals_its_reference(batch, heads, d, rotate, see
 
 
 @LEGAL
+@given(batch=st.integers(0, 3), steps=st.integers(1, 40), heads=st.integers(1, 3), d=st.sampled_from([8, 24, 40]),
+       rotate=st.booleans(), seed=st.integers(0, 99))
+def test_linear_attention_scan_equals_its_reference_forward_and_backward(batch, steps, heads, d, rotate, seed):
+    """The sequence kernels against the plain recurrence in float64: the output, each position's
+    denominator, the final state, and the gradient of qkv (autograd through the reference)."""
+    generator = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, steps, 3 * heads * d, generator=generator)
+    grad_out = torch.randn(batch, steps, heads * d, generator=generator)
+    cos, sin = ((torch.randn(steps, d, generator=generator), torch.randn(steps, d, generator=generator)) if rotate
+                else (None, None))
+    wide = qkv.double().requires_grad_(True)
+    out, den, kv, z = ops.reference_linear_attention_scan(wide, heads, *(None if t is None else t.double()
+                                                                         for t in (cos, sin)), 1e-6)
+    (grad,) = torch.autograd.grad((out * grad_out.double()).sum(), wide) if batch else (torch.zeros_like(wide),)
+    got = ops.linear_attention_scan_forward(qkv, heads, cos, sin, 1e-6)
+    for name, a, b in zip(("out", "den", "kv", "z"), got, (out, den, kv, z)):
+        _close(a, b.float(), steps * d)
+    got_grad = ops.linear_attention_scan_backward(qkv, got[0], got[1], grad_out, heads, cos, sin, 1e-6)
+    _close(got_grad, grad.float(), steps * d)
+
+
+def test_linear_attention_scan_is_the_same_at_any_thread_count():
+    """One thread per (row, head), positions in order: the bits do not depend on the threads."""
+    generator = torch.Generator().manual_seed(3)
+    qkv, grad_out = torch.randn(3, 50, 3 * 4 * 24, generator=generator), torch.randn(3, 50, 4 * 24, generator=generator)
+    results = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out, den, kv, z = ops.linear_attention_scan_forward(qkv, 4, None, None, 1e-6)
+            results.append((out, den, kv, z, ops.linear_attention_scan_backward(qkv, out, den, grad_out, 4, None,
+                                                                                None, 1e-6)))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_linear_attention_scan_floor_stops_the_denominators_gradient():
+    """Where phi(q) . z is below the floor the output is divided by the floor, a constant: the gradient
+    through the denominator is zero there, as torch's clamp_min gives (q of -40 makes phi(q) ~ 4e-18)."""
+    generator = torch.Generator().manual_seed(5)
+    qkv = torch.randn(2, 6, 3 * 8, generator=generator)
+    qkv[:, :, :8] = -40.0
+    grad_out = torch.randn(2, 6, 8, generator=generator)
+    wide = qkv.double().requires_grad_(True)
+    out, den, _, _ = ops.reference_linear_attention_scan(wide, 1, None, None, 1e-6)
+    assert bool((den < 1e-6).all())
+    (want,) = torch.autograd.grad((out * grad_out.double()).sum(), wide)
+    got = ops.linear_attention_scan_forward(qkv, 1, None, None, 1e-6)
+    torch.testing.assert_close(ops.linear_attention_scan_backward(qkv, got[0], got[1], grad_out, 1, None, None, 1e-6),
+                               want.float(), atol=1e-6, rtol=1e-4)
+
+
+@LEGAL
 @given(batch=st.integers(0, 3), heads=st.integers(1, 3), d=st.sampled_from([8, 32]), capacity=st.integers(1, 12),
        data=st.data())
 def test_sparse_attention_step_equals_its_reference(batch, heads, d, capacity, data):
@@ -194,6 +249,11 @@ def _legal_calls():
         "linear_attention_step": (ops.linear_attention_step, dict(
             qkv=torch.randn(2, 1, 48), kv=torch.rand(2, 2, 8, 8), z=torch.rand(2, 2, 8), cos=None, sin=None,
             floor=1e-6)),
+        "linear_attention_scan_forward": (ops.linear_attention_scan_forward, dict(
+            qkv=torch.randn(2, 5, 48), heads=2, cos=None, sin=None, floor=1e-6)),
+        "linear_attention_scan_backward": (ops.linear_attention_scan_backward, dict(
+            qkv=torch.randn(2, 5, 48), out=torch.randn(2, 5, 16), den=torch.rand(2, 2, 5), grad_out=torch.randn(2, 5, 16),
+            heads=2, cos=torch.randn(5, 8), sin=torch.randn(5, 8), floor=1e-6)),
         "sparse_attention_step": (ops.sparse_attention_step, dict(
             qkv=torch.randn(2, 1, 48), keys=torch.randn(2, 2, 6, 8), values=torch.randn(2, 2, 6, 8), kept=3, slot=3,
             cos=torch.randn(8), sin=torch.randn(8))),
@@ -234,6 +294,16 @@ SPOILT = [
     ("linear_attention_step", "z", torch.rand(2, 2, 264), "head size"),
     ("linear_attention_step", "kv", torch.rand(2, 2, 8, 4), "shape"),
     ("linear_attention_step", "cos", torch.randn(8), "together"),
+    ("linear_attention_scan_forward", "qkv", torch.randn(2, 5, 36), "multiple of 8"),
+    ("linear_attention_scan_forward", "heads", 5, "3 x heads"),
+    ("linear_attention_scan_forward", "qkv", torch.randn(2, 5, 3 * 264), "head size"),
+    ("linear_attention_scan_forward", "qkv", torch.randn(2, 5, 96)[:, :, ::2], "contiguous"),
+    ("linear_attention_scan_forward", "qkv", torch.randn(2, 5, 48, dtype=torch.float64), "float32"),
+    ("linear_attention_scan_forward", "cos", torch.randn(5, 8), "together"),
+    ("linear_attention_scan_backward", "cos", torch.randn(4, 8), "shape"),
+    ("linear_attention_scan_backward", "den", torch.rand(2, 5, 2), "shape"),
+    ("linear_attention_scan_backward", "out", torch.randn(2, 5, 8), "shape"),
+    ("linear_attention_scan_backward", "grad_out", torch.randn(2, 4, 16), "shape"),
     ("sparse_attention_step", "kept", 7, "kept"),
     ("sparse_attention_step", "kept", -1, "kept"),
     ("sparse_attention_step", "slot", 6, "slot"),
@@ -308,6 +378,16 @@ def test_c_refuses_out_of_range_sizes_without_touching_memory():
         "moe_combine position": _c("moe_combine")(_p(x), _p(torch.tensor([0, 7])), _p(x), _p(x), _p(out), 1, 8, 2),
         "linear_attention_step d 264": _c("linear_attention_step")(_p(x), _p(w), _p(w), _p(out), 1, 1, 264, None,
                                                                    None, 1e-6),
+        "linear_attention_scan_forward d 12": _c("linear_attention_scan_forward")(
+            _p(x), _p(out), _p(out), _p(out), _p(out), _p(out), 1, 4, 1, 12, None, None, 1e-6),
+        "linear_attention_scan_forward d 264": _c("linear_attention_scan_forward")(
+            _p(x), _p(out), _p(out), _p(out), _p(out), _p(out), 1, 4, 1, 264, None, None, 1e-6),
+        "linear_attention_scan_forward cos alone": _c("linear_attention_scan_forward")(
+            _p(x), _p(out), _p(out), _p(out), _p(out), _p(out), 1, 4, 1, 8, _p(x), None, 1e-6),
+        "linear_attention_scan_backward 0 heads": _c("linear_attention_scan_backward")(
+            _p(x), _p(x), _p(x), _p(x), _p(out), _p(out), _p(out), 1, 4, 0, 8, None, None, 1e-6),
+        "linear_attention_scan_backward steps -1": _c("linear_attention_scan_backward")(
+            _p(x), _p(x), _p(x), _p(x), _p(out), _p(out), _p(out), 1, -1, 1, 8, None, None, 1e-6),
         "swiglu hidden % 8": _c("swiglu_forward")(_p(x), _p(out), 2, 4),
         "rms_norm dim 0": _c("rms_norm_forward")(_p(x), _p(w), _p(out), None, 2, 0, 1e-6),
         "sparse 4096 kept keys": _c("sparse_attention_step")(_p(x), _p(w), _p(w), 5000, 4096, -1, 1, 1, 8, _p(x),

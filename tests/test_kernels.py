@@ -265,6 +265,42 @@ def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_be
         torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-5)
 
 
+@needs_kernels
+@pytest.mark.parametrize("rope_before_feature", [False, True])
+def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chunked_torch_form(
+        monkeypatch, rope_before_feature):
+    """A layer's output and the gradients of its input and weights on a sequence longer than its chunk:
+    the C scan (taken only there) equals the torch form's chunks; a prefill's state from the scan then
+    decodes as the torch prefill's does; a sequence of at most the chunk keeps the torch form."""
+    from glm53_flash.model.linear_attention import LinearAttention
+    from glm53_flash.model.rope import RotaryEmbedding
+
+    torch.manual_seed(13)
+    layer = LinearAttention(24 * 4, 4, chunk=16, rope_before_feature=rope_before_feature)
+    rope = RotaryEmbedding(24, 64)
+    x = torch.randn(3, 40, 24 * 4)
+    calls = []
+    original = ops.linear_attention_scan_forward
+    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(ops.library, "ENABLED", enabled)
+        layer.zero_grad()
+        leaf = x.clone().requires_grad_()
+        out, _ = layer(leaf, rope, 0)
+        out.backward(torch.linspace(-1, 1, out.numel()).view_as(out))
+        with torch.inference_mode():
+            _, state = layer(x[:, :30], rope, 0, None, True)
+            step, _ = layer(x[:, 30:31], rope, 30, state, True)
+            short, _ = layer(x[:, :16], rope, 0)
+        results.append((out.detach(), leaf.grad, layer.qkv.weight.grad.clone(), layer.out.weight.grad.clone(),
+                        state.kv, state.z, step, short))
+    assert calls == [(3, 40, 3 * 96), (3, 30, 3 * 96)]  # the training forward and the long prefill, not the short
+    for fast, eager in zip(*results):
+        torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-4)
+    assert torch.equal(results[0][-1], results[1][-1])  # at most the chunk: the very same arithmetic
+
+
 def _activation_and_gradient(h: torch.Tensor, grad_out: torch.Tensor):
     from glm53_flash.model.moe import _SwiGLUActivation
 

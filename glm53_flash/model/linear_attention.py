@@ -5,7 +5,9 @@ z_t = sum_{s<=t} phi(k_s), phi(u) = ELU(u) + 1. Unlike the original, which mater
 every position ([B, T, H, d, d]), training uses the causal quadratic form inside chunks and carries
 only one [d, d] state per head between chunks; decoding keeps that state and costs O(1) per token.
 No decay or gating (GLM's KDA has both): this is the original miniature's mechanism, made fast.
-A decode step on the CPU runs in one C call where the kernels serve (model/ops/).
+A decode step on the CPU runs in one C call where the kernels serve (model/ops/), and so does a
+sequence longer than the layer's chunk (`_LinearAttentionScan`: the recurrence itself, forward and
+backward, each head's state kept in L1), which the torch form would have to split into chunks.
 """
 
 from __future__ import annotations
@@ -144,6 +146,39 @@ def recurrent_linear_attention(q, k, v, state: LinearState | None = None):
     return torch.stack(outs, dim=2), LinearState(kv, z)
 
 
+class _LinearAttentionScan(torch.autograd.Function):
+    """The C sequence kernels (ops.linear_attention_scan_forward / _backward) as one differentiable op:
+    qkv [B, T, 3D] -> out [B, T, D], the feature map and the optional rotation inside; saves qkv, out and
+    each position's denominator, and recomputes the states in the backward."""
+
+    @staticmethod
+    def forward(ctx, qkv, heads, cos, sin):
+        out, den, _, _ = ops.linear_attention_scan_forward(qkv, heads, cos, sin, DENOMINATOR_FLOOR)
+        ctx.save_for_backward(qkv, out, den)
+        ctx.heads, ctx.tables = heads, (cos, sin)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        qkv, out, den = ctx.saved_tensors
+        cos, sin = ctx.tables
+        grad = ops.linear_attention_scan_backward(qkv, out, den, grad_out, ctx.heads, cos, sin, DENOMINATOR_FLOOR)
+        return grad, None, None, None
+
+
+def scan_linear_attention(qkv: torch.Tensor, heads: int, cos: torch.Tensor | None, sin: torch.Tensor | None,
+                          return_state: bool) -> tuple[torch.Tensor, LinearState | None]:
+    """A whole sequence from no state by the C kernels (where ops.linear_attention_scan_serves): qkv
+    [B, T, 3D] -> (out [B, T, D] before the output product, the final state when asked)."""
+    qkv = qkv.contiguous()
+    if return_state or not (torch.is_grad_enabled() and qkv.requires_grad):
+        out, _, kv, z = ops.linear_attention_scan_forward(qkv, heads, cos, sin, DENOMINATOR_FLOOR)
+        if torch.is_grad_enabled() and qkv.requires_grad:  # a prefill that trains: the gradient too
+            out = _LinearAttentionScan.apply(qkv, heads, cos, sin)
+        return out, (LinearState(kv, z) if return_state else None)
+    return _LinearAttentionScan.apply(qkv, heads, cos, sin), None
+
+
 class LinearAttention(nn.Module):
     def __init__(self, dim: int, heads: int, chunk: int, rope_before_feature: bool) -> None:
         super().__init__()
@@ -164,6 +199,13 @@ class LinearAttention(nn.Module):
             # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
             out, state = self.decode_step_from_qkv(qkv, rope, position, state)
             return self.out(out), state
+        if t > self.chunk and state is None and ops.linear_attention_scan_serves(qkv, dim // self.heads):
+            # A sequence the torch form would chunk: the recurrence in C (sequences of at most `chunk`
+            # positions keep the one quadratic block below, whose arithmetic the committed results used).
+            tables = ((rope.cos[position : position + t].contiguous(), rope.sin[position : position + t].contiguous())
+                      if self.rope_before_feature else (None, None))
+            out, new_state = scan_linear_attention(qkv, self.heads, *tables, return_state)
+            return self.out(out.to(x.dtype)), new_state
         q, k, v = qkv.view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         if self.rope_before_feature:  # the original's order (see docs/ARCHITECTURE.md)
             q, k = rope(q, position), rope(k, position)

@@ -13,7 +13,7 @@ receipts) and the limits its fixed buffers hold (`LIMITS`, asserted again in C).
 | swiglu.py | `swiglu_forward` / `swiglu_backward` | training and decoding (any rows) |
 | grouped.py | `grouped_linear`, `grouped_matmul` | routed experts, at most `MAX_GROUPED_ROWS` slots |
 | moe_routing.py | `moe_dispatch`, `moe_combine` | a MoE layer's decode step |
-| linear_attention.py | `linear_attention_step` | a linear layer's decode step |
+| linear_attention.py | `linear_attention_step`; `linear_attention_scan_forward` / `_backward` | a linear layer's decode step; a sequence longer than its chunk (training too) |
 | sparse_attention.py | `sparse_attention_step` | a sparse layer's decode step |
 | decode_block.py | `decode_attention_in`, `decode_moe_out` | a hybrid block's decode step in three calls |
 

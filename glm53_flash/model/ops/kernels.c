@@ -574,6 +574,270 @@ static void swiglu_backward_bf16(const uint16_t *h, const uint16_t *grad_out, ui
     swiglu_backward_any(h, grad_out, grad, rows, hidden, 1);
 }
 
+/* ---- Feature-map linear attention over a whole sequence, for training and full forwards ----------
+ * The recurrence itself, position by position (model/linear_attention.py's `recurrent_linear_attention`
+ * is its oracle): per (row, head), S_t = S_{t-1} + phi(k_t) v_t^T and z_t = z_{t-1} + phi(k_t), then
+ * o_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, floor). A head's state (d x d + d floats) stays in L1 for
+ * the whole sequence, so the sequence costs O(T d^2) arithmetic and one pass over q, k, v and the
+ * output: no [T, T] scores, no padding to a chunk, no cross-chunk prefix sums (the chunked torch form
+ * materialises all three; docs/ARCHITECTURE.md, "Linear attention"). Its arithmetic per position is the
+ * decode step's above (the state row updated, then read), with the feature map's exponential vectorised.
+ * qkv [B, T, 3 * H * d] is the qkv product's output (q | k | v, heads in order within each); with cos and
+ * sin (the rotary tables' rows of the T positions, [T, d]) q and k are rotated in interleaved pairs
+ * before the feature map (the original's order). One thread per (row, head), positions in order: results
+ * do not depend on the thread count. d % 8 == 0, d <= LIMIT_HEAD_DIM. */
+
+/* u > 0 ? a : b, lane by lane; the lanes of a mask kept (the others zero); the lesser of a and 1. */
+#if defined(__AVX512F__)
+static inline vec vselect_positive(vec u, vec a, vec b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, vzero(), _CMP_GT_OQ), b, a);
+}
+static inline vec vkeep(lanes_mask m, vec a) { return _mm512_maskz_mov_ps(m, a); }
+static inline vec vmin1(vec a) { return _mm512_min_ps(a, vset1(1.0f)); }
+#else
+static inline vec vselect_positive(vec u, vec a, vec b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(u, vzero(), _CMP_GT_OQ));
+}
+static inline vec vkeep(lanes_mask m, vec a) { (void)m; return a; }
+static inline vec vmin1(vec a) { return _mm256_min_ps(a, vset1(1.0f)); }
+#endif
+
+/* A head's row padded to whole vectors: the scan's own rows (its state, its scratch, its locals) hold
+ * `ld` floats, the lanes past d zero, so they are read and written with whole-vector loads and stores;
+ * only the caller's rows (q, k, v, out and the gradients, d floats) take the masked forms. (A store
+ * that writes part of a vector cannot forward to a load that follows it: with 16 lanes and d = 24 the
+ * masked forms everywhere made the scan ~3.5x slower, measured while building.) */
+static inline int64_t scan_row(int64_t d) { return (d + LANES - 1) / LANES * LANES; }
+
+/* phi(u) = ELU(u) + 1 of one head's q or k at one position (rotated first when cos is given) into phi
+ * [ld], and its derivative min(phi, 1) into dphi [ld] when given; lanes past d zero. */
+static inline __attribute__((always_inline)) void scan_features(const float *u, const float *cos, const float *sin,
+                                                                int64_t d, float *phi, float *dphi, const int nv) {
+    float rotated[LIMIT_HEAD_DIM] __attribute__((aligned(64)));
+    if (cos) {
+        rotate_pairs(u, cos, sin, d, rotated);
+        u = rotated;
+    }
+    for (int c = 0; c < nv; c++) {
+        lanes_mask m = mask_at(c * LANES, d);
+        vec x = vload(u + c * LANES, m);
+        vec p = vkeep(m, vselect_positive(x, vadd(x, vset1(1.0f)), vexp(x)));
+        vstore(phi + c * LANES, p, FULL);
+        if (dphi)
+            vstore(dphi + c * LANES, vmin1(p), FULL);
+    }
+}
+
+/* The transpose of rotate_pairs (its Jacobian's): the gradient of the unrotated input. */
+static inline void rotate_pairs_back(const float *g, const float *cos, const float *sin, int64_t d, float *out) {
+    for (int64_t i = 0; i < d; i += 2) {
+        out[i] = g[i] * cos[i] + g[i + 1] * sin[i + 1];
+        out[i + 1] = g[i + 1] * cos[i + 1] - g[i] * sin[i];
+    }
+}
+
+/* The gradient of one head's q or k: du [ld] rotated back when cos is given, into the caller's row. */
+static inline void scan_store_gradient(const float *du, const float *cos, const float *sin, int64_t d, float *out) {
+    if (cos)
+        rotate_pairs_back(du, cos, sin, d, out);
+    else
+        for (int64_t i = 0; i < d; i++)
+            out[i] = du[i];
+}
+
+/* The per-head loops take nv (vectors per head row) as a compile-time constant where the dispatch can
+ * (heads of up to 4 vectors), so a row's accumulators live in registers and the loops over it unroll;
+ * larger heads run the same code with nv at run time. */
+#define SCAN_MAX_VECTORS (LIMIT_HEAD_DIM / 8)
+#define SCAN_DISPATCH(nv, call) \
+    do { switch (nv) { case 1: call(1); break; case 2: call(2); break; case 3: call(3); break; \
+                       case 4: call(4); break; default: call(nv); } } while (0)
+
+/* Forward of one (row, head): positions in order; out [T rows, `dim` apart], den [T], the final state
+ * kv [d, d] and z [d]; its state while it runs is `work` [d + 1, ld] (the last row z). */
+static inline __attribute__((always_inline)) void scan_forward_head(
+        const float *qkv, float *out, float *den, float *kv, float *z, float *work, int64_t steps, int64_t dim,
+        int64_t d, const float *cos, const float *sin, float floor, const int nv) {
+    const int64_t ld = nv * LANES;
+    float pq[LIMIT_HEAD_DIM] __attribute__((aligned(64))), pk[LIMIT_HEAD_DIM] __attribute__((aligned(64)));
+    float *zs = work + d * ld;
+    for (int64_t i = 0; i < (d + 1) * ld; i++)
+        work[i] = 0.0f;
+    for (int64_t t = 0; t < steps; t++) {
+        const float *q = qkv + t * 3 * dim, *k = q + dim, *v = q + 2 * dim;
+        const float *c = cos ? cos + t * d : NULL, *s = cos ? sin + t * d : NULL;
+        scan_features(q, c, s, d, pq, NULL, nv);
+        scan_features(k, c, s, d, pk, NULL, nv);
+        vec num[SCAN_MAX_VECTORS], vv[SCAN_MAX_VECTORS], dot = vzero();
+        for (int cc = 0; cc < nv; cc++) {  /* z_t and phi(q_t) . z_t */
+            num[cc] = vzero();
+            vv[cc] = vload(v + cc * LANES, mask_at(cc * LANES, d));
+            vec updated = vadd(vload(zs + cc * LANES, FULL), vload(pk + cc * LANES, FULL));
+            vstore(zs + cc * LANES, updated, FULL);
+            dot = vfma(vload(pq + cc * LANES, FULL), updated, dot);
+        }
+        for (int64_t i = 0; i < d; i++) {  /* S_t = S_{t-1} + phi(k_t) v_t^T, read by phi(q_t) */
+            float *row = work + i * ld;
+            vec ki = vset1(pk[i]), qi = vset1(pq[i]);
+            for (int cc = 0; cc < nv; cc++) {
+                vec updated = vfma(ki, vv[cc], vload(row + cc * LANES, FULL));
+                vstore(row + cc * LANES, updated, FULL);
+                num[cc] = vfma(qi, updated, num[cc]);
+            }
+        }
+        float total = sum1(dot);
+        den[t] = total;
+        vec scale = vset1(1.0f / (total > floor ? total : floor));
+        for (int cc = 0; cc < nv; cc++)
+            vstore(out + t * dim + cc * LANES, vmul(num[cc], scale), mask_at(cc * LANES, d));
+    }
+    for (int64_t i = 0; i < d; i++) {
+        for (int64_t j = 0; j < d; j++)
+            kv[i * d + j] = work[i * ld + j];
+        z[i] = zs[i];
+    }
+}
+
+/* Forward: out [B, T, H * d] (the layout the output product reads), den [B, H, T] (each position's
+ * phi(q) . z before the floor, for the backward) and the final state kv [B, H, d, d], z [B, H, d] (a
+ * prefill's cache; the caller's buffers, overwritten). work [B, H, d + 1, ld] is the caller's scratch
+ * (ld: d rounded up to 16). */
+static void linear_attention_scan_forward(const float *qkv, float *out, float *den, float *kv, float *z, float *work,
+                                          int64_t batch, int64_t steps, int64_t heads, int64_t d,
+                                          const float *cos, const float *sin, float floor) {
+    int64_t dim = heads * d, nv = scan_row(d) / LANES, ld = scan_row(d);
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < batch * heads; bh++) {
+        int64_t b = bh / heads, h = bh % heads;
+#define SCAN_FORWARD(n) scan_forward_head(qkv + b * steps * 3 * dim + h * d, out + b * steps * dim + h * d, \
+                                          den + bh * steps, kv + bh * d * d, z + bh * d, work + bh * (d + 1) * ld, \
+                                          steps, dim, d, cos, sin, floor, (n))
+        SCAN_DISPATCH(nv, SCAN_FORWARD);
+#undef SCAN_FORWARD
+    }
+}
+
+/* Backward of one (row, head); acc [d + 1, ld] and gs [T, ld] + gds [T] its scratch. */
+static inline __attribute__((always_inline)) void scan_backward_head(
+        const float *qkv, const float *out, const float *den, const float *grad_out, float *grad_qkv, float *acc,
+        float *gs, float *gds, int64_t steps, int64_t dim, int64_t d, const float *cos, const float *sin, float floor,
+        const int nv) {
+    const int64_t ld = nv * LANES;
+    float pq[LIMIT_HEAD_DIM] __attribute__((aligned(64))), pk[LIMIT_HEAD_DIM] __attribute__((aligned(64)));
+    float dp[LIMIT_HEAD_DIM] __attribute__((aligned(64))), du[LIMIT_HEAD_DIM] __attribute__((aligned(64)));
+    float *zs = acc + d * ld;
+    for (int64_t i = 0; i < (d + 1) * ld; i++)
+        acc[i] = 0.0f;
+    for (int64_t t = 0; t < steps; t++) {  /* forward in t: S_t, z_t -> the gradient of q */
+        const float *q = qkv + t * 3 * dim, *k = q + dim, *v = q + 2 * dim;
+        const float *c = cos ? cos + t * d : NULL, *s = cos ? sin + t * d : NULL;
+        const float *g = grad_out + t * dim, *o = out + t * dim;
+        scan_features(q, c, s, d, pq, dp, nv);
+        scan_features(k, c, s, d, pk, NULL, nv);
+        float raw = den[t], inv = 1.0f / (raw > floor ? raw : floor);
+        float *gt = gs + t * ld;
+        vec vinv = vset1(inv), dot = vzero();
+        for (int cc = 0; cc < nv; cc++) {
+            lanes_mask m = mask_at(cc * LANES, d);
+            vec gj = vload(g + cc * LANES, m);
+            vstore(gt + cc * LANES, vmul(gj, vinv), FULL);
+            dot = vfma(gj, vload(o + cc * LANES, m), dot);
+        }
+        float gd = raw >= floor ? -sum1(dot) * inv : 0.0f;
+        gds[t] = gd;
+        /* S_t^T row by row (acc[j][i] = S_t[i][j]), so the product S_t g' runs along rows too:
+         * du = sum_j g'[j] S_t^T[j] + g'[d] z, no horizontal sums. */
+        vec dq[SCAN_MAX_VECTORS], pkv[SCAN_MAX_VECTORS];
+        vec gdv = vset1(gd);
+        for (int cc = 0; cc < nv; cc++) {
+            pkv[cc] = vload(pk + cc * LANES, FULL);
+            vec zi = vadd(vload(zs + cc * LANES, FULL), pkv[cc]);
+            vstore(zs + cc * LANES, zi, FULL);
+            dq[cc] = vmul(gdv, zi);
+        }
+        for (int64_t j = 0; j < d; j++) {
+            float *row = acc + j * ld;
+            vec vj = vset1(v[j]), gj = vset1(gt[j]);
+            for (int cc = 0; cc < nv; cc++) {
+                vec updated = vfma(vj, pkv[cc], vload(row + cc * LANES, FULL));
+                vstore(row + cc * LANES, updated, FULL);
+                dq[cc] = vfma(gj, updated, dq[cc]);
+            }
+        }
+        for (int cc = 0; cc < nv; cc++)
+            vstore(du + cc * LANES, vmul(dq[cc], vload(dp + cc * LANES, FULL)), FULL);
+        scan_store_gradient(du, c, s, d, grad_qkv + t * 3 * dim);
+    }
+    for (int64_t i = 0; i < (d + 1) * ld; i++)
+        acc[i] = 0.0f;
+    for (int64_t t = steps - 1; t >= 0; t--) {  /* backward in t: R_t -> the gradients of k and v */
+        const float *q = qkv + t * 3 * dim, *k = q + dim, *v = q + 2 * dim;
+        const float *c = cos ? cos + t * d : NULL, *s = cos ? sin + t * d : NULL;
+        scan_features(q, c, s, d, pq, NULL, nv);
+        scan_features(k, c, s, d, pk, dp, nv);
+        const float *gt = gs + t * ld;
+        float gd = gds[t];
+        float *dk = grad_qkv + t * 3 * dim + dim, *dv = dk + dim;
+        vec dvv[SCAN_MAX_VECTORS], gtv[SCAN_MAX_VECTORS], vv[SCAN_MAX_VECTORS];
+        for (int cc = 0; cc < nv; cc++) {
+            dvv[cc] = vzero();
+            gtv[cc] = vload(gt + cc * LANES, FULL);
+            vv[cc] = vload(v + cc * LANES, mask_at(cc * LANES, d));
+        }
+        for (int64_t i0 = 0; i0 < d; i0 += 4) {  /* four rows at a time: their dots in one sum4 */
+            vec a[4];
+            for (int r = 0; r < 4; r++) {
+                int64_t i = i0 + r;
+                float *row = acc + i * ld;
+                vec qi = vset1(pq[i]), ki = vset1(pk[i]);
+                a[r] = vzero();
+                for (int cc = 0; cc < nv; cc++) {
+                    vec updated = vfma(qi, gtv[cc], vload(row + cc * LANES, FULL));
+                    vstore(row + cc * LANES, updated, FULL);
+                    a[r] = vfma(updated, vv[cc], a[r]);
+                    dvv[cc] = vfma(ki, updated, dvv[cc]);
+                }
+            }
+            float dots[4];
+            _mm_storeu_ps(dots, sum4(a[0], a[1], a[2], a[3]));
+            for (int r = 0; r < 4; r++) {
+                int64_t i = i0 + r;
+                zs[i] += pq[i] * gd;
+                du[i] = (dots[r] + zs[i]) * dp[i];
+            }
+        }
+        for (int cc = 0; cc < nv; cc++)
+            vstore(dv + cc * LANES, dvv[cc], mask_at(cc * LANES, d));
+        scan_store_gradient(du, c, s, d, dk);
+    }
+}
+
+/* Backward: grad_qkv [B, T, 3 * H * d] from qkv, the forward's out and den, and grad_out [B, T, H * d].
+ * With g'_t = [g_t / c_t, -(g_t . o_t) / c_t] (c_t = max(den_t, floor); the second part 0 where the
+ * floor held), a forward pass rebuilds S_t, z_t and reads dphi(q_t) = S_t g'_t[:d] + z_t g'_t[d]; a
+ * backward pass sums R_t = sum_{s >= t} phi(q_s) g'_s^T and reads dphi(k_t) = R_t [v_t; 1] and
+ * dv_t = R_t[:, :d]^T phi(k_t); each times the feature map's derivative (and rotated back). The forward
+ * pass keeps S_t transposed, so both of its products run along rows; the backward pass's dots over
+ * R_t's rows are summed four rows at a time. state [B, H, d + 1, ld] and gscratch [B, H, T, ld + 1] are
+ * the caller's scratch (ld: d rounded up to 16). */
+static void linear_attention_scan_backward(const float *qkv, const float *out, const float *den,
+                                           const float *grad_out, float *grad_qkv, float *state, float *gscratch,
+                                           int64_t batch, int64_t steps, int64_t heads, int64_t d,
+                                           const float *cos, const float *sin, float floor) {
+    int64_t dim = heads * d, nv = scan_row(d) / LANES, ld = scan_row(d);
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < batch * heads; bh++) {
+        int64_t b = bh / heads, h = bh % heads;
+        float *gs = gscratch + bh * steps * (ld + 1);
+#define SCAN_BACKWARD(n) scan_backward_head(qkv + b * steps * 3 * dim + h * d, out + b * steps * dim + h * d, \
+                                            den + bh * steps, grad_out + b * steps * dim + h * d, \
+                                            grad_qkv + b * steps * 3 * dim + h * d, state + bh * (d + 1) * ld, \
+                                            gs, gs + steps * ld, steps, dim, d, cos, sin, floor, (n))
+        SCAN_DISPATCH(nv, SCAN_BACKWARD);
+#undef SCAN_BACKWARD
+    }
+}
+
 /* RMSNorm of rows [R, D]: out = (x * 1 / sqrt(mean(x^2) + eps)) * w, as torch's rms_norm orders it,
  * for decoding (a few rows: one thread) and training (many rows). With rstd it also stores each row's
  * 1 / sqrt(mean(x^2) + eps) (rstd [R]) for the backward, which makes one pass over x and grad_out:
@@ -863,6 +1127,25 @@ int glm53_linear_attention_step(const float *qkv, float *kv, float *z, float *ou
                                 int64_t d, const float *cos, const float *sin, float floor) {
     REQUIRE(batch >= 0 && heads >= 1 && vector_size(d) && d <= LIMIT_HEAD_DIM && (cos == NULL) == (sin == NULL));
     linear_attention_step(qkv, kv, z, out, batch, heads, d, cos, sin, floor);
+    return OK;
+}
+
+int glm53_linear_attention_scan_forward(const float *qkv, float *out, float *den, float *kv, float *z, float *work,
+                                        int64_t batch, int64_t steps, int64_t heads, int64_t d, const float *cos,
+                                        const float *sin, float floor) {
+    REQUIRE(batch >= 0 && steps >= 0 && heads >= 1 && vector_size(d) && d <= LIMIT_HEAD_DIM
+            && (cos == NULL) == (sin == NULL));
+    linear_attention_scan_forward(qkv, out, den, kv, z, work, batch, steps, heads, d, cos, sin, floor);
+    return OK;
+}
+
+int glm53_linear_attention_scan_backward(const float *qkv, const float *out, const float *den, const float *grad_out,
+                                         float *grad_qkv, float *state, float *gscratch, int64_t batch, int64_t steps,
+                                         int64_t heads, int64_t d, const float *cos, const float *sin, float floor) {
+    REQUIRE(batch >= 0 && steps >= 0 && heads >= 1 && vector_size(d) && d <= LIMIT_HEAD_DIM
+            && (cos == NULL) == (sin == NULL));
+    linear_attention_scan_backward(qkv, out, den, grad_out, grad_qkv, state, gscratch, batch, steps, heads, d, cos,
+                                   sin, floor);
     return OK;
 }
 

@@ -108,6 +108,8 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "moe_dispatch": [pointer] * 2 + [size] * 4 + [pointer] * 5,
         "moe_combine": [pointer] * 5 + [size] * 3,
         "linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [real],
+        "linear_attention_scan_forward": [pointer] * 6 + [size] * 4 + [pointer] * 2 + [real],
+        "linear_attention_scan_backward": [pointer] * 7 + [size] * 4 + [pointer] * 2 + [real],
         "swiglu_forward": [pointer] * 2 + [size] * 2,
         "swiglu_backward": [pointer] * 3 + [size] * 2,
         "swiglu_forward_bf16": [pointer] * 2 + [size] * 2,
