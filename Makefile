@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo seeds study-generalisation study-generalisation-rerun study-switches test test-quick clean-venv
+.PHONY: demo seeds study-generalisation study-generalisation-rerun study-switches study-pretrain-switches \
+	study-pretrain-switches-rerun test test-quick clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,18 @@ SWITCHES_SOURCE ?= runs/study-generalisation
 SWITCHES_FLAGS ?=
 study-switches: $(STAMP)
 	$(BIN)/glm53 experiment rl-switches --source $(SWITCHES_SOURCE) --output runs/study-switches $(SWITCHES_FLAGS)
+
+# Which pretraining switch matters: every combination of the three that differ between the arms, under each
+# pretraining seed (docs/STUDIES.md); dev decides the defaults (selection.json), then the sealed split is
+# opened once for the plan to confirm. The rerun is the same design on disjoint seeds.
+PRETRAIN_SWITCHES_PURPOSE ?= make study-pretrain-switches: every run's last checkpoint, after the dev decision
+study-pretrain-switches: $(STAMP)
+	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches \
+		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE)"
+
+study-pretrain-switches-rerun: $(STAMP)
+	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25,26 \
+		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

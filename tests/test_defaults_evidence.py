@@ -10,6 +10,8 @@ summary, so a new study that shows a switch matters fails them until the default
 from __future__ import annotations
 
 import json
+
+import pytest
 from pathlib import Path
 
 from glm53_flash.experiments import rl_switches as sw
@@ -47,3 +49,16 @@ def test_rl_switch_defaults_are_what_the_committed_switch_study_supports():
 def test_readme_names_the_receipt_behind_the_defaults():
     paragraph = next(p for p in (ROOT / "README.md").read_text().split("\n\n") if "(`results/rl-switches/`" in p)
     assert "defaults of `glm53 rl`" in paragraph and "tests/test_defaults_evidence.py" in paragraph
+
+
+def test_the_pretraining_switch_studys_assumed_run_spread_is_the_measured_one():
+    """The pretrain-switches plan states its power with a run's dev pass-rate sd taken from the
+    rl-generalisation study's pretraining runs (the same model, recipe and dev tasks): the root mean
+    square of the two arms' sds over seeds, rounded to 0.1 point."""
+    import math
+
+    from glm53_flash.experiments import pretrain_switches as ps
+
+    summary = json.loads((ROOT / "results" / "rl-generalisation" / "summary.json").read_text())
+    sds = [summary["pretraining_on_dev"][arm]["sd"] for arm in ("ours", "faithful")]
+    assert ps.ASSUMED_RUN_SD == pytest.approx(math.sqrt(sum(sd * sd for sd in sds) / 2), abs=5e-4)

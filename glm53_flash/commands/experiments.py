@@ -13,7 +13,8 @@ from glm53_flash.commands.train import add_no_progress_alias
 
 def register(sub) -> None:
     from glm53_flash.experiments.config import (
-        GeneralisationStudyConfig, PretrainingDataStudyConfig, RLChoicesStudyConfig, RLSwitchesStudyConfig,
+        GeneralisationStudyConfig, PretrainingDataStudyConfig, PretrainSwitchesStudyConfig, RLChoicesStudyConfig,
+        RLSwitchesStudyConfig,
     )
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
@@ -63,6 +64,21 @@ def register(sub) -> None:
     add_no_progress_alias(w)
     w.set_defaults(func=run_rl_switches)
 
+    f = studies.add_parser(
+        "pretrain-switches", help="which pretraining switch matters: a two-level factorial over the three that "
+                                  "differ between the arms, on dev, confirmed on a sealed split",
+        description="The pretraining switches that differ between the faithful and our arm (three) as the factors "
+                    "of a two-level factorial design (--fraction full: every combination, 8 runs per seed), "
+                    "every point pretrained from random weights under every seed (the study model, the "
+                    "rl-generalisation recipe); each run's last checkpoint evaluated greedy on dev; each switch's "
+                    "main effect tested over behaviours and over runs (least squares, a block per seed), Holm over "
+                    "the switches. Then the plan's rule picks the defaults (selection.json) and, with "
+                    "--open-sealed, every run is evaluated on compositions.unseen_structures, opened once for the "
+                    "plan, to confirm what dev showed. Resumable. Analyse with `glm53 analyze DIR`.")
+    add_arguments(f, PretrainSwitchesStudyConfig)
+    add_no_progress_alias(f)
+    f.set_defaults(func=run_pretrain_switches)
+
     a = sub.add_parser("analyze", help="summary.json, REPORT.md and charts from a study directory's receipts",
                        description="Reads only DIR/plan.json and DIR/runs/*.json; writes DIR/summary.json, "
                                    "DIR/REPORT.md and PNG charts. Refuses to replace them without --force.")
@@ -91,8 +107,12 @@ def plan_power_lines(plan: dict) -> list[str]:
     from glm53_flash.experiments import generalisation
     from glm53_flash.experiments.study import power_lines
 
+    from glm53_flash.experiments import pretrain_switches
+
     if plan.get("study") == generalisation.STUDY:
         return generalisation.power_lines(plan)
+    if plan.get("study") == pretrain_switches.STUDY:
+        return pretrain_switches.power_lines(plan)
     return power_lines(plan)
 
 
@@ -209,7 +229,7 @@ def _sealed_opening(cfg, out: Path, plan: dict):
     from glm53_flash.evaluation.ledger import is_sealed, require_open
 
     units = pending_units(out, plan["units"], plan_hash(plan)) if _existing_plan(out, plan) is not None else plan["units"]
-    sealed = [u["split"] for u in units if is_sealed(u["split"])]
+    sealed = [u["split"] for u in units if u.get("split") and is_sealed(u["split"])]
     if not sealed:
         return None
     if not cfg.open_sealed:
@@ -301,6 +321,71 @@ def run_rl_switches(args) -> int:
     return _run_study(args, cfg, out, draft,
                       lambda: rl_switches.build_plan(*options, rl_switches.measure_speed(draft, device),
                                                          seeds=cfg.seeds), run)
+
+
+def run_pretrain_switches(args) -> int:
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.experiments import pretrain_switches
+    from glm53_flash.experiments.config import PretrainSwitchesStudyConfig
+    from glm53_flash.model.precision import resolve_precision
+
+    cfg = from_arguments(PretrainSwitchesStudyConfig, args)
+    cfg.validate()
+    out = Path(cfg.output)
+    device = str(resolve_device(cfg.device))
+    options = dict(seeds=cfg.seeds, fraction=cfg.fraction, pretrain=cfg.pretrain_recipe(), dev_tasks=cfg.dev_tasks,
+                   sealed_tasks=cfg.sealed_tasks, precision=resolve_precision(cfg.precision, device).name,
+                   workers=cfg.workers)
+    draft = pretrain_switches.build_plan(**options, speed=None)  # validates the flags before timing anything
+    # The sealed split's opening is granted here, before the study directory is touched (a refused one costs
+    # no training); its units run only after every dev run has finished and the decision is written.
+    opening = None if cfg.plan_only or cfg.open_sealed is None else _sealed_opening(cfg, out, draft)
+
+    def timed_plan():
+        print(f"{pretrain_switches.STUDY}: timing this machine (pretraining steps, dev tasks; one thread, as each "
+              "worker runs)", file=sys.stderr)
+        return pretrain_switches.build_plan(**options, speed=pretrain_switches.measure_speed(draft["design"], device))
+
+    try:
+        return _run_study(args, cfg, out, draft, timed_plan,
+                          lambda plan: _run_pretrain_switches_phases(cfg, out, plan, opening))
+    finally:
+        if opening is not None:
+            opening.close()
+
+
+def _run_pretrain_switches_phases(cfg, out: Path, plan: dict, opening) -> int:
+    """Every dev run, then the plan's decision (selection.json, written once every dev run has its receipt),
+    then, under the sealed split's opening, every run's checkpoint on the sealed split."""
+    from glm53_flash.core.receipts import provenance, write_json
+    from glm53_flash.experiments import pretrain_switches
+    from glm53_flash.experiments.study import load_receipts, pending_units
+
+    work = (out / "work").resolve()
+    dev = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] == "dev"]
+    ran = _run(cfg, out, plan, dev, pretrain_switches.run_unit)
+    if pending_units(out, dev, plan["plan_sha256"]):
+        return ran  # another shard's dev runs are not done yet: no decision, no sealed split
+    receipts = load_receipts(out, plan["plan_sha256"])
+    selection_path = out / SELECTION_FILE
+    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    if selection is None or selection.get("plan_sha256") != plan["plan_sha256"]:
+        effects = pretrain_switches.main_effects(plan, receipts, "dev")
+        selection = pretrain_switches.decision(plan, effects) | {"plan_sha256": plan["plan_sha256"],
+                                                                 "provenance": provenance(sys.argv)}
+        write_json(selection_path, selection)
+    print(f"{pretrain_switches.STUDY}: the dev decision ({selection_path}): "
+          + (", ".join(f"{k} = {v}" for k, v in selection["changed"].items()) or "the defaults stay"), file=sys.stderr)
+    sealed = [u for u in plan["units"] if u["phase"] == "sealed"]
+    if not pending_units(out, sealed, plan["plan_sha256"]):
+        return ran
+    if opening is None:
+        print(f"{pretrain_switches.STUDY}: the dev runs are done; pass --open-sealed \"<purpose>\" to evaluate every "
+              f"run on {pretrain_switches.SEALED_SPLIT} (opened once for the plan)", file=sys.stderr)
+        return ran
+    checkpoints = {(r["point"], r["seed"]): r["checkpoint"] for r in receipts if r["phase"] == "dev"}
+    resolved = [u | {"checkpoint": checkpoints[(u["point"], u["seed"])]} for u in sealed]
+    return ran + _run(cfg, out, plan, resolved, pretrain_switches.run_unit, opening)
 
 
 def sealed_identity(plan_sha256: str, key: str) -> str:

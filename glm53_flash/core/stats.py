@@ -668,6 +668,51 @@ def detectable_differences(differences: dict, alpha: float = 0.05, power: float 
     return {**out, "alpha": alpha, "power": power, "method": "minimum_detectable_difference from the measured sd"}
 
 
+def factorial_effects(runs: Sequence[dict], factors: Sequence[str], alpha: float = 0.05) -> dict:
+    """Main effects of a two-level factorial design by ordinary least squares. Each run is
+    {"block": key, "levels": {factor: 0 or 1}, "value": y}; the model is a mean per block plus one
+    coefficient per factor on the level coded -1/2 and +1/2, so a coefficient is the difference "level 1
+    minus level 0" (in a balanced design, the difference of the two groups' means). Everything the model
+    leaves out (interactions, noise) is the residual: its variance over N - rank degrees of freedom gives
+    each coefficient's standard error, a two-sided t-test and a (1 - alpha) interval."""
+    factors = list(factors)
+    if not runs or not factors:
+        raise ValueError("need runs and factors")
+    blocks = sorted({str(run["block"]) for run in runs})
+    rows, values = [], []
+    for run in runs:
+        levels = run["levels"]
+        if sorted(levels) != sorted(factors) or any(levels[f] not in (0, 1) for f in factors):
+            raise ValueError(f"each run needs a level of 0 or 1 for every factor ({', '.join(factors)}), got {levels}")
+        rows.append([1.0 if str(run["block"]) == b else 0.0 for b in blocks] + [levels[f] - 0.5 for f in factors])
+        values.append(float(run["value"]))
+    x, y = np.array(rows), _finite_vector("values", values)
+    coefficients, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ coefficients
+    df = len(y) - int(rank)
+    sd = float(math.sqrt(float(residual @ residual) / df)) if df > 0 else None
+    covariance = np.linalg.pinv(x.T @ x) * (sd ** 2 if sd is not None else float("nan"))
+    effects = {}
+    for index, factor in enumerate(factors):
+        column = len(blocks) + index
+        estimate = float(coefficients[column])
+        se = float(math.sqrt(max(covariance[column, column], 0.0))) if sd is not None else None
+        if se is None:
+            p, interval, t = None, None, None
+        elif se == 0.0:
+            p, interval, t = (1.0 if estimate == 0.0 else 0.0), [estimate, estimate], None
+        else:
+            t = estimate / se
+            p = min(1.0, 2.0 * (1.0 - student_t_cdf(abs(t), df)))
+            half = student_t_quantile(1.0 - alpha / 2.0, df) * se
+            interval = [estimate - half, estimate + half]
+        effects[factor] = {"estimate": estimate, "se": se, "t": t, "df": df, "p": 1.0 if p is None else p,
+                           "interval": interval if interval is not None else [float("nan"), float("nan")]}
+    return {"effects": effects, "residual_sd": sd, "df": df, "runs": len(y), "blocks": len(blocks),
+            "method": "least squares: a mean per block and one coefficient per factor (levels coded -1/2, +1/2); "
+                      "t-tests on the residual's degrees of freedom"}
+
+
 def format_p(value: float) -> str:
     """A p-value for reports: three significant digits, scientific notation below 0.001."""
     return f"{value:.3g}" if value >= 1e-3 else f"{value:.2e}"
@@ -677,6 +722,7 @@ __all__ = [
     "bootstrap_ci",
     "detectable_differences",
     "equivalence_test",
+    "factorial_effects",
     "format_p",
     "holm",
     "mcnemar_exact",

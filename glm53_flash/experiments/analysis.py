@@ -683,8 +683,15 @@ def analyze_rl_switches(out: Path, plan: dict, receipts: list[dict]) -> tuple[di
     return rl_switches.analyze(out, plan, receipts)
 
 
+def analyze_pretrain_switches(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    from glm53_flash.experiments import pretrain_switches
+
+    return pretrain_switches.analyze(out, plan, receipts)
+
+
 ANALYZERS = {"pretraining-data": analyze_pretraining, "rl-choices": analyze_rl_choices,
-             "rl-generalisation": analyze_generalisation, "rl-switches": analyze_rl_switches}
+             "rl-generalisation": analyze_generalisation, "rl-switches": analyze_rl_switches,
+             "pretrain-switches": analyze_pretrain_switches}
 
 
 def analyze(directory: str | Path, force: bool = False, argv: list[str] | None = None,

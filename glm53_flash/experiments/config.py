@@ -13,7 +13,7 @@ from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES
 from glm53_flash.train.config import STUDY_LEARNING_RATE, LiveLoggingConfig
 from glm53_flash.experiments.pretraining_data import CONDITIONS, DEFAULT_SEEDS
 from glm53_flash.experiments.rl_choices import ARMS, COMPOSITIONS_ARMS, DEFAULT_CONFIRM_SEEDS, DEFAULT_SCREEN_SEEDS, DEFAULT_TASKS_PER_FAMILY
-from glm53_flash.experiments import generalisation, rl_switches
+from glm53_flash.experiments import generalisation, pretrain_switches, rl_switches
 from glm53_flash.core.runtime import PRECISION_HELP, PRECISIONS
 from glm53_flash.model.config import PRESETS
 
@@ -230,8 +230,47 @@ class RLSwitchesStudyConfig(StudyConfig):
         self.seeds = None if self.seeds is None else tuple(self.seeds)
 
 
+@dataclass(kw_only=True)
+class PretrainSwitchesStudyConfig(StudyConfig):
+    """Every knob of `glm53 experiment pretrain-switches`; the design in plan.json comes from these."""
+
+    seeds: tuple[int, ...] = option(pretrain_switches.DEFAULT_SEEDS, parse=parse_seed_range,
+                                    help="pretraining seeds (blocks: every design point runs under each)",
+                                    default_text=",".join(map(str, pretrain_switches.DEFAULT_SEEDS)))
+    fraction: str = option("full", choices=pretrain_switches.FRACTIONS,
+                           help="the design: full (every combination of the switches: 2^3 = 8 runs per seed) or "
+                                "half (four or more switches: the last at the parity of the others)")
+    preset: str = option(_PRETRAIN["preset"], choices=tuple(sorted(PRESETS)), help="model preset")
+    steps: int = option(_PRETRAIN["steps"], help="pretraining steps per run (its last checkpoint is evaluated)")
+    learning_rate: float = option(_PRETRAIN["learning_rate"], help="pretraining peak learning rate (constant after warmup)")
+    warmup: int = option(_PRETRAIN["warmup"], help="pretraining warmup steps")
+    batch_size: int = option(_PRETRAIN["batch_size"], help="pretraining sequences per step (192 tokens each)")
+    dev_tasks: int | None = option(None, parse=_optional_count, metavar="N|all",
+                                   help="dev tasks every run is evaluated on (a fixed subset by hash)",
+                                   default_text="all 621")
+    sealed_tasks: int | None = option(None, parse=_optional_count, metavar="N|all",
+                                      help="tasks of the sealed compositions.unseen_structures evaluated (a fixed "
+                                           "subset by hash)", default_text="all 1,030")
+    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP + "; part of the design")
+    open_sealed: str | None = option(None, metavar="PURPOSE",
+                                     help="after every dev run and the decision, evaluate every run on the sealed "
+                                          "split: say why it is opened (recorded in the ledger, once for the plan)",
+                                     default_text="none: the study stops after its dev runs and decision")
+    reopen: str | None = option(None, metavar="REASON",
+                                help="open the sealed split again for a plan that already opened it",
+                                default_text="none: a second opening is refused")
+
+    def __post_init__(self) -> None:
+        self.seeds = tuple(self.seeds)
+
+    def pretrain_recipe(self) -> dict:
+        return {"preset": self.preset, "steps": self.steps, "learning_rate": self.learning_rate, "warmup": self.warmup,
+                "batch_size": self.batch_size}
+
+
 __all__ = [
     "GeneralisationStudyConfig",
+    "PretrainSwitchesStudyConfig",
     "RLSwitchesStudyConfig",
     "PretrainingDataStudyConfig",
     "RLChoicesStudyConfig",

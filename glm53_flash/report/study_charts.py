@@ -200,6 +200,33 @@ def draw_rl_switches(summary: dict, size=None):
                               "behaviours; thin: over seeds)")
 
 
+def draw_pretrain_switches(summary: dict, size=None):
+    """Pretraining-switches study: each switch's main effect (the original's value minus ours, points of
+    the pass rate), on dev and, once opened, on the sealed split: the estimate with its 95% interval over
+    behaviours (thick) and over runs (thin)."""
+    phases = [(name, summary.get(name)) for name in ("dev", "sealed") if summary.get(name)]
+    if not phases:
+        return None
+    rows = [(f"{row['switch']} ({name})", row) for name, effects in phases for row in effects["switches"]]
+    with figures.style() as plt:
+        fig, ax = plt.subplots(figsize=size or (9, 1.4 + 0.55 * len(rows)), layout="constrained")
+        for y, (_, row) in enumerate(rows):
+            color = "tab:blue" if y < len(phases[0][1]["switches"]) else "tab:orange"
+            low, high = (100 * v for v in row["runs"]["interval"])
+            ax.plot([low, high], [y, y], color=color, lw=1, zorder=1)
+            low, high = (100 * v for v in row["behaviours"]["interval"])
+            ax.plot([low, high], [y, y], color=color, lw=4, alpha=0.6, zorder=1)
+            ax.scatter([100 * row["effect"]], [y], color=color, s=36, zorder=3)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+        ax.invert_yaxis()
+        runs = phases[0][1]["runs"]
+        ax.set(xlabel="original's value minus ours, pass rate (points)",
+               title=f"Each pretraining switch's main effect\n(n={runs} runs; thick: 95% CI over behaviours; "
+                     "thin: over runs)")
+    return fig
+
+
 def draw_rl_generalisation(summary: dict, size=None):
     """RL-generalisation study: per arm, reward and sealed split, RL's effect on the strong pass rate (points):
     each pretraining seed's effect as a dot, the mean with its 95% interval over behaviours (thick) and over

@@ -1,0 +1,552 @@
+"""Pretraining-switches study: which of the pretraining switches that differ between the arms matters?
+
+The faithful and our arm differ in three pretraining switches (reproduce.ARMS: the model's `linear_rope`
+and `balance_loss`, and pretraining's `decay_all_parameters`; the faithful arm also names the stream mode,
+whose value is ours too, so it is no factor). Flipping each alone would need a run per switch and seed
+beside each arm's own, and each comparison would rest on two runs per seed. A two-level factorial design
+estimates every switch's main effect from all of its runs at once: with the switches as factors (0: our
+value, 1: the original's), the full 2^3 design runs eight points per seed, our arm's configuration 000
+and the faithful arm's 111 among them (`--fraction half` halves a design of four or more switches with
+the last at the parity of the others). Each run pretrains the study model from random weights with the
+rl-generalisation study's recipe (the `study` preset, 2,500 steps, the suite's stream) and its last
+checkpoint is evaluated greedy on dev (no checkpoint is chosen, so the tasks that judge a run chose
+nothing of it). Pretraining seeds are blocks: every design point runs under every seed.
+
+A switch's main effect is the mean dev pass rate of its runs at the original's value minus that of its
+runs at ours. It is tested at the two levels that vary independently:
+- behaviours: each behaviour's effect (its mean pass at 1 minus at 0 over the runs), the exact
+  sign-flip test over behaviours;
+- runs: ordinary least squares over the runs' pass rates with a block per seed and the main effects
+  (the interactions left in the residual, which makes the test conservative when they are real), a
+  t-test on the coefficient with the residual's degrees of freedom.
+A direction needs both levels, after Holm over the switches at each level. The rule that changes a
+default is fixed here, before any run: a switch whose original value is shown better on dev becomes the
+default of `glm53 pretrain`. Then, once every dev run is done and that decision is written
+(`selection.json`), the sealed split `compositions.unseen_structures` is opened once for the plan and
+every run's last checkpoint is evaluated there; a direction shown on dev is confirmed when the same
+analysis on the sealed split shows it at both levels (Holm over the directions shown on dev).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import time
+from pathlib import Path
+
+from glm53_flash.experiments import generalisation as gen
+from glm53_flash.tasks import compositions
+
+STUDY = "pretrain-switches"
+FRACTIONS = ("half", "full")
+DEFAULT_SEEDS = (21, 22, 23)  # disjoint from the rl-generalisation study (1-5) and its rerun (6-10)
+SEALED_SPLIT = compositions.UNSEEN_SPLIT
+ALPHA = 0.05
+# The spread of a run's dev pass rate the plan's power assumes: the rl-generalisation study's pretraining
+# runs (the same model, recipe and dev tasks) measured 3.6 (ours) and 5.0 (faithful) points of standard
+# deviation over five seeds (results/rl-generalisation/summary.json, pretraining_on_dev); their root mean
+# square. tests/test_defaults_evidence.py holds it to that summary.
+ASSUMED_RUN_SD = 0.0434
+# The checkpoints each run keeps until the sealed phase has read them (a study's work directory).
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def factors() -> dict:
+    """The pretraining switches that differ between the arms, in a fixed order, each with our value and
+    the original's: what reproduce.ARMS sets for the faithful arm's model and pretraining where that is not
+    already ours (ours sets none, so its values are the defaults of ModelConfig and PretrainConfig)."""
+    from glm53_flash.experiments.reproduce import ARMS
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.train.config import PretrainConfig
+
+    ours, faithful = ARMS["ours"], ARMS["faithful"]
+    if ours["model_overrides"] or ours["pretrain"]:
+        raise ValueError("our arm sets pretraining switches; the study takes the defaults as our values")
+    model, pretraining = ModelConfig(), PretrainConfig(output="")
+    table = {name: {"where": "model", "ours": getattr(model, name), "original": value}
+             for name, value in faithful["model_overrides"].items()}
+    table |= {name: {"where": "pretrain", "ours": getattr(pretraining, name), "original": value}
+              for name, value in faithful["pretrain"].items()}
+    # sorted by name: plan.json stores the table with its keys sorted, and a point's bits follow this order
+    return {name: table[name] for name in sorted(table) if table[name]["ours"] != table[name]["original"]}
+
+
+def design_points(fraction: str, names) -> list[str]:
+    """The design's points as strings of 0/1 in factor order (0: our value, 1: the original's): every
+    combination (full), or half of them with the last factor at the parity of the others (half: with k
+    switches each main effect is then aliased only with a (k-1)-switch interaction, so it needs k >= 4;
+    ours, all 0, is always a point, faithful, all 1, when k is even)."""
+    if fraction not in FRACTIONS:
+        raise ValueError(f"unknown fraction {fraction!r}; allowed: {', '.join(FRACTIONS)}")
+    k = len(names)
+    if k < 1:
+        raise ValueError("the arms differ in no pretraining switch: nothing to study")
+    if fraction == "full":
+        return ["".join(bits) for bits in itertools.product("01", repeat=k)]
+    if k < 4:
+        raise ValueError(f"the half fraction needs at least four switches (with {k} its main effects would be "
+                         "aliased with two-switch interactions); use --fraction full")
+    return ["".join(bits) + str(sum(map(int, bits)) % 2) for bits in itertools.product("01", repeat=k - 1)]
+
+
+def point_label(point: str) -> str:
+    return {"0" * len(point): "ours", "1" * len(point): "faithful"}.get(point, point)
+
+
+def point_switches(point: str, table: dict) -> dict:
+    """{"model_overrides": {...}, "pretrain": {...}} of a design point (every switch set explicitly; the
+    bits follow the switches' names in sorted order, as factors() and plan.json keep them)."""
+    if len(point) != len(table):
+        raise ValueError(f"design point {point!r} has {len(point)} bits for {len(table)} switches")
+    out = {"model_overrides": {}, "pretrain": {}}
+    for bit, name in zip(point, sorted(table)):
+        values = table[name]
+        key = "model_overrides" if values["where"] == "model" else "pretrain"
+        out[key][name] = values["original" if bit == "1" else "ours"]
+    return out
+
+
+def aliases(fraction: str, names) -> list[list[str]]:
+    """The two-switch interaction contrasts the design can estimate, each with the ones it cannot tell it
+    from (with four switches halved, D = ABC: AB = CD, AC = BD, AD = BC; with more, none are aliased)."""
+    pairs = [f"{a} x {b}" for a, b in itertools.combinations(names, 2)]
+    if fraction == "full" or len(names) > 4:
+        return [[p] for p in pairs]
+    a, b, c, d = names
+    return [[f"{a} x {b}", f"{c} x {d}"], [f"{a} x {c}", f"{b} x {d}"], [f"{a} x {d}", f"{b} x {c}"]]
+
+
+def run_level_power(runs: int, blocks: int, switches: int, alpha: float, power: float = 0.8) -> dict:
+    """What the run-level test can detect: a main effect's OLS estimate in a balanced two-level design has
+    standard error 2 sigma / sqrt(N); the residual keeps N - blocks - switches degrees of freedom."""
+    from glm53_flash.core.stats import student_t_quantile
+
+    df = runs - blocks - switches
+    if df < 1:
+        return {"runs": runs, "df": df, "alpha": alpha, "power": power, "mdd_in_sd": None, "mdd_points": None}
+    mdd = (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(power, df)) * 2 / math.sqrt(runs)
+    return {"runs": runs, "df": df, "alpha": alpha, "power": power, "mdd_in_sd": mdd,
+            "assumed_run_sd": ASSUMED_RUN_SD, "mdd_points": 100 * mdd * ASSUMED_RUN_SD}
+
+
+def build_plan(*, seeds, fraction: str, pretrain: dict, dev_tasks: int | None, sealed_tasks: int | None,
+               precision: str, workers: int, speed: dict | None) -> dict:
+    """The study's plan: design (hashed), units, analysis, power and time, written before the first run."""
+    from glm53_flash.experiments.study import level_power
+
+    table = factors()
+    names = sorted(table)
+    points = design_points(fraction, names)
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError("seeds must be given, without repeats")
+    steps = pretrain["steps"]
+    if steps < 1:
+        raise ValueError(f"pretraining steps must be >= 1, got {steps}")
+    dev_ids = gen.task_subset(gen.DEV_SPLIT, dev_tasks)
+    sealed_ids = gen.task_subset(SEALED_SPLIT, sealed_tasks)
+    units = [{"key": f"dev-{point}-seed-{seed}", "phase": "dev", "point": point, "seed": seed}
+             for seed in seeds for point in points]
+    units += [{"key": f"sealed-{point}-seed-{seed}", "phase": "sealed", "point": point, "seed": seed,
+               "split": SEALED_SPLIT} for seed in seeds for point in points]
+    alpha_first = ALPHA / len(names)  # Holm's first step: the level one real effect must clear alone
+    runs = len(points) * len(seeds)
+    estimate = {"workers": workers, "pretraining_steps": runs * steps,
+                "evaluated_tasks": runs * (len(dev_ids) + len(sealed_ids)), **(speed or {})}
+    estimate["expected_minutes"] = round(
+        (estimate["pretraining_steps"] * speed["seconds_per_step"]
+         + estimate["evaluated_tasks"] * speed["seconds_per_eval_task"]) / max(1, min(workers, runs)) / 60, 1) \
+        if speed else None
+    return {
+        "study": STUDY,
+        "design": {
+            "suite": compositions.SUITE, "suite_version": compositions.VERSION,
+            "factors": table, "fraction": fraction,
+            "generator": "the last switch at the parity of the others" if fraction == "half" else None,
+            "points": {point: point_label(point) for point in points}, "seeds": seeds,
+            "pretrain": {**{k: v for k, v in pretrain.items() if k != "checkpoints"}, "checkpoints": [steps],
+                         "tasks": compositions.SUITE, "sequence_length": compositions.SEQUENCE_LENGTH},
+            "precision": precision,
+            "dev_split": gen.DEV_SPLIT, "dev_tasks": len(dev_ids), "dev_task_ids_sha256": gen._ids_sha256(dev_ids),
+            "sealed_splits": [SEALED_SPLIT], "sealed_tasks": {SEALED_SPLIT: len(sealed_ids)},
+            "sealed_task_ids_sha256": {SEALED_SPLIT: gen._ids_sha256(sealed_ids)},
+            "subset_sizes": {"dev": dev_tasks, "sealed": sealed_tasks},
+            "evaluation": f"each run's last checkpoint, greedy pass@1 (at most {gen.MAX_NEW_TOKENS} new tokens), "
+                          "judged on the three cases and on the strong set",
+        },
+        "units": units,
+        "analysis": {
+            "effect": "a switch's main effect: the mean pass rate (three cases) of its runs at the original's value "
+                      "minus that of its runs at ours",
+            "behaviours": "each behaviour's effect over the runs (seeds averaged), exact sign-flip over behaviours",
+            "runs": "ordinary least squares over the runs' pass rates: a block per pretraining seed and the main "
+                    "effects (interactions in the residual); a t-test per coefficient",
+            "multiplicity": f"Holm over the {len(names)} switches at each level; a direction needs both levels",
+            "default_rule": "a switch whose original value is shown better on dev becomes the default of "
+                            "glm53 pretrain; one shown worse keeps ours",
+            "confirmation": f"after the dev decision is written, {SEALED_SPLIT} opened once for the plan: a direction "
+                            "shown on dev is confirmed when the sealed split shows it at both levels (Holm over the "
+                            "directions shown on dev)",
+            "interactions": [" = ".join(group) for group in aliases(fraction, names)],
+            "alpha": ALPHA,
+        },
+        # stated before the first run, outside the hashed design (as the estimate)
+        "power": {f"over runs, at Holm's first step (alpha {ALPHA}/{len(names)})":
+                  run_level_power(runs, len(seeds), len(names), alpha_first),
+                  f"over behaviours, at Holm's first step (alpha {ALPHA}/{len(names)})":
+                  level_power(len(dev_ids), "sign-flip", alpha=alpha_first)},
+        "estimate": estimate,
+    }
+
+
+def power_lines(plan: dict) -> list[str]:
+    lines = []
+    for name, level in plan["power"].items():
+        if "runs" in level:
+            lines.append(f"power, {name}: {level['runs']} runs, {level['df']} residual df: detects a main effect of "
+                         + ("nothing" if level["mdd_in_sd"] is None else
+                            f"{level['mdd_in_sd']:.2f} run standard deviations ({level['mdd_points']:.1f} points at "
+                            f"the assumed sd of {100 * level['assumed_run_sd']:.1f} points)")
+                         + f" with {round(100 * level['power'])}% power")
+        else:
+            mdd = level["mdd_in_sd"]
+            lines.append(f"power, {name}: {level['n']} behaviours (sign-flip): "
+                         + ("nothing" if mdd is None else f"{mdd:.2f} standard deviations of a behaviour's effect")
+                         + f" with {round(100 * level['power'])}% power")
+    return lines
+
+
+# --------------------------------------------------------------------------- the units
+
+
+def checkpoint_dir(work_dir: str) -> Path:
+    return Path(work_dir).parent.parent / CHECKPOINTS_DIR / Path(work_dir).name
+
+
+def run_unit(unit: dict) -> dict:
+    """Worker entry point: a dev unit pretrains one design point under one seed and evaluates its last
+    checkpoint on dev (the checkpoint kept for the sealed phase); a sealed unit evaluates that checkpoint
+    on the sealed split, under the plan's opening."""
+    import torch
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    result = (_dev_unit if unit["phase"] == "dev" else _sealed_unit)(unit)
+    return {"phase": unit["phase"], "point": unit["point"], "seed": unit["seed"], **result,
+            "elapsed_seconds": round(time.perf_counter() - started, 3)}
+
+
+def _dev_unit(unit: dict) -> dict:
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.config import PretrainConfig
+    from glm53_flash.train.pretrain import pretrain
+    from glm53_flash.verifier import Verifier
+
+    design, device = unit["design"], unit.get("device", "cpu")
+    switches = point_switches(unit["point"], design["factors"])
+    recipe = design["pretrain"]
+    work = Path(unit["work_dir"])
+    receipt = pretrain(PretrainConfig(
+        output=str(work), steps=recipe["steps"], checkpoints=tuple(recipe["checkpoints"]),
+        batch_size=recipe["batch_size"], sequence_length=recipe["sequence_length"],
+        learning_rate=recipe["learning_rate"], warmup=recipe["warmup"], seed=unit["seed"], tasks=recipe["tasks"],
+        preset=recipe["preset"], model_overrides=switches["model_overrides"], precision=design["precision"],
+        device=device, resume=True, quiet=True, **switches["pretrain"]))
+    last = receipt["checkpoints"][-1]
+    kept = checkpoint_dir(unit["work_dir"])
+    if kept.exists():
+        shutil.rmtree(kept)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(last["path"], kept)
+    shutil.rmtree(work, ignore_errors=True)
+    model, meta = load_pretrained(kept, device)
+    if meta["weights_sha256"] != last["weights_sha256"]:
+        raise ValueError(f"{kept} changed while it was kept")
+    tasks = gen._tasks(gen.DEV_SPLIT, gen._design_ids(design, gen.DEV_SPLIT))
+    with Verifier(workers=1) as verifier:
+        evaluation = gen._evaluate(model, tasks, design, verifier)
+    curve = receipt["training_curve"]
+    return {"switches": switches, "checkpoint": {"path": str(kept), "step": last["step"],
+                                                 "weights_sha256": last["weights_sha256"]},
+            "training": {"elapsed_seconds": receipt["elapsed_seconds"], "tokens_seen": receipt["tokens_seen"],
+                         "final_loss": curve[-1]["loss"] if curve else None,
+                         "parameters": receipt["parameter_counts"]},
+            "evaluation": {k: evaluation[k] for k in ("summary", "by_kind", "outcomes")}}
+
+
+def _sealed_unit(unit: dict) -> dict:
+    from glm53_flash.verifier import Verifier
+
+    design, device = unit["design"], unit.get("device", "cpu")
+    source = unit["checkpoint"]
+    model, _ = gen._check_weights(source["path"], source["weights_sha256"], device)
+    opening = unit.get("opening")
+    ids = gen._design_ids(design, SEALED_SPLIT)
+    tasks = gen._tasks(SEALED_SPLIT, ids, opening=opening)
+    with Verifier(workers=1) as verifier:
+        evaluation = gen._evaluate(model, tasks, design, verifier, opening=opening)
+    return {"split": SEALED_SPLIT, "checkpoint": source, "task_ids": ids,
+            "passed": gen._bits(evaluation["outcomes"][t][0] for t in ids),
+            "strong_passed": gen._bits(evaluation["outcomes"][t][1] for t in ids),
+            "summary": evaluation["summary"],
+            "sealed_opening": None if opening is None else {"split": opening.split, "purpose": opening.purpose}}
+
+
+def measure_speed(design: dict, device: str = "cpu") -> dict:
+    """Seconds per pretraining step and per evaluated dev task on this machine, one thread, as each worker
+    runs: the marginal cost of steps (six minus two) and of tasks (twelve minus four), so one-off costs
+    (building the model, starting the verifier) do not inflate the estimate."""
+    import tempfile
+
+    import torch
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.train.config import PretrainConfig
+    from glm53_flash.train.pretrain import pretrain
+    from glm53_flash.verifier import Verifier
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    recipe = design["pretrain"]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            seconds = {}
+            for steps in (2, 6):
+                out = Path(tmp) / f"steps-{steps}"
+                receipt = pretrain(PretrainConfig(
+                    output=str(out), steps=steps, checkpoints=(steps,), batch_size=recipe["batch_size"],
+                    sequence_length=recipe["sequence_length"], learning_rate=recipe["learning_rate"], warmup=0,
+                    seed=0, tasks=recipe["tasks"], preset=recipe["preset"], precision=design["precision"],
+                    device=device, quiet=True))
+                seconds[steps] = sum(row["seconds"] for row in receipt["training_curve"])
+            model, _ = load_pretrained(receipt["checkpoints"][-1]["path"], device)
+            timed = {}
+            with Verifier(workers=1) as verifier:
+                for count in (4, 12):
+                    tasks = gen._tasks(gen.DEV_SPLIT, gen.task_subset(gen.DEV_SPLIT, count))
+                    timed[count] = gen._evaluate(model, tasks, {"precision": design["precision"]}, verifier)["seconds"]
+    finally:
+        torch.set_num_threads(before)
+    return {"seconds_per_step": round(max(seconds[6] - seconds[2], 1e-4) / 4, 4),
+            "seconds_per_eval_task": round(max(timed[12] - timed[4], 1e-4) / 8, 4)}
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def _pass_rate(outcomes: dict) -> float:
+    return sum(1 for v in outcomes.values() if v[0]) / len(outcomes)
+
+
+def _outcomes_of(receipt: dict) -> dict:
+    if receipt["phase"] == "dev":
+        return receipt["evaluation"]["outcomes"]
+    return {t: [p == "1", s == "1"] for t, p, s in zip(receipt["task_ids"], receipt["passed"], receipt["strong_passed"])}
+
+
+def main_effects(plan: dict, receipts: list[dict], phase: str) -> dict | None:
+    """Every switch's main effect on `phase`'s split (dev or sealed) at both levels, Holm over the
+    switches; None until every run of the phase has its receipt."""
+    from glm53_flash.core.stats import detectable_differences, factorial_effects, holm, sign_flip_p, bootstrap_ci
+
+    design = plan["design"]
+    names = sorted(design["factors"])
+    found = {(r["point"], r["seed"]): _outcomes_of(r) for r in receipts if r["phase"] == phase}
+    points, seeds = list(design["points"]), design["seeds"]
+    if any((p, s) not in found for p in points for s in seeds):
+        return None
+    tasks = sorted(next(iter(found.values())))
+    runs = [{"block": str(s), "levels": {n: int(b) for n, b in zip(names, p)}, "value": _pass_rate(found[(p, s)])}
+            for s in seeds for p in points]
+    fitted = factorial_effects(runs, names)
+    rows = []
+    for index, name in enumerate(names):
+        high = [(p, s) for p in points for s in seeds if p[index] == "1"]
+        low = [(p, s) for p in points for s in seeds if p[index] == "0"]
+        per_behaviour = [sum(found[k][t][0] for k in high) / len(high) - sum(found[k][t][0] for k in low) / len(low)
+                         for t in tasks]
+        # the spread a behaviour-level test could work with: each seed's contrast per behaviour
+        differences = {str(s): {t: (sum(found[(p, s)][t][0] for p in points if p[index] == "1")
+                                    - sum(found[(p, s)][t][0] for p in points if p[index] == "0"))
+                                / (len(points) / 2) for t in tasks} for s in seeds}
+        rows.append({"switch": name, "ours": design["factors"][name]["ours"],
+                     "original": design["factors"][name]["original"],
+                     "effect": fitted["effects"][name]["estimate"],
+                     "behaviours": {"n": len(tasks), "mean": sum(per_behaviour) / len(tasks),
+                                    "sign_flip_p": sign_flip_p(per_behaviour, seed=0),
+                                    "interval": list(bootstrap_ci(per_behaviour, level=1 - ALPHA, seed=0)),
+                                    "positive": sum(d > 0 for d in per_behaviour),
+                                    "negative": sum(d < 0 for d in per_behaviour)},
+                     "runs": fitted["effects"][name],
+                     "detectable_behaviours": detectable_differences(differences, ALPHA / len(names))["units"]})
+    behaviour_p = holm([row["behaviours"]["sign_flip_p"] for row in rows])
+    run_p = holm([row["runs"]["p"] for row in rows])
+    for row, bp, rp in zip(rows, behaviour_p, run_p):
+        same = (row["behaviours"]["mean"] > 0) == (row["effect"] > 0) and row["effect"] != 0
+        row["holm"] = {"behaviours_p": bp, "runs_p": rp}
+        row["verdict"] = (("original better" if row["effect"] > 0 else "ours better")
+                          if bp < ALPHA and rp < ALPHA and same else "not shown")
+        row["detectable_runs"] = None if fitted["residual_sd"] is None else \
+            run_level_power(len(runs), len(seeds), len(names), ALPHA / len(names))["mdd_in_sd"] * fitted["residual_sd"]
+    interactions = []
+    for group in aliases(design["fraction"], names):
+        a, b = (names.index(n) for n in group[0].split(" x "))
+        same = [run["value"] for run, (p, _) in zip(runs, [(p, s) for s in seeds for p in points]) if p[a] == p[b]]
+        other = [run["value"] for run, (p, _) in zip(runs, [(p, s) for s in seeds for p in points]) if p[a] != p[b]]
+        interactions.append({"name": " = ".join(group), "estimate": sum(same) / len(same) - sum(other) / len(other)})
+    ours, faithful = "0" * len(names), "1" * len(names)
+    arms = [_pass_rate(found[(faithful, s)]) - _pass_rate(found[(ours, s)]) for s in seeds] \
+        if faithful in design["points"] else None
+    return {"phase": phase, "split": gen.DEV_SPLIT if phase == "dev" else SEALED_SPLIT, "tasks": len(tasks),
+            "runs": len(runs), "residual_sd": fitted["residual_sd"], "df": fitted["df"],
+            "pass_rates": {f"{p}-seed-{s}": _pass_rate(found[(p, s)]) for p in points for s in seeds},
+            "switches": rows, "interactions": interactions,
+            "faithful_minus_ours": None if arms is None else {"per_seed": arms, "mean": sum(arms) / len(arms)}}
+
+
+def decision(plan: dict, dev: dict) -> dict:
+    """The plan's rule applied to the dev analysis: the defaults of glm53 pretrain it supports."""
+    changes = {row["switch"]: row["original"] for row in dev["switches"] if row["verdict"] == "original better"}
+    return {"rule": plan["analysis"]["default_rule"],
+            "shown": {row["switch"]: row["verdict"] for row in dev["switches"] if row["verdict"] != "not shown"},
+            "defaults": {row["switch"]: changes.get(row["switch"], row["ours"]) for row in dev["switches"]},
+            "changed": changes}
+
+
+def confirmation(plan: dict, selection: dict, sealed: dict) -> dict:
+    """Each direction shown on dev, on the sealed split: confirmed when shown there at both levels with the
+    same sign, Holm over those directions."""
+    from glm53_flash.core.stats import holm
+
+    shown = selection["shown"]
+    rows = {row["switch"]: row for row in sealed["switches"]}
+    names = [name for name in shown]
+    if not names:
+        return {"directions": {}, "note": "no direction was shown on dev: nothing to confirm; the sealed split's "
+                                          "effects are reported as they are"}
+    behaviour_p = holm([rows[n]["behaviours"]["sign_flip_p"] for n in names])
+    run_p = holm([rows[n]["runs"]["p"] for n in names])
+    out = {}
+    for name, bp, rp in zip(names, behaviour_p, run_p):
+        expected_positive = shown[name] == "original better"
+        row = rows[name]
+        same = (row["effect"] > 0) == expected_positive and (row["behaviours"]["mean"] > 0) == expected_positive
+        out[name] = {"dev": shown[name], "sealed_effect": row["effect"], "holm": {"behaviours_p": bp, "runs_p": rp},
+                     "confirmed": bool(same and bp < ALPHA and rp < ALPHA)}
+    return {"directions": out}
+
+
+def _points(value) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f}"
+
+
+def headline_table(effects: dict) -> dict:
+    columns = ["switch", "ours -> original", "effect (points)", "behaviours CI", "runs CI",
+               "Holm p (behaviours / runs)", "detectable (behaviours / runs)", "result"]
+    rows = []
+    for row in effects["switches"]:
+        b, r = row["behaviours"], row["runs"]
+        rows.append([row["switch"], f"{row['ours']} -> {row['original']}", _points(row["effect"]),
+                     f"[{_points(b['interval'][0])}, {_points(b['interval'][1])}]",
+                     f"[{_points(r['interval'][0])}, {_points(r['interval'][1])}]",
+                     f"{row['holm']['behaviours_p']:.3g} / {row['holm']['runs_p']:.3g}",
+                     f"{_points(row['detectable_behaviours']).lstrip('+')} / {_points(row['detectable_runs']).lstrip('+')}",
+                     row["verdict"]])
+    return {"columns": columns, "rows": rows}
+
+
+def answers(summary: dict) -> list[str]:
+    dev = summary.get("dev")
+    if dev is None:
+        return ["Not every dev run has finished: no answer yet."]
+    lines = []
+    for row in dev["switches"]:
+        lines.append(f"{row['switch']} ({row['ours']} -> {row['original']}): {_points(row['effect'])} points on dev "
+                     f"({row['verdict']}; Holm p behaviours {row['holm']['behaviours_p']:.3g}, runs "
+                     f"{row['holm']['runs_p']:.3g}; detectable {_points(row['detectable_behaviours']).lstrip('+')} "
+                     f"over behaviours, {_points(row['detectable_runs']).lstrip('+')} over runs)")
+    arms = dev["faithful_minus_ours"]
+    if arms is not None:
+        lines.append(f"The faithful configuration minus ours on dev, per seed: "
+                     f"{', '.join(_points(v) for v in arms['per_seed'])} points (mean {_points(arms['mean'])}).")
+    selection = summary["selection"]
+    lines.append("Defaults of glm53 pretrain by the plan's rule: " + (
+        "unchanged (no original value shown better on dev)." if not selection["changed"] else
+        "changed: " + ", ".join(f"{k} = {v}" for k, v in selection["changed"].items()) + "."))
+    if summary.get("confirmation") is not None:
+        directions = summary["confirmation"]["directions"]
+        lines.append("On the sealed split: " + ("; ".join(
+            f"{name} {d['dev']}: {'confirmed' if d['confirmed'] else 'not confirmed'} ({_points(d['sealed_effect'])} "
+            f"points)" for name, d in directions.items()) if directions else summary["confirmation"]["note"]) + ".")
+    return lines
+
+
+def compute(plan: dict, receipts: list[dict], selection: dict | None = None) -> dict:
+    dev = main_effects(plan, receipts, "dev")
+    summary = {"study": STUDY, "runs": len(receipts), "dev": dev}
+    if dev is None:
+        return summary | {"selection": None, "sealed": None, "confirmation": None, "complete": False}
+    summary["selection"] = selection if selection is not None else decision(plan, dev)
+    sealed = main_effects(plan, receipts, "sealed")
+    summary["sealed"] = sealed
+    summary["confirmation"] = None if sealed is None else confirmation(plan, summary["selection"], sealed)
+    summary["complete"] = sealed is not None
+    return summary
+
+
+def report_lines(plan: dict, summary: dict) -> list[str]:
+    design = plan["design"]
+    names = sorted(design["factors"])
+    lines = [f"# {STUDY}: which pretraining switch matters?", "",
+             f"Design: the {design['fraction']} fraction of the 2^{len(names)} factorial over "
+             f"{', '.join(names)} ({len(design['points'])} points"
+             + (f", {design['generator']}" if design["generator"] else "") + f") x pretraining seeds "
+             f"{', '.join(map(str, design['seeds']))}; the study model, {design['pretrain']['steps']} steps; each "
+             f"run's last checkpoint on {design['dev_tasks']} dev tasks"
+             + f", then on {design['sealed_tasks'][SEALED_SPLIT]} tasks of the sealed {SEALED_SPLIT}.", "",
+             "## Power, stated before the runs", "", *(f"- {line}" for line in power_lines(plan)), ""]
+    for phase, title in (("dev", "## Main effects on dev"), ("sealed", f"## Main effects on the sealed {SEALED_SPLIT}")):
+        effects = summary.get(phase)
+        if effects is None:
+            lines += [title, "", "Not every run of this phase has finished.", ""]
+            continue
+        table = headline_table(effects)
+        lines += [title, "", "| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
+        lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
+        lines += ["", f"Residual sd of a run's pass rate: {_points(effects['residual_sd']).lstrip('+')} points "
+                      f"({effects['df']} df). Two-switch interaction contrasts (aliased groups): "
+                  + "; ".join(f"{i['name']} {_points(i['estimate'])}" for i in effects["interactions"]) + ".", ""]
+    lines += ["## Answers", "", *(f"- {a}" for a in summary["answers"]), "",
+              "Points of greedy pass@1 (the three cases): a switch's runs at the original's value minus its runs at "
+              "ours. Behaviours: the exact sign-flip test over behaviours, bootstrap interval; runs: least squares "
+              "with a block per seed, t interval. A direction needs both levels after Holm. `detectable`: the "
+              "smallest effect each level would show at Holm's first step with 80% power, from the spread it "
+              "measured.", ""]
+    return lines
+
+
+def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    import json
+
+    from glm53_flash.report import study_charts
+
+    selection_path = Path(out) / "selection.json"
+    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    if selection is not None and selection.get("plan_sha256") != plan["plan_sha256"]:
+        selection = None
+    summary = compute(plan, receipts, selection)
+    summary["answers"] = answers(summary)
+    if summary["dev"] is not None:
+        summary["headline_table"] = headline_table(summary["dev"])
+    lines = report_lines(plan, summary)
+    charts = {}
+    if summary["dev"] is not None:
+        charts = study_charts.insert_effects_chart(out, lines, study_charts.draw_pretrain_switches(summary),
+                                                   "## Main effects on dev", "each switch's main effect")
+    return summary, lines, charts
+
+
+__all__ = ["ALPHA", "ASSUMED_RUN_SD", "DEFAULT_SEEDS", "FRACTIONS", "SEALED_SPLIT", "STUDY", "aliases", "analyze",
+           "build_plan", "compute", "confirmation", "decision", "design_points", "factors", "main_effects",
+           "measure_speed", "point_switches", "power_lines", "run_level_power", "run_unit"]
