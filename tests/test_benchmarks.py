@@ -244,6 +244,27 @@ def test_bench_decode_weights_receipt_on_the_tiny_preset(tmp_path, capsys):
     assert main(["bench", "decode-weights", "--preset", "tiny", "--steps", "500"]) == 2
 
 
+def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
+    """`glm53 bench linear-attention`: the scan and the torch chunks timed round by round on the same qkv,
+    their outputs and gradients agreeing; a length within the chunk (no scan there) and unknown presets are
+    refused with one line."""
+    from glm53_flash.model import ops
+
+    if not ops.available():
+        pytest.skip("no C kernels here: the bench measures their scan")
+    out = tmp_path / "linear-attention.json"
+    assert main(["bench", "linear-attention", "--presets", "tiny", "--batch", "2", "--steps", "40", "--rounds", "2",
+                 "--rope", "--output", str(out)]) == 0
+    receipt = json.loads(out.read_text())
+    shape = receipt["shapes"]["tiny"]
+    assert receipt["benchmark"] == "linear-attention" and receipt["rope"] and len(shape["seconds"]["scan"]["all"]) == 2
+    assert shape["scan_speedup"] == pytest.approx(shape["seconds"]["torch"]["median"] / shape["seconds"]["scan"]["median"])
+    assert max(shape["largest_difference_relative"].values()) < 1e-4
+    assert "torch chunks" in capsys.readouterr().out
+    assert main(["bench", "linear-attention", "--presets", "tiny", "--steps", "16"]) == 2  # within the chunk
+    assert main(["bench", "linear-attention", "--presets", "huge"]) == 2
+
+
 def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):
     from glm53_flash.benchmarks.precision import run as run_precision
 

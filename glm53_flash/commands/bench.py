@@ -19,6 +19,7 @@ def register(bench_sub) -> None:
     _add_model_and_architecture(bench_sub)
     _add_bench_decode(bench_sub)
     _add_bench_decode_weights(bench_sub)
+    _add_bench_linear_attention(bench_sub)
     _add_bench_scaling(bench_sub)
     _add_bench_contention(bench_sub)
     _add_bench_precision(bench_sub)
@@ -187,6 +188,37 @@ def _run_bench_decode_weights(args) -> int:
 
     run(preset=args.preset, batch=args.batch, prompt_len=args.prompt_length, steps=args.steps, rounds=args.rounds,
         output=args.output)
+    return 0
+
+
+def _add_bench_linear_attention(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "linear-attention", help="a linear layer's forward + backward past its chunk: the C scan vs the torch chunks",
+        description="Time a linear-attention layer's forward and backward over a sequence longer than its chunk (the "
+                    "compositions suite's 192 positions by default) by the C scan training takes on the CPU and by "
+                    "the chunked torch form, alternating --rounds times in one process at each preset's shapes; "
+                    "reports the medians, the speed-up per round and the largest gap between the two. Writes a JSON "
+                    "receipt.")
+    parser.add_argument("--presets", default=",".join(("study", "flash")),
+                        help="comma-separated presets whose layer shapes are timed (default: study,flash)")
+    parser.add_argument("--batch", type=int, default=32, help="sequences (default 32: a pretraining batch)")
+    parser.add_argument("--steps", type=int, default=192, help="positions (default 192: the compositions suite)")
+    parser.add_argument("--rounds", type=int, default=7, help="runs per form, interleaved (median reported)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--rope", action="store_true", help="rotate q and k first (the faithful arm's order)")
+    parser.add_argument("--output", default="runs/bench/linear-attention.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_linear_attention)
+
+
+def _run_bench_linear_attention(args) -> int:
+    from glm53_flash.benchmarks.linear_attention import run
+
+    presets = tuple(p for p in args.presets.split(",") if p)
+    unknown = [p for p in presets if p not in PRESETS]
+    if not presets or unknown:
+        raise ValueError(f"--presets must name presets among {', '.join(sorted(PRESETS))}; got {args.presets!r}")
+    run(presets=presets, batch=args.batch, steps=args.steps, rounds=args.rounds, threads=args.threads,
+        rope=args.rope, output=args.output)
     return 0
 
 
