@@ -201,3 +201,27 @@ def test_end_to_end_dev_decision_then_one_opening_of_the_sealed_split(tmp_path, 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dev"] is not None and summary["sealed"] is None  # one sealed run is missing
     assert (out / "effects.png").stat().st_size > 5_000 and "## Main effects on dev" in (out / "REPORT.md").read_text()
+
+
+def test_rl_switches_take_the_arms_runs_of_a_pretrain_switches_study(tmp_path, capsys, monkeypatch, one_thread):
+    """The RL-switch study on disjoint pretraining seeds: its source may be this study, whose ours (000) and
+    faithful (111) runs are the arms' pretraining; the RL recipe is the rl-generalisation study's."""
+    from dataclasses import replace
+
+    source = tmp_path / "study"
+    assert main(_args(source)) == 0
+    monkeypatch.setattr(gen, "RL_RECIPE", replace(gen.RL_RECIPE, groups=2, group_size=2, checkpoints=(1,)))
+    out = tmp_path / "switches"
+    assert main(["experiment", "rl-switches", "--source", str(source), "--output", str(out), "--rl-seeds", "3",
+                 "--switches", "eos_handling", "--dev-tasks", "5", "--workers", "1", "--quiet"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    arms = {r["unit"]["key"]: r for r in load_receipts(source)}
+    assert plan["design"]["source"]["study"] == ps.STUDY and plan["design"]["rl"]["groups"] == 2
+    assert plan["design"]["checkpoints"]["ours-1"]["weights_sha256"] == arms["dev-000-seed-1"]["checkpoint"]["weights_sha256"]
+    assert plan["design"]["checkpoints"]["faithful-1"]["checkpoint"] == arms["dev-111-seed-1"]["checkpoint"]["path"]
+    assert len(load_receipts(out)) == 4
+    capsys.readouterr()
+    bad = tmp_path / "not-a-study"
+    bad.mkdir()
+    assert main(["experiment", "rl-switches", "--source", str(bad), "--output", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "pretrain-switches" in capsys.readouterr().err

@@ -211,7 +211,8 @@ class GeneralisationStudyConfig(StudyConfig):
 class RLSwitchesStudyConfig(StudyConfig):
     """Every knob of `glm53 experiment rl-switches`; the design in plan.json comes from these."""
 
-    source: str = option(help="a finished rl-generalisation study directory whose selected pretraining "
+    source: str = option(help="a finished rl-generalisation (or pretrain-switches) study directory whose selected "
+                              "(or the arms' last) pretraining "
                               "checkpoints every run starts from")
     rl_seeds: tuple[int, ...] = option(rl_switches.DEFAULT_RL_SEEDS, parse=parse_seed_range,
                                        help="RL seeds of every (arm, pretraining seed, variant)", default_text="101,202")

@@ -2,7 +2,8 @@
 
 The faithful and our arm differ in three RL switches (`logprob_source`, `loss_normalization`,
 `eos_handling`; reproduce.ARMS). This study reuses the pretrained and dev-selected checkpoints of a
-finished `rl-generalisation` study (so its seeds cost only RL) and, for each arm and pretraining seed,
+finished `rl-generalisation` study, or the arms' runs of a `pretrain-switches` study (so its seeds cost
+only RL), and, for each arm and pretraining seed,
 runs RL with the arm's own switches and with each switch alone set to the other arm's value, for every
 RL seed, with the source study's RL recipe and the original's three-case reward. Every run's last
 checkpoint is evaluated greedy on dev (the same tasks for every run: no checkpoint is selected, so the
@@ -48,29 +49,44 @@ def variant_switches(arm: str, variant: str, other: str) -> dict:
 
 
 def source_runs(source: Path, seeds=None) -> tuple[dict, dict]:
-    """An rl-generalisation study's plan and, per (arm, seed), its selected pretraining checkpoint;
-    refused when the study is another or the pretraining of a seed in `seeds` (default: all of the
-    study's) is not finished."""
+    """A source study's plan and, per (arm, seed), the pretraining checkpoint RL starts from: an
+    rl-generalisation study's selected one, or a pretrain-switches study's last checkpoint of the arm's
+    design point (ours: every switch ours; faithful: every switch the original's), whose RL recipe is then
+    the rl-generalisation study's. Refused when the study is another, or the pretraining of a seed in
+    `seeds` (default: all of the study's) is not finished."""
+    from glm53_flash.experiments import pretrain_switches as ps
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
 
     path = Path(source) / PLAN_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"--from {source}: no {PLAN_FILE}; give an `rl-generalisation` study directory")
+        raise FileNotFoundError(f"--source {source}: no {PLAN_FILE}; give an `{gen.STUDY}` or `{ps.STUDY}` study "
+                                "directory")
     plan = json.loads(path.read_text())
-    if plan.get("study") != gen.STUDY:
-        raise ValueError(f"--from {source} is a {plan.get('study')!r} study; give an `{gen.STUDY}` study directory")
-    found = {(r["arm"], r["seed"]): r for r in load_receipts(source, plan["plan_sha256"]) if r["phase"] == "pretrain"}
+    if plan.get("study") not in (gen.STUDY, ps.STUDY):
+        raise ValueError(f"--source {source} is a {plan.get('study')!r} study; give an `{gen.STUDY}` or `{ps.STUDY}` "
+                         "study directory")
     design = plan["design"]
+    receipts = load_receipts(source, plan["plan_sha256"])
+    if plan["study"] == ps.STUDY:
+        points = {label: point for point, label in design["points"].items() if label in ("faithful", "ours")}
+        if len(points) != 2:
+            raise ValueError(f"--source {source}: its design has no point for each arm (ours and faithful)")
+        found = {(arm, r["seed"]): r["checkpoint"] for r in receipts if r["phase"] == "dev"
+                 for arm, point in points.items() if r["point"] == point}
+        # the arms, the seeds and the RL recipe the rl-generalisation study would give these checkpoints
+        plan = plan | {"design": design | {"arms": sorted(points), "rl": gen.rl_record(gen.RL_RECIPE)}}
+    else:
+        found = {(r["arm"], r["seed"]): r["selection"]["selected"] for r in receipts if r["phase"] == "pretrain"}
+    arms = plan["design"]["arms"]
     wanted = design["seeds"] if seeds is None else [s for s in design["seeds"] if s in set(seeds)]
-    missing = [f"{arm} seed {seed}" for arm in design["arms"] for seed in wanted if (arm, seed) not in found]
+    missing = [f"{arm} seed {seed}" for arm in arms for seed in wanted if (arm, seed) not in found]
     if missing:
-        raise ValueError(f"--from {source}: pretraining not finished for {', '.join(missing)}; finish it first "
-                         f"(`glm53 experiment {gen.STUDY}` resumes it)")
+        raise ValueError(f"--source {source}: pretraining not finished for {', '.join(missing)}; finish it first "
+                         f"(`glm53 experiment {plan['study']}` resumes it)")
     checkpoints = {}
-    for (arm, seed), receipt in found.items():
-        selected = receipt["selection"]["selected"]
-        checkpoints[f"{arm}-{seed}"] = {"checkpoint": selected["checkpoint"], "weights_sha256": selected["weights_sha256"],
-                                        "step": selected["step"]}
+    for (arm, seed), selected in found.items():
+        checkpoints[f"{arm}-{seed}"] = {"checkpoint": selected.get("checkpoint") or selected["path"],
+                                        "weights_sha256": selected["weights_sha256"], "step": selected["step"]}
     return plan, checkpoints
 
 
@@ -121,7 +137,8 @@ def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers:
     return {
         "study": STUDY,
         "design": {
-            "source": {"directory": str(source), "plan_sha256": source_plan["plan_sha256"], "study": gen.STUDY},
+            "source": {"directory": str(source), "plan_sha256": source_plan["plan_sha256"],
+                       "study": source_plan["study"]},
             "checkpoints": checkpoints, "arms": arms, "seeds": seeds, "rl_seeds": rl_seeds, "switches": switches,
             "variants": {arm: {v: variant_switches(arm, v, other[arm]) for v in variants} for arm in arms},
             "rl": rl, "reward_cases": "three", "precision": design_in["precision"],
