@@ -499,3 +499,20 @@ def test_rl_choices_reference_unit_on_compositions_evaluates_the_subset(tmp_path
     assert [o["task_id"] for o in result["evaluation"]["outcomes"]] == gen.task_subset(compositions.DEV_SPLIT, 5)
     assert result["evaluation"]["split"] == compositions.DEV_SPLIT
 
+
+
+def test_rl_choices_on_compositions_times_marginal_costs(monkeypatch):
+    """The compositions plan's time comes from the marginal-cost probe (three RL groups minus one, twelve
+    dev tasks minus four) at the screen's group size and temperature, in the plan's precision."""
+    from glm53_flash.experiments import rl_choices as rc
+
+    seen = []
+
+    def probe(checkpoint, rl, precision, device="cpu"):
+        seen.append((checkpoint, rl, precision))
+        return {"seconds_per_rollout": 0.02, "seconds_per_eval_task": 0.03}
+
+    monkeypatch.setattr(gen, "probe_rl_and_evaluation", probe)
+    assert rc.measure_speed("ckpt", "compositions", "bf16") == (0.02, 0.03)
+    assert seen == [("ckpt", {"group_size": rc.BASE_ARM["group_size"], "temperature": rc.BASE_ARM["temperature"],
+                              "train_scope": rc.COMPOSITIONS_RECIPE.train_scope}, "bf16")]

@@ -218,7 +218,8 @@ def run_rl_choices(args) -> int:
     # here, before the study directory is touched: a missing --open-sealed costs no training.
     opening = None if cfg.plan_only else _sealed_opening(cfg, out, draft)
     return _run_study(args, cfg, out, draft,
-                      lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint), cfg.suite)),
+                      lambda: build_plan(*options, *(round(v, 4) for v in measure_speed(str(checkpoint), cfg.suite,
+                                                                                           precision)),
                                          cfg.suite, precision),
                       lambda plan: _run_rl_phases(cfg, out, plan, opening))
 

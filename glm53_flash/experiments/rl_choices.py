@@ -276,8 +276,11 @@ def run_unit(unit: dict) -> dict:
             "elapsed_seconds": round(time.perf_counter() - started, 3)}
 
 
-def measure_speed(checkpoint: str, suite: str = "families") -> tuple[float, float]:
-    """(seconds per training rollout, seconds per evaluated task) on this machine, one thread each."""
+def measure_speed(checkpoint: str, suite: str = "families", precision: str | None = None) -> tuple[float, float]:
+    """(seconds per training rollout, seconds per evaluated task) on this machine, one thread each. On the
+    compositions suite, their marginal costs (generalisation.probe_rl_and_evaluation: RL with three groups
+    minus one, twelve dev tasks minus four), so what a run pays once does not count per rollout (the one-group
+    probe of the families suite put a compositions plan at 340.9 minutes; its runs took 21-32 s each)."""
     import tempfile
 
     import torch
@@ -288,6 +291,15 @@ def measure_speed(checkpoint: str, suite: str = "families") -> tuple[float, floa
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        if suite == "compositions":
+            from glm53_flash.experiments.generalisation import probe_rl_and_evaluation
+
+            recipe = COMPOSITIONS_RECIPE
+            speed = probe_rl_and_evaluation(checkpoint, {"group_size": BASE_ARM["group_size"],
+                                                         "temperature": BASE_ARM["temperature"],
+                                                         "train_scope": recipe.train_scope},
+                                            precision or "fp32")
+            return speed["seconds_per_rollout"], speed["seconds_per_eval_task"]
         with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
             started = time.perf_counter()
             train_rl(replace(recipe_for(suite), initial_checkpoint=checkpoint, output=str(Path(tmp) / "probe"),
