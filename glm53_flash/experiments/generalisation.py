@@ -258,20 +258,26 @@ def run_unit(unit: dict) -> dict:
             "elapsed_seconds": round(time.perf_counter() - started, 3)}
 
 
-def _pretrain_unit(unit: dict) -> dict:
+def pretrain_run(design: dict, seed: int, work: Path, device: str, switches: dict) -> dict:
+    """One pretraining run of a study's recipe (design["pretrain"], its precision) under `seed` with
+    `switches` ({"model_overrides": ..., "pretrain": ...}, as reproduce.ARMS gives them) into `work`,
+    resumed where it stopped; returns its receipt."""
     from glm53_flash.train.config import PretrainConfig
     from glm53_flash.train.pretrain import pretrain
 
-    design, device = unit["design"], unit.get("device", "cpu")
-    switches = _arms()[unit["arm"]]
     recipe = design["pretrain"]
-    work = Path(unit["work_dir"])
-    receipt = pretrain(PretrainConfig(
+    return pretrain(PretrainConfig(
         output=str(work), steps=recipe["steps"], checkpoints=tuple(recipe["checkpoints"]),
         batch_size=recipe["batch_size"], sequence_length=recipe["sequence_length"],
-        learning_rate=recipe["learning_rate"], warmup=recipe["warmup"], seed=unit["seed"], tasks=recipe["tasks"],
+        learning_rate=recipe["learning_rate"], warmup=recipe["warmup"], seed=seed, tasks=recipe["tasks"],
         preset=recipe["preset"], model_overrides={**recipe.get("model_overrides", {}), **switches["model_overrides"]},
         precision=design["precision"], device=device, resume=True, quiet=True, **switches["pretrain"]))
+
+
+def _pretrain_unit(unit: dict) -> dict:
+    design, device = unit["design"], unit.get("device", "cpu")
+    work = Path(unit["work_dir"])
+    receipt = pretrain_run(design, unit["seed"], work, device, _arms()[unit["arm"]])
     curve = receipt["training_curve"]
     training = {"elapsed_seconds": receipt["elapsed_seconds"], "tokens_seen": receipt["tokens_seen"],
                 "final_loss": curve[-1]["loss"] if curve else None, "parameters": receipt["parameter_counts"],

@@ -239,20 +239,12 @@ def run_unit(unit: dict) -> dict:
 
 def _dev_unit(unit: dict) -> dict:
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.config import PretrainConfig
-    from glm53_flash.train.pretrain import pretrain
     from glm53_flash.verifier import Verifier
 
     design, device = unit["design"], unit.get("device", "cpu")
     switches = point_switches(unit["point"], design["factors"])
-    recipe = design["pretrain"]
     work = Path(unit["work_dir"])
-    receipt = pretrain(PretrainConfig(
-        output=str(work), steps=recipe["steps"], checkpoints=tuple(recipe["checkpoints"]),
-        batch_size=recipe["batch_size"], sequence_length=recipe["sequence_length"],
-        learning_rate=recipe["learning_rate"], warmup=recipe["warmup"], seed=unit["seed"], tasks=recipe["tasks"],
-        preset=recipe["preset"], model_overrides=switches["model_overrides"], precision=design["precision"],
-        device=device, resume=True, quiet=True, **switches["pretrain"]))
+    receipt = gen.pretrain_run(design, unit["seed"], work, device, switches)
     last = receipt["checkpoints"][-1]
     kept = checkpoint_dir(unit["work_dir"])
     if kept.exists():
