@@ -254,13 +254,19 @@ def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
         pytest.skip("no C kernels here: the bench measures their scan")
     out = tmp_path / "linear-attention.json"
     assert main(["bench", "linear-attention", "--presets", "tiny", "--batch", "2", "--steps", "40", "--rounds", "2",
-                 "--rope", "--output", str(out)]) == 0
+                 "--rope", "--step", "--output", str(out)]) == 0
     receipt = json.loads(out.read_text())
     shape = receipt["shapes"]["tiny"]
     assert receipt["benchmark"] == "linear-attention" and receipt["rope"] and len(shape["seconds"]["scan"]["all"]) == 2
     assert shape["scan_speedup"] == pytest.approx(shape["seconds"]["torch"]["median"] / shape["seconds"]["scan"]["median"])
     assert max(shape["largest_difference_relative"].values()) < 1e-4
-    assert "torch chunks" in capsys.readouterr().out
+    step = shape["whole_step"]
+    assert len(step["seconds"]["scan"]["all"]) == len(step["seconds"]["torch"]["all"]) == 2
+    assert step["scan_speedup"] == pytest.approx(step["seconds"]["torch"]["median"] / step["seconds"]["scan"]["median"])
+    from glm53_flash.model import linear_attention
+
+    assert linear_attention.SCAN_ENABLED  # the bench puts the switch back
+    assert "a whole training step" in capsys.readouterr().out
     assert main(["bench", "linear-attention", "--presets", "tiny", "--steps", "16"]) == 2  # within the chunk
     assert main(["bench", "linear-attention", "--presets", "huge"]) == 2
 

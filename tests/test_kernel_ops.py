@@ -420,13 +420,15 @@ def test_a_c_refusal_reaches_the_caller_as_an_error(monkeypatch):
 
 def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
     from glm53_flash.core.receipts import provenance
-    from glm53_flash.model import dispatch, moe
+    from glm53_flash.model import dispatch, linear_attention, moe
 
     monkeypatch.setattr(moe, "PADDED_ENABLED", False)
+    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)
     monkeypatch.setenv("GLM53_KERNEL_ISA", "avx2")
     record = provenance()["kernel_switches"]
     assert record == dispatch.dispatch_record()
-    assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "environment"}
-    assert record["padded"] is False and record["environment"]["GLM53_KERNEL_ISA"] == "avx2"
+    assert set(record) == {"enabled", "fused_decode", "grouped_mm", "padded", "linear_scan", "environment"}
+    assert record["padded"] is False and record["linear_scan"] is False
+    assert record["environment"]["GLM53_KERNEL_ISA"] == "avx2"
     assert set(record["environment"]) == {name for name in dispatch.SWITCHES if name.startswith("GLM53_")}
     assert provenance()["decode_kernels"] == ops.status()  # this module has looked for the library

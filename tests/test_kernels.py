@@ -296,6 +296,12 @@ def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chun
         results.append((out.detach(), leaf.grad, layer.qkv.weight.grad.clone(), layer.out.weight.grad.clone(),
                         state.kv, state.z, step, short))
     assert calls == [(3, 40, 3 * 96), (3, 30, 3 * 96)]  # the training forward and the long prefill, not the short
+    from glm53_flash.model import linear_attention
+
+    monkeypatch.setattr(ops.library, "ENABLED", True)
+    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)  # the switch alone sends it to the chunks
+    layer(x, rope, 0)
+    assert len(calls) == 2
     for fast, eager in zip(*results):
         torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-4)
     assert torch.equal(results[0][-1], results[1][-1])  # at most the chunk: the very same arithmetic

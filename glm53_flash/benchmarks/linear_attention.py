@@ -7,6 +7,9 @@ model's (4 heads of 24 at 192 positions) and the flash model's (6 heads of 32) b
 Both compute the same layer on the same qkv product: the feature map, the optional rotation, the
 attention and the backward to qkv (the products around it are the same for both and left out). The
 receipt also holds the largest gap between the two outputs and gradients, relative to their size.
+With `--step`, each preset's whole pretraining step (the model's forward, backward and AdamW at that
+length, in the precision `auto` resolves to) is also timed with the scan and with the chunks
+(`linear_attention.SCAN_ENABLED`), one step each per round.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from glm53_flash.benchmarks.common import print_table
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.model import ops
 from glm53_flash.model.config import ModelConfig
-from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, causal_linear_attention, feature_map
+from glm53_flash.model import linear_attention
+from glm53_flash.model.linear_attention import causal_linear_attention, feature_map
 from glm53_flash.model.rope import RotaryEmbedding
 
 DEFAULT_PRESETS = ("study", "flash")
@@ -53,8 +57,50 @@ def _timed(form, qkv: torch.Tensor, grad_out: torch.Tensor) -> tuple[float, torc
     return seconds, out.detach(), leaf.grad
 
 
+STEP_WARMUP = 3  # untimed steps first: oneDNN builds a kernel per new bf16 product shape
+
+
+def whole_step(preset: str, batch: int, steps: int, rounds: int) -> dict:
+    """One pretraining step of `preset` at `steps` positions with the scan and with the torch chunks,
+    alternating one step each per round (the steps train the model in turn)."""
+    from glm53_flash.benchmarks.model import _training_batch
+    from glm53_flash.model import GLM53Flash
+    from glm53_flash.model.precision import resolve_precision
+    from glm53_flash.train.engine import PRETRAINING, make_optimizer
+    from glm53_flash.train.objective import language_model_update
+
+    torch.manual_seed(0)
+    model = GLM53Flash(ModelConfig.preset(preset)).train()
+    optimizer = make_optimizer(model, PRETRAINING)
+    inputs, labels = _training_batch(batch, steps)[0]
+    precision = resolve_precision("auto", "cpu")
+
+    def step(scan: bool) -> float:
+        saved = linear_attention.SCAN_ENABLED
+        linear_attention.SCAN_ENABLED = scan
+        try:
+            start = time.perf_counter()
+            language_model_update(model, optimizer, inputs, labels, PRETRAINING, precision=precision)
+            return time.perf_counter() - start
+        finally:
+            linear_attention.SCAN_ENABLED = saved
+
+    for _ in range(STEP_WARMUP):
+        step(True), step(False)
+    times = {"scan": [], "torch": []}
+    for _ in range(rounds):
+        for name in ("torch", "scan"):
+            times[name].append(step(name == "scan"))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {"precision": precision.record(), "batch": batch, "steps": steps, "warmup_steps": STEP_WARMUP,
+            "order": "per round: one step with the torch chunks, one with the scan",
+            "seconds": {name: {"median": median[name], "min": min(v), "max": max(v), "all": v} for name, v in times.items()},
+            "scan_speedup": median["torch"] / median["scan"],
+            "scan_speedup_per_round": [t / s for s, t in zip(times["scan"], times["torch"])]}
+
+
 def run(presets=DEFAULT_PRESETS, batch: int = 32, steps: int = 192, rounds: int = 7, threads: int | None = None,
-        rope: bool = False, output: str | None = None) -> dict:
+        rope: bool = False, step: bool = False, output: str | None = None) -> dict:
     for name, value in (("--batch", batch), ("--steps", steps), ("--rounds", rounds)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
@@ -98,15 +144,23 @@ def run(presets=DEFAULT_PRESETS, batch: int = 32, steps: int = 192, rounds: int 
                 "out": float((out_s - out_t).abs().max() / out_t.abs().max()),
                 "grad_qkv": float((grad_s - grad_t).abs().max() / grad_t.abs().max())},
         }
+        if step:
+            shapes[preset]["whole_step"] = whole_step(preset, batch, steps, rounds)
     result = {"benchmark": "linear-attention", "presets": list(presets), "rounds": rounds, "rope": rope,
               "threads": torch.get_num_threads(), "shapes": shapes, "kernels": ops.status(),
               "provenance": provenance(device="cpu")}
-    print_table([(f"{preset}: {s['heads']} heads of {s['head_dim']}, {s['batch']} x {s['steps']}",
-                  f"scan {1e3 * s['seconds']['scan']['median']:.1f} ms, torch chunks "
-                  f"{1e3 * s['seconds']['torch']['median']:.1f} ms: {s['scan_speedup']:.2f}x (rounds "
-                  f"{min(s['scan_speedup_per_round']):.2f}-{max(s['scan_speedup_per_round']):.2f})")
-                 for preset, s in shapes.items()],
-                title=f"linear attention, forward + backward, {rounds} rounds, {torch.get_num_threads()} thread(s)")
+    rows = []
+    for preset, s in shapes.items():
+        rows.append((f"{preset}: {s['heads']} heads of {s['head_dim']}, {s['batch']} x {s['steps']}",
+                     f"scan {1e3 * s['seconds']['scan']['median']:.1f} ms, torch chunks "
+                     f"{1e3 * s['seconds']['torch']['median']:.1f} ms: {s['scan_speedup']:.2f}x (rounds "
+                     f"{min(s['scan_speedup_per_round']):.2f}-{max(s['scan_speedup_per_round']):.2f})"))
+        if "whole_step" in s:
+            w = s["whole_step"]
+            rows.append((f"{preset}: a whole training step ({w['precision']['name']})",
+                         f"scan {w['seconds']['scan']['median']:.3f} s, torch chunks {w['seconds']['torch']['median']:.3f} s: "
+                         f"{w['scan_speedup']:.2f}x"))
+    print_table(rows, title=f"linear attention, forward + backward, {rounds} rounds, {torch.get_num_threads()} thread(s)")
     if output:
         write_json(output, result)
     return result

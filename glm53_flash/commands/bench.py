@@ -206,6 +206,8 @@ def _add_bench_linear_attention(bench_sub) -> None:
     parser.add_argument("--rounds", type=int, default=7, help="runs per form, interleaved (median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--rope", action="store_true", help="rotate q and k first (the faithful arm's order)")
+    parser.add_argument("--step", action="store_true",
+                        help="also time each preset's whole pretraining step with the scan and with the chunks")
     parser.add_argument("--output", default="runs/bench/linear-attention.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_linear_attention)
 
@@ -218,7 +220,7 @@ def _run_bench_linear_attention(args) -> int:
     if not presets or unknown:
         raise ValueError(f"--presets must name presets among {', '.join(sorted(PRESETS))}; got {args.presets!r}")
     run(presets=presets, batch=args.batch, steps=args.steps, rounds=args.rounds, threads=args.threads,
-        rope=args.rope, output=args.output)
+        rope=args.rope, step=args.step, output=args.output)
     return 0
 
 

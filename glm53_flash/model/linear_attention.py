@@ -24,6 +24,10 @@ from glm53_flash.model.rope import RotaryEmbedding
 
 DENOMINATOR_FLOOR = 1e-6
 
+# False: sequences longer than the chunk take the torch chunks even where the C scan serves (a switch for
+# tests and benchmarks, named in model/dispatch.py and recorded in receipts).
+SCAN_ENABLED = True
+
 
 @dataclass
 class LinearState:
@@ -199,7 +203,8 @@ class LinearAttention(nn.Module):
             # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
             out, state = self.decode_step_from_qkv(qkv, rope, position, state)
             return self.out(out), state
-        if t > self.chunk and state is None and ops.linear_attention_scan_serves(qkv, dim // self.heads):
+        if (t > self.chunk and state is None and SCAN_ENABLED
+                and ops.linear_attention_scan_serves(qkv, dim // self.heads)):
             # A sequence the torch form would chunk: the recurrence in C (sequences of at most `chunk`
             # positions keep the one quadratic block below, whose arithmetic the committed results used).
             tables = ((rope.cos[position : position + t].contiguous(), rope.sin[position : position + t].contiguous())
