@@ -422,6 +422,10 @@ def test_clients_that_vanish_leave_no_traceback_in_the_servers_log(checkpoint, t
         process.send_signal(signal.SIGINT)
         try:
             code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # hung: its threads' stacks (faulthandler on SIGUSR1) say where
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"glm53 serve did not stop within 30 s of SIGINT:\n{stderr_path.read_text()}") from None
         finally:
             process.kill()
             process.stdout.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 from pathlib import Path
 
@@ -79,6 +81,8 @@ def _run_serve(args) -> int:
         print(f"WARNING: serving on {args.host} without TLS: the token travels in clear, so anyone who can watch "
               f"the network can read the deck, change the notes and run the model and the sandbox",
               file=sys.stderr)
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack to stderr: a hung server says where
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
     deck = build_deck(args.runs)
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device,
