@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo seeds study-generalisation study-generalisation-rerun study-switches study-pretrain-switches \
-	study-pretrain-switches-rerun test test-quick clean-venv
+	study-pretrain-switches-rerun study-rl-choices study-rl-choices-rerun study-rl-choices-temperature \
+	test test-quick clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +60,34 @@ study-pretrain-switches: $(STAMP)
 study-pretrain-switches-rerun: $(STAMP)
 	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25,26 \
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
+
+# Which RL choices matter on the compositions suite (docs/STUDIES.md): the original's screen (every arm's budget
+# x8, plus the strong reward) from our arm's study checkpoint of one pretraining seed, the screen's winner confirmed
+# on fresh seeds and the sealed unseen compositions; the rerun from another pretraining seed; and the
+# original's strongest lead, temperature 0.20, confirmed as fixed in advance from both.
+RL_CHOICES_PURPOSE ?= make study-rl-choices: the compositions RL-choices confirmation
+STUDY_PRETRAIN_FLAGS = --preset study --tasks compositions --steps 2500 --checkpoints 1500,2000,2500 --batch-size 32 \
+	--learning-rate 2e-3 --warmup 100 --precision auto --quiet
+runs/study-pretrain-ours-%/checkpoint-2500/model.safetensors: | $(STAMP)
+	$(BIN)/glm53 pretrain $(STUDY_PRETRAIN_FLAGS) --seed $* --output runs/study-pretrain-ours-$* \
+		$$(test -d runs/study-pretrain-ours-$* && echo --resume)
+
+study-rl-choices: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors
+	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-11/checkpoint-2500 \
+		--output runs/study-rl-choices --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 11"
+
+study-rl-choices-rerun: runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
+	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-12/checkpoint-2500 \
+		--output runs/study-rl-choices-rerun --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
+
+study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors \
+		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
+	for seed in 11 12; do \
+		$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-$$seed/checkpoint-2500 \
+			--output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --confirm-arm temp-low \
+			--confirm-seeds 2001:10:1 \
+			--open-sealed "$(RL_CHOICES_PURPOSE): temperature 0.20 fixed in advance, pretraining seed $$seed" || exit 1; \
+	done
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
