@@ -84,7 +84,7 @@ study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.
 		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
 	for seed in 11 12; do \
 		$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-$$seed/checkpoint-2500 \
-			--output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --confirm-arm temp-low \
+			--output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --seeds 101 --confirm-arm temp-low \
 			--confirm-seeds 2001:10:1 \
 			--open-sealed "$(RL_CHOICES_PURPOSE): temperature 0.20 fixed in advance, pretraining seed $$seed" || exit 1; \
 	done
