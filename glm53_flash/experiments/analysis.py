@@ -537,7 +537,8 @@ def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
     if screen_rows:
         best = max(screen_rows, key=lambda r: r["mean"])
         answers.append(
-            f"Screen ({design['screen_split']}, {best['n']} seeds per arm; it selects, it does not decide): the best "
+            f"Screen ({design['screen_split']}, {best['n']} seed{'s' if best['n'] != 1 else ''} per arm; it selects, it "
+            "does not decide): the best "
             f"arm was {best['right']}, {format_signed(best['mean'])} points over the baseline (seed-level sign-flip p "
             f"{format_p(best['sign_flip_p'])}; task-pooled p {format_p(best['pooled_p'])}, Holm across "
             f"{len(screen_rows)} arms {format_p(best.get('holm_p'))})."
@@ -553,6 +554,11 @@ def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
             answers.append(f"Answer: {confirmation['candidate']} beats the baseline on fresh seeds; "
                            + (f"the screen's other flags ({', '.join(untested)}) were not confirmed." if untested
                               else "no other arm was flagged."))
+        elif design.get("confirm_arm", "screen-winner") != "screen-winner":
+            answers.append(f"Answer: {confirmation['candidate']}, fixed in advance, was not shown to beat the baseline "
+                           "on fresh seeds"
+                           + (f"; {', '.join(untested)} (flagged by the screen) was never confirmed." if untested
+                              else "."))
         else:
             answers.append(f"Answer: no RL choice was shown to beat the baseline. The screen's "
                            f"{confirmation['candidate']} signal did not replicate on fresh seeds"
