@@ -23,7 +23,8 @@ def test_readme_shows_each_study_table_as_generated(path):
     assert shown, f"no doc shows the table of {path.parent.name} as generated"
 
 
-@pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices"])
+@pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",
+                                  "rl-choices-compositions"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())

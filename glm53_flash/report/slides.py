@@ -62,6 +62,8 @@ STUDIES = (
      "pretraining-data/summary.json"),
     ("research-rl-choices", "Research study: RL choices", "glm53 experiment rl-choices",
      "rl-choices/summary.json"),
+    ("research-rl-choices-compositions", "Research study: RL choices on the compositions suite",
+     "make study-rl-choices", "rl-choices-compositions/summary.json"),
     ("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
      "rl-generalisation/summary.json"),
     ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
@@ -95,7 +97,7 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
                 (sc.draw_paired_differences(study, size=(14, 3.4)), "pretraining-data-differences",
                  "per-seed paired differences at the primary update, with their means and intervals")]
         stacked = True
-    elif slide_id == "research-rl-choices":
+    elif slide_id in ("research-rl-choices", "research-rl-choices-compositions"):
         plan = directory / "plan.json"
         split = json.loads(plan.read_text())["design"]["confirm_split"] if plan.is_file() else "confirmation"
         made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), "rl-choices-screen",
