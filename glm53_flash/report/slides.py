@@ -100,9 +100,10 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
     elif slide_id in ("research-rl-choices", "research-rl-choices-compositions"):
         plan = directory / "plan.json"
         split = json.loads(plan.read_text())["design"]["confirm_split"] if plan.is_file() else "confirmation"
-        made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), "rl-choices-screen",
+        prefix = slide_id.removeprefix("research-")  # each study's charts keep element ids of their own
+        made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), f"{prefix}-screen",
                  "dev greedy pass@1 of every RL arm per screening seed"),
-                (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), "rl-choices-confirmation",
+                (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), f"{prefix}-confirmation",
                  "baseline and candidate on the confirmation split, one line per fresh seed")]
     elif slide_id == "research-rl-generalisation":
         made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), "rl-generalisation-effects",
