@@ -24,7 +24,7 @@ def test_readme_shows_each_study_table_as_generated(path):
 
 
 @pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",
-                                  "rl-choices-compositions"])
+                                  "rl-choices-compositions", "rl-choices-compositions-rerun"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())
@@ -173,3 +173,24 @@ def test_the_rerun_comparison_is_what_both_studies_receipts_give():
     summary = json.loads((rerun / "summary.json").read_text())
     again = json.loads(json.dumps(reruns.compare(first_plan, first_receipts, plan, receipts)))
     assert again == summary["rerun"]
+
+
+def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
+    """The compositions RL-choices screen and its rerun from another pretraining seed's checkpoint: the
+    committed comparison rebuilds from the receipts; a rerun from the same weights, or of another design,
+    is refused."""
+    from glm53_flash.experiments import reruns
+
+    rerun = ROOT / "results" / "rl-choices-compositions-rerun"
+    first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-choices-compositions")
+    plan, receipts = reruns.load(rerun)
+    summary = json.loads((rerun / "summary.json").read_text())
+    again = json.loads(json.dumps(reruns.compare_rl_choices(first_plan, first_receipts, plan, receipts)))
+    assert again == summary["rerun"]
+    assert summary["rerun"]["first"]["candidate"] == summary["rerun"]["rerun"]["candidate"]
+    with pytest.raises(ValueError, match="same weights"):
+        reruns.compare_rl_choices(first_plan, first_receipts, first_plan, first_receipts)
+    other = json.loads(json.dumps(plan))
+    other["design"]["arms"] = other["design"]["arms"][:2]
+    with pytest.raises(ValueError, match="arms"):
+        reruns.compare_rl_choices(first_plan, first_receipts, other, receipts)

@@ -711,8 +711,9 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     plan = json.loads(plan_path.read_text())
     if plan.get("study") not in ANALYZERS:
         raise ValueError(f"{plan_path}: unknown study {plan.get('study')!r}; known: {', '.join(ANALYZERS)}")
-    if rerun_of is not None and plan.get("study") != "rl-generalisation":
-        raise ValueError(f"--rerun-of compares `rl-generalisation` studies; {out} is a {plan.get('study')!r} study")
+    if rerun_of is not None and plan.get("study") not in ("rl-generalisation", "rl-choices"):
+        raise ValueError(f"--rerun-of compares `rl-generalisation` or `rl-choices` studies; {out} is a "
+                         f"{plan.get('study')!r} study")
     existing = [name for name in OUTPUT_FILES if (out / name).exists()]
     if existing and not force:
         raise FileExistsError(f"{out} already has {', '.join(existing)}; add --force to rebuild them")
@@ -723,11 +724,13 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
         from glm53_flash.experiments import reruns
 
         first_plan, first_receipts = reruns.load(Path(rerun_of))
-        comparison = reruns.compare(first_plan, first_receipts, plan, receipts)
+        compare = reruns.compare if plan["study"] == "rl-generalisation" else reruns.compare_rl_choices
+        comparison = compare(first_plan, first_receipts, plan, receipts)
     summary, lines, charts = ANALYZERS[plan["study"]](out, plan, receipts)
     if rerun_of is not None:
         summary["rerun"] = comparison
-        lines += reruns.report_lines(comparison, str(rerun_of))
+        lines += (reruns.report_lines if plan["study"] == "rl-generalisation" else reruns.rl_choices_report_lines)(
+            comparison, str(rerun_of))
     summary["complete"] = len(receipts) == len(plan["units"])
     versions: dict[str, int] = {}
     for receipt in receipts:

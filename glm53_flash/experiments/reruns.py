@@ -1,8 +1,10 @@
 """A study against its rerun: does every conclusion hold on disjoint pretraining seeds?
 
 `glm53 analyze RERUN --rerun-of FIRST` compares two `rl-generalisation` studies whose designs are the
-same but for their pretraining seeds, which must not overlap. The rule was fixed before the rerun's
-sealed splits were opened (docs/STUDIES.md, "Reruns"):
+same but for their pretraining seeds, which must not overlap, or two `rl-choices` studies on the
+compositions suite whose designs are the same but for their starting checkpoint (each of another
+pretraining seed; `compare_rl_choices`). The rule was fixed before the rerun's sealed splits were
+opened (docs/STUDIES.md, "Reruns"):
 
 - a row (arm, reward, sealed split; the strong verdict, the README's) *holds* when both studies give
   it the same result at each level: at the behaviours and at the seeds, the same direction at alpha
@@ -100,6 +102,94 @@ def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, reru
                     "effect minus the first's lies within +- the margin (two one-sided tests)"}
 
 
+RL_CHOICES_STUDY = "rl-choices"
+
+
+def _check_rl_choices_designs(first: dict, rerun: dict) -> None:
+    for name, plan in (("first", first), ("rerun", rerun)):
+        if plan.get("study") != RL_CHOICES_STUDY:
+            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares `{RL_CHOICES_STUDY}` "
+                             "studies")
+    own = ("checkpoint", "checkpoint_sha256")
+    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
+                    if key not in own and first["design"].get(key) != rerun["design"].get(key))
+    if first["analysis"] != rerun["analysis"]:
+        differ.append("analysis")
+    if differ:
+        raise ValueError(f"the two studies differ in more than their starting checkpoint: {', '.join(differ)}")
+    if first["design"]["checkpoint_sha256"] == rerun["design"]["checkpoint_sha256"]:
+        raise ValueError("a rerun starts from another pretraining seed's checkpoint; both studies start from the "
+                         f"same weights ({first['design']['checkpoint_sha256'][:12]})")
+
+
+def compare_rl_choices(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
+                       margin: float = RERUN_MARGIN) -> dict:
+    """Two rl-choices studies from checkpoints of different pretraining seeds: the screen's choice in each, and
+    per confirmation row (the candidate against the baseline; each arm against its starting checkpoint)
+    whether it holds (the same arms and the same direction at alpha, or none, over the training seeds)
+    and the rerun spread (Welch's t over the two sets of per-seed differences, independent because their
+    runs start from different weights, with equivalence within `margin`)."""
+    from glm53_flash.core.stats import welch_comparison
+    from glm53_flash.experiments.analysis import compute_rl_choices
+
+    _check_rl_choices_designs(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["alpha"]
+    first = compute_rl_choices(Path("."), first_plan, first_receipts)
+    rerun = compute_rl_choices(Path("."), rerun_plan, rerun_receipts)
+
+    def direction(row) -> str:
+        p = row.get("holm_p")
+        return "0" if p is None or p >= alpha else "+" if row["mean"] > 0 else "-" if row["mean"] < 0 else "0"
+
+    def confirmations(summary) -> list[dict]:
+        rows = [summary["confirmation"]] if summary.get("confirmation") else []
+        return rows + list(summary.get("versus_pretrained") or [])
+
+    rows = []
+    for a, b in zip(confirmations(first), confirmations(rerun)):
+        same_arms = (a["left"], a["right"]) == (b["left"], b["right"])
+        spread = welch_comparison([v / 100 for v in a["differences"]], [v / 100 for v in b["differences"]],
+                                  margin=margin, alpha=alpha) if same_arms else None
+        rows.append({"name": a["name"], "rerun_name": b["name"],
+                     "first": {"mean": a["mean"], "holm_p": a.get("holm_p"), "n": a["n"]},
+                     "rerun": {"mean": b["mean"], "holm_p": b.get("holm_p"), "n": b["n"]},
+                     "directions": [direction(a), direction(b)],
+                     "holds": same_arms and direction(a) == direction(b), "spread": spread})
+    return {"study": RL_CHOICES_STUDY,
+            "first": {"plan_sha256": first_plan["plan_sha256"], "checkpoint_sha256": first_plan["design"]["checkpoint_sha256"],
+                      "candidate": (first.get("confirmation") or {}).get("candidate")},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "checkpoint_sha256": rerun_plan["design"]["checkpoint_sha256"],
+                      "candidate": (rerun.get("confirmation") or {}).get("candidate")},
+            "alpha": alpha, "margin": margin, "rows": rows,
+            "all_hold": bool(rows) and all(r["holds"] for r in rows),
+            "rule": "a row holds when both studies compare the same arms and give the same direction (or none) at "
+                    "alpha over the training seeds; it reproduces its size when Welch's 90% interval of the rerun's "
+                    "effect minus the first's lies within +- the margin (two one-sided tests)"}
+
+
+def rl_choices_report_lines(comparison: dict, first_name: str) -> list[str]:
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, checkpoint {comparison['first']['checkpoint_sha256'][:12]})",
+             "", f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
+                 "greedy pass@1 on the confirmation split.", "",
+             "| comparison | first | rerun | holds (first / rerun) | rerun - first, 90% CI | within the margin |",
+             "|---|---|---|---|---|---|"]
+    for row in comparison["rows"]:
+        spread = row["spread"]
+        lines.append(
+            f"| {row['name']} | {row['first']['mean']:+.1f} (Holm p {row['first']['holm_p']:.3g}) | "
+            f"{row['rerun']['mean']:+.1f} (Holm p {row['rerun']['holm_p']:.3g}) | "
+            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(row['directions'])}) | "
+            + ("n/a | n/a" if spread is None else
+               f"{signed(spread['difference'])} [{signed(spread['interval'][0])}, {signed(spread['interval'][1])}] | "
+               f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})") + " |")
+    lines += ["", "`holds` lists the direction over the training seeds at alpha after Holm (`+` higher, `-` lower, `0` "
+                  "not shown) in the first study / the rerun.", ""]
+    return lines
+
+
 def load(directory: Path) -> tuple[dict, list[dict]]:
     """A study directory's plan and the receipts of that plan."""
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
@@ -148,4 +238,4 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
-__all__ = ["RERUN_MARGIN", "compare", "load", "report_lines"]
+__all__ = ["RERUN_MARGIN", "compare", "compare_rl_choices", "load", "report_lines", "rl_choices_report_lines"]
