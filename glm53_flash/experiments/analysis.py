@@ -541,7 +541,7 @@ def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
             "does not decide): the best "
             f"arm was {best['right']}, {format_signed(best['mean'])} points over the baseline (seed-level sign-flip p "
             f"{format_p(best['sign_flip_p'])}; task-pooled p {format_p(best['pooled_p'])}, Holm across "
-            f"{len(screen_rows)} arms {format_p(best.get('holm_p'))})."
+            f"{len(screen_rows)} arm{'s' if len(screen_rows) != 1 else ''} {format_p(best.get('holm_p'))})."
             + (f" Task-pooled tests flag {flag_list}; they condition on these particular runs, so only a "
                "confirmation on new seeds can back them." if flagged else ""))
     if confirmation is not None:
