@@ -307,6 +307,46 @@ def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chun
     assert torch.equal(results[0][-1], results[1][-1])  # at most the chunk: the very same arithmetic
 
 
+def test_a_prefill_that_trains_through_its_state_keeps_the_state_gradient(monkeypatch):
+    """RL's shared-prompt update runs the prompt once with a cache and its completions from that state:
+    the completions' loss reaches the prompt's keys and values through the state. The C scan's state has
+    no gradient, so such a prefill (longer than the chunk, gradients on) takes the torch form, and the
+    gradients equal the whole sequence's; the scan itself refuses to return a state to train through."""
+    from glm53_flash.model import linear_attention
+    from glm53_flash.model.linear_attention import LinearAttention, scan_linear_attention
+    from glm53_flash.model.rope import RotaryEmbedding
+
+    torch.manual_seed(5)
+    layer = LinearAttention(16 * 4, 4, chunk=16, rope_before_feature=True)
+    rope = RotaryEmbedding(16, 64)
+    x = torch.randn(2, 40, 16 * 4)
+    calls = []
+    original = ops.linear_attention_scan_forward
+    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    weight = torch.linspace(-1, 1, 2 * 10 * 64).view(2, 10, 64)
+
+    layer.zero_grad()
+    leaf = x.clone().requires_grad_()
+    _, state = layer(leaf[:, :30], rope, 0, None, True)  # the prompt, 30 > chunk positions, with gradients
+    rest, _ = layer(leaf[:, 30:], rope, 30, state, True)  # the completions read the prompt's state
+    (rest * weight).sum().backward()
+    split = (leaf.grad.clone(), layer.qkv.weight.grad.clone())
+    assert calls == []  # the training prefill did not take the scan
+    assert split[0][:, :30].abs().sum() > 0  # the loss reached the prompt only through the state
+
+    layer.zero_grad()
+    whole_leaf = x.clone().requires_grad_()
+    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)
+    whole, _ = layer(whole_leaf, rope, 0)
+    (whole[:, 30:] * weight).sum().backward()
+    torch.testing.assert_close(split[0], whole_leaf.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(split[1], layer.qkv.weight.grad, atol=1e-5, rtol=1e-4)
+
+    qkv = torch.randn(1, 20, 3 * 64, requires_grad=True)
+    with pytest.raises(ValueError, match="no gradient"):
+        scan_linear_attention(qkv, 4, None, None, True)
+
+
 def _activation_and_gradient(h: torch.Tensor, grad_out: torch.Tensor):
     from glm53_flash.model.moe import _SwiGLUActivation
 

@@ -471,10 +471,12 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     initial, _ = load_checkpoint(start)
     assert any(not torch.equal(p, q) for p, q in zip(initial.parameters(), final_two.parameters()))
     # Every trained weight moved by about 2e-3 (two AdamW steps at lr 1e-3); the two runs agree to
-    # 1e-5. (Not tighter: where the true gradient is zero, AdamW normalises summation noise of 1e-10
-    # into steps of a few 1e-6.) The gradient's scale is checked by grad_norm above.
+    # 5e-5, a fortieth of that: a rank's gradient lost or counted twice moves weights by ~1e-3. (Not
+    # tighter: where the true gradient is near zero, AdamW normalises summation noise into steps of
+    # up to 2e-5, measured on block 0's connection logits, whose gradients are ~1e-6 at most.) The
+    # gradient's scale is checked to 1e-5 by grad_norm above.
     for (name, p), q in zip(final_one.named_parameters(), final_two.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=5e-5, msg=name)
 
     # A torchrun run resumes in one process: drop its last checkpoint and finish it again.
     part = tmp_path / "part"
@@ -484,7 +486,7 @@ def test_torchrun_two_ranks_match_one_process_and_only_rank_0_writes(tmp_path):
     assert [r["group"] for r in rows_of(part, "rollouts.jsonl")] == [1, 2, 3, 4]
     resumed, _ = load_checkpoint(part / "checkpoint-0004")
     for (name, p), q in zip(final_one.named_parameters(), resumed.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5, msg=name)
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=5e-5, msg=name)
 
 
 def test_groups_per_update_default_to_one_per_rank_and_a_resume_keeps_the_runs(checkpoint, tmp_path, monkeypatch):

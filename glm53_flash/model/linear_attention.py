@@ -173,14 +173,29 @@ class _LinearAttentionScan(torch.autograd.Function):
 def scan_linear_attention(qkv: torch.Tensor, heads: int, cos: torch.Tensor | None, sin: torch.Tensor | None,
                           return_state: bool) -> tuple[torch.Tensor, LinearState | None]:
     """A whole sequence from no state by the C kernels (where ops.linear_attention_scan_serves): qkv
-    [B, T, 3D] -> (out [B, T, D] before the output product, the final state when asked)."""
+    [B, T, 3D] -> (out [B, T, D] before the output product, the final state when asked). The state
+    carries no gradient, so a caller that trains through it (a prefill whose state later positions
+    read) takes the torch form instead: see scan_serves_call."""
     qkv = qkv.contiguous()
-    if return_state or not (torch.is_grad_enabled() and qkv.requires_grad):
+    if return_state:
+        if torch.is_grad_enabled() and qkv.requires_grad:
+            raise ValueError("scan_linear_attention: the returned state carries no gradient; "
+                             "train through a state with causal_linear_attention")
         out, _, kv, z = ops.linear_attention_scan_forward(qkv, heads, cos, sin, DENOMINATOR_FLOOR)
-        if torch.is_grad_enabled() and qkv.requires_grad:  # a prefill that trains: the gradient too
-            out = _LinearAttentionScan.apply(qkv, heads, cos, sin)
-        return out, (LinearState(kv, z) if return_state else None)
+        return out, LinearState(kv, z)
+    if not (torch.is_grad_enabled() and qkv.requires_grad):
+        return ops.linear_attention_scan_forward(qkv, heads, cos, sin, DENOMINATOR_FLOOR)[0], None
     return _LinearAttentionScan.apply(qkv, heads, cos, sin), None
+
+
+def scan_serves_call(qkv: torch.Tensor, head_dim: int, t: int, chunk: int, state, return_state: bool) -> bool:
+    """Whether a layer call goes to the C sequence kernels: a sequence the torch form would chunk, from
+    no state, on a tensor the kernels serve, and not a prefill that trains through the state it returns
+    (RL's shared-prompt update: its completions' gradient reaches the prompt's keys and values through
+    that state, which the kernels do not differentiate)."""
+    trains_through_state = return_state and torch.is_grad_enabled() and qkv.requires_grad
+    return (t > chunk and state is None and SCAN_ENABLED and not trains_through_state
+            and ops.linear_attention_scan_serves(qkv, head_dim))
 
 
 class LinearAttention(nn.Module):
@@ -203,8 +218,7 @@ class LinearAttention(nn.Module):
             # One decode step on the CPU: rotation, feature maps, the state update and the read in C.
             out, state = self.decode_step_from_qkv(qkv, rope, position, state)
             return self.out(out), state
-        if (t > self.chunk and state is None and SCAN_ENABLED
-                and ops.linear_attention_scan_serves(qkv, dim // self.heads)):
+        if scan_serves_call(qkv, dim // self.heads, t, self.chunk, state, return_state):
             # A sequence the torch form would chunk: the recurrence in C (sequences of at most `chunk`
             # positions keep the one quadratic block below, whose arithmetic the committed results used).
             tables = ((rope.cos[position : position + t].contiguous(), rope.sin[position : position + t].contiguous())
