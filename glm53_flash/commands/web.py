@@ -66,6 +66,18 @@ def _run_build(args) -> int:
     return 0
 
 
+def _dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack to stderr, so a hung server says where it hangs. A
+    stderr with no file descriptor (the server called in a process that captures its output) has
+    nowhere to write them: the server runs without the dump rather than failing."""
+    if not hasattr(signal, "SIGUSR1"):
+        return
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both of the last two
+        pass
+
+
 def _run_serve(args) -> int:
     from glm53_flash.report.slides import build_deck
     from glm53_flash.web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
@@ -81,8 +93,7 @@ def _run_serve(args) -> int:
         print(f"WARNING: serving on {args.host} without TLS: the token travels in clear, so anyone who can watch "
               f"the network can read the deck, change the notes and run the model and the sandbox",
               file=sys.stderr)
-    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack to stderr: a hung server says where
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _dump_stacks_on_sigusr1()
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
     deck = build_deck(args.runs)
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device,
