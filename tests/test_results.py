@@ -184,13 +184,18 @@ def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
     rerun = ROOT / "results" / "rl-choices-compositions-rerun"
     first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-choices-compositions")
     plan, receipts = reruns.load(rerun)
+    from glm53_flash.experiments.analysis import compute_rl_choices
+
     summary = json.loads((rerun / "summary.json").read_text())
-    again = json.loads(json.dumps(reruns.compare_rl_choices(first_plan, first_receipts, plan, receipts)))
+    first, second = (compute_rl_choices(Path("."), p, r) for p, r in ((first_plan, first_receipts), (plan, receipts)))
+    again = json.loads(json.dumps(reruns.compare_rl_choices(first_plan, first, plan, second)))
     assert again == summary["rerun"]
     assert summary["rerun"]["first"]["candidate"] == summary["rerun"]["rerun"]["candidate"]
     with pytest.raises(ValueError, match="same weights"):
-        reruns.compare_rl_choices(first_plan, first_receipts, first_plan, first_receipts)
+        reruns.compare_rl_choices(first_plan, first, first_plan, first)
     other = json.loads(json.dumps(plan))
     other["design"]["arms"] = other["design"]["arms"][:2]
     with pytest.raises(ValueError, match="arms"):
-        reruns.compare_rl_choices(first_plan, first_receipts, other, receipts)
+        reruns.check_rl_choices_designs(first_plan, other)
+    with pytest.raises(ValueError, match="arms"):
+        reruns.compare_rl_choices(first_plan, first, other, second)

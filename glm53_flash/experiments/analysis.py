@@ -724,8 +724,12 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
         from glm53_flash.experiments import reruns
 
         first_plan, first_receipts = reruns.load(Path(rerun_of))
-        compare = reruns.compare if plan["study"] == "rl-generalisation" else reruns.compare_rl_choices
-        comparison = compare(first_plan, first_receipts, plan, receipts)
+        if plan["study"] == "rl-generalisation":
+            comparison = reruns.compare(first_plan, first_receipts, plan, receipts)
+        else:
+            reruns.check_rl_choices_designs(first_plan, plan)
+            comparison = reruns.compare_rl_choices(first_plan, compute_rl_choices(Path("."), first_plan, first_receipts),
+                                                   plan, compute_rl_choices(Path("."), plan, receipts))
     summary, lines, charts = ANALYZERS[plan["study"]](out, plan, receipts)
     if rerun_of is not None:
         summary["rerun"] = comparison

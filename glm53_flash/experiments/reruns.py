@@ -105,7 +105,7 @@ def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, reru
 RL_CHOICES_STUDY = "rl-choices"
 
 
-def _check_rl_choices_designs(first: dict, rerun: dict) -> None:
+def check_rl_choices_designs(first: dict, rerun: dict) -> None:
     for name, plan in (("first", first), ("rerun", rerun)):
         if plan.get("study") != RL_CHOICES_STUDY:
             raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares `{RL_CHOICES_STUDY}` "
@@ -122,20 +122,18 @@ def _check_rl_choices_designs(first: dict, rerun: dict) -> None:
                          f"same weights ({first['design']['checkpoint_sha256'][:12]})")
 
 
-def compare_rl_choices(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
+def compare_rl_choices(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
                        margin: float = RERUN_MARGIN) -> dict:
     """Two rl-choices studies from checkpoints of different pretraining seeds: the screen's choice in each, and
     per confirmation row (the candidate against the baseline; each arm against its starting checkpoint)
     whether it holds (the same arms and the same direction at alpha, or none, over the training seeds)
     and the rerun spread (Welch's t over the two sets of per-seed differences, independent because their
-    runs start from different weights, with equivalence within `margin`)."""
+    runs start from different weights, with equivalence within `margin`). `first` and `rerun` are the
+    studies' numbers as analysis.compute_rl_choices gives them (this module sits below the analysis)."""
     from glm53_flash.core.stats import welch_comparison
-    from glm53_flash.experiments.analysis import compute_rl_choices
 
-    _check_rl_choices_designs(first_plan, rerun_plan)
+    check_rl_choices_designs(first_plan, rerun_plan)
     alpha = first_plan["analysis"]["alpha"]
-    first = compute_rl_choices(Path("."), first_plan, first_receipts)
-    rerun = compute_rl_choices(Path("."), rerun_plan, rerun_receipts)
 
     def direction(row) -> str:
         p = row.get("holm_p")
@@ -238,4 +236,4 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
-__all__ = ["RERUN_MARGIN", "compare", "compare_rl_choices", "load", "report_lines", "rl_choices_report_lines"]
+__all__ = ["RERUN_MARGIN", "check_rl_choices_designs", "compare", "compare_rl_choices", "load", "report_lines", "rl_choices_report_lines"]
