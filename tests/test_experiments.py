@@ -405,3 +405,17 @@ def test_a_study_plan_states_its_power_before_it_runs(tmp_path, capsys, one_thre
     from glm53_flash.experiments.study import plan_hash
 
     assert plan["plan_sha256"] == plan_hash({k: v for k, v in plan.items() if k != "power"})
+
+
+def test_a_resumed_plan_says_the_time_left_with_the_workers_it_runs():
+    """The plan's estimate is for all its runs with the workers it was planned with: a resumed call with
+    other workers hears what is left for it, and the whole plan's figure beside it."""
+    from glm53_flash.commands.experiments import _time_left
+
+    estimate = {"expected_minutes": 120.0, "workers": 2}
+    assert _time_left(estimate, 48, 48, 2) == "estimated 120.0 min left with 2 worker(s)"
+    assert _time_left(estimate, 12, 48, 1) == ("estimated 60.0 min left with 1 worker(s) "
+                                               "(the whole plan: 120.0 min with 2)")
+    assert _time_left(estimate, 12, 48, None).startswith("estimated 30.0 min left with 2 worker(s)")
+    assert _time_left({"expected_minutes": None}, 3, 4, 1) == "no time estimate"
+    assert _time_left({"expected_minutes": 9.0}, 3, 4, None) == "estimated 9.0 min for all 4 runs"

@@ -130,9 +130,22 @@ def _start_study(cfg, out: Path, plan: dict) -> bool:
     todo = pending_units(out, units, plan["plan_sha256"])
     print(f"{plan['study']}: plan {plan['plan_sha256'][:12]} -> {out / 'plan.json'}; "
           f"{len(units) - len(todo)}/{len(units)} runs done{' (resuming)' if resuming else ''}; "
-          f"estimated {estimate.get('expected_minutes')} min with {estimate.get('workers')} worker(s)",
-          file=sys.stderr)
+          f"{_time_left(estimate, len(todo), len(units), getattr(cfg, 'workers', None))}", file=sys.stderr)
     return resuming
+
+
+def _time_left(estimate: dict, todo: int, total: int, workers: int | None) -> str:
+    """The plan's estimate (all its runs, with the workers it was planned for) scaled to the runs still to
+    do and the workers this call runs: a resumed plan says what is left, not what the whole took."""
+    minutes, planned = estimate.get("expected_minutes"), estimate.get("workers")
+    workers = workers or planned
+    if minutes is None or not total:
+        return "no time estimate"
+    if not (planned and workers):
+        return f"estimated {minutes} min for all {total} runs"
+    left = minutes * todo / total * planned / workers
+    return (f"estimated {left:.1f} min left with {workers} worker(s)"
+            + (f" (the whole plan: {minutes} min with {planned})" if todo != total or workers != planned else ""))
 
 
 def _run(cfg, out: Path, plan: dict, units: list[dict], unit_function, opening=None) -> int:
