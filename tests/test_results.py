@@ -24,7 +24,8 @@ def test_readme_shows_each_study_table_as_generated(path):
 
 
 @pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",
-                                  "rl-choices-compositions", "rl-choices-compositions-rerun"])
+                                  "rl-choices-compositions", "rl-choices-compositions-rerun",
+                                  "rl-choices-temperature-11", "rl-choices-temperature-12"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())

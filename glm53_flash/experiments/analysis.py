@@ -546,14 +546,18 @@ def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
                "confirmation on new seeds can back them." if flagged else ""))
     if confirmation is not None:
         answers.append(f"Confirmation on {confirmation['n']} fresh seeds and the {design['confirm_split']} split "
-                       f"(opened by no other step of this study): does {confirmation['candidate']} beat the baseline? "
-                       f"{verdict(confirmation, alpha, 'points')}.")
-        confirmed = confirmation.get("holm_p") is not None and confirmation["holm_p"] <= alpha
+                       f"(opened by no other step of this study): does {confirmation['candidate']} differ from the "
+                       f"baseline (two-sided)? {verdict(confirmation, alpha, 'points')}.")
+        shown = confirmation.get("holm_p") is not None and confirmation["holm_p"] <= alpha
         untested = [r["right"] for r in flagged if r["right"] != confirmation["candidate"]]
-        if confirmed:
-            answers.append(f"Answer: {confirmation['candidate']} beats the baseline on fresh seeds; "
-                           + (f"the screen's other flags ({', '.join(untested)}) were not confirmed." if untested
-                              else "no other arm was flagged."))
+        others = (f"the screen's other flags ({', '.join(untested)}) were not confirmed." if untested
+                  else "no other arm was flagged.")
+        if shown and confirmation["mean"] > 0:
+            answers.append(f"Answer: {confirmation['candidate']} beats the baseline on fresh seeds; " + others)
+        elif shown:  # a confirmed difference the other way: the baseline's choice is the better one
+            answers.append(f"Answer: {confirmation['candidate']} is worse than the baseline on fresh seeds "
+                           f"({format_signed(confirmation['mean'])} points): the baseline's choice is the better one; "
+                           + others)
         elif design.get("confirm_arm", "screen-winner") != "screen-winner":
             answers.append(f"Answer: {confirmation['candidate']}, fixed in advance, was not shown to beat the baseline "
                            "on fresh seeds"
