@@ -200,3 +200,14 @@ def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
         reruns.check_rl_choices_designs(first_plan, other)
     with pytest.raises(ValueError, match="arms"):
         reruns.compare_rl_choices(first_plan, first, other, second)
+
+
+def test_a_confirmed_difference_below_the_baseline_is_answered_as_worse():
+    """The temperature-0.20 plan from seed 12 confirmed a difference the other way: its answer says the
+    candidate is worse and the baseline's choice better, never that the candidate beats the baseline."""
+    summary = json.loads((ROOT / "results" / "rl-choices-temperature-12" / "summary.json").read_text())
+    assert summary["confirmation"]["mean"] < 0 and summary["confirmation"]["holm_p"] < 0.05
+    answer = [a for a in summary["answers"] if a.startswith("Answer:")]
+    assert answer and "is worse than the baseline" in answer[0] and "beats" not in answer[0]
+    question = [a for a in summary["answers"] if a.startswith("Confirmation on")][0]
+    assert "differ from the baseline (two-sided)? yes: temp-low is lower" in question
