@@ -66,6 +66,8 @@ STUDIES = (
      "make study-rl-choices", "rl-choices-compositions/summary.json"),
     ("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
      "rl-generalisation/summary.json"),
+    ("research-rl-generalisation-rerun", "Research study: does RL generalise? The rerun",
+     "make study-generalisation-rerun", "rl-generalisation-rerun/summary.json"),
     ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
      "rl-switches/summary.json"),
 )
@@ -105,8 +107,8 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
                  "dev greedy pass@1 of every RL arm per screening seed"),
                 (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), f"{prefix}-confirmation",
                  "baseline and candidate on the confirmation split, one line per fresh seed")]
-    elif slide_id == "research-rl-generalisation":
-        made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), "rl-generalisation-effects",
+    elif slide_id in ("research-rl-generalisation", "research-rl-generalisation-rerun"):
+        made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
                  "RL's effect on the strong pass rate per arm, reward and sealed split, with each seed")]
     elif slide_id == "research-rl-switches":
         made = [(sc.draw_rl_switches(study, size=(12, 5.4)), "rl-switches-effects",
