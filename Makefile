@@ -58,7 +58,7 @@ study-pretrain-switches: $(STAMP)
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE)"
 
 study-pretrain-switches-rerun: $(STAMP)
-	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25,26 \
+	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25 \
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
 
 # Which RL choices matter on the compositions suite (docs/STUDIES.md): the original's screen (every arm's budget

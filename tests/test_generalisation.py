@@ -516,3 +516,48 @@ def test_rl_choices_on_compositions_times_marginal_costs(monkeypatch):
     assert rc.measure_speed("ckpt", "compositions", "bf16") == (0.02, 0.03)
     assert seen == [("ckpt", {"group_size": rc.BASE_ARM["group_size"], "temperature": rc.BASE_ARM["temperature"],
                               "train_scope": rc.COMPOSITIONS_RECIPE.train_scope}, "bf16")]
+
+
+def test_the_pretraining_probe_leaves_the_first_steps_one_off_cost_out(monkeypatch, tmp_path):
+    """A plan's stated time comes from seconds per step: the median of the probe run's steps after the first.
+    A difference of two runs' totals does not remove the first step's one-off costs (the first run in a
+    process pays them, the second does not) and once stated a study's time twelve times too short."""
+    import glm53_flash.train.pretrain as pretrain_module
+
+    def fake_pretrain(cfg):
+        curve = [5.0, 0.31, 0.40, 0.29, 0.33, 0.35][: cfg.steps]
+        return {"training_curve": [{"seconds": s} for s in curve], "checkpoints": [{"path": f"{cfg.output}/ck"}]}
+
+    monkeypatch.setattr(pretrain_module, "pretrain", fake_pretrain)
+    recipe = {"batch_size": 4, "sequence_length": 64, "learning_rate": 1e-3, "tasks": "compositions", "preset": "tiny"}
+    step, checkpoint = gen.probe_pretraining_step(recipe, "fp32", "cpu", str(tmp_path / "probe"))
+    assert step == 0.33 and checkpoint == str(tmp_path / "probe" / "ck")
+
+
+def test_the_evaluation_probe_times_tasks_only_after_a_warm_up(monkeypatch):
+    """The first evaluation in a process pays one-off costs (the verifier's start, the first generation); the
+    probe runs one untimed, then takes twelve tasks minus four, so those costs count for neither."""
+    import glm53_flash.verifier as verifier_module
+
+    calls, clock = [], [0.0]
+
+    class FakeVerifier:
+        def __init__(self, workers):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def fake_evaluate(model, tasks, options, verifier):
+        clock[0] += (3.0 if not calls else 0.0) + 0.05 * len(tasks)  # a one-off cost on the first call only
+        calls.append(len(tasks))
+        return {}
+
+    monkeypatch.setattr(verifier_module, "Verifier", FakeVerifier)
+    monkeypatch.setattr(gen, "_evaluate", fake_evaluate)
+    monkeypatch.setattr(gen.time, "perf_counter", lambda: clock[0])
+    assert gen.probe_evaluation(object(), "fp32") == pytest.approx(0.05)
+    assert calls == [2, 4, 12]

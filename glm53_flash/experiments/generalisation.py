@@ -372,45 +372,70 @@ def sealed_outcomes(receipt: dict, name: str) -> dict:
 
 def measure_speed(design_draft: dict, device: str = "cpu") -> dict:
     """Seconds per pretraining step, per RL rollout and per evaluated dev task of the plan's model on this
-    machine, one thread (as each worker runs): a few steps of a fresh pretraining run, then from its
-    checkpoint the marginal cost of an RL rollout and of a dev task's greedy evaluation
-    (probe_rl_and_evaluation). An untrained model writes every completion to the cap, so the last two
-    are upper bounds."""
+    machine, one thread (as each worker runs): a few steps of a fresh pretraining run
+    (probe_pretraining_step), then from its checkpoint the marginal cost of an RL rollout and of a dev
+    task's greedy evaluation (probe_rl_and_evaluation). An untrained model writes every completion to the
+    cap, so the last two are upper bounds."""
     import tempfile
 
     import torch
 
-    from glm53_flash.train.config import PretrainConfig
-    from glm53_flash.train.pretrain import pretrain
-
-    recipe, rl = design_draft["pretrain"], design_draft["rl"]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="glm53-generalisation-probe-") as tmp:
-            receipt = pretrain(PretrainConfig(
-                output=f"{tmp}/pretrain", steps=4, checkpoints=(4,), batch_size=recipe["batch_size"],
-                sequence_length=recipe["sequence_length"], learning_rate=recipe["learning_rate"],
-                tasks=recipe["tasks"], preset=recipe["preset"], model_overrides=recipe.get("model_overrides", {}),
-                precision=design_draft["precision"], device=device, quiet=True))
-            step = sorted(row["seconds"] for row in receipt["training_curve"][1:])[1]  # the median of steps 2-4
-            speed = probe_rl_and_evaluation(receipt["checkpoints"][-1]["path"], rl, design_draft["precision"], device)
+            step, checkpoint = probe_pretraining_step(design_draft["pretrain"], design_draft["precision"], device,
+                                                      f"{tmp}/pretrain")
+            speed = probe_rl_and_evaluation(checkpoint, design_draft["rl"], design_draft["precision"], device)
         return {"seconds_per_step": round(step, 4), **speed}
     finally:
         torch.set_num_threads(before)
 
 
+def probe_pretraining_step(recipe: dict, precision: str, device: str, output: str, steps: int = 6) -> tuple[float, str]:
+    """Seconds per pretraining step of `recipe` in the calling thread's settings, and the probe run's
+    checkpoint: the median of the steps after the first, so the first step's one-off costs (building the
+    kernels, touching the weights) do not count. (A difference of two runs' totals does not remove them:
+    the first run in a process pays them and the second does not.)"""
+    from glm53_flash.train.config import PretrainConfig
+    from glm53_flash.train.pretrain import pretrain
+
+    receipt = pretrain(PretrainConfig(
+        output=output, steps=steps, checkpoints=(steps,), batch_size=recipe["batch_size"],
+        sequence_length=recipe["sequence_length"], learning_rate=recipe["learning_rate"], warmup=0,
+        tasks=recipe["tasks"], preset=recipe["preset"], model_overrides=recipe.get("model_overrides", {}),
+        precision=precision, device=device, quiet=True))
+    later = sorted(row["seconds"] for row in receipt["training_curve"][1:])
+    return later[len(later) // 2], receipt["checkpoints"][-1]["path"]
+
+
+def probe_evaluation(model, precision: str) -> float:
+    """Seconds per greedy evaluation of a dev task by `model` in the calling thread's settings: after one
+    untimed evaluation of two tasks (the verifier's start and the first generation's one-off costs), the
+    marginal cost of twelve tasks over four."""
+    from glm53_flash.verifier import Verifier
+
+    ids = task_subset(DEV_SPLIT, 12)
+    with Verifier(workers=1) as verifier:
+        _evaluate(model, _tasks(DEV_SPLIT, ids[:2]), {"precision": precision}, verifier)
+        seconds = []
+        for tasks in (_tasks(DEV_SPLIT, ids[:4]), _tasks(DEV_SPLIT, ids)):
+            started = time.perf_counter()
+            _evaluate(model, tasks, {"precision": precision}, verifier)
+            seconds.append(time.perf_counter() - started)
+    return max(seconds[1] - seconds[0], 0.0) / 8 or seconds[1] / 12
+
+
 def probe_rl_and_evaluation(checkpoint: str, rl: dict, precision: str, device: str = "cpu") -> dict:
     """Seconds per RL rollout and per greedy evaluation of a dev task from `checkpoint`, in the calling
     thread's settings, as marginal costs: RL with one group and with three groups of `rl`'s size, and
-    evaluations of four and of twelve dev tasks, each difference divided by what it adds, so that loading
-    the model, starting the verifier and writing checkpoints (paid once per run) do not count as the
-    rollouts' or the tasks' time."""
+    evaluations of four and of twelve dev tasks (probe_evaluation), each difference divided by what it
+    adds, so that loading the model, starting the verifier and writing checkpoints (paid once per run) do
+    not count as the rollouts' or the tasks' time."""
     import tempfile
 
     from glm53_flash.model.lm import load_pretrained
     from glm53_flash.train.rl import train_rl
-    from glm53_flash.verifier import Verifier
 
     def rl_seconds(groups: int) -> float:
         with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:
@@ -421,19 +446,13 @@ def probe_rl_and_evaluation(checkpoint: str, rl: dict, precision: str, device: s
                               quiet=True))
             return time.perf_counter() - started
 
+    rl_seconds(1)  # untimed: the first RL run in a process pays one-off costs the later ones do not
     one, three = rl_seconds(1), rl_seconds(3)
     rollout = max(three - one, 0.0) / (2 * rl["group_size"]) or three / (3 * rl["group_size"])
     model, _ = load_pretrained(checkpoint, device)
-    ids = task_subset(DEV_SPLIT, 12)
-    with Verifier(workers=1) as verifier:
-        seconds = []
-        for tasks in (_tasks(DEV_SPLIT, ids[:4]), _tasks(DEV_SPLIT, ids)):
-            started = time.perf_counter()
-            _evaluate(model, tasks, {"precision": precision}, verifier)
-            seconds.append(time.perf_counter() - started)
-    per_task = max(seconds[1] - seconds[0], 0.0) / 8 or seconds[1] / 12
-    return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(per_task, 4),
-            "probe": "marginal costs: RL with 3 groups minus 1 group, evaluation of 12 dev tasks minus 4"}
+    return {"seconds_per_rollout": round(rollout, 4), "seconds_per_eval_task": round(probe_evaluation(model, precision), 4),
+            "probe": "marginal costs after an untimed warm-up: RL with 3 groups minus 1 group, evaluation of 12 dev "
+                     "tasks minus 4"}
 
 
 # --------------------------------------------------------------------------- analysis
