@@ -419,3 +419,22 @@ def test_a_resumed_plan_says_the_time_left_with_the_workers_it_runs():
     assert _time_left(estimate, 12, 48, None).startswith("estimated 30.0 min left with 2 worker(s)")
     assert _time_left({"expected_minutes": None}, 3, 4, 1) == "no time estimate"
     assert _time_left({"expected_minutes": 9.0}, 3, 4, None) == "estimated 9.0 min for all 4 runs"
+
+
+def test_a_report_sets_the_plans_stated_time_beside_the_time_the_runs_took(tmp_path):
+    """The plan states its time before the first run; the report puts the receipts' wall time (first start to
+    last end) beside it, so an estimate that misleads is visible where the study is read."""
+    plan = pd.build_plan(["repeated-8", "diverse-88"], [1, 2], 10, 4, 1e-3, 128, [0, 10], 2, 0.5)
+    stated = plan["estimate"]["expected_minutes"]
+    receipts = []
+    for index, (condition, seed) in enumerate([(c, s) for s in (1, 2) for c in ("repeated-8", "diverse-88")]):
+        receipt = _pretraining_receipt(condition, seed, 0.5, 4)
+        receipt["elapsed_seconds"] = 60.0  # four runs, each a minute; they end 0, 1, 2 and 3 minutes after 12:01
+        receipt["provenance"] = {"finished_utc": f"2026-12-05T12:0{1 + index}:00+00:00"}
+        receipts.append(receipt)
+    _write_study(tmp_path, plan, receipts)
+    summary = analysis.analyze(tmp_path)
+    assert summary["time"] == {"stated_minutes": stated, "workers": 2, "wall_minutes": 4.0,
+                               "wall_over_stated": round(4.0 / stated, 2)}
+    report = (tmp_path / "REPORT.md").read_text()
+    assert f"Time: the plan stated {stated} min before the first run, 2 worker(s); the runs took 4.0 min" in report

@@ -748,6 +748,8 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     notes = [f"Code: {', '.join(f'{count} runs from `{commit[:12]}{commit[40:]}`' for commit, count in versions.items())}"
              + (" (more than one version: check that the differences do not touch the study)" if len(versions) > 1
                 else "") + ".", ""]
+    summary["time"] = time_record(plan, receipts)
+    notes += time_lines(summary["time"])
     if not summary["complete"]:
         notes = [f"**INCOMPLETE: {len(receipts)} of {len(plan['units'])} planned runs; every answer below may "
                  "change when the rest finish.**", ""] + notes
@@ -758,6 +760,25 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     write_json(out / SUMMARY_FILE, summary)
     write_text(out / REPORT_FILE, "\n".join(lines))
     return summary
+
+
+def time_record(plan: dict, receipts: list[dict]) -> dict:
+    """What the plan said the study would take on this machine, before the first run, beside what it took:
+    the plan's estimate and the receipts' wall time (first start to last end), so an estimate that misleads
+    shows in the report it belongs to."""
+    stated = (plan.get("estimate") or {}).get("expected_minutes")
+    took = wall_minutes(receipts)
+    return {"stated_minutes": stated, "workers": (plan.get("estimate") or {}).get("workers"), "wall_minutes": took,
+            "wall_over_stated": round(took / stated, 2) if stated and took is not None else None}
+
+
+def time_lines(record: dict) -> list[str]:
+    if record["stated_minutes"] is None or record["wall_minutes"] is None:
+        return []
+    workers = f", {record['workers']} worker(s)" if record["workers"] else ""
+    return [f"Time: the plan stated {record['stated_minutes']} min before the first run{workers}; the runs took "
+            f"{record['wall_minutes']} min of wall time from the first one's start to the last one's end "
+            f"({record['wall_over_stated']}x the statement; a study resumed later counts the pause too).", ""]
 
 
 def _json_default(value):
