@@ -432,3 +432,48 @@ def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_bac
         assert governor.steps >= 2 * 5 + 2 and governor.restored and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_bench_profile_groups_every_operators_time_and_names_the_c_kernels(tmp_path, capsys):
+    """The profile's groups add up to the profiled step (what no operator covers is its own row), our C
+    kernels show under their own names while it runs, and nothing is labelled outside it."""
+    from glm53_flash.benchmarks import profile
+    from glm53_flash.model.ops import library
+
+    out = tmp_path / "profile.json"
+    assert main(["bench", "profile", "--preset", "tiny", "--batch-size", "4", "--sequence-length", "32",
+                 "--steps", "2", "--warmup", "1", "--output", str(out)]) == 0
+    receipt = json.loads(out.read_text())
+    assert receipt["benchmark"] == "profile" and receipt["steps"] == 2 and not library._LABELS
+    for name in ("fp32", "bf16"):
+        record = receipt[name]
+        total = sum(group["seconds_per_step"] for group in record["groups"].values())
+        assert total == pytest.approx(record["step_seconds_profiled"], rel=0.02)
+        assert record["groups"]["matrix products"]["seconds_per_step"] > 0
+        assert len(record["step_seconds_unprofiled"]) == 2 and record["precision"]["requested"] == name
+        if ops.status()["available"]:
+            assert record["groups"]["our C kernels"]["seconds_per_step"] > 0
+            assert any(row["name"].startswith("glm53::") for row in record["top_operators"])
+    assert "matrix products" in capsys.readouterr().out
+
+
+def test_bench_profile_groups_operators_by_the_first_rule_that_matches():
+    from glm53_flash.benchmarks.profile import OTHER, group_of
+
+    assert group_of("aten::mm") == group_of("aten::addmm") == "matrix products"
+    assert group_of("aten::mkldnn_rnn") == "matrix products"
+    assert group_of("glm53::swiglu_forward") == "our C kernels"
+    assert group_of("aten::_to_copy") == group_of("aten::copy_") == "casts and copies"
+    assert group_of("aten::_fused_adamw_") == group_of("Optimizer.step#AdamW.step") == "optimizer"
+    assert group_of("autograd::engine::evaluate_function: MmBackward0") == "autograd bookkeeping"
+    assert group_of("aten::mm_backward_helper") == OTHER  # an exact rule is not a prefix
+    assert group_of("aten::add") == OTHER
+
+
+def test_bench_profile_refuses_bad_input():
+    from glm53_flash.benchmarks.profile import run
+
+    with pytest.raises(ValueError, match="--steps"):
+        run(preset="tiny", steps=0)
+    with pytest.raises(ValueError, match="--sequence-length"):
+        run(preset="tiny", seq_len=100_000)

@@ -23,6 +23,7 @@ def register(bench_sub) -> None:
     _add_bench_scaling(bench_sub)
     _add_bench_contention(bench_sub)
     _add_bench_precision(bench_sub)
+    _add_bench_profile(bench_sub)
     _add_bench_rl(bench_sub)
     add_bench_verify_parser(bench_sub)
 
@@ -49,6 +50,32 @@ def _run_bench_rl(args) -> int:
     from glm53_flash.benchmarks.rl import run
 
     run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output, busy=args.busy)
+    return 0
+
+
+def _add_bench_profile(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "profile", help="where a training step's time goes in fp32 and bf16: torch's profiler, grouped",
+        description="Warm up, then run the bench model training step in fp32 and bf16, alternating: unprofiled, then "
+                    "under torch's CPU profiler. Each operator's self time goes to a group (matrix products, our C "
+                    "kernels, casts and copies, optimizer, autograd bookkeeping, other operators; what no operator "
+                    "covers is 'outside operators'); prints each group's seconds and share per step and the top "
+                    "operators, and writes a JSON receipt with the rules. On the CPU only.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps per precision (as many unprofiled)")
+    parser.add_argument("--warmup", type=int, default=12,
+                        help="untimed steps per precision first (bf16 builds kernels per new shape)")
+    parser.add_argument("--output", default="runs/bench/profile.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_profile)
+
+
+def _run_bench_profile(args) -> int:
+    from glm53_flash.benchmarks.profile import run
+
+    run(preset=args.preset, batch_size=args.batch_size, seq_len=args.sequence_length, steps=args.steps,
+        warmup=args.warmup, output=args.output)
     return 0
 
 

@@ -15,6 +15,7 @@ wrapper gets an error too, never an overflowed buffer.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -176,6 +177,21 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
     library.glm53_limits.restype, library.glm53_limits.argtypes = None, [pointer]
     return library, f"loaded ({isa}, {library.glm53_lanes()} float lanes)", target
 
+_LABELS = False  # labelled_calls(): each kernel call a named profiler range (glm53 bench profile)
+
+
+@contextlib.contextmanager
+def labelled_calls():
+    """Name every kernel call in torch's profiler while the block runs (`glm53 bench profile`); outside it a
+    call costs one flag check more."""
+    global _LABELS
+    before, _LABELS = _LABELS, True
+    try:
+        yield
+    finally:
+        _LABELS = before
+
+
 def _library() -> ctypes.CDLL | None:
     if "library" not in _state:
         with _lock:
@@ -191,8 +207,13 @@ def _required() -> ctypes.CDLL:
     return library
 
 def call(op: str, *arguments) -> None:
-    """Call kernels.c's glm53_<op> and turn its status into an exception."""
-    status = getattr(_required(), "glm53_" + op)(*arguments)
+    """Call kernels.c's glm53_<op> and turn its status into an exception. Inside `labelled_calls()` each
+    call is a profiler range named glm53::<op>, so a profile shows the C kernels' time under their names."""
+    if _LABELS:
+        with torch.profiler.record_function("glm53::" + op):
+            status = getattr(_required(), "glm53_" + op)(*arguments)
+    else:
+        status = getattr(_required(), "glm53_" + op)(*arguments)
     if status == NO_MEMORY:
         raise MemoryError(f"the {op} kernel could not allocate its scratch memory")
     if status != OK:
