@@ -265,6 +265,22 @@ def test_linear_attention_step_kernel_equals_the_torch_step(monkeypatch, rope_be
         torch.testing.assert_close(fast, eager, atol=1e-5, rtol=1e-5)
 
 
+def _scan_counted_layer(monkeypatch, seed: int, batch: int, head_dim: int, rope_before_feature: bool):
+    """A four-head linear-attention layer with a 16-position chunk, its rotation, a 40-position input, and
+    the list every call of the C scan's forward appends its input's shape to."""
+    from glm53_flash.model.linear_attention import LinearAttention
+    from glm53_flash.model.rope import RotaryEmbedding
+
+    torch.manual_seed(seed)
+    layer = LinearAttention(head_dim * 4, 4, chunk=16, rope_before_feature=rope_before_feature)
+    rope = RotaryEmbedding(head_dim, 64)
+    x = torch.randn(batch, 40, head_dim * 4)
+    calls = []
+    original = ops.linear_attention_scan_forward
+    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    return layer, rope, x, calls
+
+
 @needs_kernels
 @pytest.mark.parametrize("rope_before_feature", [False, True])
 def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chunked_torch_form(
@@ -272,16 +288,7 @@ def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chun
     """A layer's output and the gradients of its input and weights on a sequence longer than its chunk:
     the C scan (taken only there) equals the torch form's chunks; a prefill's state from the scan then
     decodes as the torch prefill's does; a sequence of at most the chunk keeps the torch form."""
-    from glm53_flash.model.linear_attention import LinearAttention
-    from glm53_flash.model.rope import RotaryEmbedding
-
-    torch.manual_seed(13)
-    layer = LinearAttention(24 * 4, 4, chunk=16, rope_before_feature=rope_before_feature)
-    rope = RotaryEmbedding(24, 64)
-    x = torch.randn(3, 40, 24 * 4)
-    calls = []
-    original = ops.linear_attention_scan_forward
-    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    layer, rope, x, calls = _scan_counted_layer(monkeypatch, 13, 3, 24, rope_before_feature)
     results = []
     for enabled in (True, False):
         monkeypatch.setattr(ops.library, "ENABLED", enabled)
@@ -313,16 +320,9 @@ def test_a_prefill_that_trains_through_its_state_keeps_the_state_gradient(monkey
     no gradient, so such a prefill (longer than the chunk, gradients on) takes the torch form, and the
     gradients equal the whole sequence's; the scan itself refuses to return a state to train through."""
     from glm53_flash.model import linear_attention
-    from glm53_flash.model.linear_attention import LinearAttention, scan_linear_attention
-    from glm53_flash.model.rope import RotaryEmbedding
+    from glm53_flash.model.linear_attention import scan_linear_attention
 
-    torch.manual_seed(5)
-    layer = LinearAttention(16 * 4, 4, chunk=16, rope_before_feature=True)
-    rope = RotaryEmbedding(16, 64)
-    x = torch.randn(2, 40, 16 * 4)
-    calls = []
-    original = ops.linear_attention_scan_forward
-    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    layer, rope, x, calls = _scan_counted_layer(monkeypatch, 5, 2, 16, True)
     weight = torch.linspace(-1, 1, 2 * 10 * 64).view(2, 10, 64)
 
     layer.zero_grad()

@@ -53,6 +53,13 @@ def _run_bench_rl(args) -> int:
     return 0
 
 
+def add_training_step_arguments(parser) -> None:
+    """The training step a bench times: the model preset and one batch's shape."""
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+
+
 def _add_bench_profile(bench_sub) -> None:
     parser = bench_sub.add_parser(
         "profile", help="where a training step's time goes in fp32 and bf16: torch's profiler, grouped",
@@ -61,9 +68,7 @@ def _add_bench_profile(bench_sub) -> None:
                     "kernels, casts and copies, optimizer, autograd bookkeeping, other operators; what no operator "
                     "covers is 'outside operators'); prints each group's seconds and share per step and the top "
                     "operators, and writes a JSON receipt with the rules. On the CPU only.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--sequence-length", type=int, default=128)
+    add_training_step_arguments(parser)
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per precision (as many unprofiled)")
     parser.add_argument("--warmup", type=int, default=12,
                         help="untimed steps per precision first (bf16 builds kernels per new shape)")
@@ -115,9 +120,7 @@ def _add_bench_contention(bench_sub) -> None:
                     "CPU-bound process this benchmark starts (its own session, bounded in time, killed after), "
                     "each with the thread count fixed and with --adapt-threads' governor; the ratios come from "
                     "one process. Writes a JSON receipt.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="flash")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--sequence-length", type=int, default=128)
+    add_training_step_arguments(parser)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per condition (the median is reported)")
     parser.add_argument("--decode-batch", type=int, default=16)
     parser.add_argument("--decode-tokens", type=int, default=16, help="decode steps timed together")
