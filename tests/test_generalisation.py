@@ -349,28 +349,37 @@ def test_rl_switches_uses_only_seeds_whose_checkpoints_remain_and_states_power_u
     assert units_level["mdd_in_sd"] is None
 
 
-def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest():
+def _rl_switches_study(seeds, helped=("faithful", "flip-logprob_source"), gain=15):
+    """A synthetic rl-switches plan and receipts on 40 dev behaviours: `helped` (arm, variant) solves `gain`
+    more behaviours on every seed; a few behaviours move by seed elsewhere (noise that must not become a
+    claim)."""
     from glm53_flash.experiments import rl_switches as sw
 
     dev = [f"t{i}" for i in range(40)]
-    plan = {"design": {"arms": ["faithful", "ours"], "seeds": [1, 2, 3, 4, 5, 6], "rl_seeds": [11, 12],
-                       "switches": list(sw.SWITCHES),
+    plan = {"study": sw.STUDY, "plan_sha256": f"plan-{seeds[0]}",
+            "design": {"arms": ["faithful", "ours"], "seeds": list(seeds), "rl_seeds": [11, 12],
+                       "switches": list(sw.SWITCHES), "source": f"study-{seeds[0]}",
                        "variants": {arm: {v: sw.variant_switches(arm, v, other)
                                           for v in [sw.OWN, *(f"flip-{s}" for s in sw.SWITCHES)]}
                                     for arm, other in (("faithful", "ours"), ("ours", "faithful"))}},
             "analysis": {"alpha": 0.05}}
     receipts = []
     for arm in ("faithful", "ours"):
-        for seed in range(1, 7):
+        for seed in seeds:
             for variant in [sw.OWN, *(f"flip-{s}" for s in sw.SWITCHES)]:
                 for rl_seed in (11, 12):
-                    # faithful with the sampler's log-probs solves 15 more behaviours on every seed; a few
-                    # behaviours move by seed elsewhere (noise that must not become a claim)
-                    solved = 10 + (15 if (arm, variant) == ("faithful", "flip-logprob_source") else 0)
+                    solved = 10 + (gain if (arm, variant) == helped else 0)
                     wobble = {dev[30 + (seed + rl_seed) % 5]} if variant != sw.OWN else set()
                     passed = set(dev[:solved]) | wobble
                     receipts.append({"arm": arm, "seed": seed, "variant": variant, "rl_seed": rl_seed,
                                      "evaluation": {"outcomes": {t: [t in passed, t in passed] for t in dev}}})
+    return plan, receipts
+
+
+def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest():
+    from glm53_flash.experiments import rl_switches as sw
+
+    plan, receipts = _rl_switches_study(range(1, 7))
     summary = sw.compute(plan, receipts)
     rows = {(r["arm"], r["switch"]): r for r in summary["comparisons"]}
     assert len(rows) == 6
@@ -393,6 +402,37 @@ def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest()
     table = sw.headline_table(summary)
     assert len(table["rows"]) == 6 and all(len(r) == len(table["columns"]) for r in table["rows"])
     assert table["rows"][0][-1] == "flip better" and table["rows"][0][-2] == "6"
+
+
+def test_an_rl_switches_rerun_holds_where_both_studies_agree_and_refuses_shared_seeds():
+    """Two rl-switches studies on disjoint pretraining seeds: a row holds when both give the same verdict and
+    the same directions after Holm; a flip shown in one and not the other does not hold; the rerun spread is
+    Welch's over the two sets of seed effects; a shared seed or another design is refused."""
+    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import rl_switches as sw
+
+    first_plan, first = _rl_switches_study(range(1, 7))
+    same_plan, same = _rl_switches_study(range(7, 13))
+    quiet_plan, quiet = _rl_switches_study(range(7, 13), gain=0)
+    a, b, c = sw.compute(first_plan, first), sw.compute(same_plan, same), sw.compute(quiet_plan, quiet)
+    held = reruns.compare_rl_switches(first_plan, a, same_plan, b)
+    assert held["all_hold"] and len(held["rows"]) == 6
+    helped = next(r for r in held["rows"] if (r["arm"], r["switch"]) == ("faithful", "logprob_source"))
+    assert helped["directions"] == {"units": ["+", "+"], "seeds": ["+", "+"]}
+    assert helped["spread"]["difference"] == pytest.approx(0.0, abs=1e-12) and helped["spread"]["equivalent"]
+    lost = reruns.compare_rl_switches(first_plan, a, quiet_plan, c)
+    rows = {(r["arm"], r["switch"]): r for r in lost["rows"]}
+    assert not rows[("faithful", "logprob_source")]["holds"] and not lost["all_hold"]
+    assert rows[("faithful", "logprob_source")]["rerun"]["verdict"] == "not shown"
+    assert all(r["holds"] for k, r in rows.items() if k != ("faithful", "logprob_source"))
+    lines = reruns.rl_switches_report_lines(lost, "first")
+    assert any("| faithful | logprob_source |" in line and "| NO (+/0, " in line for line in lines)
+    with pytest.raises(ValueError, match="disjoint"):
+        reruns.compare_rl_switches(first_plan, a, first_plan, a)
+    other = json.loads(json.dumps(same_plan))
+    other["design"]["rl_seeds"] = [11]
+    with pytest.raises(ValueError, match="rl_seeds"):
+        reruns.check_rl_switches_designs(first_plan, other)
 
 
 def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, one_thread):

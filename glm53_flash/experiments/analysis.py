@@ -730,6 +730,11 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
         first_plan, first_receipts = reruns.load(Path(rerun_of))
         if plan["study"] == "rl-generalisation":
             comparison = reruns.compare(first_plan, first_receipts, plan, receipts)
+        elif plan["study"] == reruns.RL_SWITCHES_STUDY:
+            from glm53_flash.experiments import rl_switches
+
+            comparison = reruns.compare_rl_switches(first_plan, rl_switches.compute(first_plan, first_receipts),
+                                                    plan, rl_switches.compute(plan, receipts))
         else:
             reruns.check_rl_choices_designs(first_plan, plan)
             comparison = reruns.compare_rl_choices(first_plan, compute_rl_choices(Path("."), first_plan, first_receipts),
@@ -737,8 +742,9 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     summary, lines, charts = ANALYZERS[plan["study"]](out, plan, receipts)
     if rerun_of is not None:
         summary["rerun"] = comparison
-        lines += (reruns.report_lines if plan["study"] == "rl-generalisation" else reruns.rl_choices_report_lines)(
-            comparison, str(rerun_of))
+        report = {"rl-generalisation": reruns.report_lines,
+                  reruns.RL_SWITCHES_STUDY: reruns.rl_switches_report_lines}.get(plan["study"], reruns.rl_choices_report_lines)
+        lines += report(comparison, str(rerun_of))
     summary["complete"] = len(receipts) == len(plan["units"])
     versions: dict[str, int] = {}
     for receipt in receipts:

@@ -188,6 +188,93 @@ def rl_choices_report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
+RL_SWITCHES_STUDY = "rl-switches"
+
+
+def check_rl_switches_designs(first: dict, rerun: dict) -> None:
+    """Two rl-switches studies that may be compared: the same design but for their source study, its
+    checkpoints and its pretraining seeds, which must not overlap."""
+    for name, plan in (("first", first), ("rerun", rerun)):
+        if plan.get("study") != RL_SWITCHES_STUDY:
+            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares `{RL_SWITCHES_STUDY}` "
+                             "studies")
+    own = ("source", "checkpoints", "seeds")
+    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
+                    if key not in own and first["design"].get(key) != rerun["design"].get(key))
+    if first["analysis"] != rerun["analysis"]:
+        differ.append("analysis")
+    if differ:
+        raise ValueError(f"the two studies differ in more than their source's pretraining seeds: {', '.join(differ)}")
+    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
+    if shared:
+        raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+
+
+def compare_rl_switches(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
+                        margin: float = RERUN_MARGIN) -> dict:
+    """Two rl-switches studies on disjoint pretraining seeds (`first` and `rerun` as rl_switches.compute gives
+    them): per (arm, switch), whether the verdict and each level's direction after Holm hold in both, and the
+    rerun spread (Welch's t over the two sets of per-seed effects, independent: disjoint seeds)."""
+    from glm53_flash.core.stats import welch_comparison
+
+    check_rl_switches_designs(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["alpha"]
+
+    def directions(row) -> list[str]:
+        out = []
+        for level, key in (("units", "units_p"), ("seeds", "seeds_p")):
+            mean = row["comparison"][level]["mean"]
+            out.append("0" if row["holm"][key] >= alpha or not mean else "+" if mean > 0 else "-")
+        return out
+
+    keyed = {(r["arm"], r["switch"]): r for r in rerun["comparisons"]}
+    rows = []
+    for a in first["comparisons"]:
+        b = keyed.get((a["arm"], a["switch"]))
+        if b is None:
+            continue
+        va, vb = a["comparison"]["seeds"]["values"], b["comparison"]["seeds"]["values"]
+        spread = welch_comparison(va, vb, margin=margin, alpha=alpha) if min(len(va), len(vb)) >= 2 else None
+        da, db = directions(a), directions(b)
+        rows.append({"arm": a["arm"], "switch": a["switch"], "own": a["own"], "flipped_to": a["flipped_to"],
+                     "first": {"mean": a["comparison"]["units"]["mean"], "verdict": a["verdict"], "seeds": a["seeds"]},
+                     "rerun": {"mean": b["comparison"]["units"]["mean"], "verdict": b["verdict"], "seeds": b["seeds"]},
+                     "directions": {"units": [da[0], db[0]], "seeds": [da[1], db[1]]},
+                     "holds": a["verdict"] == b["verdict"] and da == db, "spread": spread})
+    return {"study": RL_SWITCHES_STUDY,
+            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "rows": rows,
+            "all_hold": bool(rows) and all(r["holds"] for r in rows),
+            "rule": "a row holds when both studies give the same verdict and the same direction (or none) after Holm "
+                    "at the behaviours and at the pretraining seeds; it reproduces its size when Welch's 90% interval "
+                    "of the rerun's seed-level effect minus the first's lies within +- the margin (two one-sided tests)"}
+
+
+def rl_switches_report_lines(comparison: dict, first_name: str) -> list[str]:
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
+             "greedy pass@1 on dev, the flip minus the arm's own.", "",
+             "| arm | switch | first | rerun | holds (behaviours, seeds) | rerun - first, 90% CI | within the margin |",
+             "|---|---|---|---|---|---|---|"]
+    for row in comparison["rows"]:
+        spread, d = row["spread"], row["directions"]
+        lines.append(
+            f"| {row['arm']} | {row['switch']} | {signed(row['first']['mean'])} {row['first']['verdict']} | "
+            f"{signed(row['rerun']['mean'])} {row['rerun']['verdict']} | "
+            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
+            + ("n/a | n/a" if spread is None else
+               f"{signed(spread['difference'])} [{signed(spread['interval'][0])}, {signed(spread['interval'][1])}] | "
+               f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})") + " |")
+    lines += ["", "`holds` lists each level's direction after Holm in the first study / the rerun (`+` the flip "
+                  "raises the pass rate at alpha, `-` lowers it, `0` not shown).", ""]
+    return lines
+
+
 def load(directory: Path) -> tuple[dict, list[dict]]:
     """A study directory's plan and the receipts of that plan."""
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
@@ -236,4 +323,5 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
-__all__ = ["RERUN_MARGIN", "check_rl_choices_designs", "compare", "compare_rl_choices", "load", "report_lines", "rl_choices_report_lines"]
+__all__ = ["RERUN_MARGIN", "check_rl_choices_designs", "check_rl_switches_designs", "compare", "compare_rl_choices",
+           "compare_rl_switches", "load", "report_lines", "rl_choices_report_lines", "rl_switches_report_lines"]
