@@ -165,6 +165,40 @@ def test_no_effect_changes_no_default_and_an_incomplete_phase_answers_nothing():
     assert ps.compute(plan, receipts[:-1])["dev"] is None
 
 
+def test_a_rerun_of_the_factorial_holds_where_both_agree_and_measures_the_difference_of_main_effects():
+    """Two factorial studies on disjoint seeds: the row of a switch both show holds, with the difference of its
+    main effects near zero and its interval from one fit over both; a rerun without the effect does not hold
+    and its difference is the first's effect; the spread's arithmetic equals the two studies' own effects."""
+    from glm53_flash.experiments import reruns
+
+    first = _plan()
+    first["plan_sha256"] = plan_hash(first)
+    same, absent = _plan(seeds=(4, 5, 6)), _plan(seeds=(4, 5, 6))
+    same["plan_sha256"] = absent["plan_sha256"] = plan_hash(same)
+    a = _hand_receipts(first, effect_of_rope=8, sealed_effect=6)
+    held = reruns.compare_pretrain_switches(first, a, same, _hand_receipts(same, effect_of_rope=8, sealed_effect=6))
+    assert set(held["phases"]) == {"dev", "sealed"} and held["phases"]["dev"]["all_hold"]
+    rope = next(r for r in held["phases"]["dev"]["rows"] if r["switch"] == "linear_rope")
+    assert rope["directions"] == {"behaviours": ["+", "+"], "runs": ["+", "+"]}
+    # the spread is exactly the rerun's main effect minus the first's (a balanced design), with an interval
+    assert rope["spread"]["difference"] == pytest.approx(rope["rerun"]["effect"] - rope["first"]["effect"], abs=1e-12)
+    low, high = rope["spread"]["interval"]
+    assert low < rope["spread"]["difference"] < high and rope["spread"]["df"] == 48 - 6 - 3 - 3
+    assert rope["pooled"]["verdict"] == "original better"
+    lost = reruns.compare_pretrain_switches(first, a, absent, _hand_receipts(absent, effect_of_rope=0))
+    assert set(lost["phases"]) == {"dev"}  # the rerun has not opened its sealed split
+    rope = next(r for r in lost["phases"]["dev"]["rows"] if r["switch"] == "linear_rope")
+    assert not rope["holds"] and rope["rerun"]["verdict"] == "not shown"
+    assert rope["spread"]["difference"] == pytest.approx(rope["rerun"]["effect"] - rope["first"]["effect"], abs=1e-12)
+    assert rope["spread"]["difference"] < -0.1 and not rope["spread"]["equivalent"]
+    lines = reruns.pretrain_switches_report_lines(lost, "first")
+    assert any(line.startswith("| linear_rope |") and "| NO (+/0, +/0) |" in line for line in lines)
+    with pytest.raises(ValueError, match="disjoint"):
+        reruns.compare_pretrain_switches(first, a, first, a)
+    with pytest.raises(ValueError, match="subset_sizes"):
+        reruns.check_pretrain_switches_designs(first, _plan(seeds=(4, 5, 6), dev_tasks=30))
+
+
 def _args(out, *extra):
     return ["experiment", "pretrain-switches", "--output", str(out), "--preset", "tiny", "--steps", "12",
             "--learning-rate", "3e-3", "--warmup", "0", "--batch-size", "4", "--seeds", "1", "--dev-tasks", "5",

@@ -730,6 +730,8 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
         first_plan, first_receipts = reruns.load(Path(rerun_of))
         if plan["study"] == "rl-generalisation":
             comparison = reruns.compare(first_plan, first_receipts, plan, receipts)
+        elif plan["study"] == reruns.PRETRAIN_SWITCHES_STUDY:
+            comparison = reruns.compare_pretrain_switches(first_plan, first_receipts, plan, receipts)
         elif plan["study"] == reruns.RL_SWITCHES_STUDY:
             from glm53_flash.experiments import rl_switches
 
@@ -743,7 +745,8 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     if rerun_of is not None:
         summary["rerun"] = comparison
         report = {"rl-generalisation": reruns.report_lines,
-                  reruns.RL_SWITCHES_STUDY: reruns.rl_switches_report_lines}.get(plan["study"], reruns.rl_choices_report_lines)
+                  reruns.RL_SWITCHES_STUDY: reruns.rl_switches_report_lines,
+                  reruns.PRETRAIN_SWITCHES_STUDY: reruns.pretrain_switches_report_lines}.get(plan["study"], reruns.rl_choices_report_lines)
         lines += report(comparison, str(rerun_of))
     summary["complete"] = len(receipts) == len(plan["units"])
     versions: dict[str, int] = {}

@@ -326,6 +326,19 @@ def _outcomes_of(receipt: dict) -> dict:
     return {t: [p == "1", s == "1"] for t, p, s in zip(receipt["task_ids"], receipt["passed"], receipt["strong_passed"])}
 
 
+def run_values(plan: dict, receipts: list[dict], phase: str) -> list[dict] | None:
+    """Every run of `phase` as stats.factorial_effects takes it (a block per pretraining seed, each switch's
+    level, the pass rate), in seed then point order; None until every run of the phase has its receipt."""
+    design = plan["design"]
+    names = sorted(design["factors"])
+    found = {(r["point"], r["seed"]): _outcomes_of(r) for r in receipts if r["phase"] == phase}
+    points, seeds = list(design["points"]), design["seeds"]
+    if any((p, s) not in found for p in points for s in seeds):
+        return None
+    return [{"block": str(s), "levels": {n: int(b) for n, b in zip(names, p)}, "value": _pass_rate(found[(p, s)])}
+            for s in seeds for p in points]
+
+
 def main_effects(plan: dict, receipts: list[dict], phase: str) -> dict | None:
     """Every switch's main effect on `phase`'s split (dev or sealed) at both levels, Holm over the
     switches; None until every run of the phase has its receipt."""
@@ -335,11 +348,10 @@ def main_effects(plan: dict, receipts: list[dict], phase: str) -> dict | None:
     names = sorted(design["factors"])
     found = {(r["point"], r["seed"]): _outcomes_of(r) for r in receipts if r["phase"] == phase}
     points, seeds = list(design["points"]), design["seeds"]
-    if any((p, s) not in found for p in points for s in seeds):
+    runs = run_values(plan, receipts, phase)
+    if runs is None:
         return None
     tasks = sorted(next(iter(found.values())))
-    runs = [{"block": str(s), "levels": {n: int(b) for n, b in zip(names, p)}, "value": _pass_rate(found[(p, s)])}
-            for s in seeds for p in points]
     fitted = factorial_effects(runs, names)
     rows = []
     for index, name in enumerate(names):
@@ -530,4 +542,4 @@ def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str
 
 __all__ = ["ALPHA", "ASSUMED_RUN_SD", "DEFAULT_SEEDS", "FRACTIONS", "SEALED_SPLIT", "STUDY", "aliases", "analyze",
            "build_plan", "compute", "confirmation", "decision", "design_points", "factors", "main_effects",
-           "measure_speed", "point_switches", "power_lines", "run_level_power", "run_unit"]
+           "measure_speed", "point_switches", "power_lines", "run_level_power", "run_unit", "run_values"]

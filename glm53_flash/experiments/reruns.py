@@ -275,6 +275,136 @@ def rl_switches_report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
+PRETRAIN_SWITCHES_STUDY = "pretrain-switches"
+
+
+def check_pretrain_switches_designs(first: dict, rerun: dict) -> None:
+    """Two pretrain-switches studies that may be compared: the same design but for their pretraining seeds,
+    which must not overlap."""
+    for name, plan in (("first", first), ("rerun", rerun)):
+        if plan.get("study") != PRETRAIN_SWITCHES_STUDY:
+            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares "
+                             f"`{PRETRAIN_SWITCHES_STUDY}` studies")
+    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
+                    if key != "seeds" and first["design"].get(key) != rerun["design"].get(key))
+    if first["analysis"] != rerun["analysis"]:
+        differ.append("analysis")
+    if differ:
+        raise ValueError(f"the two studies differ in more than their pretraining seeds: {', '.join(differ)}")
+    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
+    if shared:
+        raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+
+
+def main_effect_spread(first_runs: list[dict], rerun_runs: list[dict], names: list[str], margin: float,
+                       alpha: float) -> dict:
+    """Each switch's main effect in the rerun minus in the first study, from one least-squares fit over
+    both studies' runs: a mean per pretraining seed (the seeds are disjoint, so the blocks hold the studies
+    apart too), every switch's main effect, and per switch a factor that is 1 where the switch's level
+    equals the run's study (0: first, 1: rerun). Coded -1/2, +1/2, that factor is twice the product of
+    the two, so its coefficient is half the difference: the estimate, its (1 - 2 alpha) interval on the
+    residual's degrees of freedom, and equivalence within +- margin (two one-sided tests)."""
+    from glm53_flash.core.stats import factorial_effects
+
+    differs = {name: f"{name} in the rerun" for name in names}
+    runs = []
+    for study, group in ((0, first_runs), (1, rerun_runs)):
+        for run in group:
+            levels = dict(run["levels"]) | {differs[n]: int(run["levels"][n] == study) for n in names}
+            runs.append({"block": f"{study}-{run['block']}", "levels": levels, "value": run["value"]})
+    fitted = factorial_effects(runs, names + list(differs.values()), alpha=2 * alpha)
+    out = {}
+    for name in names:
+        effect = fitted["effects"][differs[name]]
+        low, high = (2 * bound for bound in effect["interval"])
+        out[name] = {"difference": 2 * effect["estimate"], "interval": [low, high], "df": effect["df"],
+                     "p": effect["p"], "smallest_margin": max(abs(low), abs(high)),
+                     "equivalent": bool(-margin < low and high < margin)}
+    return out
+
+
+def compare_pretrain_switches(first_plan: dict, first_receipts: list[dict], rerun_plan: dict,
+                              rerun_receipts: list[dict], margin: float = RERUN_MARGIN) -> dict:
+    """Two pretrain-switches studies on disjoint pretraining seeds, per phase both have finished (dev; the
+    sealed split once both opened it) and per switch: each study's verdict and its directions after Holm
+    over behaviours and over runs; the row holds when both agree on all three; the rerun spread
+    (main_effect_spread); and both studies' runs analysed as one factorial (a secondary view)."""
+    from glm53_flash.experiments import pretrain_switches as ps
+
+    check_pretrain_switches_designs(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["alpha"]
+    names = sorted(first_plan["design"]["factors"])
+    pooled_plan = {**first_plan, "design": {**first_plan["design"],
+                                            "seeds": first_plan["design"]["seeds"] + rerun_plan["design"]["seeds"]}}
+
+    def directions(row) -> dict:
+        out = {}
+        for level, mean, p in (("behaviours", row["behaviours"]["mean"], row["holm"]["behaviours_p"]),
+                               ("runs", row["effect"], row["holm"]["runs_p"])):
+            out[level] = "0" if p >= alpha or not mean else "+" if mean > 0 else "-"
+        return out
+
+    phases = {}
+    for phase in ("dev", "sealed"):
+        a, b = ps.main_effects(first_plan, first_receipts, phase), ps.main_effects(rerun_plan, rerun_receipts, phase)
+        if a is None or b is None:
+            continue
+        spread = main_effect_spread(ps.run_values(first_plan, first_receipts, phase),
+                                    ps.run_values(rerun_plan, rerun_receipts, phase), names, margin, alpha)
+        pooled = ps.main_effects(pooled_plan, first_receipts + rerun_receipts, phase)
+        rows_b = {row["switch"]: row for row in b["switches"]}
+        rows_pooled = {row["switch"]: row for row in pooled["switches"]}
+        rows = []
+        for row in a["switches"]:
+            other, both = rows_b[row["switch"]], rows_pooled[row["switch"]]
+            da, db = directions(row), directions(other)
+            rows.append({"switch": row["switch"], "ours": row["ours"], "original": row["original"],
+                         "first": {"effect": row["effect"], "verdict": row["verdict"]},
+                         "rerun": {"effect": other["effect"], "verdict": other["verdict"]},
+                         "directions": {level: [da[level], db[level]] for level in da},
+                         "holds": row["verdict"] == other["verdict"] and da == db,
+                         "spread": spread[row["switch"]],
+                         "pooled": {"effect": both["effect"], "verdict": both["verdict"], "holm": both["holm"],
+                                    "runs_interval": both["runs"]["interval"]}})
+        phases[phase] = {"rows": rows, "all_hold": all(r["holds"] for r in rows)}
+    return {"study": PRETRAIN_SWITCHES_STUDY,
+            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "phases": phases,
+            "rule": "a switch holds when both studies give the same verdict and the same direction (or none) after "
+                    "Holm over behaviours and over runs; it reproduces its size when the 90% interval of the "
+                    "rerun's main effect minus the first's (one least-squares fit over both studies' runs) lies "
+                    "within +- the margin"}
+
+
+def pretrain_switches_report_lines(comparison: dict, first_name: str) -> list[str]:
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Main effects in points "
+             "of greedy pass@1, the original's value minus ours.", ""]
+    for phase, result in comparison["phases"].items():
+        lines += [f"### {phase}", "",
+                  "| switch | first | rerun | holds (behaviours, runs) | rerun - first, 90% CI | within the margin | "
+                  "both together | result together |", "|---|---|---|---|---|---|---|---|"]
+        for row in result["rows"]:
+            s, d, both = row["spread"], row["directions"], row["pooled"]
+            lines.append(
+                f"| {row['switch']} | {signed(row['first']['effect'])} {row['first']['verdict']} | "
+                f"{signed(row['rerun']['effect'])} {row['rerun']['verdict']} | "
+                f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['behaviours'])}, {'/'.join(d['runs'])}) | "
+                f"{signed(s['difference'])} [{signed(s['interval'][0])}, {signed(s['interval'][1])}] | "
+                f"{'yes' if s['equivalent'] else 'no'} (shown within {100 * s['smallest_margin']:.1f}) | "
+                f"{signed(both['effect'])} | {both['verdict']} |")
+        lines.append("")
+    lines += ["`holds` lists each level's direction after Holm in the first study / the rerun (`+` the original's "
+              "value raises the pass rate at alpha, `-` lowers it, `0` not shown). `both together` is one factorial "
+              "over both studies' runs, a secondary view neither plan made alone.", ""]
+    return lines
+
+
 def load(directory: Path) -> tuple[dict, list[dict]]:
     """A study directory's plan and the receipts of that plan."""
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
@@ -323,5 +453,7 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
     return lines
 
 
-__all__ = ["RERUN_MARGIN", "check_rl_choices_designs", "check_rl_switches_designs", "compare", "compare_rl_choices",
-           "compare_rl_switches", "load", "report_lines", "rl_choices_report_lines", "rl_switches_report_lines"]
+__all__ = ["RERUN_MARGIN", "check_pretrain_switches_designs", "check_rl_choices_designs", "check_rl_switches_designs",
+           "compare", "compare_pretrain_switches", "compare_rl_choices", "compare_rl_switches", "load",
+           "main_effect_spread", "pretrain_switches_report_lines", "report_lines", "rl_choices_report_lines",
+           "rl_switches_report_lines"]

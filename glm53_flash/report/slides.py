@@ -70,6 +70,8 @@ STUDIES = (
      "make study-generalisation-rerun", "rl-generalisation-rerun/summary.json"),
     ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
      "rl-switches/summary.json"),
+    ("research-pretrain-switches", "Research study: which pretraining switch matters?",
+     "make study-pretrain-switches", "pretrain-switches/summary.json"),
 )
 
 
@@ -113,6 +115,10 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
     elif slide_id == "research-rl-switches":
         made = [(sc.draw_rl_switches(study, size=(12, 5.4)), "rl-switches-effects",
                  "each RL switch flipped alone: its effect on the dev pass rate per arm, with each seed")]
+    elif slide_id == "research-pretrain-switches":
+        made = [(sc.draw_pretrain_switches(study, size=(12, 5.4)), "pretrain-switches-effects",
+                 "each pretraining switch's main effect on the pass rate, on dev and on the sealed split, with its "
+                 "intervals over behaviours and over runs")]
     else:
         made = []
     return [(fig, name, alt) for fig, name, alt in made if fig is not None], stacked
