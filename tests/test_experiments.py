@@ -422,8 +422,9 @@ def test_a_resumed_plan_says_the_time_left_with_the_workers_it_runs():
 
 
 def test_a_report_sets_the_plans_stated_time_beside_the_time_the_runs_took(tmp_path):
-    """The plan states its time before the first run; the report puts the receipts' wall time (first start to
-    last end) beside it, so an estimate that misleads is visible where the study is read."""
+    """The plan states its time before the first run; the report puts beside it the runs' own time per worker
+    (what the estimate predicts) and the wall time (first start to last end), so an estimate that misleads is
+    visible where the study is read."""
     plan = pd.build_plan(["repeated-8", "diverse-88"], [1, 2], 10, 4, 1e-3, 128, [0, 10], 2, 0.5)
     stated = plan["estimate"]["expected_minutes"]
     receipts = []
@@ -434,7 +435,9 @@ def test_a_report_sets_the_plans_stated_time_beside_the_time_the_runs_took(tmp_p
         receipts.append(receipt)
     _write_study(tmp_path, plan, receipts)
     summary = analysis.analyze(tmp_path)
-    assert summary["time"] == {"stated_minutes": stated, "workers": 2, "wall_minutes": 4.0,
-                               "wall_over_stated": round(4.0 / stated, 2)}
+    # four minutes of runs over two workers: two minutes each, against four of wall time
+    assert summary["time"] == {"stated_minutes": stated, "workers": 2, "run_minutes_per_worker": 2.0,
+                               "wall_minutes": 4.0, "taken_over_stated": round(2.0 / stated, 2)}
     report = (tmp_path / "REPORT.md").read_text()
-    assert f"Time: the plan stated {stated} min before the first run, 2 worker(s); the runs took 4.0 min" in report
+    assert (f"Time: the plan stated {stated} min with 2 worker(s) before the first run; the runs took 2.0 min per "
+            f"worker ({round(2.0 / stated, 2)}x the statement); 4.0 min of wall time") in report

@@ -211,3 +211,14 @@ def test_a_confirmed_difference_below_the_baseline_is_answered_as_worse():
     assert answer and "is worse than the baseline" in answer[0] and "beats" not in answer[0]
     question = [a for a in summary["answers"] if a.startswith("Confirmation on")][0]
     assert "differ from the baseline (two-sided)? yes: temp-low is lower" in question
+
+
+def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
+    """results/study-times.json (docs/STUDIES.md's table of stated against taken time) is rebuilt from every
+    committed study's plan.json and runs/: a new study, or a changed receipt, needs `glm53 docs times`."""
+    from glm53_flash.experiments.analysis import STUDY_TIMES_FILE, study_times
+
+    committed = json.loads((ROOT / "results" / STUDY_TIMES_FILE).read_text())
+    assert committed == study_times(ROOT / "results")
+    studies = [row[0] for row in committed["headline_table"]["rows"]]
+    assert studies == sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json"))

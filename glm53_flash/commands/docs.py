@@ -1,5 +1,6 @@
 """`glm53 docs check`: every figure of the docs against the exact cell of its receipt; `glm53 docs bind`:
-write suggested bindings for the blocks of a doc that have none (report/cells.py)."""
+write suggested bindings for the blocks of a doc that have none (report/cells.py); `glm53 docs times`: the
+committed studies' stated and taken times (results/study-times.json)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def register(sub) -> None:
     bind.add_argument("doc", help="the doc, relative to the repository")
     bind.add_argument("--receipts", nargs="*", default=[], help="receipts to look in for every block")
     bind.set_defaults(func=_run_bind)
+    times = commands.add_parser(
+        "times", help="write results/study-times.json: each committed study's stated time beside what it took",
+        description="Reads every results/*/plan.json and its runs/ (analysis.time_record) and writes the table "
+                    "docs/STUDIES.md shows; tests/test_results.py checks the committed file against the same.")
+    times.set_defaults(func=_run_times)
 
 
 def _root() -> Path:
@@ -51,4 +57,17 @@ def _run_bind(args) -> int:
     counts = bind(_root(), args.doc, args.receipts)
     print(f"{args.doc}: {counts['blocks']} block(s) bound, {counts['entries']} entries, {counts['unresolved']} "
           f"unresolved ('?'), {len(counts['ambiguous'])} shown by several cells (review them)")
+    return 0
+
+
+def _run_times(args) -> int:
+    import json
+
+    from glm53_flash.core.receipts import write_text
+    from glm53_flash.experiments.analysis import STUDY_TIMES_FILE, study_times
+
+    path = _root() / "results" / STUDY_TIMES_FILE
+    table = study_times(path.parent)
+    write_text(path, json.dumps(table, indent=1) + "\n")
+    print(f"wrote {path} ({len(table['headline_table']['rows'])} studies)")
     return 0

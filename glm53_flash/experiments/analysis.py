@@ -773,21 +773,46 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
 
 def time_record(plan: dict, receipts: list[dict]) -> dict:
     """What the plan said the study would take on this machine, before the first run, beside what it took:
-    the plan's estimate and the receipts' wall time (first start to last end), so an estimate that misleads
-    shows in the report it belongs to."""
-    stated = (plan.get("estimate") or {}).get("expected_minutes")
-    took = wall_minutes(receipts)
-    return {"stated_minutes": stated, "workers": (plan.get("estimate") or {}).get("workers"), "wall_minutes": took,
-            "wall_over_stated": round(took / stated, 2) if stated and took is not None else None}
+    the plan's estimate; the runs' own seconds summed and shared over the plan's workers (what the estimate
+    predicts: a study resumed in several sessions pays no pause here); and the wall time from the first
+    run's start to the last one's end (pauses included). So an estimate that misleads shows in the report
+    it belongs to."""
+    estimate = plan.get("estimate") or {}
+    stated, workers = estimate.get("expected_minutes"), estimate.get("workers") or 1
+    seconds = [r["elapsed_seconds"] for r in receipts if "elapsed_seconds" in r]
+    work = round(sum(seconds) / workers / 60, 1) if seconds else None
+    return {"stated_minutes": stated, "workers": workers, "run_minutes_per_worker": work,
+            "wall_minutes": wall_minutes(receipts),
+            "taken_over_stated": round(work / stated, 2) if stated and work is not None else None}
+
+
+STUDY_TIMES_FILE = "study-times.json"
+
+
+def study_times(results: Path) -> dict:
+    """Every committed study's time_record (a directory of `results` with plan.json and runs/), as a table:
+    what docs/STUDIES.md shows (results/study-times.json; tests/test_results.py rebuilds it)."""
+    from glm53_flash.experiments.study import PLAN_FILE, load_receipts
+
+    rows = []
+    for plan_path in sorted(Path(results).glob(f"*/{PLAN_FILE}")):
+        plan = json.loads(plan_path.read_text())
+        record = time_record(plan, load_receipts(plan_path.parent, plan["plan_sha256"]))
+        rows.append([plan_path.parent.name, f"{record['stated_minutes']}", str(record["workers"]),
+                     f"{record['run_minutes_per_worker']}",
+                     "n/a" if record["taken_over_stated"] is None else f"{record['taken_over_stated']}"])
+    return {"headline_table": {"columns": ["study", "stated (min)", "workers", "taken per worker (min)",
+                                           "taken / stated"], "rows": rows}}
 
 
 def time_lines(record: dict) -> list[str]:
-    if record["stated_minutes"] is None or record["wall_minutes"] is None:
+    if record["stated_minutes"] is None or record["run_minutes_per_worker"] is None:
         return []
-    workers = f", {record['workers']} worker(s)" if record["workers"] else ""
-    return [f"Time: the plan stated {record['stated_minutes']} min before the first run{workers}; the runs took "
-            f"{record['wall_minutes']} min of wall time from the first one's start to the last one's end "
-            f"({record['wall_over_stated']}x the statement; a study resumed later counts the pause too).", ""]
+    ratio = "" if record["taken_over_stated"] is None else f" ({record['taken_over_stated']}x the statement)"
+    wall = "" if record["wall_minutes"] is None else (f"; {record['wall_minutes']} min of wall time from the first "
+                                                      "run's start to the last one's end, pauses included")
+    return [f"Time: the plan stated {record['stated_minutes']} min with {record['workers']} worker(s) before the first "
+            f"run; the runs took {record['run_minutes_per_worker']} min per worker{ratio}{wall}.", ""]
 
 
 def _json_default(value):
@@ -798,5 +823,5 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-__all__ = ["ANALYZERS", "analyze", "apply_holm", "compute_pretraining", "compute_rl_choices", "markdown_table",
+__all__ = ["ANALYZERS", "STUDY_TIMES_FILE", "analyze", "study_times", "time_record", "apply_holm", "compute_pretraining", "compute_rl_choices", "markdown_table",
            "paired_comparison", "pooled_pair_test", "pretraining_answers", "rl_choices_answers"]
