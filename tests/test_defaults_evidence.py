@@ -81,3 +81,25 @@ def test_the_rl_sampling_temperature_is_the_one_the_compositions_screens_confirm
         for name, value in settings[arm].items():
             if value != settings["baseline"][name]:
                 assert getattr(defaults, name) == value, f"{arm} was confirmed in both: glm53 rl's {name} must be {value}"
+
+
+def test_pretraining_switch_defaults_are_what_the_committed_factorial_chose():
+    """The defaults of `glm53 pretrain` for the switches that differ between the arms are the ones the
+    pretrain-switches study's plan rule chose on dev (selection.json, written before its sealed split was
+    opened): the original's value where it was shown better, ours otherwise. The selection is the rule
+    applied to the committed summary's dev effects, and the summary is of the committed plan."""
+    from glm53_flash.experiments import pretrain_switches as ps
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.train.config import PretrainConfig
+
+    directory = ROOT / "results" / "pretrain-switches"
+    plan = json.loads((directory / "plan.json").read_text())
+    selection = json.loads((directory / "selection.json").read_text())
+    summary = json.loads((directory / "summary.json").read_text())
+    assert selection["plan_sha256"] == plan["plan_sha256"] and summary["selection"] == selection
+    chosen = ps.decision(plan, summary["dev"])
+    assert chosen["defaults"] == selection["defaults"] and chosen["changed"] == selection["changed"]
+    defaults = {"model": ModelConfig(), "pretrain": PretrainConfig(output="")}
+    for name, factor in plan["design"]["factors"].items():
+        assert getattr(defaults[factor["where"]], name) == selection["defaults"][name], (
+            f"results/pretrain-switches chose {name}={selection['defaults'][name]}: the default must follow")

@@ -25,7 +25,7 @@ def test_readme_shows_each_study_table_as_generated(path):
 
 @pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",
                                   "rl-choices-compositions", "rl-choices-compositions-rerun",
-                                  "rl-choices-temperature-11", "rl-choices-temperature-12"])
+                                  "rl-choices-temperature-11", "rl-choices-temperature-12", "pretrain-switches"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())
@@ -222,3 +222,32 @@ def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
     assert committed == study_times(ROOT / "results")
     studies = [row[0] for row in committed["headline_table"]["rows"]]
     assert studies == sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json"))
+
+
+def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_the_sealed_split_once():
+    """results/pretrain-switches/: every receipt is of the committed plan, the summary's dev and sealed effects are
+    what the analysis computes from them, the dev decision (selection.json) was written before the first sealed
+    receipt, and every sealed receipt is in the ledger once, all under one opening of the plan."""
+    from datetime import datetime
+
+    from glm53_flash.core.receipts import sha256_file
+    from glm53_flash.evaluation.ledger import read_ledger
+    from glm53_flash.experiments import pretrain_switches as ps
+
+    directory = ROOT / "results" / "pretrain-switches"
+    plan = json.loads((directory / "plan.json").read_text())
+    selection = json.loads((directory / "selection.json").read_text())
+    receipts = [json.loads(p.read_text()) for p in sorted((directory / "runs").glob("*.json"))]
+    assert len(receipts) == len(plan["units"]) and all(r["plan_sha256"] == plan["plan_sha256"] for r in receipts)
+    summary = json.loads((directory / "summary.json").read_text())
+    rebuilt = json.loads(json.dumps(ps.compute(plan, receipts, selection)))
+    for key in ("dev", "sealed", "selection", "confirmation"):
+        assert rebuilt[key] == summary[key], key
+    lines = [line for line in read_ledger(ROOT / "results" / "ledger.jsonl") if line["plan_sha256"] == plan["plan_sha256"]]
+    sealed = sorted((directory / "runs").glob("sealed-*.json"))
+    assert len(sealed) == len(lines) == len([u for u in plan["units"] if u["phase"] == "sealed"])
+    assert len({line["opening_id"] for line in lines}) == 1 and all(line["reopen"] is None for line in lines)
+    assert {line["receipt_sha256"] for line in lines} == {sha256_file(p) for p in sealed}
+    decided = datetime.fromisoformat(selection["provenance"]["created_utc"])
+    assert all(decided <= datetime.fromisoformat(line["utc"]) for line in lines)
+    assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())

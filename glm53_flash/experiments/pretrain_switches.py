@@ -477,7 +477,7 @@ def answers(summary: dict) -> list[str]:
 
 def compute(plan: dict, receipts: list[dict], selection: dict | None = None) -> dict:
     dev = main_effects(plan, receipts, "dev")
-    summary = {"study": STUDY, "runs": len(receipts), "dev": dev}
+    summary = {"study": STUDY, "plan_sha256": plan.get("plan_sha256"), "runs": len(receipts), "dev": dev}
     if dev is None:
         return summary | {"selection": None, "sealed": None, "confirmation": None, "complete": False}
     summary["selection"] = selection if selection is not None else decision(plan, dev)

@@ -70,6 +70,8 @@ STUDIES = (
      "make study-generalisation-rerun", "rl-generalisation-rerun/summary.json"),
     ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
      "rl-switches/summary.json"),
+    ("research-pretrain-switches", "Research study: which pretraining switch matters?",
+     "make study-pretrain-switches", "pretrain-switches/summary.json"),
 )
 
 
