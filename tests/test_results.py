@@ -251,3 +251,19 @@ def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_th
     decided = datetime.fromisoformat(selection["provenance"]["created_utc"])
     assert all(decided <= datetime.fromisoformat(line["utc"]) for line in lines)
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
+
+
+def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
+    """results/rl-switches-rerun/ (from the pretrain-switches study's arms, seeds 21 and 22) against
+    results/rl-switches/ (seeds 6-8): the committed comparison rebuilds from both studies' receipts."""
+    from glm53_flash.experiments import reruns, rl_switches
+
+    rerun = ROOT / "results" / "rl-switches-rerun"
+    first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-switches")
+    plan, receipts = reruns.load(rerun)
+    assert len(receipts) == len(plan["units"])
+    summary = json.loads((rerun / "summary.json").read_text())
+    again = reruns.compare_rl_switches(first_plan, rl_switches.compute(first_plan, first_receipts),
+                                       plan, rl_switches.compute(plan, receipts))
+    assert json.loads(json.dumps(again)) == summary["rerun"]
+    assert json.loads(json.dumps(rl_switches.compute(plan, receipts)))["comparisons"] == summary["comparisons"]

@@ -715,9 +715,9 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     plan = json.loads(plan_path.read_text())
     if plan.get("study") not in ANALYZERS:
         raise ValueError(f"{plan_path}: unknown study {plan.get('study')!r}; known: {', '.join(ANALYZERS)}")
-    if rerun_of is not None and plan.get("study") not in ("rl-generalisation", "rl-choices"):
-        raise ValueError(f"--rerun-of compares `rl-generalisation` or `rl-choices` studies; {out} is a "
-                         f"{plan.get('study')!r} study")
+    if rerun_of is not None and plan.get("study") not in RERUN_STUDIES:
+        raise ValueError(f"--rerun-of compares {', '.join(f'`{name}`' for name in RERUN_STUDIES)} studies; {out} "
+                         f"is a {plan.get('study')!r} study")
     existing = [name for name in OUTPUT_FILES if (out / name).exists()]
     if existing and not force:
         raise FileExistsError(f"{out} already has {', '.join(existing)}; add --force to rebuild them")
@@ -787,6 +787,8 @@ def time_record(plan: dict, receipts: list[dict]) -> dict:
 
 
 STUDY_TIMES_FILE = "study-times.json"
+# The studies `glm53 analyze --rerun-of` compares with their rerun (experiments/reruns.py).
+RERUN_STUDIES = ("rl-generalisation", "rl-choices", "rl-switches", "pretrain-switches")
 
 
 def study_times(results: Path) -> dict:
