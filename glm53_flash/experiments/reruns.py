@@ -41,19 +41,25 @@ def _direction(comparison: dict, level: str, alpha: float) -> str:
     return "+" if mean > 0 else "-" if mean < 0 else "0"
 
 
-def _check_designs(first: dict, rerun: dict) -> None:
+def _check_same_design(first: dict, rerun: dict, study: str, own: tuple, what: str, disjoint_seeds: bool) -> None:
+    """Both plans are `study` studies whose designs and analyses are equal outside the keys in `own`
+    (`what` names them in the error), and, with `disjoint_seeds`, share no pretraining seed."""
     for name, plan in (("first", first), ("rerun", rerun)):
-        if plan.get("study") != gen.STUDY:
-            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; reruns compare `{gen.STUDY}` studies")
+        if plan.get("study") != study:
+            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; reruns compare `{study}` studies")
     differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
-                    if key != "seeds" and first["design"].get(key) != rerun["design"].get(key))
+                    if key not in own and first["design"].get(key) != rerun["design"].get(key))
     if first["analysis"] != rerun["analysis"]:
         differ.append("analysis")
     if differ:
-        raise ValueError(f"the two studies differ in more than their pretraining seeds: {', '.join(differ)}")
-    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
+        raise ValueError(f"the two studies differ in more than {what}: {', '.join(differ)}")
+    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"])) if disjoint_seeds else []
     if shared:
         raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+
+
+def _check_designs(first: dict, rerun: dict) -> None:
+    _check_same_design(first, rerun, gen.STUDY, ("seeds",), "their pretraining seeds", True)
 
 
 def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
@@ -106,17 +112,8 @@ RL_CHOICES_STUDY = "rl-choices"
 
 
 def check_rl_choices_designs(first: dict, rerun: dict) -> None:
-    for name, plan in (("first", first), ("rerun", rerun)):
-        if plan.get("study") != RL_CHOICES_STUDY:
-            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares `{RL_CHOICES_STUDY}` "
-                             "studies")
-    own = ("checkpoint", "checkpoint_sha256")
-    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
-                    if key not in own and first["design"].get(key) != rerun["design"].get(key))
-    if first["analysis"] != rerun["analysis"]:
-        differ.append("analysis")
-    if differ:
-        raise ValueError(f"the two studies differ in more than their starting checkpoint: {', '.join(differ)}")
+    _check_same_design(first, rerun, RL_CHOICES_STUDY, ("checkpoint", "checkpoint_sha256"),
+                       "their starting checkpoint", False)
     if first["design"]["checkpoint_sha256"] == rerun["design"]["checkpoint_sha256"]:
         raise ValueError("a rerun starts from another pretraining seed's checkpoint; both studies start from the "
                          f"same weights ({first['design']['checkpoint_sha256'][:12]})")
@@ -194,20 +191,8 @@ RL_SWITCHES_STUDY = "rl-switches"
 def check_rl_switches_designs(first: dict, rerun: dict) -> None:
     """Two rl-switches studies that may be compared: the same design but for their source study, its
     checkpoints and its pretraining seeds, which must not overlap."""
-    for name, plan in (("first", first), ("rerun", rerun)):
-        if plan.get("study") != RL_SWITCHES_STUDY:
-            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares `{RL_SWITCHES_STUDY}` "
-                             "studies")
-    own = ("source", "checkpoints", "seeds")
-    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
-                    if key not in own and first["design"].get(key) != rerun["design"].get(key))
-    if first["analysis"] != rerun["analysis"]:
-        differ.append("analysis")
-    if differ:
-        raise ValueError(f"the two studies differ in more than their source's pretraining seeds: {', '.join(differ)}")
-    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
-    if shared:
-        raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+    _check_same_design(first, rerun, RL_SWITCHES_STUDY, ("source", "checkpoints", "seeds"),
+                       "their source's pretraining seeds", True)
 
 
 def compare_rl_switches(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
@@ -281,19 +266,7 @@ PRETRAIN_SWITCHES_STUDY = "pretrain-switches"
 def check_pretrain_switches_designs(first: dict, rerun: dict) -> None:
     """Two pretrain-switches studies that may be compared: the same design but for their pretraining seeds,
     which must not overlap."""
-    for name, plan in (("first", first), ("rerun", rerun)):
-        if plan.get("study") != PRETRAIN_SWITCHES_STUDY:
-            raise ValueError(f"the {name} study is a {plan.get('study')!r} study; this compares "
-                             f"`{PRETRAIN_SWITCHES_STUDY}` studies")
-    differ = sorted(key for key in set(first["design"]) | set(rerun["design"])
-                    if key != "seeds" and first["design"].get(key) != rerun["design"].get(key))
-    if first["analysis"] != rerun["analysis"]:
-        differ.append("analysis")
-    if differ:
-        raise ValueError(f"the two studies differ in more than their pretraining seeds: {', '.join(differ)}")
-    shared = sorted(set(first["design"]["seeds"]) & set(rerun["design"]["seeds"]))
-    if shared:
-        raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
+    _check_same_design(first, rerun, PRETRAIN_SWITCHES_STUDY, ("seeds",), "their pretraining seeds", True)
 
 
 def main_effect_spread(first_runs: list[dict], rerun_runs: list[dict], names: list[str], margin: float,
