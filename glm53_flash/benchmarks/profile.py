@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from glm53_flash.benchmarks.common import print_table, synchronize
+from glm53_flash.benchmarks.common import print_table, synchronize, timed_runs
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model import GLM53Flash
@@ -63,11 +63,9 @@ def breakdown(events, wall_seconds: float, steps: int) -> dict:
     by_group = {group: 0.0 for group, _ in GROUPS} | {OTHER: 0.0}
     operators = []
     for event in events:
-        if event.key.startswith("ProfilerStep"):
-            continue
-        seconds = event.self_cpu_time_total / 1e6 / steps
-        by_group[group_of(event.key)] += seconds
-        operators.append({"name": event.key, "group": group_of(event.key), "seconds_per_step": seconds,
+        seconds, group = event.self_cpu_time_total / 1e6 / steps, group_of(event.key)
+        by_group[group] += seconds
+        operators.append({"name": event.key, "group": group, "seconds_per_step": seconds,
                           "calls_per_step": event.count / steps})
     step = wall_seconds / steps
     covered = sum(by_group.values())
@@ -116,9 +114,7 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
     plain = {name: [] for name in precisions}
     for _ in range(steps):
         for name in precisions:
-            started = time.perf_counter()
-            step(name)
-            plain[name].append(time.perf_counter() - started)
+            plain[name] += timed_runs(lambda: step(name), device, 0, 1)
     averages, walls = {name: [] for name in precisions}, {name: 0.0 for name in precisions}
     with library.labelled_calls():
         for _ in range(steps):

@@ -85,7 +85,8 @@ def register(sub) -> None:
     a.add_argument("directory", help="a study directory written by `glm53 experiment ...`")
     a.add_argument("--force", action="store_true", help="rebuild summary.json / REPORT.md when they exist")
     a.add_argument("--rerun-of", metavar="FIRST", default=None,
-                   help="DIR is the rerun of this rl-generalisation, rl-switches or compositions rl-choices study "
+                   help="DIR is the rerun of this rl-generalisation, rl-switches, pretrain-switches or compositions "
+                        "rl-choices study "
                         "(disjoint pretraining seeds): add whether "
                         "each conclusion holds in both, the rerun spread and both together (default: none)")
     a.set_defaults(func=run_analyze)
