@@ -32,13 +32,21 @@ seeds: $(STAMP)
 # The compositions suite's studies (docs/STUDIES.md). Each states its power and its time on this machine
 # before the first run, runs two units at a time (one thread each) and resumes when rerun; the sealed
 # splits are opened once per arm and pretraining seed, recorded in results/ledger.jsonl. The rerun is
-# the same study on disjoint pretraining seeds.
+# the same study on disjoint pretraining seeds, checked against the committed first study before it runs
+# (--rerun-of: the same design but for the seeds). The committed studies ran in bf16 (`auto` on the CPUs with
+# AVX512-BF16 or AMX they ran on), so the studies here ask for bf16. On a CPU without those instructions bf16
+# products are emulated (about 1 GFLOP/s against 150 in float32 on a 2-core AVX2 EPYC) and a study takes about
+# ten times as long as in float32; the plan states its time before the first run.
+# STUDY_PRECISION=fp32 (or auto there) is another design, which --rerun-of refuses to call a rerun.
+STUDY_PRECISION ?= bf16
 STUDY_PURPOSE ?= make study-generalisation: the study's sealed evaluations, after every selection on dev
 study-generalisation: $(STAMP)
-	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation --open-sealed "$(STUDY_PURPOSE)"
+	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation --precision $(STUDY_PRECISION) \
+		--open-sealed "$(STUDY_PURPOSE)"
 
 study-generalisation-rerun: $(STAMP)
 	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation-rerun --seeds 6,7,8,9,10 \
+		--precision $(STUDY_PRECISION) --rerun-of results/rl-generalisation \
 		--open-sealed "$(STUDY_PURPOSE) (the rerun on disjoint pretraining seeds)"
 
 # Which RL switch matters, from a study's pretrained checkpoints (dev only). The checkpoints are not
@@ -54,11 +62,12 @@ study-switches: $(STAMP)
 # opened once for the plan to confirm. The rerun is the same design on disjoint seeds.
 PRETRAIN_SWITCHES_PURPOSE ?= make study-pretrain-switches: every run's last checkpoint, after the dev decision
 study-pretrain-switches: $(STAMP)
-	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches \
+	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches --precision $(STUDY_PRECISION) \
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE)"
 
 study-pretrain-switches-rerun: $(STAMP)
 	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25 \
+		--precision $(STUDY_PRECISION) --rerun-of results/pretrain-switches \
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
 
 # Which RL choices matter on the compositions suite (docs/STUDIES.md): the original's screen (every arm's budget
@@ -67,7 +76,7 @@ study-pretrain-switches-rerun: $(STAMP)
 # original's strongest lead, temperature 0.20, confirmed as fixed in advance from both.
 RL_CHOICES_PURPOSE ?= make study-rl-choices: the compositions RL-choices confirmation
 STUDY_PRETRAIN_FLAGS = --preset study --tasks compositions --steps 2500 --checkpoints 1500,2000,2500 --batch-size 32 \
-	--learning-rate 2e-3 --warmup 100 --precision auto --quiet
+	--learning-rate 2e-3 --warmup 100 --precision $(STUDY_PRECISION) --quiet
 runs/study-pretrain-ours-%/checkpoint-2500/model.safetensors: | $(STAMP)
 	$(BIN)/glm53 pretrain $(STUDY_PRETRAIN_FLAGS) --seed $* --output runs/study-pretrain-ours-$* \
 		$$(test -d runs/study-pretrain-ours-$* && echo --resume)
@@ -78,7 +87,7 @@ study-rl-choices: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors
 
 study-rl-choices-rerun: runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
 	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-12/checkpoint-2500 \
-		--output runs/study-rl-choices-rerun --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
+		--output runs/study-rl-choices-rerun --rerun-of results/rl-choices-compositions --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
 
 study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors \
 		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors

@@ -237,6 +237,37 @@ def test_end_to_end_dev_decision_then_one_opening_of_the_sealed_split(tmp_path, 
     assert (out / "effects.png").stat().st_size > 5_000 and "## Main effects on dev" in (out / "REPORT.md").read_text()
 
 
+def test_a_planned_rerun_is_checked_against_the_first_study_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """--rerun-of refuses a rerun whose design differs from the first study's (here: the precision that `auto`
+    would resolve otherwise on another machine) or whose seeds overlap, before the machine is timed or the
+    study directory is written; a true rerun is planned as usual."""
+    first = tmp_path / "first"
+    first.mkdir()
+    draft = ps.build_plan(seeds=(1,), fraction="full", pretrain=TINY, dev_tasks=5, sealed_tasks=4, precision="fp32",
+                          workers=1, speed=None)
+    (first / "plan.json").write_text(json.dumps(draft))
+    timed = []
+    monkeypatch.setattr(ps, "measure_speed", lambda design, device="cpu": timed.append(design) or
+                        {"seconds_per_step": 0.01, "seconds_per_eval_task": 0.01, "probe": "a test's"})
+    rerun = tmp_path / "rerun"
+
+    def plan(*extra):  # a later flag overrides _args' own (--seeds 1, --precision fp32)
+        return main(_args(rerun, "--plan-only", "--rerun-of", str(first), *extra))
+
+    assert plan("--precision", "bf16", "--seeds", "2") == 2
+    err = capsys.readouterr().err
+    assert f"not a rerun of {first}" in err and "differ in more than their pretraining seeds: precision" in err
+    assert plan("--seeds", "1") == 2
+    assert "disjoint pretraining seeds; both studies have [1]" in capsys.readouterr().err
+    assert not rerun.exists() and not timed
+    assert plan("--seeds", "2") == 0
+    assert json.loads((rerun / "plan.json").read_text())["design"]["seeds"] == [2] and len(timed) == 1
+    with pytest.raises(FileNotFoundError, match="no plan.json"):
+        from glm53_flash.experiments.reruns import check_planned_rerun
+
+        check_planned_rerun(tmp_path / "nowhere", draft)
+
+
 def test_rl_switches_take_the_arms_runs_of_a_pretrain_switches_study(tmp_path, capsys, monkeypatch, one_thread):
     """The RL-switch study on disjoint pretraining seeds: its source may be this study, whose ours (000) and
     faithful (111) runs are the arms' pretraining; the RL recipe is the rl-generalisation study's."""

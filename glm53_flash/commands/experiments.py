@@ -229,6 +229,7 @@ def run_rl_choices(args) -> int:
 
     precision = resolve_precision("auto", str(resolve_device(cfg.device))).name if cfg.suite == "compositions" else None
     draft = build_plan(*options, None, None, cfg.suite, precision)
+    _check_rerun(cfg, draft)
     # Every unit on a sealed split (the confirmation and its reference) runs under one opening, granted
     # here, before the study directory is touched: a missing --open-sealed costs no training.
     opening = None if cfg.plan_only else _sealed_opening(cfg, out, draft)
@@ -237,6 +238,14 @@ def run_rl_choices(args) -> int:
                                                                                            precision)),
                                          cfg.suite, precision),
                       lambda plan: _run_rl_phases(cfg, out, plan, opening))
+
+
+def _check_rerun(cfg, draft: dict) -> None:
+    """With --rerun-of, the draft plan must be a rerun of that study (reruns.check_planned_rerun)."""
+    if cfg.rerun_of is not None:
+        from glm53_flash.experiments.reruns import check_planned_rerun
+
+        check_planned_rerun(cfg.rerun_of, draft)
 
 
 def _sealed_opening(cfg, out: Path, plan: dict):
@@ -296,6 +305,7 @@ def run_generalisation(args) -> int:
                    sealed_tasks=cfg.sealed_tasks, precision=resolve_precision(cfg.precision, device).name,
                    workers=cfg.workers)
     draft = generalisation.build_plan(**options, speed=None)  # validates the flags before timing anything
+    _check_rerun(cfg, draft)
     # Every pending sealed evaluation's opening is granted here, before the study directory is touched: a
     # refused one (a second opening without --reopen) costs no training. Without --open-sealed the study
     # runs up to its sealed evaluations and stops there.
@@ -325,6 +335,7 @@ def run_rl_switches(args) -> int:
     device = str(resolve_device(cfg.device))
     options = (Path(cfg.source), cfg.rl_seeds, cfg.switches, cfg.dev_tasks, cfg.workers)
     draft = rl_switches.build_plan(*options, None, seeds=cfg.seeds)
+    _check_rerun(cfg, draft)
 
     def run(plan):
         work = (out / "work").resolve()
@@ -353,6 +364,7 @@ def run_pretrain_switches(args) -> int:
                    sealed_tasks=cfg.sealed_tasks, precision=resolve_precision(cfg.precision, device).name,
                    workers=cfg.workers)
     draft = pretrain_switches.build_plan(**options, speed=None)  # validates the flags before timing anything
+    _check_rerun(cfg, draft)
     # The sealed split's opening is granted here, before the study directory is touched (a refused one costs
     # no training); its units run only after every dev run has finished and the decision is written.
     opening = None if cfg.plan_only or cfg.open_sealed is None else _sealed_opening(cfg, out, draft)

@@ -70,6 +70,17 @@ class StudyConfig(LiveLoggingConfig):
 
 
 @dataclass(kw_only=True)
+class RerunnableStudyConfig(StudyConfig):
+    """A study that `glm53 analyze --rerun-of` can compare with another: --rerun-of checks that before it runs."""
+
+    rerun_of: str | None = option(None, metavar="FIRST",
+                                  help="this study is the rerun of the study in FIRST: before anything runs, check "
+                                       "that the two designs differ only where a rerun may (what `glm53 analyze "
+                                       "--rerun-of` requires), so a mismatch fails at once",
+                                  default_text="none")
+
+
+@dataclass(kw_only=True)
 class PretrainingDataStudyConfig(StudyConfig):
     """Every knob of `glm53 experiment pretraining-data`; the design in plan.json comes from these."""
 
@@ -93,7 +104,7 @@ class PretrainingDataStudyConfig(StudyConfig):
 
 
 @dataclass(kw_only=True)
-class RLChoicesStudyConfig(StudyConfig):
+class RLChoicesStudyConfig(RerunnableStudyConfig):
     """Every knob of `glm53 experiment rl-choices`; the design in plan.json comes from these."""
 
     checkpoint: str = option(help="pretraining checkpoint directory every arm starts from")
@@ -150,7 +161,7 @@ _RL = generalisation.RL_RECIPE
 
 
 @dataclass(kw_only=True)
-class GeneralisationStudyConfig(StudyConfig):
+class GeneralisationStudyConfig(RerunnableStudyConfig):
     """Every knob of `glm53 experiment rl-generalisation`; the design in plan.json comes from these."""
 
     arms: tuple[str, ...] = option(("faithful", "ours"), parse=parse_name_list,
@@ -208,7 +219,7 @@ class GeneralisationStudyConfig(StudyConfig):
 
 
 @dataclass(kw_only=True)
-class RLSwitchesStudyConfig(StudyConfig):
+class RLSwitchesStudyConfig(RerunnableStudyConfig):
     """Every knob of `glm53 experiment rl-switches`; the design in plan.json comes from these."""
 
     source: str = option(help="a finished rl-generalisation (or pretrain-switches) study directory whose selected "
@@ -232,7 +243,7 @@ class RLSwitchesStudyConfig(StudyConfig):
 
 
 @dataclass(kw_only=True)
-class PretrainSwitchesStudyConfig(StudyConfig):
+class PretrainSwitchesStudyConfig(RerunnableStudyConfig):
     """Every knob of `glm53 experiment pretrain-switches`; the design in plan.json comes from these."""
 
     seeds: tuple[int, ...] = option(pretrain_switches.DEFAULT_SEEDS, parse=parse_seed_range,
@@ -275,6 +286,7 @@ __all__ = [
     "RLSwitchesStudyConfig",
     "PretrainingDataStudyConfig",
     "RLChoicesStudyConfig",
+    "RerunnableStudyConfig",
     "StudyConfig",
     "parse_name_list",
     "parse_seed_range",

@@ -378,6 +378,31 @@ def pretrain_switches_report_lines(comparison: dict, first_name: str) -> list[st
     return lines
 
 
+DESIGN_CHECKS = {gen.STUDY: _check_designs, RL_CHOICES_STUDY: check_rl_choices_designs,
+                 RL_SWITCHES_STUDY: check_rl_switches_designs, PRETRAIN_SWITCHES_STUDY: check_pretrain_switches_designs}
+
+
+def check_planned_rerun(first_directory: str | Path, draft: dict) -> None:
+    """Before a study's first run: `draft` (its plan, untimed) may be compared as the rerun of the study in
+    `first_directory` (the check `glm53 analyze --rerun-of` makes on the finished studies), or a ValueError
+    names what differs, so a mismatch (a precision `auto` resolved otherwise on this machine, a changed
+    flag) costs seconds instead of a study's hours."""
+    from glm53_flash.experiments.study import PLAN_FILE
+
+    path = Path(first_directory) / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"--rerun-of {first_directory}: no {PLAN_FILE}; give the first study's directory")
+    first = json.loads(path.read_text())
+    check = DESIGN_CHECKS.get(draft["study"])
+    if check is None:
+        raise ValueError(f"--rerun-of: reruns compare {', '.join(f'`{name}`' for name in DESIGN_CHECKS)} studies, "
+                         f"not `{draft['study']}`")
+    try:
+        check(first, draft)
+    except ValueError as error:
+        raise ValueError(f"this study is not a rerun of {first_directory}: {error}") from None
+
+
 def load(directory: Path) -> tuple[dict, list[dict]]:
     """A study directory's plan and the receipts of that plan."""
     from glm53_flash.experiments.study import PLAN_FILE, load_receipts
