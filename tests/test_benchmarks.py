@@ -13,7 +13,8 @@ from glm53_flash.model import ops
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     output = tmp_path / "model.json"
     run(preset="tiny", device_name="cpu", batch_size=2, seq_len=64, steps=1, warmup=1, decode_batch=2,
-        prompt_len=4, decode_total=12, reforward_every=3, output=str(output), precision_rounds=2)
+        prompt_len=4, decode_total=12, reforward_every=3, output=str(output), precision_rounds=2,
+        peak_sizes=(64, 128), precisions="fp32,bf16")  # the default sizes take minutes where bf16 is emulated
     receipt = json.loads(output.read_text())
     training, decode = receipt["training"], receipt["decode"]
     assert training["tokens_per_second"] > 0 and 0 < training["fraction_of_matmul_peak"]
@@ -338,7 +339,7 @@ def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
     start = tmp_path / "checkpoint-0000"
     save_checkpoint(start, GLM53Flash(ModelConfig.preset("tiny").replace(max_sequence_length=160)), {"stage": "test"})
     output = tmp_path / "rl.json"
-    result = run_rl(str(start), rounds=1, groups=2, output=str(output))
+    result = run_rl(str(start), rounds=1, groups=2, output=str(output), precisions="bf16,fp32")
     assert json.loads(output.read_text()) == json.loads(json.dumps(result))
     assert result["config"]["groups"] == 2 and result["config"]["group_size"] == 16  # the headline's groups
     for name in ("fp32", "bf16"):
@@ -442,9 +443,10 @@ def test_bench_profile_groups_every_operators_time_and_names_the_c_kernels(tmp_p
 
     out = tmp_path / "profile.json"
     assert main(["bench", "profile", "--preset", "tiny", "--batch-size", "4", "--sequence-length", "32",
-                 "--steps", "2", "--warmup", "1", "--output", str(out)]) == 0
+                 "--steps", "2", "--warmup", "1", "--precisions", "fp32,bf16", "--output", str(out)]) == 0
     receipt = json.loads(out.read_text())
     assert receipt["benchmark"] == "profile" and receipt["steps"] == 2 and not library._LABELS
+    assert receipt["precisions"] == {"names": ["fp32", "bf16"], "requested": "fp32,bf16", "reason": "asked for"}
     for name in ("fp32", "bf16"):
         record = receipt[name]
         total = sum(group["seconds_per_step"] for group in record["groups"].values())
@@ -455,6 +457,34 @@ def test_bench_profile_groups_every_operators_time_and_names_the_c_kernels(tmp_p
             assert record["groups"]["our C kernels"]["seconds_per_step"] > 0
             assert any(row["name"].startswith("glm53::") for row in record["top_operators"])
     assert "matrix products" in capsys.readouterr().out
+
+
+def test_benches_time_bf16_only_where_the_cpu_accelerates_it_unless_asked(tmp_path, monkeypatch):
+    """--precisions auto (the default of bench model, profile and rl) leaves bf16 out on a CPU without
+    AVX512-BF16 or AMX, where it is emulated and one step takes minutes, and says so in the receipt; a list
+    is taken as given (fp32 first); anything else is a clear error."""
+    from glm53_flash.benchmarks.common import bench_precisions
+    from glm53_flash.benchmarks.model import run as run_model
+    from glm53_flash.benchmarks.profile import run as run_profile
+    from glm53_flash.model import precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda cpuinfo=None: ["amx_bf16"])
+    assert bench_precisions("auto", "cpu") == {"names": ["fp32", "bf16"], "requested": "auto",
+                                               "reason": "auto: CPU with amx_bf16"}
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda cpuinfo=None: [])
+    emulated = bench_precisions("auto", "cpu")
+    assert emulated["names"] == ["fp32"] and "no AVX512-BF16 or AMX" in emulated["reason"]
+    assert "bf16 left out" in emulated["reason"]
+    assert bench_precisions("bf16,fp32", "cpu")["names"] == ["fp32", "bf16"]
+    assert bench_precisions("bf16", "cpu")["names"] == ["bf16"]
+    for bad in ("fp16", "fp32,fp32", "", "auto,fp32"):
+        with pytest.raises(ValueError, match="--precisions"):
+            bench_precisions(bad, "cpu")
+    receipt = run_profile(preset="tiny", batch_size=2, seq_len=16, steps=1, warmup=0)
+    assert receipt["precisions"] == emulated and "fp32" in receipt and "bf16" not in receipt
+    model = run_model(preset="tiny", device_name="cpu", batch_size=2, seq_len=16, steps=1, warmup=0, decode_batch=1,
+                      prompt_len=4, decode_total=8, reforward_every=4, precision_rounds=2, peak_sizes=(32,))
+    assert model["training"]["precision_comparison"] == {"skipped": emulated["reason"]}
 
 
 def test_bench_profile_groups_operators_by_the_first_rule_that_matches():

@@ -17,7 +17,7 @@ from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.train.engine import PRETRAINING, make_optimizer
 from glm53_flash.train.objective import language_model_update
-from glm53_flash.benchmarks.common import measure_matmul_peak, print_table, synchronize, timed_runs
+from glm53_flash.benchmarks.common import PEAK_SIZES, bench_precisions, measure_matmul_peak, print_table, synchronize, timed_runs
 
 
 def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
@@ -86,7 +86,8 @@ def eager_comparison(step, device, rounds: int) -> dict:
 PRECISION_WARMUP = 12  # bf16 steps before timing: oneDNN compiles a kernel per new product shape (model/moe.py)
 
 
-def precision_comparison(model, device, batch_size, seq_len, rounds: int, warmup: int = PRECISION_WARMUP) -> dict:
+def precision_comparison(model, device, batch_size, seq_len, rounds: int, warmup: int = PRECISION_WARMUP,
+                         peak_sizes=PEAK_SIZES) -> dict:
     """The same training step in fp32 and in bf16 (model/precision.py), with the fp32 and bf16 GEMM peaks,
     interleaved round by round in this process (peak fp32, peak bf16, one fp32 step, one bf16 step), so
     that every ratio comes from one run under one load. The steps train the bench's model in turn."""
@@ -104,7 +105,7 @@ def precision_comparison(model, device, batch_size, seq_len, rounds: int, warmup
     peaks = {"fp32": [], "bf16": []}
     for _ in range(rounds):
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            peaks[name].append(measure_matmul_peak(device, repeats=3, dtype=dtype)["flops_per_second"])
+            peaks[name].append(measure_matmul_peak(device, peak_sizes, repeats=3, dtype=dtype)["flops_per_second"])
         for name in ("fp32", "bf16"):
             times[name] += timed_runs(step(name), device, 0, 1)
     flops_per_token = training_flops_per_token(model, seq_len)
@@ -267,7 +268,7 @@ def stage(what: str) -> None:
 def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, seq_len: int = 128,
         steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_len: int = 64,
         decode_total: int | None = None, reforward_every: int = 1, output: str | None = None,
-        precision_rounds: int = 5) -> dict:
+        precision_rounds: int = 5, peak_sizes=PEAK_SIZES, precisions: str = "auto") -> dict:
     device = resolve_device(device_name)
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
@@ -286,22 +287,26 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     # The peak is measured before and after the training steps and the higher rate is the
     # denominator: on a shared machine one low measurement would otherwise flatter the fraction.
     stage("fp32 matmul peak")
-    peak_before = measure_matmul_peak(device)
+    peak_before = measure_matmul_peak(device, peak_sizes)
     stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}"
           + (f", then {steps} rounds of one eager and one kernel step" if compares_eager(device) else ""))
     training = bench_training(model, device, batch_size, seq_len, steps, warmup)
     stage("fp32 matmul peak again")
-    peak_after = measure_matmul_peak(device)
+    peak_after = measure_matmul_peak(device, peak_sizes)
     peak = max(peak_before, peak_after, key=lambda p: p["flops_per_second"])
     peak = dict(peak, before_training=peak_before["flops_per_second"], after_training=peak_after["flops_per_second"])
     flops_per_token = training_flops_per_token(model, seq_len)
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
-    if precision_rounds and device.type in ("cpu", "cuda"):
+    chosen = bench_precisions(precisions, device)
+    if precision_rounds and device.type in ("cpu", "cuda") and "bf16" not in chosen["names"]:
+        training["precision_comparison"] = {"skipped": chosen["reason"]}
+    elif precision_rounds and device.type in ("cpu", "cuda"):
         stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both peaks "
               "and one fp32 and one bf16 step")
-        training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len, precision_rounds)
+        training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len, precision_rounds,
+                                                                peak_sizes=peak_sizes)
     stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_len} -> {decode_total} tokens, twice")
     decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
     stage("decode step floors")
@@ -342,7 +347,8 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
                                       f"({c['peak_ratio_bf16_to_fp32']:.1f}x)"),
            ("training FLOP/s / own peak", f"bf16 {100 * c['bf16']['fraction_of_own_peak']:.1f}%, "
                                          f"fp32 {100 * c['fp32']['fraction_of_own_peak']:.1f}%")]
-          if (c := training.get("precision_comparison")) else []),
+          if (c := training.get("precision_comparison")) and "skipped" not in c else
+          [("training, bf16 vs fp32", f"not timed: {c['skipped']}")] if c else []),
         ("training peak memory", f"{training['peak_memory_bytes'] / gib:.2f} GiB ({training['peak_memory_kind']})"),
         ("decode, cached", f"{decode['cached_tokens_per_second']:.0f} tokens/s "
                            f"(batch {decode_batch}, {prompt_len} -> {decode['total_length']}, best of "

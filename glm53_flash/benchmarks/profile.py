@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from glm53_flash.benchmarks.common import print_table, synchronize, timed_runs
+from glm53_flash.benchmarks.common import bench_precisions, print_table, synchronize, timed_runs
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model import GLM53Flash
@@ -77,9 +77,10 @@ def breakdown(events, wall_seconds: float, steps: int) -> dict:
 
 
 def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, seq_len: int = 128, steps: int = 3,
-        warmup: int = 12, output: str | None = None) -> dict:
+        warmup: int = 12, output: str | None = None, precisions: str = "auto") -> dict:
     """Profile `steps` training steps per precision after `warmup` untimed steps of each (bf16 builds kernels
-    per new shape), fp32 and bf16 alternating step by step; plus as many unprofiled steps of each."""
+    per new shape), the precisions (`bench_precisions`) alternating step by step; plus as many unprofiled
+    steps of each."""
     from torch.profiler import ProfilerActivity, profile
 
     from glm53_flash.benchmarks.model import _training_batch
@@ -100,7 +101,8 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
     model = GLM53Flash(cfg).to(device).train()
     optimizer = make_optimizer(model, PRETRAINING)
     (inputs, labels), data = _training_batch(batch_size, seq_len)
-    precisions = {name: resolve_precision(name, device) for name in ("fp32", "bf16")}
+    chosen = bench_precisions(precisions, device)
+    precisions = {name: resolve_precision(name, device) for name in chosen["names"]}
 
     def step(name: str) -> None:
         language_model_update(model, optimizer, inputs, labels, PRETRAINING, precision=precisions[name])
@@ -131,7 +133,8 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
             "precision": precisions[name].record()}
     result = {"benchmark": "profile", "preset": preset, "device": str(device), "threads": torch.get_num_threads(),
               "batch_size": batch_size, "sequence_length": seq_len, "data": data, "warmup_steps": warmup,
-              "steps": steps, "order": "per round: one fp32 step, one bf16 step (unprofiled rounds first)",
+              "steps": steps, "precisions": chosen,
+              "order": f"per round: one step of each of {', '.join(precisions)} (unprofiled rounds first)",
               "groups_rules": {group: list(rules) for group, rules in GROUPS} | {OTHER: ["every other operator"],
                                                                                OUTSIDE: ["wall time minus the "
                                                                                          "operators' self times"]},

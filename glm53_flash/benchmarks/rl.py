@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from glm53_flash.core.receipts import provenance, write_json
-from glm53_flash.benchmarks.common import print_table
+from glm53_flash.benchmarks.common import bench_precisions, print_table
 
 # name -> (precision, beside a busy process, adaptive threads)
 CONDITIONS = {"fp32": ("fp32", False, False), "bf16": ("bf16", False, False)}
@@ -58,7 +58,7 @@ def _one(cfg) -> dict:
 
 
 def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None,
-        busy: bool = False) -> dict:
+        busy: bool = False, precisions: str = "auto") -> dict:
     from contextlib import nullcontext
 
     import torch
@@ -69,7 +69,8 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
     if not Path(checkpoint).is_dir():
         raise FileNotFoundError(f"--checkpoint {checkpoint} is not a checkpoint directory")
-    conditions = BUSY_CONDITIONS if busy else CONDITIONS
+    chosen = None if busy else bench_precisions(precisions, "cpu")
+    conditions = BUSY_CONDITIONS if busy else {name: CONDITIONS[name] for name in chosen["names"]}
     runs: dict[str, list[dict]] = {name: [] for name in conditions}
     config = None
     threads = torch.get_num_threads()
@@ -91,6 +92,7 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
     median = {name: {key: statistics.median(r[key] for r in rows) for key in keys} for name, rows in runs.items()}
     result = {
         "benchmark": "rl", "checkpoint": str(checkpoint), "rounds": rounds, "config": config, "busy": busy,
+        "precisions": chosen,
         "threads": threads, "conditions": {name: {"precision": c[0], "beside_a_busy_process": c[1],
                                                    "adapt_threads": c[2]} for name, c in conditions.items()},
         "runs": runs, "median": median,
@@ -105,11 +107,15 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
             rows.append((f"{name} / quiet: wall, rollouts, updates",
                          f"{ratio['wall_seconds']:.2f}x, {ratio['rollout_seconds']:.2f}x, {ratio['update_seconds']:.2f}x"))
     else:
-        result["bf16_speedup"] = {key: median["fp32"][key] / median["bf16"][key] for key in keys}
         result["fp32_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in runs["fp32"]}) == 1
-        speed = result["bf16_speedup"]
-        rows.append(("bf16 speed-up: wall, rollouts, updates",
-                     f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, {speed['update_seconds']:.2f}x"))
+        if "bf16" in runs:
+            result["bf16_speedup"] = {key: median["fp32"][key] / median["bf16"][key] for key in keys}
+            speed = result["bf16_speedup"]
+            rows.append(("bf16 speed-up: wall, rollouts, updates",
+                         f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, "
+                         f"{speed['update_seconds']:.2f}x"))
+        else:
+            rows.append(("bf16", chosen["reason"]))
     rows.append(("passing rollouts per run", ", ".join(f"{name} {[r['exact_training_rollouts'] for r in rs]}"
                                                         for name, rs in runs.items())))
     result["provenance"] = provenance(device="cpu")

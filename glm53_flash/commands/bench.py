@@ -8,7 +8,9 @@ from pathlib import Path
 
 from glm53_flash.model.config import PRESETS
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
+from glm53_flash.core.runtime import (
+    BENCH_PRECISIONS_HELP, DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS,
+)
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.commands.verify import add_limit_flags
 
@@ -42,6 +44,7 @@ def _add_bench_rl(bench_sub) -> None:
     parser.add_argument("--busy", action="store_true",
                         help="in fp32: quiet, then beside one CPU-bound process this bench starts, with the thread "
                              "count fixed and with --adapt-threads (instead of fp32 against bf16)")
+    parser.add_argument("--precisions", default="auto", help=BENCH_PRECISIONS_HELP + " (not with --busy: fp32)")
     parser.add_argument("--output", default="runs/bench/rl.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_rl)
 
@@ -49,7 +52,8 @@ def _add_bench_rl(bench_sub) -> None:
 def _run_bench_rl(args) -> int:
     from glm53_flash.benchmarks.rl import run
 
-    run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output, busy=args.busy)
+    run(args.checkpoint, rounds=args.rounds, groups=args.groups, output=args.output, busy=args.busy,
+        precisions=args.precisions)
     return 0
 
 
@@ -72,6 +76,7 @@ def _add_bench_profile(bench_sub) -> None:
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per precision (as many unprofiled)")
     parser.add_argument("--warmup", type=int, default=12,
                         help="untimed steps per precision first (bf16 builds kernels per new shape)")
+    parser.add_argument("--precisions", default="auto", help=BENCH_PRECISIONS_HELP)
     parser.add_argument("--output", default="runs/bench/profile.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_profile)
 
@@ -80,7 +85,7 @@ def _run_bench_profile(args) -> int:
     from glm53_flash.benchmarks.profile import run
 
     run(preset=args.preset, batch_size=args.batch_size, seq_len=args.sequence_length, steps=args.steps,
-        warmup=args.warmup, output=args.output)
+        warmup=args.warmup, output=args.output, precisions=args.precisions)
     return 0
 
 
@@ -158,6 +163,8 @@ def _add_model_and_architecture(bench_sub) -> None:
     parser.add_argument("--precision-rounds", type=int, default=5,
                         help="rounds of the fp32 and bf16 GEMM peaks and one fp32 and one bf16 training step, "
                              "interleaved (0 = skip the precision comparison)")
+    parser.add_argument("--precisions", default="auto",
+                        help=BENCH_PRECISIONS_HELP + "; without bf16 the precision comparison is skipped")
     parser.add_argument("--output", default="runs/bench/model.json", help="JSON receipt path")
     parser.set_defaults(func=lambda a: _run_model(a))
 
@@ -181,7 +188,8 @@ def _run_model(a) -> int:
     run(
         preset=a.preset, device_name=a.device, batch_size=a.batch_size, seq_len=a.sequence_length,
         steps=a.steps, decode_batch=a.decode_batch, prompt_len=a.prompt_length, decode_total=a.decode_length,
-        reforward_every=a.reforward_every, output=a.output, precision_rounds=a.precision_rounds)
+        reforward_every=a.reforward_every, output=a.output, precision_rounds=a.precision_rounds,
+        precisions=a.precisions)
     return 0
 
 

@@ -13,6 +13,9 @@ DEFAULT_DEVICE = "auto"  # every command's --device default: CUDA, then MPS, the
 PRECISIONS = ("fp32", "bf16", "auto")  # resolved by model/precision.py
 PRECISION_HELP = ("fp32, bf16 (the weight products in bf16 with float32 everything else on the CPU; autocast "
                   "on CUDA) or auto: bf16 where the device accelerates it (AVX512-BF16/AMX CPUs, CUDA with bf16)")
+BENCH_PRECISIONS_HELP = ("the precisions a bench times, comma-separated (fp32, bf16), or auto: both where the device "
+                         "accelerates bf16 (CUDA with bf16, a CPU with AVX512-BF16 or AMX), fp32 alone elsewhere, "
+                         "where bf16 is emulated and a step can take minutes")
 
 
 def resolve_device(name: str = "auto"):
