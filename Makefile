@@ -35,8 +35,8 @@ seeds: $(STAMP)
 # the same study on disjoint pretraining seeds, checked against the committed first study before it runs
 # (--rerun-of: the same design but for the seeds). The committed studies ran in bf16 (`auto` on the CPUs with
 # AVX512-BF16 or AMX they ran on), so the studies here ask for bf16. On a CPU without those instructions bf16
-# products are emulated (about 1 GFLOP/s against 150 in float32 on a 2-core AVX2 EPYC) and a study takes about
-# ten times as long as in float32; the plan states its time before the first run.
+# products are emulated (about 1 GFLOP/s on a 2-core AVX2 EPYC whose float32 peak is 184: BENCHMARKS, "A CPU
+# without AVX-512") and a study takes many times as long; the plan states its time before the first run.
 # STUDY_PRECISION=fp32 (or auto there) is another design, which --rerun-of refuses to call a rerun.
 STUDY_PRECISION ?= bf16
 STUDY_PURPOSE ?= make study-generalisation: the study's sealed evaluations, after every selection on dev
@@ -83,17 +83,18 @@ runs/study-pretrain-ours-%/checkpoint-2500/model.safetensors: | $(STAMP)
 
 study-rl-choices: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors
 	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-11/checkpoint-2500 \
-		--output runs/study-rl-choices --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 11"
+		--precision $(STUDY_PRECISION) --output runs/study-rl-choices --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 11"
 
 study-rl-choices-rerun: runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
 	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-12/checkpoint-2500 \
-		--output runs/study-rl-choices-rerun --rerun-of results/rl-choices-compositions --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
+		--precision $(STUDY_PRECISION) --output runs/study-rl-choices-rerun --rerun-of results/rl-choices-compositions \
+		--open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
 
 study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors \
 		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
 	for seed in 11 12; do \
 		$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-$$seed/checkpoint-2500 \
-			--output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --seeds 101 --confirm-arm temp-low \
+			--precision $(STUDY_PRECISION) --output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --seeds 101 --confirm-arm temp-low \
 			--confirm-seeds 2001:10:1 \
 			--open-sealed "$(RL_CHOICES_PURPOSE): temperature 0.20 fixed in advance, pretraining seed $$seed" || exit 1; \
 	done

@@ -350,6 +350,8 @@ def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
         assert result["median"][name]["wall_seconds"] == one["wall_seconds"]
     assert result["bf16_speedup"]["wall_seconds"] == (result["median"]["fp32"]["wall_seconds"]
                                                       / result["median"]["bf16"]["wall_seconds"])
+    only = run_rl(str(start), rounds=1, groups=1, precisions="bf16")  # one precision: no speed-up to report
+    assert set(only["runs"]) == {"bf16"} and "bf16_speedup" not in only and only["bf16_repeats_bit_identical"]
     # --busy: the same stage in fp32, quiet and beside the bench's own busy process, fixed and adaptive
     busy = run_rl(str(start), rounds=1, groups=1, busy=True)
     assert set(busy["runs"]) == {"quiet", "busy_fixed", "busy_adaptive"}
@@ -485,6 +487,12 @@ def test_benches_time_bf16_only_where_the_cpu_accelerates_it_unless_asked(tmp_pa
     model = run_model(preset="tiny", device_name="cpu", batch_size=2, seq_len=16, steps=1, warmup=0, decode_batch=1,
                       prompt_len=4, decode_total=8, reforward_every=4, precision_rounds=2, peak_sizes=(32,))
     assert model["training"]["precision_comparison"] == {"skipped": emulated["reason"]}
+    from glm53_flash.benchmarks.rl import run as run_rl
+
+    with pytest.raises(ValueError, match="--precisions"):  # refused before the model is built or timed
+        run_model(preset="tiny", device_name="cpu", precisions="fp32,bf61")
+    with pytest.raises(ValueError, match="--busy times fp32 alone"):
+        run_rl(str(tmp_path), busy=True, precisions="fp32")
 
 
 def test_bench_profile_groups_operators_by_the_first_rule_that_matches():

@@ -601,3 +601,24 @@ def test_the_evaluation_probe_times_tasks_only_after_a_warm_up(monkeypatch):
     monkeypatch.setattr(gen.time, "perf_counter", lambda: clock[0])
     assert gen.probe_evaluation(object(), "fp32") == pytest.approx(0.05)
     assert calls == [2, 4, 12]
+
+
+def test_rl_choices_takes_its_precision_on_compositions_only(tmp_path, monkeypatch, capsys):
+    """--precision is part of the compositions screen's design (a rerun pins the first study's, whatever
+    `auto` would pick on this CPU); the families screen, the original's, refuses it."""
+    from web_helpers import tiny_checkpoint
+
+    from glm53_flash.cli import main
+    from glm53_flash.experiments import rl_choices as rc
+
+    checkpoint = tiny_checkpoint(tmp_path / "checkpoint-0000")
+    monkeypatch.setattr(rc, "measure_speed", lambda *args, **kwargs: (0.01, 0.01))
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        assert main(["experiment", "rl-choices", "--suite", "compositions", "--checkpoint", str(checkpoint),
+                     "--output", str(out), "--precision", precision, "--plan-only", "--quiet"]) == 0
+        assert json.loads((out / "plan.json").read_text())["design"]["precision"] == precision
+    assert main(["experiment", "rl-choices", "--checkpoint", str(checkpoint), "--output", str(tmp_path / "families"),
+                 "--precision", "bf16", "--plan-only", "--quiet"]) == 2
+    assert "only the compositions suite's screen takes a precision" in capsys.readouterr().err
+    assert not (tmp_path / "families").exists()

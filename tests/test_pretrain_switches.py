@@ -262,10 +262,14 @@ def test_a_planned_rerun_is_checked_against_the_first_study_before_anything_runs
     assert not rerun.exists() and not timed
     assert plan("--seeds", "2") == 0
     assert json.loads((rerun / "plan.json").read_text())["design"]["seeds"] == [2] and len(timed) == 1
-    with pytest.raises(FileNotFoundError, match="no plan.json"):
-        from glm53_flash.experiments.reruns import check_planned_rerun
+    from glm53_flash.experiments.reruns import check_planned_rerun
 
+    with pytest.raises(FileNotFoundError, match="no plan.json"):
         check_planned_rerun(tmp_path / "nowhere", draft)
+    with pytest.raises(ValueError, match="reruns compare .*not `pretraining-data`"):
+        check_planned_rerun(first, {**draft, "study": "pretraining-data"})
+    with pytest.raises(ValueError, match="is a 'pretrain-switches' study; reruns compare `rl-generalisation`"):
+        check_planned_rerun(first, {**draft, "study": "rl-generalisation"})
 
 
 def test_rl_switches_take_the_arms_runs_of_a_pretrain_switches_study(tmp_path, capsys, monkeypatch, one_thread):

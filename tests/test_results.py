@@ -34,6 +34,52 @@ def assert_same_results(got, expected, where: str = "") -> None:
 SUMMARIES = sorted((ROOT / "results").glob("*/summary.json"))
 
 
+def _makefile_command(target: str, variables: dict[str, str]) -> list[str]:
+    """The arguments after `glm53` of a Makefile target's one recipe command, variables filled in."""
+    import re
+    import shlex
+
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    recipe = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip().rstrip("\\").strip())
+    command = re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], " ".join(recipe))
+    words = shlex.split(command)
+    assert words[0] == "BIN/glm53", command
+    return words[1:]
+
+
+@pytest.mark.parametrize("target, first", [("study-generalisation-rerun", "rl-generalisation"),
+                                           ("study-pretrain-switches-rerun", "pretrain-switches")])
+def test_the_makefiles_reruns_are_reruns_of_the_committed_studies(target, first, tmp_path, monkeypatch):
+    """Each rerun target, planned as the Makefile runs it (STUDY_PRECISION's bf16 on any CPU), passes the design
+    check against the committed first study: a study default changed since the first study ran would make
+    the rerun incomparable, and this fails before anyone spends the hours."""
+    import re
+
+    from glm53_flash.cli import main
+    from glm53_flash.experiments import generalisation, pretrain_switches
+
+    fake = {"seconds_per_step": 0.01, "seconds_per_rollout": 0.01, "seconds_per_eval_task": 0.01, "probe": "a test's"}
+    for module in (generalisation, pretrain_switches):
+        monkeypatch.setattr(module, "measure_speed", lambda *args, **kwargs: dict(fake))
+    precision = re.search(r"^STUDY_PRECISION \?= (\w+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    args = _makefile_command(target, {"BIN": "BIN", "STUDY_PRECISION": precision, "STUDY_PURPOSE": "test",
+                                      "PRETRAIN_SWITCHES_PURPOSE": "test"})
+    assert args[args.index("--rerun-of") + 1] == f"results/{first}"
+    args[args.index("--rerun-of") + 1] = str(ROOT / "results" / first)
+    args[args.index("--output") + 1] = str(tmp_path / "rerun")
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--plan-only", "--quiet"]) == 0
+    plan = json.loads((tmp_path / "rerun" / "plan.json").read_text())
+    committed = json.loads((ROOT / "results" / first / "plan.json").read_text())
+    assert plan["design"]["precision"] == committed["design"]["precision"] == precision
+    assert not set(plan["design"]["seeds"]) & set(committed["design"]["seeds"])
+
+
 def test_the_results_comparison_tolerates_only_the_last_bits_of_floats():
     assert_same_results({"a": [1.0, 2], "b": "x"}, {"a": [1.0 + 1e-13, 2], "b": "x"})
     for got in ({"a": [1.0001, 2], "b": "x"}, {"a": [1.0, 3], "b": "x"}, {"a": [1.0, 2], "b": "y"},

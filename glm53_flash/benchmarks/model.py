@@ -17,7 +17,9 @@ from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.train.engine import PRETRAINING, make_optimizer
 from glm53_flash.train.objective import language_model_update
-from glm53_flash.benchmarks.common import PEAK_SIZES, bench_precisions, measure_matmul_peak, print_table, synchronize, timed_runs
+from glm53_flash.benchmarks.common import (
+    PEAK_SIZES, bench_precisions, measure_matmul_peak, print_table, synchronize, timed_runs,
+)
 
 
 def training_flops_per_token(model: GLM53Flash, seq_len: int) -> float:
@@ -270,6 +272,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
         decode_total: int | None = None, reforward_every: int = 1, output: str | None = None,
         precision_rounds: int = 5, peak_sizes=PEAK_SIZES, precisions: str = "auto") -> dict:
     device = resolve_device(device_name)
+    chosen = bench_precisions(precisions, device)  # a bad list is refused before anything is timed
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     decode_total = cfg.max_sequence_length if decode_total is None else decode_total
@@ -299,9 +302,9 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
-    chosen = bench_precisions(precisions, device)
-    if precision_rounds and device.type in ("cpu", "cuda") and "bf16" not in chosen["names"]:
-        training["precision_comparison"] = {"skipped": chosen["reason"]}
+    if precision_rounds and device.type in ("cpu", "cuda") and chosen["names"] != ["fp32", "bf16"]:
+        training["precision_comparison"] = {"skipped": chosen["reason"] if precisions == "auto" else
+                                            f"--precisions {precisions}: the comparison times fp32 against bf16"}
     elif precision_rounds and device.type in ("cpu", "cuda"):
         stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both peaks "
               "and one fp32 and one bf16 step")

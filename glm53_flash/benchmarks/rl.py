@@ -69,6 +69,8 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
     if not Path(checkpoint).is_dir():
         raise FileNotFoundError(f"--checkpoint {checkpoint} is not a checkpoint directory")
+    if busy and precisions != "auto":
+        raise ValueError("--busy times fp32 alone (quiet and beside a busy process); leave --precisions out")
     chosen = None if busy else bench_precisions(precisions, "cpu")
     conditions = BUSY_CONDITIONS if busy else {name: CONDITIONS[name] for name in chosen["names"]}
     runs: dict[str, list[dict]] = {name: [] for name in conditions}
@@ -107,14 +109,15 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
             rows.append((f"{name} / quiet: wall, rollouts, updates",
                          f"{ratio['wall_seconds']:.2f}x, {ratio['rollout_seconds']:.2f}x, {ratio['update_seconds']:.2f}x"))
     else:
-        result["fp32_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in runs["fp32"]}) == 1
-        if "bf16" in runs:
+        for name, repeats in runs.items():
+            result[f"{name}_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in repeats}) == 1
+        if set(runs) == {"fp32", "bf16"}:
             result["bf16_speedup"] = {key: median["fp32"][key] / median["bf16"][key] for key in keys}
             speed = result["bf16_speedup"]
             rows.append(("bf16 speed-up: wall, rollouts, updates",
                          f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, "
                          f"{speed['update_seconds']:.2f}x"))
-        else:
+        elif "bf16" not in runs:
             rows.append(("bf16", chosen["reason"]))
     rows.append(("passing rollouts per run", ", ".join(f"{name} {[r['exact_training_rollouts'] for r in rs]}"
                                                         for name, rs in runs.items())))

@@ -227,7 +227,8 @@ def run_rl_choices(args) -> int:
     from glm53_flash.core.runtime import resolve_device
     from glm53_flash.model.precision import resolve_precision
 
-    precision = resolve_precision("auto", str(resolve_device(cfg.device))).name if cfg.suite == "compositions" else None
+    precision = (resolve_precision(cfg.precision, str(resolve_device(cfg.device))).name if cfg.suite == "compositions"
+                 else None)
     draft = build_plan(*options, None, None, cfg.suite, precision)
     _check_rerun(cfg, draft)
     # Every unit on a sealed split (the confirmation and its reference) runs under one opening, granted

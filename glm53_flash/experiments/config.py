@@ -127,6 +127,9 @@ class RLChoicesStudyConfig(RerunnableStudyConfig):
                                             "(compositions)")
     confirm_arm: str | None = option(None, help="confirm this arm instead of the screen's winner",
                                      default_text="the screen's winner")
+    precision: str = option("auto", choices=PRECISIONS,
+                            help=PRECISION_HELP + "; part of the design; the compositions suite only (the families "
+                                                  "screen keeps the original's default)")
     open_sealed: str | None = option(None, metavar="PURPOSE",
                                      help="the confirmation evaluates the sealed split final: say why it is "
                                           "opened (recorded in the ledger; `glm53 ledger`)",
@@ -141,6 +144,12 @@ class RLChoicesStudyConfig(RerunnableStudyConfig):
         if self.arms is None:
             self.arms = tuple(arms_of(self.suite)) if self.suite in ("families", "compositions") else tuple(ARMS)
         self.arms, self.seeds, self.confirm_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.confirm_seeds)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.precision != "auto" and self.suite != "compositions":
+            raise ValueError(f"--precision {self.precision}: only the compositions suite's screen takes a precision; "
+                             "the families screen runs the original's default")
 
 
 def _optional_count(text: str) -> int | None:
