@@ -302,14 +302,15 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
-    if precision_rounds and device.type in ("cpu", "cuda") and chosen["names"] != ["fp32", "bf16"]:
-        training["precision_comparison"] = {"skipped": chosen["reason"] if precisions == "auto" else
-                                            f"--precisions {precisions}: the comparison times fp32 against bf16"}
-    elif precision_rounds and device.type in ("cpu", "cuda"):
-        stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both peaks "
-              "and one fp32 and one bf16 step")
-        training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len, precision_rounds,
-                                                                peak_sizes=peak_sizes)
+    if precision_rounds and device.type in ("cpu", "cuda"):
+        if chosen["names"] == ["fp32", "bf16"]:
+            stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both "
+                  "peaks and one fp32 and one bf16 step")
+            training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len,
+                                                                    precision_rounds, peak_sizes=peak_sizes)
+        else:
+            training["precision_comparison"] = {"skipped": chosen["reason"] if precisions == "auto" else
+                                                f"--precisions {precisions}: the comparison times fp32 against bf16"}
     stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_len} -> {decode_total} tokens, twice")
     decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
     stage("decode step floors")

@@ -91,6 +91,7 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
     if warmup < 0:
         raise ValueError(f"--warmup must be at least 0, got {warmup}")
     device = resolve_device(device_name)
+    chosen = bench_precisions(precisions, device)  # a bad list is refused before anything is built
     if device.type != "cpu":
         raise ValueError("glm53 bench profile measures the CPU step (torch's CPU profiler); got "
                          f"--device {device_name}")
@@ -101,7 +102,6 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
     model = GLM53Flash(cfg).to(device).train()
     optimizer = make_optimizer(model, PRETRAINING)
     (inputs, labels), data = _training_batch(batch_size, seq_len)
-    chosen = bench_precisions(precisions, device)
     precisions = {name: resolve_precision(name, device) for name in chosen["names"]}
 
     def step(name: str) -> None:

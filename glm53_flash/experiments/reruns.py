@@ -387,12 +387,7 @@ def check_planned_rerun(first_directory: str | Path, draft: dict) -> None:
     `first_directory` (the check `glm53 analyze --rerun-of` makes on the finished studies), or a ValueError
     names what differs, so a mismatch (a precision `auto` resolved otherwise on this machine, a changed
     flag) costs seconds instead of a study's hours."""
-    from glm53_flash.experiments.study import PLAN_FILE
-
-    path = Path(first_directory) / PLAN_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"--rerun-of {first_directory}: no {PLAN_FILE}; give the first study's directory")
-    first = json.loads(path.read_text())
+    first = read_plan(first_directory)
     check = DESIGN_CHECKS.get(draft["study"])
     if check is None:
         raise ValueError(f"--rerun-of: reruns compare {', '.join(f'`{name}`' for name in DESIGN_CHECKS)} studies, "
@@ -403,14 +398,21 @@ def check_planned_rerun(first_directory: str | Path, draft: dict) -> None:
         raise ValueError(f"this study is not a rerun of {first_directory}: {error}") from None
 
 
-def load(directory: Path) -> tuple[dict, list[dict]]:
-    """A study directory's plan and the receipts of that plan."""
-    from glm53_flash.experiments.study import PLAN_FILE, load_receipts
+def read_plan(directory: str | Path) -> dict:
+    """The plan.json of the study named by --rerun-of, or a clear error."""
+    from glm53_flash.experiments.study import PLAN_FILE
 
     path = Path(directory) / PLAN_FILE
     if not path.is_file():
         raise FileNotFoundError(f"--rerun-of {directory}: no {PLAN_FILE}; give the first study's directory")
-    plan = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+def load(directory: Path) -> tuple[dict, list[dict]]:
+    """A study directory's plan and the receipts of that plan."""
+    from glm53_flash.experiments.study import load_receipts
+
+    plan = read_plan(directory)
     return plan, load_receipts(directory, plan["plan_sha256"])
 
 
