@@ -28,7 +28,7 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
         description="Judge a full program (prompt + completion) for a frozen task. Exit status: 0 passed, "
                     "1 judged but not passed (failed, invalid or limit), 2 bad input.",
     )
-    parser.add_argument("--task-id", help="frozen task id, e.g. confirm-double-000 (required unless --isolation)")
+    parser.add_argument("--task-id", help="task id of an unsealed split, e.g. dev-double-000 (required unless --isolation)")
     parser.add_argument("--source",
                         help="file holding the full program (prompt + completion); '-' reads stdin "
                              f"(at most {MAX_SOURCE_BYTES} bytes are read: a longer program is invalid)")
