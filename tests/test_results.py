@@ -99,7 +99,8 @@ def test_readme_shows_each_study_table_as_generated(path):
 
 @pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",
                                   "rl-choices-compositions", "rl-choices-compositions-rerun",
-                                  "rl-choices-temperature-11", "rl-choices-temperature-12", "pretrain-switches"])
+                                  "rl-choices-temperature-11", "rl-choices-temperature-12", "pretrain-switches",
+                                  "pretrain-switches-rerun"])
 def test_study_results_are_committed_with_their_plan_and_receipts(name):
     directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())
@@ -296,17 +297,18 @@ def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
     assert studies == sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json"))
 
 
-def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_the_sealed_split_once():
-    """results/pretrain-switches/: every receipt is of the committed plan, the summary's dev and sealed effects are
-    what the analysis computes from them, the dev decision (selection.json) was written before the first sealed
-    receipt, and every sealed receipt is in the ledger once, all under one opening of the plan."""
+@pytest.mark.parametrize("name", ["pretrain-switches", "pretrain-switches-rerun"])
+def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_the_sealed_split_once(name):
+    """results/pretrain-switches/ and its rerun: every receipt is of the committed plan, the summary's dev and sealed
+    effects are what the analysis computes from them, the dev decision (selection.json) was written before the first
+    sealed receipt, and every sealed receipt is in the ledger once, all under one opening of the plan."""
     from datetime import datetime
 
     from glm53_flash.core.receipts import sha256_file
     from glm53_flash.evaluation.ledger import read_ledger
     from glm53_flash.experiments import pretrain_switches as ps
 
-    directory = ROOT / "results" / "pretrain-switches"
+    directory = ROOT / "results" / name
     plan = json.loads((directory / "plan.json").read_text())
     selection = json.loads((directory / "selection.json").read_text())
     receipts = [json.loads(p.read_text()) for p in sorted((directory / "runs").glob("*.json"))]
@@ -325,6 +327,24 @@ def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_th
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
+def test_the_pretrain_switches_rerun_comparison_is_what_both_studies_receipts_give():
+    """results/pretrain-switches-rerun/ (pretraining seeds 24 and 25) against results/pretrain-switches/ (21 and
+    22): the committed comparison, per phase and switch, rebuilds from both studies' receipts; the seeds are
+    disjoint, and the same study compared with itself is refused."""
+    from glm53_flash.experiments import reruns
+
+    first_plan, first_receipts = reruns.load(ROOT / "results" / "pretrain-switches")
+    plan, receipts = reruns.load(ROOT / "results" / "pretrain-switches-rerun")
+    assert len(receipts) == len(plan["units"])
+    assert not set(first_plan["design"]["seeds"]) & set(plan["design"]["seeds"])
+    summary = json.loads((ROOT / "results" / "pretrain-switches-rerun" / "summary.json").read_text())
+    assert_same_results(reruns.compare_pretrain_switches(first_plan, first_receipts, plan, receipts),
+                        summary["rerun"], "rerun")
+    assert set(summary["rerun"]["phases"]) == {"dev", "sealed"}
+    with pytest.raises(ValueError):
+        reruns.compare_pretrain_switches(first_plan, first_receipts, first_plan, first_receipts)
+
+
 def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     """results/rl-switches-rerun/ (from the pretrain-switches study's arms, seeds 21 and 22) against
     results/rl-switches/ (seeds 6-8): the committed comparison rebuilds from both studies' receipts."""
@@ -339,3 +359,24 @@ def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
                                        plan, rl_switches.compute(plan, receipts))
     assert_same_results(again, summary["rerun"], "rerun")
     assert_same_results(rl_switches.compute(plan, receipts)["comparisons"], summary["comparisons"], "comparisons")
+
+
+def test_analyze_prints_the_pretrain_switches_rerun_per_phase(tmp_path, capsys):
+    """`glm53 analyze RERUN --rerun-of FIRST` on a copy of the committed pretrain-switches rerun: its verdict
+    comes per phase (the comparison has no single all_hold), as the committed summary has it."""
+    import shutil
+
+    from glm53_flash.cli import main
+
+    source = ROOT / "results" / "pretrain-switches-rerun"
+    copy = tmp_path / "rerun"
+    (copy / "runs").mkdir(parents=True)
+    for name in ("plan.json", "selection.json"):
+        shutil.copy(source / name, copy / name)
+    for receipt in (source / "runs").glob("*.json"):
+        shutil.copy(receipt, copy / "runs" / receipt.name)
+    assert main(["analyze", str(copy), "--rerun-of", str(ROOT / "results" / "pretrain-switches")]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    committed = json.loads((source / "summary.json").read_text())["rerun"]["phases"]
+    assert {key: value for key, value in shown.items() if key.startswith("every row holds")} == {
+        f"every row holds in the rerun ({phase})": result["all_hold"] for phase, result in committed.items()}

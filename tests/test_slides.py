@@ -22,6 +22,7 @@ SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "arc
                "research-rl-generalisation-charts", "research-rl-generalisation-rerun",
                "research-rl-generalisation-rerun-table", "research-rl-generalisation-rerun-charts", "research-rl-switches", "research-rl-switches-table",
                "research-rl-switches-charts", "research-pretrain-switches", "research-pretrain-switches-charts",
+               "research-pretrain-switches-rerun", "research-pretrain-switches-rerun-charts",
                "sources"]
 REPO = RESULTS.parent
 
@@ -144,8 +145,9 @@ def test_charts_are_inline_svg_with_text_and_stated_sample_sizes(deck):
     charts = re.findall(r'<svg class="chart".*?</svg>', deck, flags=re.S)
     # per-seed, pretraining (loss and selection), RL (reward and selection), families; vision; the
     # pretraining-data study's curves and differences; the RL-choices screen and confirmation, on the families
-    # and on the compositions suite; the RL-generalisation study's effects and its rerun's; the RL-switches study's effects
-    assert len(charts) == 15
+    # and on the compositions suite; the RL-generalisation study's effects and its rerun's; the RL-switches study's effects;
+    # the pretraining-switch study's effects and its rerun's
+    assert len(charts) == 16
     for svg in charts:
         assert "<text" in svg and "n=" in svg
         assert not re.search(r'<svg[^>]*\swidth="', svg)  # sized by the page, not fixed

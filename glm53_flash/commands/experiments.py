@@ -498,7 +498,12 @@ def run_analyze(args) -> int:
     summary = analyze(args.directory, force=args.force, argv=sys.argv, rerun_of=args.rerun_of)
     shown = {"study": summary["study"], "runs": summary["runs"], "answers": summary["answers"]}
     if "rerun" in summary:
-        shown["every row holds in the rerun"] = summary["rerun"]["all_hold"]
+        rerun = summary["rerun"]
+        if "phases" in rerun:  # pretrain-switches: a verdict per phase both studies finished
+            for phase, result in rerun["phases"].items():
+                shown[f"every row holds in the rerun ({phase})"] = result["all_hold"]
+        else:
+            shown["every row holds in the rerun"] = rerun["all_hold"]
     print(json.dumps(shown, indent=2))
     print(f"wrote {Path(args.directory) / 'REPORT.md'}", file=sys.stderr)
     return 0

@@ -72,6 +72,8 @@ STUDIES = (
      "rl-switches/summary.json"),
     ("research-pretrain-switches", "Research study: which pretraining switch matters?",
      "make study-pretrain-switches", "pretrain-switches/summary.json"),
+    ("research-pretrain-switches-rerun", "Research study: which pretraining switch matters? The rerun",
+     "make study-pretrain-switches-rerun", "pretrain-switches-rerun/summary.json"),
 )
 
 
@@ -115,8 +117,8 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
     elif slide_id == "research-rl-switches":
         made = [(sc.draw_rl_switches(study, size=(12, 5.4)), "rl-switches-effects",
                  "each RL switch flipped alone: its effect on the dev pass rate per arm, with each seed")]
-    elif slide_id == "research-pretrain-switches":
-        made = [(sc.draw_pretrain_switches(study, size=(12, 5.4)), "pretrain-switches-effects",
+    elif slide_id in ("research-pretrain-switches", "research-pretrain-switches-rerun"):
+        made = [(sc.draw_pretrain_switches(study, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
                  "each pretraining switch's main effect on the pass rate, on dev and on the sealed split, with its "
                  "intervals over behaviours and over runs")]
     else:
