@@ -432,3 +432,171 @@ def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
     assert record["environment"]["GLM53_KERNEL_ISA"] == "avx2"
     assert set(record["environment"]) == {name for name in dispatch.SWITCHES if name.startswith("GLM53_")}
     assert provenance()["decode_kernels"] == ops.status()  # this module has looked for the library
+
+
+# ----------------------------------------------------------------------------------- the one-call decode step
+
+
+def _stack_case(generator, *, streams=3, batch=4, dim=32, heads=4, hidden=24, experts=4, layers=("linear", "rotate",
+                                                                                                   "sparse")):
+    """A random stack's layers (DecodeStack's dicts) and states: a linear layer, a linear layer that rotates
+    first, a sparse layer with kept keys and room for more."""
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
+
+    d = dim // heads
+    stack, states = [], []
+    for kind in layers:
+        weights = _block_weights(generator, streams, dim, hidden, experts)
+        stack.append(dict(sparse=kind == "sparse", rotate=kind == "rotate",
+                          input_logits=torch.randn(streams, generator=generator),
+                          attn_norm=1 + 0.1 * torch.randn(dim, generator=generator), qkv_weight=rand(3 * dim, dim),
+                          output_logits=weights["output_logits"], out_weight=weights["out_weight"],
+                          moe_norm=weights["norm_weight"], router=weights["router"], gate_up=weights["gate_up"],
+                          down=weights["down"], shared_up=weights["shared_up"], shared_down=weights["shared_down"]))
+        if kind == "sparse":
+            states.append([torch.randn(batch, heads, 12, d, generator=generator),
+                           torch.randn(batch, heads, 12, d, generator=generator), 9, 4])
+        else:
+            states.append([torch.rand(batch, heads, d, d, generator=generator),
+                           torch.rand(batch, heads, d, generator=generator) + 1])
+    return stack, states
+
+
+def _pieces(stack, states, streams, cos, sin, heads, top_k, double_residual, eps, floor):
+    """The stack as its three pieces per layer, called one layer at a time (what the model ran before the
+    one-call step): the streams and counts, the states updated in place."""
+    counts = []
+    for layer, state in zip(stack, states):
+        mixed, qkv = ops.decode_attention_in(streams, layer["input_logits"], layer["attn_norm"], eps,
+                                             layer["qkv_weight"])
+        if layer["sparse"]:
+            keys, values, kept, slot = state
+            attn = ops.sparse_attention_step(qkv, keys, values, kept, slot, cos, sin)
+        else:
+            rotate = layer["rotate"]
+            attn = ops.linear_attention_step(qkv, state[0], state[1], cos if rotate else None,
+                                             sin if rotate else None, floor)
+        streams, used = ops.decode_moe_out(streams, layer["output_logits"], double_residual, attn, layer["out_weight"],
+                                           mixed, layer["moe_norm"], eps, layer["router"], top_k, layer["gate_up"],
+                                           layer["down"], layer["shared_up"], layer["shared_down"])
+        counts.append(used)
+    return streams, torch.stack(counts)
+
+
+def _copy_states(states):
+    return [[part.clone() if isinstance(part, torch.Tensor) else part for part in state] for state in states]
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("double_residual,broadcast,slot", [(True, True, 4), (False, False, 9), (True, False, -1)])
+def test_the_one_call_decode_step_equals_its_pieces_layer_by_layer_bit_for_bit(bf16, double_residual, broadcast,
+                                                                                slot):
+    """DecodeStack runs every layer's decode_attention_in, attention step and decode_moe_out in one C call:
+    its streams, routed counts and every state it updates (a linear layer's kv and z in place, a sparse
+    layer's key and value stored at `slot`: a reused slot, the end, or nowhere) equal those three ops
+    called layer by layer, bit for bit, on float32 weights and on bf16 ones."""
+    generator = torch.Generator().manual_seed(11 + slot)
+    heads, top_k, eps, floor = 4, 2, 1e-6, 1e-6
+    stack, states = _stack_case(generator)
+    states[2][3] = slot
+    if bf16:
+        stack = [{name: value.bfloat16() if name in ops.PRODUCT_WEIGHTS else value for name, value in layer.items()}
+                 for layer in stack]
+    streams = (torch.randn(1, 4, 1, 32, generator=generator).expand(3, -1, -1, -1) if broadcast
+               else torch.randn(3, 4, 1, 32, generator=generator))
+    cos, sin = torch.rand(8, generator=generator), torch.rand(8, generator=generator)
+    theirs = _copy_states(states)
+    with torch.inference_mode():
+        decode = ops.DecodeStack(stack, heads=heads, top_k=top_k, double_residual=double_residual, eps=eps, floor=floor)
+        assert decode.bf16 == bf16
+        new_streams, counts = decode.step(streams, states, cos, sin)
+        want_streams, want_counts = _pieces(stack, theirs, streams, cos, sin, heads, top_k, double_residual, eps, floor)
+    assert torch.equal(new_streams, want_streams) and torch.equal(counts, want_counts)
+    for mine, other in zip(states, theirs):
+        assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(mine, other))
+    assert not torch.equal(new_streams, streams.expand_as(new_streams))  # the layers did something
+
+
+def test_the_one_call_decode_step_refuses_what_it_cannot_take():
+    """Its wrapper checks each weight once (shapes, one dtype for the products, float32 elsewhere) and every
+    step's streams and states, with the op, the layer and the rule in the message; nothing runs on refusal."""
+    generator = torch.Generator().manual_seed(3)
+    stack, states = _stack_case(generator)
+    streams = torch.randn(3, 4, 1, 32, generator=generator)
+    cos, sin = torch.rand(8), torch.rand(8)
+    options = dict(heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6)
+
+    def refused(match, layers=None, **changed):
+        with pytest.raises(ops.KernelArgumentError, match=match):
+            ops.DecodeStack(stack if layers is None else layers, **{**options, **changed})
+
+    refused("no layers", layers=[])
+    refused("must all be float32 or all bf16", layers=[stack[0], {**stack[1], "down": stack[1]["down"].bfloat16()}])
+    refused("layer 1: router", layers=[stack[0], {**stack[1], "router": stack[1]["router"].bfloat16()}])
+    refused("layer 2: shared_down has shape", layers=[*stack[:2], {**stack[2], "shared_down": torch.randn(32, 8)}])
+    refused("layer 0: qkv_weight must be contiguous", layers=[{**stack[0], "qkv_weight": torch.randn(32, 96).t()}])
+    refused("head size", heads=3)
+    refused("top_k", top_k=5)
+    decode = ops.DecodeStack(stack, **options)
+    before = _copy_states(states)
+
+    def step_refused(match, streams=streams, states=states, cos=cos, sin=sin):
+        with pytest.raises(ops.KernelArgumentError, match=match):
+            with torch.inference_mode():
+                decode.step(streams, states, cos, sin)
+
+    step_refused("S = 2, D = 32", streams=streams[:2])
+    step_refused("2 layer states for 3 layers", states=states[:2])
+    step_refused("layer 0: kv has shape", states=[[states[0][0][:, :, :4].contiguous(), states[0][1]], *states[1:]])
+    step_refused("layer 0: kv must be contiguous", states=[[states[0][0].transpose(2, 3), states[0][1]], *states[1:]])
+    step_refused("layer 2: kept = 13", states=[*states[:2], [*states[2][:2], 13, 4]])
+    step_refused("layer 2: slot = 12", states=[*states[:2], [*states[2][:2], 9, 12]])
+    step_refused("layer 2: values", states=[*states[:2], [states[2][0], states[2][1][:, :, :6], 9, 4]])
+    step_refused("cos", cos=torch.rand(16))
+    assert all(torch.equal(a, b) for mine, old in zip(states, before) for a, b in zip(mine[:2], old[:2]))
+
+
+def test_the_one_call_decode_steps_c_entry_refuses_on_its_own():
+    """glm53_decode_stack checks its sizes and each layer's fields before any layer runs (the wrapper
+    bypassed): an unknown layer kind, a missing pointer, a sparse layer's kept keys or slot outside its
+    buffer, rotation without the tables, and the number of fields is the one ops.LAYER_FIELDS names."""
+    import ctypes
+
+    library = ops.library._required()
+    assert library.glm53_layer_fields() == len(ops.LAYER_FIELDS)
+    generator = torch.Generator().manual_seed(4)
+    stack, states = _stack_case(generator)
+    decode = ops.DecodeStack(stack, heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6)
+    streams = torch.randn(3, 4, 1, 32, generator=generator)
+    cos, sin = torch.rand(8), torch.rand(8)
+    fields = {name: index for index, name in enumerate(ops.LAYER_FIELDS)}
+    width = len(ops.LAYER_FIELDS)
+    out = torch.full((3, 4, 1, 32), 7.0)
+    counts = torch.zeros(3, 4, dtype=torch.int64)
+    with torch.inference_mode():
+        decode.step(streams, states, cos, sin)  # fills the table's per-step fields with legal values
+
+    def status(layer=None, field=None, value=None, with_tables=True, layers=3):
+        table = (ctypes.c_int64 * len(decode.table))(*decode.table)
+        if layer is not None:
+            table[layer * width + fields[field]] = value
+        return ops.library._required().glm53_decode_stack(
+            ctypes.addressof(table), layers, streams.data_ptr(), 4 * 32, 3, 4, 32, 4, 4, 2, 24, 1, 0, 1e-6, 1e-6,
+            cos.data_ptr() if with_tables else None, sin.data_ptr() if with_tables else None, counts.data_ptr(),
+            out.data_ptr())
+
+    refusals = {
+        "layer kind 2": status(0, "sparse", 2),
+        "rotate 3": status(1, "rotate", 3),
+        "no router": status(1, "router", 0),
+        "no keys": status(2, "state_a", 0),
+        "kept past capacity": status(2, "kept", 13),
+        "kept past the score buffer": status(2, "kept", ops.LIMITS["keys"]),
+        "slot past capacity": status(2, "slot", 12),
+        "slot -2": status(2, "slot", -2),
+        "no tables": status(with_tables=False),
+        "no layers": status(layers=0),
+    }
+    assert {what: code for what, code in refusals.items() if code != ops.library.OUT_OF_RANGE} == {}
+    assert bool((out == 7.0).all()) and not counts.any()

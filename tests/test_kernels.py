@@ -597,9 +597,9 @@ def _decode_logits(model, ids, prompt, batch_rows):
 ])
 def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forward(
         monkeypatch, stream_mode, linear_rope, window, stride, rows, streams):
-    """Every decode step of every layer in three C calls (mix/norm/qkv, the attention step, out/MoE/
-    streams' write) equals the kernels one operation at a time, the eager path, and the full forward;
-    the sparse layers' kept keys (slots reused as keys leave the window) and positions match too."""
+    """Every decode step of every layer in one C call (per layer: mix/norm/qkv, the attention step,
+    out/MoE/streams' write) equals the kernels one operation at a time, the eager path, and the full
+    forward; the sparse layers' kept keys (slots reused as keys leave the window) and positions match too."""
     cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, streams=streams,
                         sparse_window=window, sparse_stride=stride, max_sequence_length=40,
                         stream_mode=stream_mode, linear_rope=linear_rope)
@@ -611,8 +611,8 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
             block.connection.output_logits.normal_()
     ids = torch.randint(4, 260, (rows, 30))
     calls = []
-    original = ops.decode_moe_out
-    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    original = ops.DecodeStack.step
+    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or original(*a))
     results = {}
     with torch.inference_mode():
         for name, fused, enabled in (("fused", True, True), ("one by one", False, True), ("eager", True, False)):
@@ -621,7 +621,7 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
             calls.clear()
             results[name] = _decode_logits(model, ids, 9, rows)
             if name == "fused":
-                assert len(calls) == (0 if stream_mode == "sinkhorn" else cfg.layers * (30 - 9))
+                assert len(calls) == (0 if stream_mode == "sinkhorn" else 30 - 9)  # one call per step
             else:
                 assert not calls
         full = model(ids).logits
@@ -667,32 +667,33 @@ def test_sparse_attention_step_kernel_equals_rotation_and_sdpa(kept, slot):
     torch.testing.assert_close(values, want_v, atol=0, rtol=0)
 
 
-def test_fused_block_decode_serves_only_what_it_was_written_for(monkeypatch):
+def test_one_call_decode_serves_only_what_it_was_written_for(monkeypatch):
     streams = torch.randn(4, 16, 1, 32)
-    weight = torch.randn(8, 32)
     broadcast = torch.randn(16, 1, 32).unsqueeze(0).expand(4, 16, 1, 32)
-    serves = ops.decode_block_serves
+    serves = ops.decode_stack_serves
     with torch.inference_mode():
-        assert serves(streams, weight) == ops.available()
-        assert serves(broadcast, weight) == ops.available()
-        assert not serves(torch.randn(4, 16, 2, 32), weight)  # two tokens per row
-        assert not serves(torch.randn(4, ops.MAX_FUSED_ROWS + 1, 1, 32), weight)
-        assert not serves(torch.randn(4, 16, 1, 24), weight)  # D % 16 != 0
-        assert not serves(streams.to(torch.bfloat16), weight)
-        assert not serves(streams, weight.t())  # not one block of memory
-        assert not serves(streams, weight.double())
-        assert not serves(torch.randn(16, 4, 1, 32).transpose(0, 1), weight)  # streams interleaved
-    assert not serves(streams, weight)  # gradients on
+        assert serves(streams) == ops.available()
+        assert serves(broadcast) == ops.available()
+        assert not serves(torch.randn(4, 16, 2, 32))  # two tokens per row
+        assert not serves(torch.randn(4, ops.MAX_FUSED_ROWS + 1, 1, 32))
+        assert not serves(torch.randn(4, 16, 1, 24))  # D % 16 != 0
+        assert not serves(streams.to(torch.bfloat16))
+        assert not serves(torch.randn(16, 4, 1, 32).transpose(0, 1))  # streams interleaved
+        assert not serves(torch.randn(ops.LIMITS["streams"] + 1, 2, 1, 32))
+    assert not serves(streams)  # gradients on
     monkeypatch.setattr(ops.library, "FUSED_DECODE", False)
     with torch.inference_mode():
-        assert not serves(streams, weight)
+        assert not serves(streams)
+    kv = torch.randn(2, 4, 8, 8)
+    assert ops.decode_state_serves(kv, kv[:, :, 0]) is False  # a strided view
+    assert ops.decode_state_serves(kv, kv.sum(-1)) and not ops.decode_state_serves(kv.double())
 
 
 @needs_kernels
 @pytest.mark.parametrize("limit", ["rows", "sparse keys"])
 def test_fused_block_decode_steps_aside_past_its_limits(monkeypatch, limit):
-    """More rows than MAX_FUSED_ROWS, or more kept keys than MAX_SPARSE_KEYS: the fused step does not
-    serve (the sparse layer's block, or every block), and the logits still equal the eager path's."""
+    """More rows than MAX_FUSED_ROWS, or more kept keys than MAX_SPARSE_KEYS in a sparse layer: the
+    one-call step does not serve, and the logits still equal the eager path's."""
     cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
                         sparse_stride=3, max_sequence_length=32)
     torch.manual_seed(5)
@@ -700,12 +701,11 @@ def test_fused_block_decode_steps_aside_past_its_limits(monkeypatch, limit):
     ids = torch.randint(4, 260, (5, 20))
     monkeypatch.setattr(ops.library, "MAX_FUSED_ROWS" if limit == "rows" else "MAX_SPARSE_KEYS", 4)
     calls = []
-    original = ops.decode_moe_out
-    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: calls.append(1) or original(*a))
+    original = ops.DecodeStack.step
+    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or original(*a))
     with torch.inference_mode():
         fast, _ = _decode_logits(model, ids, 8, 5)
         monkeypatch.setattr(ops.library, "ENABLED", False)
         eager, _ = _decode_logits(model, ids, 8, 5)
-    sparse_layers = sum(block.sparse for block in model.blocks)
-    assert len(calls) == (0 if limit == "rows" else (cfg.layers - sparse_layers) * 12)
+    assert not calls
     assert (fast - eager).abs().max().item() <= 1e-4

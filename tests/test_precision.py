@@ -300,10 +300,11 @@ def test_cached_decoding_in_bf16_reads_bf16_weights_and_follows_their_updates(mo
             weight.copy_(weight.bfloat16().float())
     prompt = random_ids(2, 8, seed=8)
     dtypes = []
-    original = ops.decode_moe_out
-    monkeypatch.setattr(ops, "decode_moe_out", lambda *a: dtypes.append(a[10].dtype) or original(*a))
+    original = ops.DecodeStack.step
+    monkeypatch.setattr(ops.DecodeStack, "step", lambda stack, *a: dtypes.append(
+        torch.bfloat16 if stack.bf16 else torch.float32) or original(stack, *a))
     fast = _decode(model, prompt, BF16)
-    assert set(dtypes) == {torch.bfloat16} and len(dtypes) == 6 * len(model.blocks)  # every step, every block
+    assert set(dtypes) == {torch.bfloat16} and len(dtypes) == 6  # every step, all blocks in one call
     dtypes.clear()
     assert torch.equal(fast, _decode(model, prompt, None)) and set(dtypes) == {torch.float32}
     with torch.no_grad():  # an update in place, as AdamW makes it: the next bf16 step must read it
@@ -311,6 +312,11 @@ def test_cached_decoding_in_bf16_reads_bf16_weights_and_follows_their_updates(mo
         model.blocks[-1].attention.qkv.weight.mul_(0.5)
     updated = _decode(model, prompt, BF16)
     assert torch.equal(updated, _decode(model, prompt, None)) and not torch.equal(updated, fast)
+    # a parameter set anew (not changed in place): the next bf16 step reads the new one
+    replaced = model.blocks[1].attention.out.weight.detach().flip(0).clone()
+    model.blocks[1].attention.out.weight = torch.nn.Parameter(replaced)
+    swapped = _decode(model, prompt, BF16)
+    assert torch.equal(swapped, _decode(model, prompt, None)) and not torch.equal(swapped, updated)
     with torch.no_grad():
         for weight in _weight_products(model):
             weight.add_(1e-3 * torch.randn_like(weight))

@@ -3,7 +3,7 @@ reading bf16 copies of the weight products' weights (`--precision bf16` on the C
 read of the weights it reads, interleaved in one process.
 
 A decode step of a few rows is bound by reading the weights: each weight byte is used once per row.
-In bf16 the fused block kernels (model/ops/kernels.c, `wload`) read bf16 copies of every block's qkv,
+In bf16 the one-call decode step (ops.DecodeStack; model/ops/kernels.c, `wload`) read bf16 copies of every block's qkv,
 output, expert and shared-expert matrices and widen them to float32 in registers; the router, the norms,
 the stream logits and the tied head stay float32. So "one read of the weights in the precision used" is
 the bf16 copies plus the float32 rest. Each read floor is timed as a float32 sum over the same bytes (a
@@ -25,7 +25,7 @@ from glm53_flash.model.precision import compute_in, cpu_bf16_flags, resolve_prec
 
 
 def weight_products(model: GLM53Flash) -> list[torch.Tensor]:
-    """The weights a fused decode step reads in bf16 under compute_in(bf16) (lm.HybridBlock._bf16_weights)."""
+    """The weights a fused decode step reads in bf16 under compute_in(bf16) (lm.GLM53Flash._decode_operands)."""
     found = []
     for block in model.blocks:
         found += [block.attention.qkv.weight, block.attention.out.weight, block.moe.expert_gate_up,

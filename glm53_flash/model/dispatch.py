@@ -14,7 +14,7 @@ SWITCHES = {
     "GLM53_KERNEL_ISA": "environment: avx512 or avx2, the build to load (default: the widest the CPU has)",
     "GLM53_KERNEL_CACHE": "environment: where builds are cached (default ~/.cache/glm53_flash/kernels)",
     "ops.library.ENABLED": "False: the eager torch path everywhere",
-    "ops.library.FUSED_DECODE": "False: a block's decode step op by op instead of in three calls",
+    "ops.library.FUSED_DECODE": "False: a decode step op by op instead of every block in one C call",
     "moe.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
     "moe.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
     "linear_attention.SCAN_ENABLED": "False: sequences longer than the chunk in the torch chunks, not the C scan",

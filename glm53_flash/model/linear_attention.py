@@ -235,12 +235,12 @@ class LinearAttention(nn.Module):
         out = out.to(x.dtype).transpose(1, 2).reshape(b, t, dim)
         return self.out(out), new_state
 
-    def fused_decode_state(self, state, dim: int):
-        """The state tensors a C decode step of this layer updates (for the caller's checks), or None
-        where that step cannot serve."""
-        if not isinstance(state, LinearState) or not ops.head_dim_serves(dim // self.heads):
+    def decode_operands(self, state, position: int):
+        """This layer's part of the one-call decode step (ops.DecodeStack.step): ((kv, z), the state after
+        the step: the same tensors, updated in place), or None where the step cannot serve this state."""
+        if not (isinstance(state, LinearState) and ops.decode_state_serves(state.kv, state.z)):
             return None
-        return state.kv, state.z
+        return (state.kv, state.z), state
 
     def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: LinearState):
         """One cached token by ops.linear_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before

@@ -14,7 +14,7 @@ from torch import nn
 
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.model import dispatch, ops  # noqa: F401 - dispatch: its switches go into receipts
-from glm53_flash.model.linear_attention import LinearAttention, LinearState
+from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, LinearAttention, LinearState
 from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
 from glm53_flash.model.norm import RMSNorm
 from glm53_flash.model.precision import product_dtype
@@ -73,10 +73,6 @@ class HybridBlock(nn.Module):
         self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
 
     def forward(self, streams, rope, position, state, return_state, token_mask, balance_reduce=None):
-        if return_state and state is not None and streams.shape[2] == 1:
-            fused = self._decode_step_fused(streams, rope, position, state)
-            if fused is not None:
-                return fused
         mixed = self.connection.read(streams)
         b, t, d = mixed.shape
         attn_out, new_state = self.attention(self.attn_norm(mixed), rope, position, state, return_state)
@@ -86,51 +82,52 @@ class HybridBlock(nn.Module):
         update = attn_out + moe_out.view(b, t, d)
         return self.connection.write(streams, mixed, update), new_state, used, balance
 
-    def _bf16_weights(self, weights: tuple) -> tuple:
-        """bf16 copies of the decode step's weight-product weights, made once per weight version: an
-        optimiser step or a load bumps a parameter's version, so the next step reads the new weights."""
-        key = tuple((w.data_ptr(), w._version) for w in weights)
-        cached = getattr(self, "_bf16_cache", None)
-        if cached is None or cached[0] != key:
-            with torch.no_grad():
-                cached = (key, tuple(w.detach().to(torch.bfloat16).contiguous() for w in weights))
-            self._bf16_cache = cached  # a plain attribute: not a parameter, buffer or state_dict entry
-        return cached[1]
-
-    def _decode_step_fused(self, streams, rope, position, state):
-        """One cached token per row in three C calls (ops.decode_attention_in, the attention's step,
-        ops.decode_moe_out) where they serve: the CPU in float32 without gradients, up to 512 rows, the
-        "double-residual" or "delta" streams. Inside compute_in(bf16) the weight products read bf16
-        copies of their weights (half the bytes of a step that is bound by reading them; the arithmetic
-        stays float32, the router and the norms float32). None elsewhere: the operations above then run
-        one by one (and remain the test oracle)."""
+    def decode_weights(self) -> dict | None:
+        """This block's operands of the one-call decode step (ops.DecodeStack: its weights, whether it
+        is the sparse layer and whether a linear layer rotates first), or None where that step cannot
+        serve it (the "sinkhorn" streams, more than 64 experts, top-k beyond 8)."""
         connection, attention, moe = self.connection, self.attention, self.moe
-        if connection.mode == "sinkhorn" or not ops.library.FUSED_DECODE:
+        if connection.mode == "sinkhorn" or moe.experts > ops.LIMITS["experts"] or moe.top_k > min(ops.LIMITS["top_k"], moe.experts):
             return None
-        state_tensors = attention.fused_decode_state(state, streams.shape[-1])
-        if state_tensors is None or moe.experts > 64 or moe.top_k > min(8, moe.experts):
-            return None
-        first = state_tensors[0]  # [B, H, ., d]: the C step takes B and H from the state, the rest from streams
-        if first.dim() != 4 or first.shape[0] != streams.shape[1] or first.shape[1] * first.shape[3] != streams.shape[-1]:
-            return None
-        # Each weight looked up once (nn.Module attribute access costs about a microsecond).
-        input_logits, output_logits = connection.input_logits, connection.output_logits
-        attn_norm, moe_norm, qkv, out = self.attn_norm.weight, self.moe_norm.weight, attention.qkv.weight, attention.out.weight
-        router, gate_up, down = moe.router.weight, moe.expert_gate_up, moe.expert_down
-        shared_up, shared_down = moe.shared.up.weight, moe.shared.down.weight
-        if product_dtype() is torch.bfloat16:
-            qkv, out, gate_up, down, shared_up, shared_down = self._bf16_weights(
-                (qkv, out, gate_up, down, shared_up, shared_down))
-        if down.shape[1] % 8 or not ops.decode_block_serves(
-                streams, input_logits, output_logits, attn_norm, moe_norm, router, rope.cos, rope.sin,
-                *state_tensors, weights=(qkv, out, gate_up, down, shared_up, shared_down)):
-            return None
-        mixed, qkv_out = ops.decode_attention_in(streams, input_logits, attn_norm, self.attn_norm.eps, qkv)
-        attn, new_state = attention.decode_step_from_qkv(qkv_out, rope, position, state)
-        new_streams, counts = ops.decode_moe_out(
-            streams, output_logits, connection.mode == "double-residual", attn, out, mixed, moe_norm,
-            self.moe_norm.eps, router, moe.top_k, gate_up, down, shared_up, shared_down)
-        return new_streams, new_state, counts, None
+        return {"sparse": self.sparse, "rotate": not self.sparse and attention.rope_before_feature,
+                "input_logits": connection.input_logits, "attn_norm": self.attn_norm.weight,
+                "qkv_weight": attention.qkv.weight, "output_logits": connection.output_logits,
+                "out_weight": attention.out.weight, "moe_norm": self.moe_norm.weight, "router": moe.router.weight,
+                "gate_up": moe.expert_gate_up, "down": moe.expert_down, "shared_up": moe.shared.up.weight,
+                "shared_down": moe.shared.down.weight}
+
+
+@dataclass
+class _DecodeOperands:
+    """GLM53Flash's cached ops.DecodeStack and how to tell it is still the model's: each source tensor's
+    path of module and parameter names from the model (walked through the modules' own dictionaries: a
+    step reads ~130 of them, where nn.Module's attribute lookup cost a flash decode step ~0.4 ms) with
+    the tensor it named, its storage and its version."""
+
+    stack: object
+    bf16: bool
+    entries: tuple | None  # ((path, tensor, data_ptr, version), ...); None: some source is not a parameter
+
+    @classmethod
+    def of(cls, model: nn.Module, sources: list, stack, bf16: bool) -> "_DecodeOperands":
+        paths = {id(parameter): tuple(name.split(".")) for name, parameter in model.named_parameters()}
+        entries = None
+        if all(id(tensor) in paths for tensor in sources):
+            entries = tuple((paths[id(tensor)], tensor, tensor.data_ptr(), tensor._version) for tensor in sources)
+        return cls(stack, bf16, entries)
+
+    def holds(self, model: nn.Module) -> bool:
+        if self.entries is None:
+            return False
+        for path, tensor, pointer, version in self.entries:
+            module = model
+            for name in path[:-1]:
+                module = module._modules.get(name)
+                if module is None:
+                    return False
+            if module._parameters.get(path[-1]) is not tensor or tensor.data_ptr() != pointer or tensor._version != version:
+                return False
+        return True
 
 
 class GLM53Flash(nn.Module):
@@ -173,6 +170,56 @@ class GLM53Flash(nn.Module):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         return ModelCache(batch_size, self.config.max_sequence_length, 0, [None] * self.config.layers)
+
+    # -- cached decoding in one call ---------------------------------------------------------------
+    def _decode_operands(self) -> "ops.DecodeStack | None":
+        """The blocks' decode-step operands (ops.DecodeStack), made once per weight version and product
+        dtype: an optimiser step or a load bumps a parameter's version, and a parameter or module set anew
+        changes what its path names, so the next step reads the new weights. Inside compute_in(bf16) the
+        weight products' weights are bf16 copies (half the bytes of a step that is bound by reading them;
+        the arithmetic stays float32, the router and norms float32). None where a block cannot take the
+        one-call step."""
+        bf16 = product_dtype() is torch.bfloat16
+        cached = getattr(self, "_decode_cache", None)
+        if cached is not None and cached.bf16 == bf16 and cached.holds(self):
+            return cached.stack
+        layers = [block.decode_weights() for block in self.blocks]
+        if any(layer is None for layer in layers) or len({block.attn_norm.eps for block in self.blocks}
+                                                         | {block.moe_norm.eps for block in self.blocks}) != 1:
+            return None
+        sources = [tensor for layer in layers for tensor in layer.values() if isinstance(tensor, torch.Tensor)]
+        if bf16:
+            with torch.no_grad():
+                layers = [{name: value.detach().to(torch.bfloat16).contiguous() if name in ops.PRODUCT_WEIGHTS
+                           else value for name, value in layer.items()} for layer in layers]
+        first = self.blocks[0]
+        stack = ops.DecodeStack(layers, heads=self.config.heads, top_k=first.moe.top_k,
+                                double_residual=first.connection.mode == "double-residual",
+                                eps=first.attn_norm.eps, floor=DENOMINATOR_FLOOR)
+        # a plain attribute: not a parameter, buffer or state_dict entry
+        self._decode_cache = _DecodeOperands.of(self, sources, stack, bf16)
+        return stack
+
+    def _decode_stack(self, streams: torch.Tensor, position: int, cache: ModelCache):
+        """One cached token per row through every block in one C call (ops.DecodeStack) where it serves:
+        the CPU in float32 without gradients, up to 512 rows, the "double-residual" or "delta" streams.
+        -> (the new streams, routed slots [layers, E]) with the cache's states advanced, or None: the
+        blocks then run one by one (the test oracle), nothing changed."""
+        if not ops.decode_stack_serves(streams) or not ops.head_dim_serves(self.config.head_dim):
+            return None
+        stack = self._decode_operands()
+        if stack is None:
+            return None
+        states, after = [], []
+        for block, state in zip(self.blocks, cache.layers):
+            operands = block.attention.decode_operands(state, position)
+            if operands is None:
+                return None
+            states.append(operands[0])
+            after.append(operands[1])
+        new_streams, counts = stack.step(streams, states, self.rope.cos[position], self.rope.sin[position])
+        cache.layers[:] = after
+        return new_streams, counts
 
     # -- forward -------------------------------------------------------------------------------
     def _check_ids(self, ids) -> None:
@@ -222,14 +269,19 @@ class GLM53Flash(nn.Module):
         position = self._check_length(b, t, cache)
         streams = embedded.unsqueeze(0).expand(cfg.streams, b, t, cfg.dim)  # [S, B, T, D]
         usage, balances = [], []
-        for i, block in enumerate(self.blocks):
-            state = cache.layers[i] if cache is not None else None
-            streams, new_state, used, balance = block(
-                streams, self.rope, position, state, cache is not None, token_mask, balance_reduce)
-            if cache is not None:
-                cache.layers[i] = new_state
-            usage.append(used)
-            balances.append(balance)
+        stepped = self._decode_stack(streams, position, cache) if cache is not None and t == 1 else None
+        if stepped is not None:  # one cached token per row, every layer in one C call
+            streams, counts = stepped
+            usage = list(counts.unbind(0))
+        else:
+            for i, block in enumerate(self.blocks):
+                state = cache.layers[i] if cache is not None else None
+                streams, new_state, used, balance = block(
+                    streams, self.rope, position, state, cache is not None, token_mask, balance_reduce)
+                if cache is not None:
+                    cache.layers[i] = new_state
+                usage.append(used)
+                balances.append(balance)
         if cache is not None:
             cache.position = position + t
         hidden = self.norm(streams.mean(dim=0))

@@ -15,8 +15,8 @@ What bf16 means depends on the device:
 - **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
   casting the weight and the result is a fixed cost that a few rows do not repay (numbers below).
 - **Cached decoding on the CPU** reads bf16 weights: a decode step of a few rows is bound by reading
-  the weights, so inside `compute_in(bf16)` the fused block kernels read bf16 copies of each block's
-  weight-product matrices (made once per weight version, lm.HybridBlock._bf16_weights) and widen them
+  the weights, so inside `compute_in(bf16)` the one-call decode step (ops.DecodeStack) reads bf16 copies of each block's
+  weight-product matrices (made once per weight version, lm.GLM53Flash._decode_operands) and widen them
   to float32 in registers; their arithmetic stays float32 (a step equals the float32 step on the
   weights rounded to bf16, bit for bit), the router, norms and head stay float32. `mixed_linear` leaves
   a call that a C kernel serves to it, so prefills, full forwards and decode steps of many rows take

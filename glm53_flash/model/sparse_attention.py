@@ -161,19 +161,14 @@ class SparseAttention(nn.Module):
             return slot, positions[:slot] + (position,) + positions[slot + 1:]
         return len(positions), positions + (position,)
 
-    def fused_decode_state(self, state, dim: int):
-        """The buffers a C decode step of this layer reads and writes (for the caller's checks), or None
-        where that step cannot serve."""
-        if (not isinstance(state, SparseKV) or not ops.head_dim_serves(dim // self.heads)
-                or len(state.positions) > ops.library.MAX_SPARSE_KEYS):
+    def decode_operands(self, state, position: int):
+        """This layer's part of the one-call decode step (ops.DecodeStack.step): ((keys, values, kept,
+        slot), the state after the step), or None where the step cannot serve this state. The buffers
+        have room for one more key (grown by half when full); the step stores the new key at `slot`."""
+        if not isinstance(state, SparseKV) or len(state.positions) > ops.library.MAX_SPARSE_KEYS:
             return None
-        return state.room if state.room is not None else (state.k, state.v)
-
-    def decode_step_from_qkv(self, qkv: torch.Tensor, rope: RotaryEmbedding, position: int, state: SparseKV):
-        """One cached token by ops.sparse_attention_step: qkv [B, 1, 3D] -> (out [B, 1, D] before the
-        output product, the kept keys with this token's, in the same buffers)."""
-        n = len(state.positions)
         keys, values = _with_room(state)
+        if not ops.decode_state_serves(keys, values):
+            return None
         slot, positions = self._slot_for(position, state.positions)
-        out = ops.sparse_attention_step(qkv, keys, values, n, slot, rope.cos[position], rope.sin[position])
-        return out, _kept(keys, values, positions)
+        return (keys, values, len(state.positions), slot), _kept(keys, values, positions)

@@ -15,7 +15,7 @@ receipts) and the limits its fixed buffers hold (`LIMITS`, asserted again in C).
 | moe_routing.py | `moe_dispatch`, `moe_combine` | a MoE layer's decode step |
 | linear_attention.py | `linear_attention_step`; `linear_attention_scan_forward` / `_backward` | a linear layer's decode step; a sequence longer than its chunk (training too) |
 | sparse_attention.py | `sparse_attention_step` | a sparse layer's decode step |
-| decode_block.py | `decode_attention_in`, `decode_moe_out` | a hybrid block's decode step in three calls |
+| decode_block.py | `DecodeStack` (from `decode_attention_in`, an attention step, `decode_moe_out` per layer) | a decode step of every block in one call |
 
 Everything serves CPU float32 only, outside autocast and compile tracing, with inner sizes that are
 multiples of 8; anything else (and a CPU without AVX2 and FMA, no compiler, a failed build,

@@ -3,7 +3,7 @@
  * libraries tune for large M and at 4-32 rows stream the weights at a fraction of the memory
  * bandwidth; these loops keep a block of weight rows in registers/L1 and run every input row past it,
  * so each weight byte is loaded once per call), the sparse layer's decode step, a block's whole decode
- * step in three calls, and two pieces of training at any row count: the SwiGLU activation's forward
+ * step in three pieces (a decode step of every block in one call), and two pieces of training at any row count: the SwiGLU activation's forward
  * and backward (one pass over memory each, a vectorised exp) and RMSNorm's forward and backward.
  *
  * Built on first use by ops/library.py for the widest vectors the CPU has: 16 lanes (cc -O3 -mavx512f
@@ -904,7 +904,7 @@ static void rms_norm_backward(const float *x, const float *w, const float *rstd,
     }
 }
 
-/* ---- One cached decode step of a hybrid block in three calls (model/lm.py, HybridBlock) ----------
+/* ---- One cached decode step of a hybrid block in three pieces (decode_stack below runs them) -------
  * B rows, one token each, S residual streams [S, B, D] (stream_stride floats apart: B * D, or 0 while
  * they are still the broadcast embedding). The eager block is the test oracle; these calls only save
  * the ~25 Python-level operations per layer between the products above, which cost a decode step of
@@ -1048,6 +1048,70 @@ static int decode_moe_out(const float *streams, int64_t stream_stride, int64_t n
     free(work);
     free(ints);
     return 0;
+}
+
+/* ---- A whole decode step of the stack of hybrid blocks in one call (model/lm.py, GLM53Flash) ------
+ * For each layer in order: decode_attention_in, its attention step (linear_attention_step or
+ * sparse_attention_step), decode_moe_out, each the function above with its arithmetic unchanged, so
+ * the result equals the three calls per layer bit for bit; what it saves is the Python between them
+ * (a flash decode step spent about as long there as in the kernels). The streams pass from layer to
+ * layer in two buffers of [S, B, D]; the last layer writes new_streams. Each layer's operands are
+ * LAYER_FIELDS int64 values in `layers` (pointers as integers, as ctypes passes them): */
+enum layer_field {
+    L_SPARSE,          /* 0: linear attention (state a = kv [B, H, d, d], b = z [B, H, d]); 1: sparse */
+    L_INPUT_LOGITS, L_ATTN_NORM, L_QKV_W,
+    L_STATE_A, L_STATE_B, /* sparse: keys, values [B, H, capacity, d] */
+    L_CAPACITY, L_KEPT, L_SLOT,  /* sparse only: buffer capacity, kept keys, where the new key goes */
+    L_ROTATE,          /* linear only: 1 to rotate q and k by cos/sin first (the sparse layer always does) */
+    L_OUTPUT_LOGITS, L_OUT_W, L_MOE_NORM, L_ROUTER, L_GATE_UP, L_DOWN, L_SHARED_UP, L_SHARED_DOWN,
+    LAYER_FIELDS
+};
+#define AT(type, value) ((type)(intptr_t)(value))
+
+/* How many fields a layer has (ops/decode_block.py names them in the same order; a test compares). */
+int64_t glm53_layer_fields(void) { return LAYER_FIELDS; }
+
+/* counts [layers, E] receives each layer's routed slots per expert. Returns OK, NO_MEMORY, or
+ * OUT_OF_RANGE when a layer's fields do not hold (checked before any layer runs). */
+static int decode_stack(const int64_t *layers, int64_t n_layers, const float *streams, int64_t stream_stride,
+                        int64_t n_streams, int64_t batch, int64_t dim, int64_t heads, int64_t experts, int64_t top_k,
+                        int64_t hidden, int64_t double_residual, int bf16, float eps, float floor, const float *cos,
+                        const float *sin, int64_t *counts, float *new_streams) {
+    int64_t count = batch * dim, d = dim / heads;
+    float *work = malloc((2 * (size_t)n_streams * count + 5 * (size_t)count) * sizeof(float));
+    if (!work)
+        return NO_MEMORY;
+    float *buffers[2] = {work, work + n_streams * count}, *mixed = buffers[1] + n_streams * count;
+    float *qkv = mixed + count, *attn = qkv + 3 * count;
+    const float *in = streams;
+    int64_t stride = stream_stride;
+    for (int64_t l = 0; l < n_layers; l++) {
+        const int64_t *f = layers + l * LAYER_FIELDS;
+        float *out = l == n_layers - 1 ? new_streams : buffers[l % 2];
+        if (decode_attention_in(in, stride, n_streams, batch, dim, AT(const float *, f[L_INPUT_LOGITS]),
+                                AT(const float *, f[L_ATTN_NORM]), eps, AT(const void *, f[L_QKV_W]), bf16, mixed, qkv)) {
+            free(work);
+            return NO_MEMORY;
+        }
+        if (f[L_SPARSE])
+            sparse_attention_step(qkv, AT(float *, f[L_STATE_A]), AT(float *, f[L_STATE_B]), f[L_CAPACITY], f[L_KEPT],
+                                  f[L_SLOT], batch, heads, d, cos, sin, attn);
+        else
+            linear_attention_step(qkv, AT(float *, f[L_STATE_A]), AT(float *, f[L_STATE_B]), attn, batch, heads, d,
+                                  f[L_ROTATE] ? cos : NULL, f[L_ROTATE] ? sin : NULL, floor);
+        if (decode_moe_out(in, stride, n_streams, batch, dim, AT(const float *, f[L_OUTPUT_LOGITS]), double_residual,
+                           attn, AT(const void *, f[L_OUT_W]), mixed, AT(const float *, f[L_MOE_NORM]), eps,
+                           AT(const float *, f[L_ROUTER]), experts, top_k, AT(const void *, f[L_GATE_UP]),
+                           AT(const void *, f[L_DOWN]), hidden, AT(const void *, f[L_SHARED_UP]),
+                           AT(const void *, f[L_SHARED_DOWN]), bf16, counts + l * experts, out)) {
+            free(work);
+            return NO_MEMORY;
+        }
+        in = out;
+        stride = count;
+    }
+    free(work);
+    return OK;
 }
 
 /* ---- Entry points: the sizes checked, then the loops above ----------------------------------------- */
@@ -1218,4 +1282,30 @@ int glm53_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_
     return decode_moe_out(streams, stream_stride, n_streams, batch, dim, output_logits, double_residual, attn,
                           out_w, mixed, norm_w, eps, router, experts, top_k, gate_up, down, hidden, shared_up,
                           shared_down, (int)bf16, counts, new_streams) ? NO_MEMORY : OK;
+}
+
+/* The stack's sizes as decode_moe_out and the attention steps check them, and each layer's fields: its
+ * kind, every pointer it reads present, a sparse layer's kept keys and slot inside its buffers. */
+int glm53_decode_stack(const int64_t *layers, int64_t n_layers, const float *streams, int64_t stream_stride,
+                       int64_t n_streams, int64_t batch, int64_t dim, int64_t heads, int64_t experts, int64_t top_k,
+                       int64_t hidden, int64_t double_residual, int64_t bf16, float eps, float floor, const float *cos,
+                       const float *sin, int64_t *counts, float *new_streams) {
+    REQUIRE(n_layers >= 1 && dim > 0 && dim % 16 == 0 && vector_size(hidden) && streams_hold(stream_stride, n_streams, batch, dim));
+    REQUIRE(routing_holds(experts, top_k, batch) && (bf16 == 0 || bf16 == 1) && (double_residual == 0 || double_residual == 1));
+    REQUIRE(heads >= 1 && dim % heads == 0 && vector_size(dim / heads) && dim / heads <= LIMIT_HEAD_DIM);
+    int any_rotates = 0;
+    for (int64_t l = 0; l < n_layers; l++) {
+        const int64_t *f = layers + l * LAYER_FIELDS;
+        REQUIRE(f[L_SPARSE] == 0 || f[L_SPARSE] == 1);
+        REQUIRE(f[L_ROTATE] == 0 || f[L_ROTATE] == 1);
+        for (int field = L_INPUT_LOGITS; field < LAYER_FIELDS; field++)
+            REQUIRE(f[field] != 0 || field == L_CAPACITY || field == L_KEPT || field == L_SLOT || field == L_ROTATE);
+        if (f[L_SPARSE])
+            REQUIRE(f[L_KEPT] >= 0 && f[L_KEPT] + 1 <= LIMIT_KEYS && f[L_KEPT] <= f[L_CAPACITY] && f[L_SLOT] >= -1
+                    && f[L_SLOT] < f[L_CAPACITY]);
+        any_rotates |= f[L_SPARSE] || f[L_ROTATE];
+    }
+    REQUIRE(!any_rotates || (cos != NULL && sin != NULL));
+    return decode_stack(layers, n_layers, streams, stream_stride, n_streams, batch, dim, heads, experts, top_k, hidden,
+                        double_residual, (int)bf16, eps, floor, cos, sin, counts, new_streams);
 }

@@ -51,7 +51,7 @@ MAX_GROUPED_ROWS = 512
 # forces the eager torch path everywhere.
 ENABLED = os.environ.get("GLM53_KERNELS", "1") != "0"
 
-# Cached decoding of a whole hybrid block in three calls (ops/decode_block.py). False keeps the
+# Cached decoding of every hybrid block in one call (ops/decode_block.py, DecodeStack). False keeps the
 # per-operation kernels (a switch for tests and benchmarks, like ENABLED).
 FUSED_DECODE = True
 
@@ -121,6 +121,7 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "sparse_attention_step": [pointer] * 3 + [size] * 6 + [pointer] * 3,
         "decode_moe_out": ([pointer] + [size] * 4 + [pointer, size] + [pointer] * 4 + [real, pointer, size, size]
                            + [pointer] * 2 + [size] + [pointer] * 2 + [size] + [pointer] * 2),
+        "decode_stack": [pointer, size, pointer] + [size] * 10 + [real, real] + [pointer] * 4,
     }
 
 # The sizes kernels.c's fixed buffers hold (its LIMIT_* numbers, in the order glm53_limits reports them).
@@ -174,6 +175,7 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
         function.restype = ctypes.c_int
         function.argtypes = arguments
     library.glm53_lanes.restype, library.glm53_lanes.argtypes = ctypes.c_int64, []
+    library.glm53_layer_fields.restype, library.glm53_layer_fields.argtypes = ctypes.c_int64, []
     library.glm53_limits.restype, library.glm53_limits.argtypes = None, [pointer]
     return library, f"loaded ({isa}, {library.glm53_lanes()} float lanes)", target
 
