@@ -190,7 +190,8 @@ class DecodeStack:
         if self.rotates:
             library.check_tensor(op, "cos", cos, (d,))
             library.check_tensor(op, "sin", sin, (d,))
-        table, width = self.table, len(LAYER_FIELDS)
+        # each step fills a copy of the weights' table with its own states, so two threads can step at once
+        table, width = type(self.table).from_buffer_copy(self.table), len(LAYER_FIELDS)
         for index, (sparse, state) in enumerate(zip(self.sparse, states)):
             base = index * width
             if sparse:
