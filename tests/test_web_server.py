@@ -4,6 +4,7 @@ refused request (each answered with a 4xx and nothing written)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -432,6 +433,167 @@ def test_clients_that_vanish_leave_no_traceback_in_the_servers_log(checkpoint, t
     err = stderr_path.read_text()
     assert "Traceback" not in err and "Exception" not in err and "disconnect" not in err.lower(), err
     assert code == 0
+
+
+def test_ctrl_c_stops_the_server_through_a_handler_never_a_keyboard_interrupt(deck_html, tmp_path):
+    """`glm53 serve` waits in the main thread. A KeyboardInterrupt is raised at whichever bytecode that
+    thread is on; inside threading's Event.wait it can land between a lock's release and its
+    re-acquire: 'RuntimeError: release unlocked lock' with a traceback, or a lock left held and a
+    server that never stops (rare with wait()'s 0.5 s polls; with a tight wait loop about one
+    interrupt in five). So SIGINT, while wait() runs, asks the server to stop and wait() returns."""
+    server = serve(deck_html, tmp_path / "notes", None)
+    before = signal.getsignal(signal.SIGINT)
+    installed = threading.Event()
+
+    def interrupt() -> None:  # only once wait() has its handler: a KeyboardInterrupt would end the test session
+        if wait_until(lambda: signal.getsignal(signal.SIGINT) is not before, 10):
+            installed.set()
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            server.shutdown()
+
+    interrupter = threading.Thread(target=interrupt, daemon=True)
+    interrupter.start()
+    try:
+        server.wait()
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        interrupter.join(15)
+        stop(server)
+    assert installed.is_set() and not interrupted
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is wait()'s only
+    with pytest.raises(OSError):
+        socket.create_connection(server.server_address, timeout=2).close()
+
+
+def _stream_until_first_token(server) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(server.server_address, timeout=20)
+    sock.sendall(request_bytes(server, "POST", "/api/generate",
+                               json.dumps({"prompt": "def f(x):", "max_new_tokens": 8}).encode()))
+    received = b""
+    while b'"type": "token"' not in received:
+        chunk = sock.recv(4096)
+        assert chunk, received
+        received += chunk
+    return sock, received
+
+
+def _rest(sock: socket.socket, received: bytes) -> list[dict]:
+    with sock:
+        while chunk := sock.recv(65536):
+            received += chunk
+    status, _, body = parse_reply(received)
+    assert status == 200
+    return _events(body)
+
+
+def _loud_records(caplog) -> list[str]:
+    return [f"{r.name}: {r.getMessage()}" + (" (with a traceback)" if r.exc_info else "")
+            for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_stopping_the_server_ends_a_running_generation_at_its_next_token(deck_html, checkpoint, tmp_path, caplog):
+    """Ctrl-C while a long generation streams: the stream ends at the next token with an event that
+    says why, and the server stops at once instead of waiting out the grace period and then cancelling
+    the request mid-step (which logged 'generator already executing' and left the slot taken)."""
+    server = serve(deck_html, tmp_path / "notes", checkpoint)  # the default grace period: 5 s
+    closed = []
+
+    def slow_run(request):
+        try:
+            yield {"type": "start"}
+            for _ in range(400):  # 20 s of tokens
+                yield {"type": "token", "id": 0, "text": "x"}
+                time.sleep(0.05)
+        finally:
+            closed.append(threading.current_thread())
+
+    server.playground.run = slow_run
+    try:
+        sock, received = _stream_until_first_token(server)
+        started = time.monotonic()
+        server.shutdown()
+        elapsed = time.monotonic() - started
+    finally:
+        stop(server)
+    events = _rest(sock, received)
+    assert elapsed < 2.5, elapsed
+    assert events[-1]["type"] == "error" and "stopping" in events[-1]["error"], events[-3:]
+    assert len(closed) == 1 and _loud_records(caplog) == []
+    server.playground.acquire()  # the slot is free again
+    server.playground.release()
+
+
+def test_a_generation_step_that_outlasts_the_grace_period_ends_quietly(deck_html, checkpoint, tmp_path, caplog):
+    """A step can take longer than the grace period (the C kernels' first build, a verdict's sandbox
+    runs): the request is cancelled mid-step. The generator is closed by the thread that runs it once
+    the step ends, and only then is the slot freed; the answer still ends as a well-formed stream."""
+    server = serve(deck_html, tmp_path / "notes", checkpoint, graceful_shutdown=0.5)
+    gate = threading.Event()
+    closed = []
+
+    def stuck_run(request):
+        try:
+            yield {"type": "start"}
+            yield {"type": "token", "id": 0, "text": "x"}
+            gate.wait(30)
+            yield {"type": "token", "id": 0, "text": "y"}
+        finally:
+            closed.append(threading.current_thread())
+
+    server.playground.run = stuck_run
+    try:
+        sock, received = _stream_until_first_token(server)
+        time.sleep(0.2)  # the next step has started
+    finally:
+        stop(server)
+    try:
+        events = _rest(sock, received)
+        assert events[-1]["type"] == "error" and "stopping" in events[-1]["error"], events[-3:]
+        assert closed == []
+        with pytest.raises(PlaygroundError):  # the model is still busy with that step
+            server.playground.acquire()
+    finally:
+        gate.set()
+    assert wait_until(lambda: closed, 10)
+    assert closed[0] is not threading.main_thread()
+    assert wait_until(lambda: not server.playground._busy.locked(), 10)
+    loud = [line for line in _loud_records(caplog) if "timeout graceful shutdown exceeded" not in line]
+    assert loud == [], loud
+
+
+def test_a_request_body_still_arriving_at_shutdown_is_answered_503_at_once(deck_html, tmp_path, caplog):
+    """A client trickling a body when the server stops gets a 503 and the server stops at once (it
+    waited out the grace period, then cancelled the request and logged its traceback)."""
+    server = serve(deck_html, tmp_path / "notes", None)  # the default grace period: 5 s
+    data = request_bytes(server, "POST", "/api/feedback", json.dumps(NOTE).encode())
+    sock = socket.create_connection(server.server_address, timeout=20)
+    replies = []
+
+    def read() -> None:  # what a client gets; it closes at the end, as a browser does
+        with sock:
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+            replies.append(reply)
+
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        sock.sendall(data[:-10])
+        assert wait_until(lambda: any(c.cycle is not None for c in list(server.open_connections)), 10)
+        reader.start()
+        started = time.monotonic()
+        server.shutdown()
+        elapsed = time.monotonic() - started
+    finally:
+        stop(server)
+        reader.join(20)
+    status, _, body = parse_reply(replies[0])
+    assert status == 503 and "stopping" in json.loads(body)["error"]
+    assert elapsed < 2.5, elapsed
+    assert _loud_records(caplog) == [] and notes_files(server) == {}
 
 
 # --------------------------------------------------------------------------- binding

@@ -14,18 +14,22 @@ Starlette answers the requests and uvicorn (its h11 protocol) speaks HTTP. What 
 - request headers and bodies must arrive within deadlines, and at most `max_connections`
   connections are open at once, so slow clients cannot hold the server;
 - a client that goes away mid-request is not an error: nothing is logged;
+- Ctrl-C stops the server in order and without a traceback: a running generation ends at its next
+  token, a request body still arriving is answered 503, the rest get SHUTDOWN_GRACE seconds;
 - generation runs one at a time and is rate limited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
 import logging
 import re
 import secrets
+import signal
 import socket
 import threading
 from collections import Counter
@@ -50,6 +54,7 @@ from glm53_flash.web.playground import Playground, PlaygroundError
 MAX_BODY_BYTES = 1_000_000
 MAX_HEAD_BYTES = 16_384  # request line + headers; larger heads answer 431
 H11_BUFFER_BYTES = 65_536  # h11 gives up (400) on an unfinished head larger than this
+SHUTDOWN_GRACE = 5.0  # seconds a stopping server gives the requests in flight before cancelling them
 TOKEN_HEADER = "X-GLM53-Token"
 TOKEN_QUERY = "token"
 COOKIE_PREFIX = "glm53-token-"  # + the port: two servers on one host keep their own cookies
@@ -208,6 +213,9 @@ class GuardedH11Protocol(H11Protocol):
         if self._draining:
             self.transport.close()
             return
+        if self._phase() == "body":  # not waited for until the grace period ends (then cancelled mid-read)
+            self._refuse_raw(503, "the server is stopping; send the request again once it is back")
+            return
         super().shutdown()
 
     def send_400_response(self, msg: str) -> None:  # h11 refused the request head or framing
@@ -287,7 +295,8 @@ class SlideServer:
     def __init__(self, host: str, port: int, *, deck_html: str, notes_dir: str | Path, playground: Playground,
                  allow_remote: bool = False, allowed_hosts: tuple[str, ...] = (),
                  max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT,
-                 body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT) -> None:
+                 body_timeout: float = BODY_TIMEOUT, keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT,
+                 graceful_shutdown: float = SHUTDOWN_GRACE) -> None:
         try:
             if not is_loopback(host) and not allow_remote:
                 raise ValueError(f"--host {host} is not a loopback address; binding to it exposes the notes and "
@@ -297,6 +306,7 @@ class SlideServer:
             playground.close()
             raise
         self.playground = playground
+        self.stopping = False  # set once a stop is asked for: a running generation ends at its next event
         self._closed = False
         self._serving = False
         self._finished = threading.Event()  # set when serve_forever returns
@@ -335,7 +345,7 @@ class SlideServer:
             # uvicorn answers 503 once the open connections (the asking one included) or the requests in
             # flight reach limit_concurrency; one above the hard cap, every accepted connection is served
             limit_concurrency=max_connections + 1, timeout_keep_alive=keep_alive_timeout,
-            h11_max_incomplete_event_size=H11_BUFFER_BYTES, timeout_graceful_shutdown=5)
+            h11_max_incomplete_event_size=H11_BUFFER_BYTES, timeout_graceful_shutdown=graceful_shutdown)
         self._uvicorn = uvicorn.Server(config)
 
     # ------------------------------------------------------------------ addresses
@@ -361,13 +371,38 @@ class SlideServer:
 
     def wait(self, poll: float = 0.5) -> None:
         """Block until the server stops (an Event, not Thread.join: on Python < 3.13 a join that
-        Ctrl-C interrupts marks the thread finished while it still runs)."""
-        while not self._finished.wait(poll):
-            pass
+        Ctrl-C interrupts marks the thread finished while it still runs).
+
+        In the main thread, Ctrl-C (SIGINT) meanwhile asks the server to stop, and wait() returns once
+        it has; a second Ctrl-C stops it without waiting for the requests in flight. A handler, never
+        a KeyboardInterrupt: raised at whichever bytecode the main thread is on, that can land inside
+        Event.wait's own lock handling (between a release and its re-acquire), which printed
+        'RuntimeError: release unlocked lock' with a traceback, or left the lock held and the server
+        never stopped."""
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            previous = signal.signal(signal.SIGINT, self._interrupted)
+        try:
+            while not self._finished.wait(poll):
+                pass
+        finally:
+            if handled:  # None: a handler not set from Python, which cannot be put back; the default then
+                signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+    def _interrupted(self, signum, frame) -> None:  # noqa: ARG002 - SIGINT while wait() runs
+        if self.stopping:  # the second Ctrl-C: do not wait for the requests in flight
+            self._uvicorn.force_exit = True
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        """Ask the server to stop, without waiting: it stops accepting, ends a running generation at its
+        next event, gives the other requests in flight SHUTDOWN_GRACE seconds, then cancels them."""
+        self.stopping = True
+        self._uvicorn.should_exit = True
 
     def shutdown(self) -> None:
-        """Stop serving and wait until it has stopped (open requests get a few seconds to finish)."""
-        self._uvicorn.should_exit = True
+        """Stop serving and wait until it has stopped (see request_stop)."""
+        self.request_stop()
         if self._serving:
             self._finished.wait()
 
@@ -500,6 +535,8 @@ class Guard:
                 await self.server.error(refused.status, str(refused))(scope, receive, send_with_headers)
         except _ClientGone:
             return
+        except asyncio.CancelledError:  # the server is stopping and its grace period is over: no traceback
+            return
         except Exception as error:  # noqa: BLE001 - an unexpected failure still gets an answer
             log.error("glm53 serve: %s %s failed: %s: %s", request.method, request.url.path, type(error).__name__,
                       error)
@@ -543,7 +580,7 @@ def build_app(server: SlideServer):
             raise RequestRefused(error.status, str(error)) from None
         except ValueError as error:  # e.g. an unknown task id
             raise RequestRefused(400, str(error)) from None
-        return GenerationStream(playground, prepared)
+        return GenerationStream(playground, prepared, stopping=lambda: server.stopping)
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
         message = "not found" if exc.status_code == 404 else exc.detail
@@ -576,15 +613,65 @@ async def _nothing(scope, receive, send) -> None:
     """The answer to a client that has gone: none."""
 
 
+_END = object()  # the generator is exhausted (or was closed)
+STOPPING_EVENT = {"type": "error", "error": "the server is stopping: the generation was cut short"}
+
+
+class _Steps:
+    """One generation's event generator, advanced one step at a time on worker threads. When the
+    request is cancelled mid-step (the server stopping, its grace period over), closing the generator
+    from the event loop would fail ('generator already executing') and free the slot while the model
+    still runs: the thread running the step closes it once the step ends, and only then is the slot
+    released. Exactly one of close() and that thread does it."""
+
+    def __init__(self, events, release) -> None:
+        self._events = events
+        self._release = release
+        self._lock = threading.Lock()
+        self._running = False
+        self._closed = False
+
+    def next(self):
+        """The next event, or _END (on a worker thread)."""
+        with self._lock:
+            if self._closed:
+                return _END
+            self._running = True
+        try:
+            return next(self._events, _END)
+        finally:
+            with self._lock:
+                self._running = False
+                finish = self._closed
+            if finish:
+                self._finish()
+
+    def close(self) -> None:
+        """Close the generator and free the slot now, or, when a step is running, as soon as it ends."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._running:
+                return
+        self._finish()
+
+    def _finish(self) -> None:
+        try:
+            self._events.close()
+        finally:
+            self._release()
+
+
 class GenerationStream:
     """Newline-delimited JSON, one event per line, sent as each token is decided. The model runs on
-    a worker thread one event at a time; a client that goes away stops the generation quietly."""
+    a worker thread one event at a time; a client that goes away stops the generation quietly, and a
+    server that stops ends it at its next event with an error event that says so."""
 
-    _END = object()
-
-    def __init__(self, playground: Playground, prepared: dict) -> None:
+    def __init__(self, playground: Playground, prepared: dict, stopping=lambda: False) -> None:
         self.playground = playground
         self.prepared = prepared
+        self.stopping = stopping
 
     async def __call__(self, scope, receive, send) -> None:
         gone = asyncio.Event()
@@ -594,38 +681,46 @@ class GenerationStream:
                 pass
             gone.set()
 
+        def line(event: dict) -> dict:
+            return {"type": "http.response.body", "body": json.dumps(event).encode() + b"\n", "more_body": True}
+
+        end = {"type": "http.response.body", "body": b"", "more_body": False}
         watcher = asyncio.ensure_future(watch())
-        events = self.playground.run(self.prepared)
+        steps = _Steps(self.playground.run(self.prepared), self.playground.release)
+        started = False
         try:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/x-ndjson; charset=utf-8"),
                                     (b"connection", b"close")]})
+            started = True
             while not gone.is_set():
+                if self.stopping():
+                    await send(line(STOPPING_EVENT))
+                    break
                 try:
-                    event = await run_in_threadpool(next, events, self._END)
+                    event = await run_in_threadpool(steps.next)
                 except Exception as error:  # noqa: BLE001 (reported on the stream the page reads, then it ends)
-                    event = {"type": "error", "error": f"{type(error).__name__}: {error}"}
-                    await send({"type": "http.response.body", "body": json.dumps(event).encode() + b"\n",
-                                "more_body": True})
+                    await send(line({"type": "error", "error": f"{type(error).__name__}: {error}"}))
                     break
-                if event is self._END:
+                if event is _END:
                     break
-                await send({"type": "http.response.body", "body": json.dumps(event).encode() + b"\n",
-                            "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:  # the server is stopping mid-generation: end quietly
-            return
+                await send(line(event))
+            await send(end)
+        except asyncio.CancelledError:  # stopping, the grace period over, mid-step: end the stream quietly
+            if started:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await send(line(STOPPING_EVENT))
+                    await send(end)
         finally:
             watcher.cancel()
-            events.close()
-            self.playground.release()
+            steps.close()
 
 
 def start_server(host: str, port: int, *, deck_html: str, notes_dir: str | Path, playground: Playground,
                  allow_remote: bool = False, allowed_hosts: tuple[str, ...] = (),
                  **limits) -> tuple[SlideServer, threading.Thread]:
     """Bind, then serve on a background thread (tests and `glm53 serve` use this). `limits`:
-    max_connections, header_timeout, body_timeout, keep_alive_timeout."""
+    max_connections, header_timeout, body_timeout, keep_alive_timeout, graceful_shutdown."""
     server = SlideServer(host, port, deck_html=deck_html, notes_dir=notes_dir, playground=playground,
                          allow_remote=allow_remote, allowed_hosts=allowed_hosts, **limits)
     thread = threading.Thread(target=server.serve_forever, name="glm53-serve", daemon=True)

@@ -3,7 +3,7 @@ that steer dispatch, the sizes the C code's fixed buffers hold (`LIMITS`, checke
 C), the argument checks that raise `KernelArgumentError`, and the common part of every dispatch rule
 (`serves`: CPU float32, no gradients, no autocast, no compile tracing, a library that built).
 
-The library is compiled with the system's C compiler (about half a second) into a per-user cache the
+The library is compiled with the system's C compiler (about 5 s on a 2-core Xeon) into a per-user cache the
 first time a process needs it, keyed by a hash of the source, compiler and flags, for the widest
 vectors the CPU has: 16 float lanes on AVX-512 (`cc -O3 -mavx512f -mavx2 -mfma -fopenmp`), else 8
 (`-mavx2 -mfma`); `GLM53_KERNEL_ISA=avx2` asks for the 8-lane build on an AVX-512 CPU. A CPU without
