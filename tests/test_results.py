@@ -380,3 +380,14 @@ def test_analyze_prints_the_pretrain_switches_rerun_per_phase(tmp_path, capsys):
     committed = json.loads((source / "summary.json").read_text())["rerun"]["phases"]
     assert {key: value for key, value in shown.items() if key.startswith("every row holds")} == {
         f"every row holds in the rerun ({phase})": result["all_hold"] for phase, result in committed.items()}
+
+
+def test_the_one_call_decode_step_left_what_rl_learns_unchanged():
+    """BENCHMARKS says so: `glm53 bench rl` at the commit before the one-call decode step and at its
+    commit ended every run (each precision, each round) with the same weights, bit for bit."""
+    receipts = [json.loads((ROOT / "results" / "bench" / name).read_text())
+                for name in ("rl-xeon-before-one-call.json", "rl-xeon.json")]
+    before, after = ([run["final_weights_sha256"] for precision in ("fp32", "bf16") for run in r["runs"][precision]]
+                     for r in receipts)
+    assert len(before) == 4 and before == after
+    assert receipts[0]["provenance"]["git_commit"] != receipts[1]["provenance"]["git_commit"]
