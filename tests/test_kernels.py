@@ -641,6 +641,53 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
 
 
 @needs_kernels
+def test_a_deep_copy_decodes_its_own_weights_and_odd_expert_widths_step_aside(monkeypatch):
+    """The one-call step's operands (pointers into the weights, made once per weight version) belong to
+    their model: a deep copy made after the original decoded reads its own weights, also after the
+    original's change in place; a model the call cannot take (an expert width not a multiple of 8)
+    decodes op by op instead of failing."""
+    import copy
+
+    from glm53_flash.model.precision import compute_in, resolve_precision
+
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
+                        sparse_stride=3, max_sequence_length=32)
+    torch.manual_seed(8)
+    original = g.GLM53Flash(cfg).eval()
+    ids = torch.randint(4, 260, (3, 16))
+    with torch.inference_mode():
+        before, _ = _decode_logits(original, ids, 6, 3)
+        twin = copy.deepcopy(original)
+        with torch.no_grad():
+            for parameter in original.parameters():
+                parameter.mul_(1.5)
+        assert torch.equal(_decode_logits(twin, ids, 6, 3)[0], before)
+        # the twin's weights are inference tensors (copied in inference mode), which keep no version: its
+        # bf16 copies are made again each step, so a change in place is read at once
+        with compute_in(resolve_precision("bf16", "cpu"), "cpu"):
+            bf16_before, _ = _decode_logits(twin, ids, 6, 3)
+            twin.blocks[0].moe.expert_down.mul_(-1.0)
+            bf16_after, _ = _decode_logits(twin, ids, 6, 3)
+            assert torch.equal(bf16_after, _decode_logits(copy.deepcopy(twin), ids, 6, 3)[0])
+        assert not torch.equal(bf16_before, bf16_after)
+        changed, _ = _decode_logits(original, ids, 6, 3)
+        assert not torch.equal(changed, before)
+        monkeypatch.setattr(ops.library, "FUSED_DECODE", False)
+        assert (changed - _decode_logits(original, ids, 6, 3)[0]).abs().max().item() <= 1e-4
+    odd = g.GLM53Flash(g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=12, experts=4, top_k=2,
+                                     sparse_window=4, sparse_stride=3, max_sequence_length=32)).eval()
+    calls = []
+    step = ops.DecodeStack.step
+    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or step(*a))
+    monkeypatch.setattr(ops.library, "FUSED_DECODE", True)
+    with torch.inference_mode():
+        fast, _ = _decode_logits(odd, ids, 6, 3)
+        monkeypatch.setattr(ops.library, "ENABLED", False)
+        eager, _ = _decode_logits(odd, ids, 6, 3)
+    assert not calls and (fast - eager).abs().max().item() <= 1e-4
+
+
+@needs_kernels
 @pytest.mark.parametrize("kept,slot", [(0, 0), (5, 5), (7, 2), (6, -1), (40, 13)])
 def test_sparse_attention_step_kernel_equals_rotation_and_sdpa(kept, slot):
     """The sparse layer's C step: q and k rotated as rope.py does, softmax attention over the kept keys

@@ -7,6 +7,7 @@ training (full sequences) and cached decoding (prefill, then any number of token
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -85,9 +86,11 @@ class HybridBlock(nn.Module):
     def decode_weights(self) -> dict | None:
         """This block's operands of the one-call decode step (ops.DecodeStack: its weights, whether it
         is the sparse layer and whether a linear layer rotates first), or None where that step cannot
-        serve it (the "sinkhorn" streams, more than 64 experts, top-k beyond 8)."""
+        serve it (the "sinkhorn" streams, more than 64 experts, top-k beyond 8, an expert width that is not a
+        multiple of 8)."""
         connection, attention, moe = self.connection, self.attention, self.moe
-        if connection.mode == "sinkhorn" or moe.experts > ops.LIMITS["experts"] or moe.top_k > min(ops.LIMITS["top_k"], moe.experts):
+        if (connection.mode == "sinkhorn" or moe.experts > ops.LIMITS["experts"]
+                or moe.top_k > min(ops.LIMITS["top_k"], moe.experts) or moe.expert_down.shape[1] % 8):
             return None
         return {"sparse": self.sparse, "rotate": not self.sparse and attention.rope_before_feature,
                 "input_logits": connection.input_logits, "attn_norm": self.attn_norm.weight,
@@ -102,18 +105,22 @@ class _DecodeOperands:
     """GLM53Flash's cached ops.DecodeStack and how to tell it is still the model's: each source tensor's
     path of module and parameter names from the model (walked through the modules' own dictionaries: a
     step reads ~130 of them, where nn.Module's attribute lookup cost a flash decode step ~0.4 ms) with
-    the tensor it named, its storage and its version."""
+    the tensor it named and its storage, and for bf16 copies the version they were copied at (float32
+    operands point at the weights themselves, so a change in place needs nothing)."""
 
     stack: object
     bf16: bool
-    entries: tuple | None  # ((path, tensor, data_ptr, version), ...); None: some source is not a parameter
+    entries: tuple | None  # ((path, tensor, data_ptr, version or None), ...); None: rebuilt every step
 
     @classmethod
     def of(cls, model: nn.Module, sources: list, stack, bf16: bool) -> "_DecodeOperands":
         paths = {id(parameter): tuple(name.split(".")) for name, parameter in model.named_parameters()}
         entries = None
-        if all(id(tensor) in paths for tensor in sources):
-            entries = tuple((paths[id(tensor)], tensor, tensor.data_ptr(), tensor._version) for tensor in sources)
+        # every source a parameter, and bf16 copies only of tensors that count their changes (an inference
+        # tensor keeps no version: its copies are made again each step)
+        if all(id(tensor) in paths and not (bf16 and tensor.is_inference()) for tensor in sources):
+            entries = tuple((paths[id(tensor)], tensor, tensor.data_ptr(), tensor._version if bf16 else None)
+                            for tensor in sources)
         return cls(stack, bf16, entries)
 
     def holds(self, model: nn.Module) -> bool:
@@ -125,9 +132,15 @@ class _DecodeOperands:
                 module = module._modules.get(name)
                 if module is None:
                     return False
-            if module._parameters.get(path[-1]) is not tensor or tensor.data_ptr() != pointer or tensor._version != version:
+            if (module._parameters.get(path[-1]) is not tensor or tensor.data_ptr() != pointer
+                    or (version is not None and tensor._version != version)):
                 return False
         return True
+
+
+# Each model's _DecodeOperands, outside the model: a deep copy or a pickle of a model does not carry a
+# table of pointers into the original's weights, and the entry goes with its model.
+_DECODE_OPERANDS: "weakref.WeakKeyDictionary[nn.Module, _DecodeOperands]" = weakref.WeakKeyDictionary()
 
 
 class GLM53Flash(nn.Module):
@@ -180,7 +193,7 @@ class GLM53Flash(nn.Module):
         the arithmetic stays float32, the router and norms float32). None where a block cannot take the
         one-call step."""
         bf16 = product_dtype() is torch.bfloat16
-        cached = getattr(self, "_decode_cache", None)
+        cached = _DECODE_OPERANDS.get(self)
         if cached is not None and cached.bf16 == bf16 and cached.holds(self):
             return cached.stack
         layers = [block.decode_weights() for block in self.blocks]
@@ -196,8 +209,7 @@ class GLM53Flash(nn.Module):
         stack = ops.DecodeStack(layers, heads=self.config.heads, top_k=first.moe.top_k,
                                 double_residual=first.connection.mode == "double-residual",
                                 eps=first.attn_norm.eps, floor=DENOMINATOR_FLOOR)
-        # a plain attribute: not a parameter, buffer or state_dict entry
-        self._decode_cache = _DecodeOperands.of(self, sources, stack, bf16)
+        _DECODE_OPERANDS[self] = _DecodeOperands.of(self, sources, stack, bf16)
         return stack
 
     def _decode_stack(self, streams: torch.Tensor, position: int, cache: ModelCache):
