@@ -688,6 +688,45 @@ def test_a_deep_copy_decodes_its_own_weights_and_odd_expert_widths_step_aside(mo
 
 
 @needs_kernels
+def test_the_one_call_steps_operands_follow_the_model_and_survive_a_change_of_precision(monkeypatch):
+    """The operands are built once per product dtype and kept while the model is what they were built
+    from: alternating float32 and bf16 decoding builds each once; a setting changed on every block (top-k)
+    and a weight the call cannot read (the same storage transposed, not contiguous) are noticed, and the
+    step then equals the layers one by one (or is left to them, without an error)."""
+    from glm53_flash.model.precision import compute_in, resolve_precision
+
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
+                        sparse_stride=3, max_sequence_length=32)
+    torch.manual_seed(9)
+    model = g.GLM53Flash(cfg).eval()
+    ids = torch.randint(4, 260, (3, 14))
+    built = []
+    init = ops.DecodeStack.__init__
+    monkeypatch.setattr(ops.DecodeStack, "__init__", lambda *a, **k: built.append(1) or init(*a, **k))
+    bf16 = resolve_precision("bf16", "cpu")
+
+    def decode(precision=None, fused=True):
+        monkeypatch.setattr(ops.library, "FUSED_DECODE", fused)
+        with torch.inference_mode(), compute_in(precision, "cpu"):
+            return _decode_logits(model, ids, 6, 3)[0]
+
+    for _ in range(3):
+        decode(bf16)
+        decode()
+    assert len(built) == 2  # one float32 and one bf16 stack, not one per switch
+    for block in model.blocks:
+        block.moe.top_k = 1
+    assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 3
+    square = model.blocks[1].attention.out.weight
+    square.data = square.data.t()  # the same storage read the other way: not contiguous, so op by op
+    assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 3
+    square.data = square.data.t().clone().t()  # the same values and layout in a storage whose rows run down
+    assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 3
+    square.data = square.data.contiguous()  # readable again: a new stack
+    assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 4
+
+
+@needs_kernels
 @pytest.mark.parametrize("kept,slot", [(0, 0), (5, 5), (7, 2), (6, -1), (40, 13)])
 def test_sparse_attention_step_kernel_equals_rotation_and_sdpa(kept, slot):
     """The sparse layer's C step: q and k rotated as rope.py does, softmax attention over the kept keys

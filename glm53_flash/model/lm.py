@@ -99,48 +99,58 @@ class HybridBlock(nn.Module):
                 "gate_up": moe.expert_gate_up, "down": moe.expert_down, "shared_up": moe.shared.up.weight,
                 "shared_down": moe.shared.down.weight}
 
+    def decode_settings(self) -> tuple:
+        """(object, attribute) for every setting decode_weights' caller builds the one-call step with, so
+        a change to one of them makes it build the step again."""
+        settings = ((self, "sparse"), (self.moe, "top_k"), (self.moe, "experts"), (self.connection, "mode"),
+                    (self.attn_norm, "eps"), (self.moe_norm, "eps"))
+        return settings if self.sparse else settings + ((self.attention, "rope_before_feature"),)
+
 
 @dataclass
 class _DecodeOperands:
-    """GLM53Flash's cached ops.DecodeStack and how to tell it is still the model's: each source tensor's
-    path of module and parameter names from the model (walked through the modules' own dictionaries: a
-    step reads ~130 of them, where nn.Module's attribute lookup cost a flash decode step ~0.4 ms) with
-    the tensor it named and its storage, and for bf16 copies the version they were copied at (float32
-    operands point at the weights themselves, so a change in place needs nothing)."""
+    """GLM53Flash's cached ops.DecodeStack for one product dtype, and how to tell it is still the model's:
+    each source tensor's path of module and parameter names from the model (walked through the modules'
+    own dictionaries: a step reads ~130 of them, where nn.Module's attribute lookup cost a flash decode
+    step ~0.4 ms) with the tensor it named, its storage (held, so a freed address cannot come back under
+    another tensor), shape and strides, and for bf16 copies the version they were copied at (float32
+    operands point at the weights themselves, so a change in place needs nothing); and every setting the
+    call was built with (top-k, the streams' mode, the norms' eps, which layers are sparse or rotate)."""
 
     stack: object
-    bf16: bool
-    entries: tuple | None  # ((path, tensor, data_ptr, version or None), ...); None: rebuilt every step
+    entries: tuple | None  # ((path, tensor, storage, data_ptr, shape, stride, version or None), ...); None: rebuild
+    settings: tuple  # ((object, attribute, value), ...)
 
     @classmethod
-    def of(cls, model: nn.Module, sources: list, stack, bf16: bool) -> "_DecodeOperands":
+    def of(cls, model: nn.Module, sources: list, settings: tuple, stack, bf16: bool) -> "_DecodeOperands":
         paths = {id(parameter): tuple(name.split(".")) for name, parameter in model.named_parameters()}
         entries = None
         # every source a parameter, and bf16 copies only of tensors that count their changes (an inference
         # tensor keeps no version: its copies are made again each step)
         if all(id(tensor) in paths and not (bf16 and tensor.is_inference()) for tensor in sources):
-            entries = tuple((paths[id(tensor)], tensor, tensor.data_ptr(), tensor._version if bf16 else None)
-                            for tensor in sources)
-        return cls(stack, bf16, entries)
+            entries = tuple((paths[id(tensor)], tensor, tensor.detach(), tensor.data_ptr(), tensor.shape,
+                             tensor.stride(), tensor._version if bf16 else None) for tensor in sources)
+        return cls(stack, entries, tuple((owner, name, getattr(owner, name)) for owner, name in settings))
 
     def holds(self, model: nn.Module) -> bool:
         if self.entries is None:
             return False
-        for path, tensor, pointer, version in self.entries:
+        for path, tensor, _storage, pointer, shape, stride, version in self.entries:
             module = model
             for name in path[:-1]:
                 module = module._modules.get(name)
                 if module is None:
                     return False
-            if (module._parameters.get(path[-1]) is not tensor or tensor.data_ptr() != pointer
-                    or (version is not None and tensor._version != version)):
+            if (module._parameters.get(path[-1]) is not tensor or tensor.data_ptr() != pointer or tensor.shape != shape
+                    or tensor.stride() != stride or (version is not None and tensor._version != version)):
                 return False
-        return True
+        return all(getattr(owner, name) == value for owner, name, value in self.settings)
 
 
-# Each model's _DecodeOperands, outside the model: a deep copy or a pickle of a model does not carry a
-# table of pointers into the original's weights, and the entry goes with its model.
-_DECODE_OPERANDS: "weakref.WeakKeyDictionary[nn.Module, _DecodeOperands]" = weakref.WeakKeyDictionary()
+# Each model's _DecodeOperands per product dtype ({False: float32, True: bf16}), outside the model: a
+# deep copy or a pickle of a model does not carry a table of pointers into the original's weights, the
+# entry goes with its model, and switching precision does not copy the bf16 weights again.
+_DECODE_OPERANDS: "weakref.WeakKeyDictionary[nn.Module, dict[bool, _DecodeOperands]]" = weakref.WeakKeyDictionary()
 
 
 class GLM53Flash(nn.Module):
@@ -193,23 +203,30 @@ class GLM53Flash(nn.Module):
         the arithmetic stays float32, the router and norms float32). None where a block cannot take the
         one-call step."""
         bf16 = product_dtype() is torch.bfloat16
-        cached = _DECODE_OPERANDS.get(self)
-        if cached is not None and cached.bf16 == bf16 and cached.holds(self):
+        kept = _DECODE_OPERANDS.get(self)
+        cached = kept.get(bf16) if kept is not None else None
+        if cached is not None and cached.holds(self):
             return cached.stack
         layers = [block.decode_weights() for block in self.blocks]
-        if any(layer is None for layer in layers) or len({block.attn_norm.eps for block in self.blocks}
-                                                         | {block.moe_norm.eps for block in self.blocks}) != 1:
+        if any(layer is None for layer in layers):
             return None
         sources = [tensor for layer in layers for tensor in layer.values() if isinstance(tensor, torch.Tensor)]
+        first = self.blocks[0]
+        shared = {(block.moe.top_k, block.connection.mode, block.attn_norm.eps, block.moe_norm.eps)
+                  for block in self.blocks}
+        # one top-k, streams' mode and eps for every block, and the weights as the C call reads them
+        if (len(shared) != 1 or first.attn_norm.eps != first.moe_norm.eps
+                or not all(t.is_cpu and t.dtype == torch.float32 and t.is_contiguous() for t in sources)):
+            return None
         if bf16:
             with torch.no_grad():
                 layers = [{name: value.detach().to(torch.bfloat16).contiguous() if name in ops.PRODUCT_WEIGHTS
                            else value for name, value in layer.items()} for layer in layers]
-        first = self.blocks[0]
         stack = ops.DecodeStack(layers, heads=self.config.heads, top_k=first.moe.top_k,
                                 double_residual=first.connection.mode == "double-residual",
                                 eps=first.attn_norm.eps, floor=DENOMINATOR_FLOOR)
-        _DECODE_OPERANDS[self] = _DecodeOperands.of(self, sources, stack, bf16)
+        settings = tuple(setting for block in self.blocks for setting in block.decode_settings())
+        _DECODE_OPERANDS.setdefault(self, {})[bf16] = _DecodeOperands.of(self, sources, settings, stack, bf16)
         return stack
 
     def _decode_stack(self, streams: torch.Tensor, position: int, cache: ModelCache):
