@@ -241,7 +241,13 @@ def test_bench_decode_weights_receipt_on_the_tiny_preset(tmp_path, capsys):
     assert receipt["precision"]["name"] == "bf16" and receipt["greedy_agreement"] > 0.5
     assert receipt["bf16_speedup"] == pytest.approx(receipt["step_seconds"]["fp32"]["median"]
                                                      / receipt["step_seconds"]["bf16"]["median"])
-    assert "step / weight read" in capsys.readouterr().out
+    for name, split in receipt["split_per_step"].items():  # the step's seconds in the C kernels and outside
+        steps = receipt["step_seconds"][name]["all"]
+        assert len(split["kernel_seconds_all"]) == 2 and split["other_seconds"] > 0
+        assert all(0 < inside < step for inside, step in zip(split["kernel_seconds_all"], steps))
+    assert ops.library.call.__name__ == "call"  # the timing wrapper is gone again
+    printed = capsys.readouterr().out
+    assert "step / weight read" in printed and "in the C kernels / outside" in printed
     assert main(["bench", "decode-weights", "--preset", "tiny", "--steps", "500"]) == 2
 
 

@@ -12,6 +12,7 @@ bf16 buffer viewed as float32), so both floors run one kernel at the memory's pa
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -20,6 +21,7 @@ import torch
 from glm53_flash.benchmarks.common import print_table
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.model import GLM53Flash, ops
+from glm53_flash.model.ops import library
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.model.precision import compute_in, cpu_bf16_flags, resolve_precision
 
@@ -41,6 +43,27 @@ def read_floor(tensors: list[torch.Tensor]) -> callable:
         for v in views:
             v.sum()
     return read
+
+
+@contextlib.contextmanager
+def _timing_calls(spent: list | None):
+    """While it runs, every call into the C kernels (ops.library.call) adds its seconds to spent[0]."""
+    if spent is None:
+        yield
+        return
+    original = library.call
+
+    def timed(op, *arguments):
+        start = time.perf_counter()
+        try:
+            return original(op, *arguments)
+        finally:
+            spent[0] += time.perf_counter() - start
+    library.call = timed
+    try:
+        yield
+    finally:
+        library.call = original
 
 
 def _best(fn, repeats: int) -> float:
@@ -76,13 +99,14 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
     weight_bytes = {"fp32": sum(p.numel() * 4 for p in products + rest),
                     "bf16": sum(p.numel() * 2 for p in products) + sum(p.numel() * 4 for p in rest)}
 
-    def decode(precision):
-        """Seconds per cached step after a float32 prefill, and the steps' logits."""
+    def decode(precision, kernel_time: list | None = None):
+        """Seconds per cached step after a float32 prefill, and the steps' logits. With `kernel_time` (a
+        one-element list), the seconds the steps spent inside the C kernels' calls are added to it."""
         with torch.inference_mode():
             cache = model.new_cache(batch)
             logits = model(prompt, cache=cache).logits[:, -1]
             out = []
-            with compute_in(precision, "cpu"):
+            with compute_in(precision, "cpu"), _timing_calls(kernel_time):
                 start = time.perf_counter()
                 for _ in range(steps):
                     logits = model(logits.argmax(-1, keepdim=True), cache=cache).logits[:, -1]
@@ -93,14 +117,21 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
     with torch.inference_mode():
         for precision in (None, bf16):  # warm-up: the kernels' first calls and the bf16 copies
             decode(precision)
-        samples = {"fp32": [], "bf16": [], "read_fp32": [], "read_bf16": []}
+        samples = {key: [] for key in ("fp32", "bf16", "read_fp32", "read_bf16", "kernels_fp32", "kernels_bf16")}
         last = {}
         for _ in range(rounds):  # interleaved, so a burst of load lands on both sides
             for name, precision in (("fp32", None), ("bf16", bf16)):
-                seconds, last[name] = decode(precision)
+                spent = [0.0]  # each kernel call timed (about a microsecond per call): the step's split
+                seconds, last[name] = decode(precision, spent)
                 samples[name].append(seconds)
+                samples[f"kernels_{name}"].append(spent[0] / steps)
                 samples[f"read_{name}"].append(_best(floors[name], 5))
     median = {name: statistics.median(values) for name, values in samples.items()}
+    # the step's seconds in the C kernels (the one-call block step, the head) and outside them, per round
+    kernel = {name: {"kernel_seconds": median[f"kernels_{name}"], "kernel_seconds_all": samples[f"kernels_{name}"],
+                     "other_seconds": statistics.median(step - inside for step, inside
+                                                        in zip(samples[name], samples[f"kernels_{name}"]))}
+              for name in ("fp32", "bf16")}
     fp32_logits, bf16_logits = last["fp32"], last["bf16"]
     agreement = float((fp32_logits.argmax(-1) == bf16_logits.argmax(-1)).float().mean())
     scale = float(fp32_logits.abs().max())
@@ -115,6 +146,8 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
         "step_over_weight_read": {name: median[name] / median[f"read_{name}"] for name in ("fp32", "bf16")},
         "bf16_speedup": median["fp32"] / median["bf16"],
         "bf16_speedup_per_round": [a / b for a, b in zip(samples["fp32"], samples["bf16"])],
+        # medians over the rounds: the step's seconds in the C kernels' calls and outside them
+        "split_per_step": kernel,
         # the two runs decode greedily from the same prompt: each step's argmax, and the logits' gap
         "greedy_agreement": agreement,
         "largest_logit_difference_relative": float((fp32_logits - bf16_logits).abs().max()) / scale,
@@ -129,6 +162,9 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
         ("one read of those weights", f"fp32 {1e3 * median['read_fp32']:.2f} ms, bf16 {1e3 * median['read_bf16']:.2f} ms"),
         ("step / weight read", f"fp32 {result['step_over_weight_read']['fp32']:.2f}x, "
                                f"bf16 {result['step_over_weight_read']['bf16']:.2f}x"),
+        ("in the C kernels / outside", ", ".join(
+            f"{name} {1e3 * kernel[name]['kernel_seconds']:.2f} / {1e3 * kernel[name]['other_seconds']:.2f} ms"
+            for name in ("fp32", "bf16"))),
         ("greedy tokens agreeing", f"{100 * agreement:.1f}% of {batch} x {steps}"),
     ], title=f"decode weights, {preset}, batch {batch}, {steps} steps, {rounds} rounds")
     if output:
