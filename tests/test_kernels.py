@@ -771,8 +771,8 @@ def test_one_call_decode_serves_only_what_it_was_written_for(monkeypatch):
     with torch.inference_mode():
         assert not serves(streams)
     kv = torch.randn(2, 4, 8, 8)
-    assert ops.decode_state_serves(kv, kv[:, :, 0]) is False  # a strided view
-    assert ops.decode_state_serves(kv, kv.sum(-1)) and not ops.decode_state_serves(kv.double())
+    assert ops.decode_tensors_serve(kv, kv[:, :, 0]) is False  # a strided view
+    assert ops.decode_tensors_serve(kv, kv.sum(-1)) and not ops.decode_tensors_serve(kv.double())
 
 
 @needs_kernels

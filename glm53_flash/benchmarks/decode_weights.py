@@ -12,7 +12,6 @@ bf16 buffer viewed as float32), so both floors run one kernel at the memory's pa
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 
@@ -27,12 +26,9 @@ from glm53_flash.model.precision import compute_in, cpu_bf16_flags, resolve_prec
 
 
 def weight_products(model: GLM53Flash) -> list[torch.Tensor]:
-    """The weights a fused decode step reads in bf16 under compute_in(bf16) (lm.GLM53Flash._decode_operands)."""
-    found = []
-    for block in model.blocks:
-        found += [block.attention.qkv.weight, block.attention.out.weight, block.moe.expert_gate_up,
-                  block.moe.expert_down, block.moe.shared.up.weight, block.moe.shared.down.weight]
-    return found
+    """The weights a decode step reads in bf16 under compute_in(bf16): each block's ops.PRODUCT_WEIGHTS
+    (lm.GLM53Flash._decode_operands makes their bf16 copies)."""
+    return [layer[name] for layer in (block.decode_weights() for block in model.blocks) for name in ops.PRODUCT_WEIGHTS]
 
 
 def read_floor(tensors: list[torch.Tensor]) -> callable:
@@ -43,27 +39,6 @@ def read_floor(tensors: list[torch.Tensor]) -> callable:
         for v in views:
             v.sum()
     return read
-
-
-@contextlib.contextmanager
-def _timing_calls(spent: list | None):
-    """While it runs, every call into the C kernels (ops.library.call) adds its seconds to spent[0]."""
-    if spent is None:
-        yield
-        return
-    original = library.call
-
-    def timed(op, *arguments):
-        start = time.perf_counter()
-        try:
-            return original(op, *arguments)
-        finally:
-            spent[0] += time.perf_counter() - start
-    library.call = timed
-    try:
-        yield
-    finally:
-        library.call = original
 
 
 def _best(fn, repeats: int) -> float:
@@ -99,20 +74,21 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
     weight_bytes = {"fp32": sum(p.numel() * 4 for p in products + rest),
                     "bf16": sum(p.numel() * 2 for p in products) + sum(p.numel() * 4 for p in rest)}
 
-    def decode(precision, kernel_time: list | None = None):
-        """Seconds per cached step after a float32 prefill, and the steps' logits. With `kernel_time` (a
-        one-element list), the seconds the steps spent inside the C kernels' calls are added to it."""
+    def decode(precision):
+        """Seconds per cached step after a float32 prefill, the steps' logits, and the seconds per step
+        spent inside the C kernels' calls (each timed: about a microsecond per call)."""
         with torch.inference_mode():
             cache = model.new_cache(batch)
             logits = model(prompt, cache=cache).logits[:, -1]
             out = []
-            with compute_in(precision, "cpu"), _timing_calls(kernel_time):
+            spent = [0.0]
+            with compute_in(precision, "cpu"), library.timed_calls(spent):
                 start = time.perf_counter()
                 for _ in range(steps):
                     logits = model(logits.argmax(-1, keepdim=True), cache=cache).logits[:, -1]
                     out.append(logits)
                 seconds = (time.perf_counter() - start) / steps
-        return seconds, torch.stack(out)
+        return seconds, torch.stack(out), spent[0] / steps
 
     with torch.inference_mode():
         for precision in (None, bf16):  # warm-up: the kernels' first calls and the bf16 copies
@@ -121,10 +97,9 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
         last = {}
         for _ in range(rounds):  # interleaved, so a burst of load lands on both sides
             for name, precision in (("fp32", None), ("bf16", bf16)):
-                spent = [0.0]  # each kernel call timed (about a microsecond per call): the step's split
-                seconds, last[name] = decode(precision, spent)
+                seconds, last[name], inside = decode(precision)
                 samples[name].append(seconds)
-                samples[f"kernels_{name}"].append(spent[0] / steps)
+                samples[f"kernels_{name}"].append(inside)
                 samples[f"read_{name}"].append(_best(floors[name], 5))
     median = {name: statistics.median(values) for name, values in samples.items()}
     # the step's seconds in the C kernels (the one-call block step, the head) and outside them, per round

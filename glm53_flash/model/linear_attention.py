@@ -238,7 +238,7 @@ class LinearAttention(nn.Module):
     def decode_operands(self, state, position: int):
         """This layer's part of the one-call decode step (ops.DecodeStack.step): ((kv, z), the state after
         the step: the same tensors, updated in place), or None where the step cannot serve this state."""
-        if not (isinstance(state, LinearState) and ops.decode_state_serves(state.kv, state.z)):
+        if not (isinstance(state, LinearState) and ops.decode_tensors_serve(state.kv, state.z)):
             return None
         return (state.kv, state.z), state
 

@@ -216,7 +216,7 @@ class GLM53Flash(nn.Module):
                   for block in self.blocks}
         # one top-k, streams' mode and eps for every block, and the weights as the C call reads them
         if (len(shared) != 1 or first.attn_norm.eps != first.moe_norm.eps
-                or not all(t.is_cpu and t.dtype == torch.float32 and t.is_contiguous() for t in sources)):
+                or not ops.decode_tensors_serve(*sources)):
             return None
         if bf16:
             with torch.no_grad():
@@ -300,8 +300,7 @@ class GLM53Flash(nn.Module):
         usage, balances = [], []
         stepped = self._decode_stack(streams, position, cache) if cache is not None and t == 1 else None
         if stepped is not None:  # one cached token per row, every layer in one C call
-            streams, counts = stepped
-            usage = list(counts.unbind(0))
+            streams, usage = stepped  # routed slots [layers, E]
         else:
             for i, block in enumerate(self.blocks):
                 state = cache.layers[i] if cache is not None else None
@@ -315,7 +314,7 @@ class GLM53Flash(nn.Module):
             cache.position = position + t
         hidden = self.norm(streams.mean(dim=0))
         logits = ops.linear(hidden, self.embedding.weight)
-        usage_by_layer = torch.stack(usage).float()
+        usage_by_layer = (usage if stepped is not None else torch.stack(usage)).float()
         usage_by_layer = usage_by_layer / usage_by_layer.sum(-1, keepdim=True).clamp_min(1.0)
         if cache is not None:  # decoding: no balance statistics
             aux = logits.new_zeros(())

@@ -168,7 +168,7 @@ class SparseAttention(nn.Module):
         if not isinstance(state, SparseKV) or len(state.positions) > ops.library.MAX_SPARSE_KEYS:
             return None
         keys, values = _with_room(state)
-        if not ops.decode_state_serves(keys, values):
+        if not ops.decode_tensors_serve(keys, values):
             return None
         slot, positions = self._slot_for(position, state.positions)
         return (keys, values, len(state.positions), slot), _kept(keys, values, positions)

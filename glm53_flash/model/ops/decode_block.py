@@ -44,8 +44,8 @@ def decode_stack_serves(streams: torch.Tensor) -> bool:
             and streams[0].is_contiguous() and streams.stride(0) in (0, batch * dim) and library.cpu_float32(streams)
             and library.path_open())
 
-def decode_state_serves(*tensors: torch.Tensor) -> bool:
-    """Whether cached states can go to `DecodeStack.step` as they are: contiguous CPU float32 tensors."""
+def decode_tensors_serve(*tensors: torch.Tensor) -> bool:
+    """Whether weights or cached states can go to `DecodeStack` as they are: contiguous CPU float32 tensors."""
     return all(isinstance(t, torch.Tensor) and t.is_cpu and t.dtype == torch.float32 and t.is_contiguous()
                for t in tensors)
 
@@ -246,5 +246,5 @@ def reference_decode_moe_out(streams, output_logits, double_residual, attn, out_
     return streams + streams.shape[0] * weights * update, counts
 
 
-__all__ = ["DecodeStack", "LAYER_FIELDS", "LAYER_WEIGHTS", "PRODUCT_WEIGHTS", "decode_attention_in", "decode_moe_out", "decode_stack_serves", "decode_state_serves", "reference_decode_attention_in",
+__all__ = ["DecodeStack", "LAYER_FIELDS", "LAYER_WEIGHTS", "PRODUCT_WEIGHTS", "decode_attention_in", "decode_moe_out", "decode_stack_serves", "decode_tensors_serve", "reference_decode_attention_in",
            "reference_decode_moe_out", "weight_type"]

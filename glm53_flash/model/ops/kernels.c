@@ -1071,8 +1071,8 @@ enum layer_field {
 /* How many fields a layer has (ops/decode_block.py names them in the same order; a test compares). */
 int64_t glm53_layer_fields(void) { return LAYER_FIELDS; }
 
-/* counts [layers, E] receives each layer's routed slots per expert. Returns OK, NO_MEMORY, or
- * OUT_OF_RANGE when a layer's fields do not hold (checked before any layer runs). */
+/* counts [layers, E] receives each layer's routed slots per expert. Returns OK or NO_MEMORY; the
+ * entry point glm53_decode_stack checks every layer's fields before any layer runs. */
 static int decode_stack(const int64_t *layers, int64_t n_layers, const float *streams, int64_t stream_stride,
                         int64_t n_streams, int64_t batch, int64_t dim, int64_t heads, int64_t experts, int64_t top_k,
                         int64_t hidden, int64_t double_residual, int bf16, float eps, float floor, const float *cos,

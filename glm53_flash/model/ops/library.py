@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -180,6 +181,8 @@ def _build(isa: str | None = None) -> tuple[ctypes.CDLL | None, str, Path | None
     return library, f"loaded ({isa}, {library.glm53_lanes()} float lanes)", target
 
 _LABELS = False  # labelled_calls(): each kernel call a named profiler range (glm53 bench profile)
+_SPENT: list | None = None  # timed_calls(): the seconds every kernel call took, summed into _SPENT[0]
+_WATCHED = False  # either of the two: call() takes its slower path only then
 
 
 @contextlib.contextmanager
@@ -188,10 +191,31 @@ def labelled_calls():
     call costs one flag check more."""
     global _LABELS
     before, _LABELS = _LABELS, True
+    _watch()
     try:
         yield
     finally:
         _LABELS = before
+        _watch()
+
+
+@contextlib.contextmanager
+def timed_calls(spent: list):
+    """While the block runs, add the seconds every kernel call takes to spent[0] (`glm53 bench
+    decode-weights`: a step's split between the kernels and the Python around them)."""
+    global _SPENT
+    before, _SPENT = _SPENT, spent
+    _watch()
+    try:
+        yield
+    finally:
+        _SPENT = before
+        _watch()
+
+
+def _watch() -> None:
+    global _WATCHED
+    _WATCHED = _LABELS or _SPENT is not None
 
 
 def _library() -> ctypes.CDLL | None:
@@ -210,10 +234,10 @@ def _required() -> ctypes.CDLL:
 
 def call(op: str, *arguments) -> None:
     """Call kernels.c's glm53_<op> and turn its status into an exception. Inside `labelled_calls()` each
-    call is a profiler range named glm53::<op>, so a profile shows the C kernels' time under their names."""
-    if _LABELS:
-        with torch.profiler.record_function("glm53::" + op):
-            status = getattr(_required(), "glm53_" + op)(*arguments)
+    call is a profiler range named glm53::<op>, so a profile shows the C kernels' time under their names;
+    inside `timed_calls(spent)` its seconds are added to spent[0]."""
+    if _WATCHED:
+        status = _watched_call(op, arguments)
     else:
         status = getattr(_required(), "glm53_" + op)(*arguments)
     if status == NO_MEMORY:
@@ -226,6 +250,17 @@ def c_limits() -> dict:
     values = (ctypes.c_int64 * len(LIMITS))()
     _required().glm53_limits(ctypes.addressof(values))
     return dict(zip(LIMITS, values))
+
+def _watched_call(op: str, arguments: tuple) -> int:
+    start = time.perf_counter()
+    try:
+        if _LABELS:
+            with torch.profiler.record_function("glm53::" + op):
+                return getattr(_required(), "glm53_" + op)(*arguments)
+        return getattr(_required(), "glm53_" + op)(*arguments)
+    finally:
+        if _SPENT is not None:
+            _SPENT[0] += time.perf_counter() - start
 
 def available() -> bool:
     return ENABLED and _library() is not None
