@@ -18,7 +18,7 @@ import sys
 from glm53_flash.core import __version__
 from glm53_flash.commands import BENCH_GROUP, GROUPS
 from glm53_flash.core.receipts import pin_launch_commit
-from glm53_flash.core.runtime import retain_freed_memory
+from glm53_flash.core.runtime import retain_freed_memory, short_spin_waits
 
 
 class CommandError(Exception):
@@ -122,6 +122,7 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    short_spin_waits()  # before torch loads: on a busy machine idle math threads sleep after a short spin
     retain_freed_memory()  # steadier, faster training and sampling steps: see its note
     pin_launch_commit()  # receipts name the code this process loaded, not later commits
     if getattr(args, "require_isolation_everywhere", False) or getattr(args, "require_isolation", False):

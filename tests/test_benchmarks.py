@@ -186,6 +186,34 @@ def test_bench_scaling_bad_input_is_a_clear_error():
         scaling.run(preset="tiny", decode_repeats=0, output=None)
 
 
+def test_bench_contention_compares_spin_counts_in_children_with_the_same_weights(tmp_path):
+    """--spin-counts: one child per count with GOMP_SPINCOUNT set (each child's receipt says its count was
+    kept), and every child's fixed-thread training steps end on the same weights: how long idle threads spin
+    changes when they sleep, never what they compute."""
+    from glm53_flash.benchmarks.contention import compare_spin_counts
+
+    receipt = compare_spin_counts([300000, 0], rounds=1, output=str(tmp_path / "spin.json"), quiet=True,
+                                  preset="tiny", batch_size=2, sequence_length=32, steps=1, decode_batch=2,
+                                  decode_tokens=2)
+    assert receipt["same_weights_every_child"] is True
+    hashes = [child["weights_sha256_after_quiet_fixed"] for runs in receipt["children"].values() for child in runs]
+    assert len(hashes) == 2 and len(hashes[0]) == 64
+    assert receipt["per_count"]["0"]["spin_waits"] == ["left alone (GOMP_SPINCOUNT=0 set before glm53 started)"]
+    ratios = receipt["per_count"]["0"]["ratios"]
+    assert ratios["train_quiet_over_spin_300000"]["rounds"][0] > 0
+    assert receipt["per_count"]["300000"]["ratios"]["train_quiet_over_spin_300000"]["median"] == 1.0
+    assert json.loads((tmp_path / "spin.json").read_text())["kind"] == "bench-contention-spin-counts"
+
+
+@pytest.mark.parametrize("counts, message", [("1000", "at least two distinct"), ("1000,1000", "at least two"),
+                                             ("1000,-1", "at least two distinct counts >= 0"),
+                                             ("1000,lots", "comma-separated whole numbers")])
+def test_bench_contention_refuses_bad_spin_counts(tmp_path, capsys, counts, message):
+    out = tmp_path / "spin.json"
+    assert main(["bench", "contention", "--spin-counts", counts, "--output", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
 def test_bench_contention_receipt_on_the_tiny_preset(tmp_path):
     """Quiet and busy, fixed and adaptive, in one process; its competitor is gone afterwards."""
     from glm53_flash.benchmarks.contention import run

@@ -87,6 +87,60 @@ def test_freed_blocks_are_reused_without_new_page_faults(tuning):
         assert status.startswith("off") and int(faults) > 20 * 5000
 
 
+def test_short_spin_waits_only_on_a_busy_machine_and_only_where_it_can_still_act(monkeypatch):
+    """runtime.short_spin_waits: GOMP_SPINCOUNT=SPIN_COUNT when other processes use BUSY_CORES or more and
+    no OpenMP runtime is loaded yet; a quiet machine keeps libgomp's default; the user's count or wait
+    policy is kept; after libgomp loaded nothing is set."""
+    from glm53_flash.core import runtime
+
+    monkeypatch.setattr(runtime, "_openmp_loaded", lambda: False)
+    environ: dict = {}
+    assert runtime.short_spin_waits(environ, busy=1.0).startswith(f"on (GOMP_SPINCOUNT={runtime.SPIN_COUNT}: ")
+    assert environ == {"GOMP_SPINCOUNT": str(runtime.SPIN_COUNT)} and runtime.spin_waits().startswith("on")
+    for quiet in (0.0, runtime.BUSY_CORES - 0.01):
+        environ = {}
+        assert runtime.short_spin_waits(environ, busy=quiet).startswith("off (") and environ == {}
+    environ = {}
+    assert runtime.short_spin_waits(environ, busy=None).startswith("left alone (the machine's load") and not environ
+    for mine in ({"GOMP_SPINCOUNT": "300000"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
+        environ = dict(mine)
+        assert runtime.short_spin_waits(environ, busy=2.0).startswith("left alone (" + next(iter(mine)))
+        assert environ == mine
+    monkeypatch.setattr(runtime, "_openmp_loaded", lambda: True)
+    environ = {}
+    assert runtime.short_spin_waits(environ, busy=2.0) == "left alone (an OpenMP runtime was already loaded)"
+    assert environ == {}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps")
+def test_openmp_is_seen_once_torch_loaded_it():
+    """The check short_spin_waits relies on, against the real process: this one imported torch (libgomp)."""
+    from glm53_flash.core import runtime
+
+    assert "torch" in sys.modules and runtime._openmp_loaded()
+    fresh = subprocess.run([sys.executable, "-c", "from glm53_flash.core.runtime import _openmp_loaded\n"
+                            "print(_openmp_loaded())"], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's load from /proc/stat")
+def test_a_command_started_beside_a_busy_process_sets_short_spin_waits_before_torch_loads():
+    """A fresh `glm53` process beside one CPU-bound process measures it, sets GOMP_SPINCOUNT before torch
+    loads and says so (info; receipts record it as provenance.spin_waits); a count the user set is kept."""
+    import os
+
+    from glm53_flash.benchmarks.contention import competitor
+
+    script = "import sys\nfrom glm53_flash.cli import main\nsys.exit(main(['info', '--preset', 'tiny', '--no-generate']))"
+    env = {key: value for key, value in os.environ.items() if key not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    with competitor(60):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+        assert "short spin waits: on (GOMP_SPINCOUNT=1000: other processes used" in done.stdout, done.stdout
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=dict(env, GOMP_SPINCOUNT="7"), check=True)
+        assert "left alone (GOMP_SPINCOUNT=7 set before glm53 started)" in done.stdout
+
+
 def test_receipts_name_the_commit_the_command_started_with(monkeypatch):
     """A long run writes receipts hours after it loaded its code: every glm53 command pins the
     checkout's commit when it starts (cli -> receipts.pin_launch_commit), and receipts name that one

@@ -1,13 +1,21 @@
 """`glm53 bench contention`: the training step and the cached decode step, quiet and beside one CPU-bound
 process this benchmark starts itself (in its own session, ending by itself after a bounded time, and
 killed when the measurement ends), with the thread count fixed and with the ThreadGovernor
-(`--adapt-threads`), all in one process so the ratios share the machine's state."""
+(`--adapt-threads`), all in one process so the ratios share the machine's state.
+
+With `--spin-counts` (compare_spin_counts) it runs that measurement once per OpenMP spin count in a child
+process (GOMP_SPINCOUNT is read when libgomp loads, so one process cannot hold two), round after round in
+alternating order, and pairs each round's figures with the first count's."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +41,9 @@ def competitor(seconds: float):
     finally:
         process.kill()
         process.wait()
+
+
+FP32_WARMUP = 3  # untimed float32 training steps before the first condition
 
 
 def _timed(fn, count: int, governor: ThreadGovernor | None = None) -> tuple[list[float], list[int]]:
@@ -86,9 +97,12 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
             print(f"[bench contention] {text}", flush=True)
 
     rows = {}
-    for _ in range(PRECISION_WARMUP if resolved.name == "bf16" else 1):  # warm: the first step allocates
+    # warm: the first steps allocate and fault in their pages (a fresh process's first few fp32 flash steps
+    # ran up to 1.5x the later ones on a 2-core EPYC; bf16 also compiles its kernels per shape)
+    for _ in range(PRECISION_WARMUP if resolved.name == "bf16" else FP32_WARMUP):
         train_step()
-    decode_steps()
+    for _ in range(2):
+        decode_steps()
 
     def measure(name: str, governed: bool) -> None:
         torch.set_num_threads(threads)
@@ -105,6 +119,8 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
             f"{decode_tokens} decode steps {rows[name]['decode_median']:.2f} s")
 
     measure("quiet_fixed", False)
+    # what the fixed-thread steps so far computed: a run under another spin count must match it bit for bit
+    weights = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     measure("quiet_adaptive", True)
     budget = 60.0 * (4 * steps + 4) * max(1.0, rows["quiet_fixed"]["train_step_median"])
     with competitor(budget):
@@ -124,7 +140,8 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
                "sequence_length": sequence_length, "steps": steps, "decode_batch": decode_batch, "threads": threads,
                "precision": resolved.record(),
                "competitor": "one CPU-bound python process in its own session, bounded in time, killed after",
-               "runs": rows, "ratios": ratios, "provenance": provenance(device="cpu")}
+               "runs": rows, "ratios": ratios, "weights_sha256_after_quiet_fixed": weights,
+               "provenance": provenance(device="cpu")}
     for name, value in ratios.items():
         say(f"{name}: {value:.2f}x")
     if output:
@@ -134,4 +151,75 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
     return receipt
 
 
-__all__ = ["competitor", "run"]
+def _spread(values: list[float]) -> dict:
+    return {"median": _median(values), "min": min(values), "max": max(values), "rounds": values}
+
+
+def compare_spin_counts(spin_counts: list[int], rounds: int = 2, output: str | None = None, quiet: bool = False,
+                        **settings) -> dict:
+    """`run(**settings)` in a child process per spin count (GOMP_SPINCOUNT), `rounds` times, the order
+    reversed every other round. Per count: each condition's median over rounds, and the ratios paired
+    within a round: busy over quiet (fixed threads), and quiet against the first count's quiet."""
+    if len(spin_counts) < 2 or any(count < 0 for count in spin_counts) or len(set(spin_counts)) != len(spin_counts):
+        raise ValueError(f"--spin-counts needs at least two distinct counts >= 0, got {spin_counts}")
+    if rounds < 1:
+        raise ValueError("--rounds must be at least 1")
+    flags = []
+    for name, value in settings.items():
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    children: dict[int, list[dict]] = {count: [] for count in spin_counts}
+    with tempfile.TemporaryDirectory() as scratch:
+        for index in range(rounds):
+            order = spin_counts if index % 2 == 0 else spin_counts[::-1]
+            for count in order:
+                path = Path(scratch) / f"round{index}-spin{count}.json"
+                env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+                env["GOMP_SPINCOUNT"] = str(count)
+                if not quiet:
+                    print(f"[bench contention] round {index + 1}/{rounds}, GOMP_SPINCOUNT={count}", flush=True)
+                done = subprocess.run([sys.executable, "-m", "glm53_flash.cli", "bench", "contention", *flags,
+                                       "--output", str(path)], env=env, capture_output=quiet, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"the child with GOMP_SPINCOUNT={count} failed ({done.returncode})"
+                                       + (f": {done.stderr.strip()[-800:]}" if quiet else ""))
+                children[count].append(json.loads(path.read_text()))
+    reference = spin_counts[0]
+    per_count = {}
+    for count in spin_counts:
+        runs = children[count]
+        medians = {f"{condition}_{what}": _spread([r["runs"][condition][f"{what}_median"] for r in runs])
+                   for condition in ("quiet_fixed", "busy_fixed", "quiet_adaptive", "busy_adaptive")
+                   for what in ("train_step", "decode")}
+        ratios = {name: _spread([r["ratios"][name] for r in runs])
+                  for name in ("train_busy_fixed_over_quiet", "decode_busy_fixed_over_quiet",
+                               "train_busy_adaptive_over_quiet", "decode_busy_adaptive_over_quiet")}
+        for what, key in (("train", "train_step_median"), ("decode", "decode_median")):
+            ratios[f"{what}_quiet_over_spin_{reference}"] = _spread(
+                [mine["runs"]["quiet_fixed"][key] / theirs["runs"]["quiet_fixed"][key]
+                 for mine, theirs in zip(runs, children[reference])])
+        per_count[str(count)] = {"medians": medians, "ratios": ratios,
+                                 "spin_waits": [r["provenance"].get("spin_waits") for r in runs]}
+    hashes = {r["weights_sha256_after_quiet_fixed"] for runs in children.values() for r in runs}
+    receipt = {"schema_version": "1.0", "kind": "bench-contention-spin-counts", "spin_counts": spin_counts,
+               "reference": reference, "rounds": rounds, "settings": settings, "per_count": per_count,
+               "same_weights_every_child": len(hashes) == 1, "children": children,
+               "provenance": provenance(device="cpu")}
+    if not quiet:
+        for count in spin_counts:
+            r = per_count[str(count)]["ratios"]
+            print(f"[bench contention] GOMP_SPINCOUNT={count}: busy/quiet (fixed threads) training "
+                  f"{r['train_busy_fixed_over_quiet']['median']:.2f}x, decode "
+                  f"{r['decode_busy_fixed_over_quiet']['median']:.2f}x; quiet against {reference}: training "
+                  f"{r[f'train_quiet_over_spin_{reference}']['median']:.3f}x, decode "
+                  f"{r[f'decode_quiet_over_spin_{reference}']['median']:.3f}x", flush=True)
+        print(f"[bench contention] the same weights in every child: {receipt['same_weights_every_child']}")
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        write_json(output, receipt)
+        if not quiet:
+            print(f"[bench contention] wrote {output}")
+    return receipt
+
+
+__all__ = ["competitor", "compare_spin_counts", "run"]

@@ -131,13 +131,29 @@ def _add_bench_contention(bench_sub) -> None:
     parser.add_argument("--decode-tokens", type=int, default=16, help="decode steps timed together")
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help=PRECISION_HELP + " (default: fp32 on the CPU)")
+    parser.add_argument("--spin-counts", default=None,
+                        help="comma-separated OpenMP spin counts (e.g. 300000,1000: libgomp's default, then "
+                             "glm53's): the whole measurement once per count in a child process with "
+                             "GOMP_SPINCOUNT set, --rounds times in alternating order, ratios paired against the "
+                             "first count")
+    parser.add_argument("--rounds", type=int, default=2, help="with --spin-counts: rounds of children")
     parser.add_argument("--output", default="runs/bench/contention.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_contention)
 
 
 def _run_bench_contention(args) -> int:
-    from glm53_flash.benchmarks.contention import run
+    from glm53_flash.benchmarks.contention import compare_spin_counts, run
 
+    if args.spin_counts is not None:
+        try:
+            counts = [int(part) for part in args.spin_counts.split(",")]
+        except ValueError:
+            raise ValueError(f"--spin-counts takes comma-separated whole numbers, got {args.spin_counts!r}") from None
+        compare_spin_counts(counts, rounds=args.rounds, output=args.output, preset=args.preset,
+                            batch_size=args.batch_size, sequence_length=args.sequence_length, steps=args.steps,
+                            decode_batch=args.decode_batch, decode_tokens=args.decode_tokens,
+                            precision=args.precision)
+        return 0
     run(preset=args.preset, batch_size=args.batch_size, sequence_length=args.sequence_length, steps=args.steps,
         decode_batch=args.decode_batch, decode_tokens=args.decode_tokens, output=args.output,
         precision=args.precision)

@@ -123,6 +123,76 @@ def malloc_tuning() -> str | None:
 
 # ----------------------------------------------------------------------------------- a shared machine
 
+# Spins a waiting OpenMP thread makes before it sleeps when the machine is busy: libgomp's own count for
+# when threads outnumber the CPUs (its default is 300,000 otherwise).
+SPIN_COUNT = 1000
+BUSY_SAMPLE_SECONDS = 0.1  # how long a glm53 command looks at the machine's load before torch loads
+BUSY_CORES = 0.5  # other processes using this many cores' worth of CPU make the machine busy
+_spin_waits: str | None = None  # what short_spin_waits did in this process (receipts record it)
+
+
+def _openmp_loaded() -> bool:
+    """Whether an OpenMP runtime is already in this process (it read its environment when it loaded)."""
+    import sys
+
+    try:
+        with open("/proc/self/maps") as handle:
+            return any("libgomp" in line or "libomp" in line or "libiomp" in line for line in handle)
+    except OSError:
+        return "torch" in sys.modules
+
+
+def busy_cores_elsewhere(seconds: float = BUSY_SAMPLE_SECONDS) -> float | None:
+    """Cores' worth of CPU other processes use, over `seconds` (None where /proc/stat cannot be read)."""
+    import time
+
+    before = load_sample()
+    time.sleep(seconds)
+    return others_between(before, load_sample(), usable_cores())
+
+
+def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
+    """On a machine other processes are using, let the math library's idle threads sleep after SPIN_COUNT
+    spins instead of libgomp's 300,000, by setting GOMP_SPINCOUNT before torch loads libgomp (every glm53
+    command does this first; `busy` is what busy_cores_elsewhere measured, taken here unless given).
+
+    torch, MKL and our C kernels share one libgomp pool. Between two parallel regions a finished thread
+    spins; when another process takes a core, the spinning thread holds the core its partner needs, and
+    each region waits a time slice: with one busy core a flash training step took 10x as long and a
+    decode step 98x; with the short spin 1.75x and 2.35x (`glm53 bench contention --spin-counts`, 2-core
+    EPYC). On a quiet machine the short spin costs: the threads fall asleep between regions and a training
+    step took about 1.16x as long, so a quiet machine keeps libgomp's default. Either way each thread does
+    the same work, so the results are the same bit for bit (the bench's children end on the same weights).
+    A count the user set (GOMP_SPINCOUNT, or a wait policy in OMP_WAIT_POLICY) is kept, and nothing is set
+    where an OpenMP runtime is already loaded (library use after `import torch`: too late to matter).
+    Returns what was done."""
+    import os
+
+    global _spin_waits
+    environ = os.environ if environ is None else environ
+    if "GOMP_SPINCOUNT" in environ:
+        _spin_waits = f"left alone (GOMP_SPINCOUNT={environ['GOMP_SPINCOUNT']} set before glm53 started)"
+    elif "OMP_WAIT_POLICY" in environ:
+        _spin_waits = f"left alone (OMP_WAIT_POLICY={environ['OMP_WAIT_POLICY']} set before glm53 started)"
+    elif _openmp_loaded():
+        _spin_waits = "left alone (an OpenMP runtime was already loaded)"
+    else:
+        busy = busy_cores_elsewhere() if busy == "measure" else busy
+        if busy is None:
+            _spin_waits = "left alone (the machine's load cannot be read)"
+        elif busy >= BUSY_CORES:
+            environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+            _spin_waits = f"on (GOMP_SPINCOUNT={SPIN_COUNT}: other processes used {busy:.2f} cores at the start)"
+        else:
+            _spin_waits = f"off (other processes used {busy:.2f} cores at the start: libgomp's default spins)"
+    return _spin_waits
+
+
+def spin_waits() -> str | None:
+    """What short_spin_waits did in this process, or None when nothing called it (library use)."""
+    return _spin_waits
+
+
 
 def cpu_times() -> tuple[float, float] | None:
     """(busy, total) jiffies of all CPUs from /proc/stat, or None where it cannot be read."""
@@ -138,6 +208,31 @@ def cpu_times() -> tuple[float, float] | None:
     return float(sum(values) - idle), float(sum(values))
 
 
+def load_sample() -> tuple:
+    """(the machine's CPU times, this process's CPU time, the wall clock): two of them give others_between."""
+    import time
+
+    return cpu_times(), time.process_time(), time.monotonic()
+
+
+def others_between(previous: tuple, current: tuple, cores: int) -> float | None:
+    """Cores' worth of CPU that processes other than this one used between two load_samples (None: unknown)."""
+    (machine, mine, wall), (machine_before, mine_before, wall_before) = current, previous
+    if machine is None or machine_before is None:
+        return None
+    busy, total = machine[0] - machine_before[0], machine[1] - machine_before[1]
+    elapsed = wall - wall_before
+    if total <= 0 or elapsed <= 0:
+        return None
+    return max(0.0, busy / total * cores - (mine - mine_before) / elapsed)
+
+
+def usable_cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def governed(enabled: bool, device):
     """A ThreadGovernor for a stage on `device` when `enabled` and on the CPU, else None; as a context
     manager, it hands the starting thread count back when the stage ends (`--adapt-threads`)."""
@@ -151,11 +246,14 @@ def governed(enabled: bool, device):
 
 
 class ThreadGovernor:
-    """Math-library threads that follow the free cores (`--adapt-threads`). torch's threads spin-wait
-    between their many short parallel regions, so a step whose threads outnumber the cores left free
-    stalls whenever one is descheduled: with one CPU-bound process beside it, a flash pretraining step
-    on 2 cores took 9x as long with 2 threads and 1.6x with 1 (measured while building; `glm53 bench
-    contention` repeats it). After each step the governor reads how busy the machine was during it
+    """Math-library threads that follow the free cores (`--adapt-threads`). With libgomp's default spin
+    count torch's threads spin-wait between their many short parallel regions, so a step whose threads
+    outnumber the cores left free stalls whenever one is descheduled: with one CPU-bound process beside
+    it, a flash pretraining step on 2 cores took 9x as long with 2 threads and 1.6x with 1 (measured
+    while building; `glm53 bench contention` repeats it). short_spin_waits, which every glm53 command
+    applies when the machine is busy as it starts, removes most of that stall without changing any
+    result; the governor also follows load that comes later, by giving up the busy core, and changes the
+    last bits. After each step the governor reads how busy the machine was during it
     (/proc/stat) less this process's own share (its CPU time), and sets the thread count to the cores
     the others left free, between 1 and the count it started with.
 
@@ -169,28 +267,20 @@ class ThreadGovernor:
         import torch
 
         self.torch = torch
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.cores = usable_cores()
         self.most = max(1, most or torch.get_num_threads())
         self.threads = self.initial = torch.get_num_threads()
         self.changes = 0
         self._mark = self._sample()
 
     def _sample(self):
-        import time
-
-        return cpu_times(), time.process_time(), time.monotonic()
+        return load_sample()
 
     def others(self) -> float | None:
         """Cores' worth of CPU the other processes used since the last call (None: unknown)."""
-        (machine, mine, wall), previous = self._sample(), self._mark
-        self._mark = (machine, mine, wall)
-        if machine is None or previous[0] is None:
-            return None
-        busy, total = machine[0] - previous[0][0], machine[1] - previous[0][1]
-        elapsed = wall - previous[2]
-        if total <= 0 or elapsed <= 0:
-            return None
-        return max(0.0, busy / total * self.cores - (mine - previous[1]) / elapsed)
+        current, previous = self._sample(), self._mark
+        self._mark = current
+        return others_between(previous, current, self.cores)
 
     def restore(self) -> None:
         """The thread count the governor started with, back (a stage after it starts where this one did)."""
