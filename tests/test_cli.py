@@ -203,3 +203,55 @@ def test_under_torchrun_a_bad_input_is_one_line_from_rank_0(monkeypatch, capsys,
     assert main(argv) == 2 and capsys.readouterr().err == ""
     monkeypatch.setenv("RANK", "0")
     assert main(argv) == 2 and "exceeds the tiny model's context" in capsys.readouterr().err
+
+
+def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypatch, capsys):
+    """StepLoop with fixed threads, after a command found the machine quiet (spin waits off): two busy steps
+    in a row print the hint once per process; a quiet step resets the count; with the governor, with short
+    spin waits already on, or in library use (nothing asked) there is no hint."""
+    import contextlib
+
+    import torch
+
+    from glm53_flash.core import runtime
+    from glm53_flash.train.engine import StepLoop
+
+    threads = torch.get_num_threads()
+    loads = iter([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    steps_seen = []
+    monkeypatch.setattr(runtime, "others_between", lambda previous, current, cores: next(loads))
+    monkeypatch.setattr(runtime, "_spin_waits", "off (other processes used 0.00 cores at the start: ...)")
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    StepLoop(0, 6, lambda p: steps_seen.append(p) or {}).run()
+    err = capsys.readouterr().err
+    assert err.count("other processes are using 1.0 cores") == 1 and "GOMP_SPINCOUNT=1000" in err
+    assert steps_seen == list(range(6))
+    StepLoop(0, 2, lambda p: {}).run()  # once per process
+    assert capsys.readouterr().err == ""
+    for spin_waits, governor in (("on (GOMP_SPINCOUNT=1000: ...)", None), (None, None),
+                                 ("off (...)", runtime.ThreadGovernor())):
+        monkeypatch.setattr(runtime, "_busy_hint_given", False)
+        monkeypatch.setattr(runtime, "_spin_waits", spin_waits)
+        monkeypatch.setattr(runtime, "others_between", lambda previous, current, cores: 2.0)
+        with governor if governor is not None else contextlib.nullcontext():  # the governor hands its count back
+            StepLoop(0, 3, lambda p: {}, governor=governor).run()
+        assert "other processes are using" not in capsys.readouterr().err
+    assert torch.get_num_threads() == threads
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's load from /proc/stat")
+def test_the_busy_hint_sees_a_real_busy_process(monkeypatch):
+    import time
+
+    from glm53_flash.benchmarks.contention import competitor
+    from glm53_flash.core import runtime
+
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    with competitor(30):
+        hint = runtime.BusyHint()
+        messages = []
+        for _ in range(3):
+            time.sleep(0.3)
+            messages.append(hint.after_step())
+    assert messages[0] is None and messages[1] is not None and "GOMP_SPINCOUNT=1000" in messages[1]
+    assert messages[2] is None

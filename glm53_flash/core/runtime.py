@@ -158,10 +158,11 @@ def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
 
     torch, MKL and our C kernels share one libgomp pool. Between two parallel regions a finished thread
     spins; when another process takes a core, the spinning thread holds the core its partner needs, and
-    each region waits a time slice: with one busy core a flash training step took 10x as long and a
-    decode step 98x; with the short spin 1.75x and 2.35x (`glm53 bench contention --spin-counts`, 2-core
-    EPYC). On a quiet machine the short spin costs: the threads fall asleep between regions and a training
-    step took about 1.16x as long, so a quiet machine keeps libgomp's default. Either way each thread does
+    each region waits a time slice: with one busy core a flash training step took 10.5x as long and 16
+    decode steps 78x; with the short spin 1.73x and 2.05x (`glm53 bench contention --spin-counts`, 2-core
+    EPYC, results/bench/contention-spin-avx2-epyc.json). On a quiet machine the short spin costs: the
+    threads fall asleep between regions and a quiet training step took 1.2x as long, so a quiet machine
+    keeps libgomp's default. Either way each thread does
     the same work, so the results are the same bit for bit (the bench's children end on the same weights).
     A count the user set (GOMP_SPINCOUNT, or a wait policy in OMP_WAIT_POLICY) is kept, and nothing is set
     where an OpenMP runtime is already loaded (library use after `import torch`: too late to matter).
@@ -186,6 +187,41 @@ def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
         else:
             _spin_waits = f"off (other processes used {busy:.2f} cores at the start: libgomp's default spins)"
     return _spin_waits
+
+
+_busy_hint_given = False
+
+
+class BusyHint:
+    """Watches the load after each step of a run that started on a quiet machine (libgomp's long spins)
+    with a fixed thread count, and says once per process, when other processes have used BUSY_CORES or
+    more over `steps` steps in a row, how to get the speed back without changing the results."""
+
+    MESSAGE = ("glm53: other processes are using {busy:.1f} cores of this machine; while they do, the math "
+               "threads' long spin waits can make each step many times slower. Resuming or rerunning with "
+               "GOMP_SPINCOUNT=1000 in the environment computes the same results bit for bit, only faster "
+               "beside the other work (--adapt-threads follows the free cores, but changes the last bits).")
+
+    def __init__(self, steps: int = 2) -> None:
+        self.steps, self.streak, self.cores = steps, 0, usable_cores()
+        self._mark = load_sample()
+
+    @staticmethod
+    def wanted() -> bool:
+        """Only where a glm53 command found the machine quiet and kept libgomp's default spins."""
+        return (spin_waits() or "").startswith("off") and not _busy_hint_given
+
+    def after_step(self) -> str | None:
+        """The hint, the first time the load calls for it (then None for the rest of the process)."""
+        global _busy_hint_given
+        current, previous = load_sample(), self._mark
+        self._mark = current
+        busy = others_between(previous, current, self.cores)
+        self.streak = self.streak + 1 if busy is not None and busy >= BUSY_CORES else 0
+        if self.streak < self.steps or _busy_hint_given:
+            return None
+        _busy_hint_given = True
+        return self.MESSAGE.format(busy=busy)
 
 
 def spin_waits() -> str | None:

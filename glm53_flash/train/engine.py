@@ -9,8 +9,9 @@ rest, once:
 - **the schedule**: `Schedule` (linear warmup, then constant or cosine) gives each update's learning
   rate, for pretraining by step and for RL by update;
 - **the loop**: `StepLoop` runs the steps, hands each metrics row to the `MetricsSink`
-  (metrics.jsonl, TensorBoard, W&B) and the progress bar, follows the thread governor, fires "at
-  position N" actions (checkpoints, evaluations) and stops early when told (a time cap);
+  (metrics.jsonl, TensorBoard, W&B) and the progress bar, follows the thread governor (without it, after
+  a quiet start, runtime.BusyHint says once when the machine gets busy), fires "at position N" actions
+  (checkpoints, evaluations) and stops early when told (a time cap);
 - **the run directory** (`Trainer`, for the loops that write one: pretraining and RL): the lock,
   fresh start or exact resume, checkpoints with their hashes, metrics rows cut back to the
   checkpoint on resume, the receipt (`running` at each checkpoint, `interrupted` on Ctrl-C or
@@ -40,13 +41,14 @@ import abc
 import contextlib
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 import torch
 
-from glm53_flash.core.runtime import fused_optimizer_supported
+from glm53_flash.core.runtime import BusyHint, fused_optimizer_supported
 from glm53_flash.train.config import SCHEDULES, STUDY_LEARNING_RATE
 
 OPTIMIZER_KERNELS = ("fused", "torch-default")
@@ -204,6 +206,7 @@ class StepLoop:
         """Returns the position reached."""
         actions = list(self.at_steps)
         position = self.start
+        hint = BusyHint() if self.governor is None and BusyHint.wanted() else None
         while position < self.stop:
             if self.stop_when is not None:
                 reason = self.stop_when(position)
@@ -216,6 +219,12 @@ class StepLoop:
                 if row is not None:
                     row["threads"] = self.governor.threads  # the count this step ran with
                 self.governor.after_step()
+            if hint is not None and (message := hint.after_step()) is not None:
+                if hasattr(self.bar, "write"):  # a tqdm bar: the line goes above it, not through it
+                    self.bar.write(message, file=sys.stderr)
+                else:
+                    print(message, file=sys.stderr, flush=True)
+                hint = None
             if self.sink is not None and row is not None:
                 self.sink.write(row, done)
             if self.bar is not None:
