@@ -241,13 +241,13 @@ def test_the_thread_governor_follows_the_free_cores(monkeypatch):
     set_to = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: set_to.append(n))
     governor = runtime.ThreadGovernor(most=2)
-    governor.cores = 2
+    governor.load.cores = 2
     # (machine busy, machine total jiffies), this process's CPU seconds, wall seconds
     readings = iter([((200.0, 200.0), 1.0, 1.0),   # both cores busy, one of them ours: one free
                      ((300.0, 400.0), 2.0, 2.0),   # half the machine busy, all of it ours: two free
                      ((500.0, 600.0), 2.0, 3.0)])  # both busy, none ours: still one thread at least
-    governor._mark = ((0.0, 0.0), 0.0, 0.0)
-    monkeypatch.setattr(governor, "_sample", lambda: next(readings))
+    governor.load._mark = ((0.0, 0.0), 0.0, 0.0)
+    monkeypatch.setattr(governor.load, "_sample", lambda: next(readings))
     assert [governor.after_step() for _ in range(3)] == [1, 2, 1]
     assert set_to == [1, 2, 1] and governor.changes == 3
     assert torch.get_num_threads() == threads
@@ -350,9 +350,9 @@ def test_the_thread_governor_hands_its_starting_count_back(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: live[0])
     monkeypatch.setattr(torch, "set_num_threads", lambda n: (set_to.append(n), live.__setitem__(0, n)))
     with runtime.ThreadGovernor() as governor:
-        governor.cores = 2
-        governor._mark = ((0.0, 0.0), 0.0, 0.0)
-        monkeypatch.setattr(governor, "_sample", lambda: ((200.0, 200.0), 1.0, 1.0))  # one core taken elsewhere
+        governor.load.cores = 2
+        governor.load._mark = ((0.0, 0.0), 0.0, 0.0)
+        monkeypatch.setattr(governor.load, "_sample", lambda: ((200.0, 200.0), 1.0, 1.0))  # one core taken elsewhere
         assert governor.after_step() == 1 and live == [1]
     assert live == [2] and set_to == [1, 2] and governor.threads == 2
     governor.restore()

@@ -93,13 +93,17 @@ def test_short_spin_waits_only_on_a_busy_machine_and_only_where_it_can_still_act
     policy is kept; after libgomp loaded nothing is set."""
     from glm53_flash.core import runtime
 
+    monkeypatch.setattr(runtime, "_spin_waits", None)  # this process's record, restored afterwards
+    monkeypatch.setattr(runtime, "_spin_choice", None)
     monkeypatch.setattr(runtime, "_openmp_loaded", lambda: False)
     environ: dict = {}
     assert runtime.short_spin_waits(environ, busy=1.0).startswith(f"on (GOMP_SPINCOUNT={runtime.SPIN_COUNT}: ")
     assert environ == {"GOMP_SPINCOUNT": str(runtime.SPIN_COUNT)} and runtime.spin_waits().startswith("on")
+    assert runtime._spin_choice == "on"
     for quiet in (0.0, runtime.BUSY_CORES - 0.01):
         environ = {}
         assert runtime.short_spin_waits(environ, busy=quiet).startswith("off (") and environ == {}
+        assert runtime._spin_choice == "off"
     environ = {}
     assert runtime.short_spin_waits(environ, busy=None).startswith("left alone (the machine's load") and not environ
     for mine in ({"GOMP_SPINCOUNT": "300000"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
@@ -109,7 +113,7 @@ def test_short_spin_waits_only_on_a_busy_machine_and_only_where_it_can_still_act
     monkeypatch.setattr(runtime, "_openmp_loaded", lambda: True)
     environ = {}
     assert runtime.short_spin_waits(environ, busy=2.0) == "left alone (an OpenMP runtime was already loaded)"
-    assert environ == {}
+    assert environ == {} and runtime._spin_choice == "kept"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps")
@@ -219,8 +223,8 @@ def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypa
     threads = torch.get_num_threads()
     loads = iter([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     steps_seen = []
-    monkeypatch.setattr(runtime, "others_between", lambda previous, current, cores: next(loads))
-    monkeypatch.setattr(runtime, "_spin_waits", "off (other processes used 0.00 cores at the start: ...)")
+    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: next(loads))
+    monkeypatch.setattr(runtime, "_spin_choice", "off")
     monkeypatch.setattr(runtime, "_busy_hint_given", False)
     StepLoop(0, 6, lambda p: steps_seen.append(p) or {}).run()
     err = capsys.readouterr().err
@@ -228,11 +232,10 @@ def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypa
     assert steps_seen == list(range(6))
     StepLoop(0, 2, lambda p: {}).run()  # once per process
     assert capsys.readouterr().err == ""
-    for spin_waits, governor in (("on (GOMP_SPINCOUNT=1000: ...)", None), (None, None),
-                                 ("off (...)", runtime.ThreadGovernor())):
+    for choice, governor in (("on", None), ("kept", None), (None, None), ("off", runtime.ThreadGovernor())):
         monkeypatch.setattr(runtime, "_busy_hint_given", False)
-        monkeypatch.setattr(runtime, "_spin_waits", spin_waits)
-        monkeypatch.setattr(runtime, "others_between", lambda previous, current, cores: 2.0)
+        monkeypatch.setattr(runtime, "_spin_choice", choice)
+        monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 2.0)
         with governor if governor is not None else contextlib.nullcontext():  # the governor hands its count back
             StepLoop(0, 3, lambda p: {}, governor=governor).run()
         assert "other processes are using" not in capsys.readouterr().err

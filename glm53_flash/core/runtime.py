@@ -129,6 +129,7 @@ SPIN_COUNT = 1000
 BUSY_SAMPLE_SECONDS = 0.1  # how long a glm53 command looks at the machine's load before torch loads
 BUSY_CORES = 0.5  # other processes using this many cores' worth of CPU make the machine busy
 _spin_waits: str | None = None  # what short_spin_waits did in this process (receipts record it)
+_spin_choice: str | None = None  # its choice: "on", "off", or "kept" (the user's setting, a loaded runtime, no load)
 
 
 def _openmp_loaded() -> bool:
@@ -146,9 +147,9 @@ def busy_cores_elsewhere(seconds: float = BUSY_SAMPLE_SECONDS) -> float | None:
     """Cores' worth of CPU other processes use, over `seconds` (None where /proc/stat cannot be read)."""
     import time
 
-    before = load_sample()
+    watch = LoadWatch()
     time.sleep(seconds)
-    return others_between(before, load_sample(), usable_cores())
+    return watch.others()
 
 
 def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
@@ -162,15 +163,16 @@ def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
     decode steps 78x; with the short spin 1.73x and 2.05x (`glm53 bench contention --spin-counts`, 2-core
     EPYC, results/bench/contention-spin-avx2-epyc.json). On a quiet machine the short spin costs: the
     threads fall asleep between regions and a quiet training step took 1.2x as long, so a quiet machine
-    keeps libgomp's default. Either way each thread does
-    the same work, so the results are the same bit for bit (the bench's children end on the same weights).
+    keeps libgomp's default. Either way each thread does the same work, so the results are the same bit
+    for bit (the bench's children end on the same weights).
     A count the user set (GOMP_SPINCOUNT, or a wait policy in OMP_WAIT_POLICY) is kept, and nothing is set
     where an OpenMP runtime is already loaded (library use after `import torch`: too late to matter).
     Returns what was done."""
     import os
 
-    global _spin_waits
+    global _spin_waits, _spin_choice
     environ = os.environ if environ is None else environ
+    _spin_choice = "kept"
     if "GOMP_SPINCOUNT" in environ:
         _spin_waits = f"left alone (GOMP_SPINCOUNT={environ['GOMP_SPINCOUNT']} set before glm53 started)"
     elif "OMP_WAIT_POLICY" in environ:
@@ -183,8 +185,10 @@ def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
             _spin_waits = "left alone (the machine's load cannot be read)"
         elif busy >= BUSY_CORES:
             environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+            _spin_choice = "on"
             _spin_waits = f"on (GOMP_SPINCOUNT={SPIN_COUNT}: other processes used {busy:.2f} cores at the start)"
         else:
+            _spin_choice = "off"
             _spin_waits = f"off (other processes used {busy:.2f} cores at the start: libgomp's default spins)"
     return _spin_waits
 
@@ -203,20 +207,17 @@ class BusyHint:
                "beside the other work (--adapt-threads follows the free cores, but changes the last bits).")
 
     def __init__(self, steps: int = 2) -> None:
-        self.steps, self.streak, self.cores = steps, 0, usable_cores()
-        self._mark = load_sample()
+        self.steps, self.streak, self.load = steps, 0, LoadWatch()
 
     @staticmethod
     def wanted() -> bool:
         """Only where a glm53 command found the machine quiet and kept libgomp's default spins."""
-        return (spin_waits() or "").startswith("off") and not _busy_hint_given
+        return _spin_choice == "off" and not _busy_hint_given
 
     def after_step(self) -> str | None:
         """The hint, the first time the load calls for it (then None for the rest of the process)."""
         global _busy_hint_given
-        current, previous = load_sample(), self._mark
-        self._mark = current
-        busy = others_between(previous, current, self.cores)
+        busy = self.load.others()
         self.streak = self.streak + 1 if busy is not None and busy >= BUSY_CORES else 0
         if self.streak < self.steps or _busy_hint_given:
             return None
@@ -244,23 +245,32 @@ def cpu_times() -> tuple[float, float] | None:
     return float(sum(values) - idle), float(sum(values))
 
 
-def load_sample() -> tuple:
-    """(the machine's CPU times, this process's CPU time, the wall clock): two of them give others_between."""
-    import time
+class LoadWatch:
+    """How much CPU processes other than this one use, in cores' worth, between one call and the next
+    (from /proc/stat, less this process's own CPU time): what the governor, the busy hint and the start's
+    spin choice read."""
 
-    return cpu_times(), time.process_time(), time.monotonic()
+    def __init__(self, cores: int | None = None) -> None:
+        self.cores = cores or usable_cores()
+        self._mark = self._sample()
 
+    @staticmethod
+    def _sample() -> tuple:
+        import time
 
-def others_between(previous: tuple, current: tuple, cores: int) -> float | None:
-    """Cores' worth of CPU that processes other than this one used between two load_samples (None: unknown)."""
-    (machine, mine, wall), (machine_before, mine_before, wall_before) = current, previous
-    if machine is None or machine_before is None:
-        return None
-    busy, total = machine[0] - machine_before[0], machine[1] - machine_before[1]
-    elapsed = wall - wall_before
-    if total <= 0 or elapsed <= 0:
-        return None
-    return max(0.0, busy / total * cores - (mine - mine_before) / elapsed)
+        return cpu_times(), time.process_time(), time.monotonic()
+
+    def others(self) -> float | None:
+        """Cores' worth of CPU the other processes used since the last call (None: unknown)."""
+        (machine, mine, wall), (machine_before, mine_before, wall_before) = current, _ = self._sample(), self._mark
+        self._mark = current
+        if machine is None or machine_before is None:
+            return None
+        busy, total = machine[0] - machine_before[0], machine[1] - machine_before[1]
+        elapsed = wall - wall_before
+        if total <= 0 or elapsed <= 0:
+            return None
+        return max(0.0, busy / total * self.cores - (mine - mine_before) / elapsed)
 
 
 def usable_cores() -> int:
@@ -298,25 +308,21 @@ class ThreadGovernor:
     context manager (or with `restore()`), it hands the starting count back when the stage ends."""
 
     def __init__(self, most: int | None = None) -> None:
-        import os
-
         import torch
 
         self.torch = torch
-        self.cores = usable_cores()
+        self.load = LoadWatch()
         self.most = max(1, most or torch.get_num_threads())
         self.threads = self.initial = torch.get_num_threads()
         self.changes = 0
-        self._mark = self._sample()
 
-    def _sample(self):
-        return load_sample()
+    @property
+    def cores(self) -> int:
+        return self.load.cores
 
     def others(self) -> float | None:
         """Cores' worth of CPU the other processes used since the last call (None: unknown)."""
-        current, previous = self._sample(), self._mark
-        self._mark = current
-        return others_between(previous, current, self.cores)
+        return self.load.others()
 
     def restore(self) -> None:
         """The thread count the governor started with, back (a stage after it starts where this one did)."""
