@@ -214,6 +214,16 @@ def test_bench_contention_refuses_bad_spin_counts(tmp_path, capsys, counts, mess
     assert message in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.parametrize("flags, message", [(["--mid-run", "6", "--busy-after", "6"], "--busy-after must lie in [1, --mid-run)"),
+                                            (["--mid-run", "6", "--busy-after", "0"], "--busy-after must lie"),
+                                            (["--mid-run", "6", "--checkpoint-every", "0"], "--checkpoint-every must be"),
+                                            (["--mid-run", "6", "--spin-counts", "1,2"], "two measurements")])
+def test_bench_contention_mid_run_refuses_bad_settings(tmp_path, capsys, flags, message):
+    out = tmp_path / "mid.json"
+    assert main(["bench", "contention", *flags, "--preset", "tiny", "--output", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
 def test_bench_contention_receipt_on_the_tiny_preset(tmp_path):
     """Quiet and busy, fixed and adaptive, in one process; its competitor is gone afterwards."""
     from glm53_flash.benchmarks.contention import run

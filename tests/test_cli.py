@@ -242,6 +242,91 @@ def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypa
     assert torch.get_num_threads() == threads
 
 
+def test_one_busy_step_is_enough_when_it_ran_many_times_as_long(monkeypatch):
+    """BusyHint fires on the second busy step in a row, or on the first that StepLoop judged slow: three
+    times the median of two or more steps before it (a first step alone warms up and runs long)."""
+    from glm53_flash.core import runtime
+    from glm53_flash.train.engine import _slow
+
+    assert not _slow([1.0, 5.0]) and not _slow([9.0, 1.0, 2.9]) and _slow([9.0, 1.0, 1.0, 3.0])
+    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 1.0)
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    assert runtime.BusyHint().after_step(slow=True) is not None
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    hint = runtime.BusyHint()
+    assert hint.after_step() is None and hint.after_step() is not None and hint.streak == 2
+    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 0.0)
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    assert runtime.BusyHint().after_step(slow=True) is None  # slow but quiet: not the load's doing
+
+
+def test_a_restart_with_short_spins_must_pay_for_itself():
+    """runtime.restart_pays on the flash figures (a quiet step 2.3 s, 10x beside a busy core): a long rest of
+    the run pays for the restart and the steps it redoes; a short rest, a mild slowdown, or a redo as long
+    as what it saves does not."""
+    from glm53_flash.core.runtime import restart_pays
+
+    assert restart_pays(remaining=50, busy_seconds=23.0, quiet_seconds=2.3, redo=10)
+    assert restart_pays(remaining=5, busy_seconds=23.0, quiet_seconds=2.3, redo=0)
+    assert not restart_pays(remaining=2, busy_seconds=23.0, quiet_seconds=2.3, redo=0)  # saves under a minute
+    assert not restart_pays(remaining=50, busy_seconds=4.0, quiet_seconds=2.3, redo=0)  # short spins are no faster
+    assert not restart_pays(remaining=10, busy_seconds=23.0, quiet_seconds=2.3, redo=40)  # the redo eats the gain
+    assert not restart_pays(remaining=10 ** 6, busy_seconds=0.001, quiet_seconds=0.001, redo=0)  # tiny steps
+
+
+def test_a_busy_run_restarts_after_its_checkpoint_only_where_allowed_and_paying(monkeypatch, capsys):
+    """StepLoop, started quiet with fixed threads: where the command allowed restarts and one pays, the
+    second busy step's checkpoint runs, then runtime.ShortSpinRestart (a KeyboardInterrupt, so every
+    layer ends as on Ctrl-C) names the last checkpoint; not allowed, not paying, or no checkpoint to
+    resume from: the hint instead, and the run goes on."""
+    from glm53_flash.core import runtime
+    from glm53_flash.train.engine import StepLoop
+
+    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 1.0)
+    monkeypatch.setattr(runtime, "_spin_choice", "off")
+    for name in ("RESTART_SECONDS", "SHORT_SPIN_BUSY_SLOWDOWN", "RESTART_MIN_SAVING"):
+        monkeypatch.setattr(runtime, name, 0)
+
+    def loop(saved):
+        steps, checkpoints = [], []
+
+        def checkpoint(done):
+            checkpoints.append(done)
+            if saved:  # a run with no checkpoint saved has none to resume from
+                saved.append(done)
+
+        return StepLoop(0, 8, lambda p: steps.append(p) or {}, at_steps=[({1, 2, 4}, checkpoint)],
+                        restart_from=lambda: max(saved, default=None)), steps, checkpoints
+
+    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    runtime.allow_restart(True)
+    try:
+        run, steps, checkpoints = loop([0])
+        with pytest.raises(runtime.ShortSpinRestart) as stopped:
+            run.run()
+        assert isinstance(stopped.value, KeyboardInterrupt) and stopped.value.resume_from == 2
+        assert steps == [0, 1] and checkpoints == [1, 2]
+        assert "at position 2" in stopped.value.reason and capsys.readouterr().err == ""
+        for allowed, saved, slowdown in ((False, [0], 0), (True, [], 0), (True, [0], 100)):
+            runtime.allow_restart(allowed)
+            monkeypatch.setattr(runtime, "SHORT_SPIN_BUSY_SLOWDOWN", slowdown)
+            monkeypatch.setattr(runtime, "_busy_hint_given", False)
+            run, steps, _ = loop(saved)
+            assert run.run() == 8 and steps == list(range(8))
+            assert "GOMP_SPINCOUNT=1000" in capsys.readouterr().err
+    finally:
+        runtime.allow_restart(False)
+
+
+def test_only_the_process_own_command_line_may_restart(monkeypatch, capsys):
+    """main([...]) from Python (tests, notebooks) never allows a restart: it would replace the caller."""
+    from glm53_flash.core import runtime
+
+    assert main(["ledger"]) == 0
+    capsys.readouterr()
+    assert not runtime.restart_allowed()
+
+
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's load from /proc/stat")
 def test_the_busy_hint_sees_a_real_busy_process(monkeypatch):
     import time

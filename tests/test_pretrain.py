@@ -475,3 +475,43 @@ def test_an_interrupt_between_a_checkpoint_and_its_hash_still_names_it_saved(tmp
     assert receipt["status"] == "interrupted" and receipt["resumes_from_step"] == 4
     assert receipt["checkpoints"][-1]["weights_sha256"] == json.loads(
         (out / "checkpoint-0004" / "metadata.json").read_text())["weights_sha256"]
+
+
+# A driver for the restart test: the machine reads quiet as the command starts and busy after every step
+# (the load is scripted; tests/test_cli.py measures real busy processes), and the restart's estimates are
+# set so that any remaining step pays for it.
+RESTART_DRIVER = """
+import sys
+from glm53_flash.core import runtime
+runtime.busy_cores_elsewhere = lambda *args, **kwargs: 0.0
+runtime.LoadWatch.others = lambda self: 1.0
+runtime.RESTART_SECONDS = runtime.SHORT_SPIN_BUSY_SLOWDOWN = runtime.RESTART_MIN_SAVING = 0
+from glm53_flash.cli import main
+sys.argv = ["glm53", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_a_run_that_finds_the_machine_busy_restarts_with_short_spins_and_ends_on_the_same_weights(tmp_path):
+    """Started quiet (libgomp's default spins), two busy steps in a row end the run as Ctrl-C would; the
+    command executes itself again with GOMP_SPINCOUNT=1000 and --resume, redoes the step since its last
+    checkpoint, and ends on the weights of a run that was never stopped; the new process's receipt says
+    why its spins are short, and restarts happen once."""
+    args = ["pretrain", "--preset", "tiny", "--steps", "6", "--checkpoints", "1,4,6", "--batch-size", "2",
+            "--sequence-length", "128", "--device", "cpu", "--no-progress"]
+    env = {key: value for key, value in os.environ.items() if key not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    subprocess.run(cli(*args, "--output", str(tmp_path / "straight")), check=True, capture_output=True,
+                   env=dict(env, GOMP_SPINCOUNT="1000"))
+    done = subprocess.run([sys.executable, "-c", RESTART_DRIVER, *args, "--output", str(tmp_path / "restarted")],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("starting again with short spin waits (GOMP_SPINCOUNT=1000) from the checkpoint at 1") == 1
+    assert "interrupted; resume with" not in done.stderr
+    receipt = json.loads((tmp_path / "restarted" / "training-receipt.json").read_text())
+    straight = json.loads((tmp_path / "straight" / "training-receipt.json").read_text())
+    assert receipt["status"] == "complete"
+    assert receipt["provenance"]["spin_waits"] == ("on (GOMP_SPINCOUNT=1000: restarted when other processes used "
+                                                   "1.0 cores at position 2)")
+    assert [c["weights_sha256"] for c in receipt["checkpoints"]] == [c["weights_sha256"] for c in straight["checkpoints"]]
+    assert [c["step"] for c in receipt["checkpoints"]] == [0, 1, 4, 6]
+    assert curve(tmp_path / "restarted") == curve(tmp_path / "straight")

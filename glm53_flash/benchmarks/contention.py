@@ -144,15 +144,21 @@ def run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128,
                "provenance": provenance(device="cpu")}
     for name, value in ratios.items():
         say(f"{name}: {value:.2f}x")
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        write_json(output, receipt)
-        say(f"wrote {output}")
-    return receipt
+    return _written(receipt, output, quiet)
 
 
 def _spread(values: list[float]) -> dict:
     return {"median": _median(values), "min": min(values), "max": max(values), "rounds": values}
+
+
+def _written(receipt: dict, output: str | None, quiet: bool) -> dict:
+    """The receipt, written to `output` first when one is given (saying so unless `quiet`)."""
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        write_json(output, receipt)
+        if not quiet:
+            print(f"[bench contention] wrote {output}")
+    return receipt
 
 
 def compare_spin_counts(spin_counts: list[int], rounds: int = 2, output: str | None = None, quiet: bool = False,
@@ -214,12 +220,96 @@ def compare_spin_counts(spin_counts: list[int], rounds: int = 2, output: str | N
                   f"{r[f'train_quiet_over_spin_{reference}']['median']:.3f}x, decode "
                   f"{r[f'decode_quiet_over_spin_{reference}']['median']:.3f}x", flush=True)
         print(f"[bench contention] the same weights in every child: {receipt['same_weights_every_child']}")
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        write_json(output, receipt)
-        if not quiet:
-            print(f"[bench contention] wrote {output}")
-    return receipt
+    return _written(receipt, output, quiet)
 
 
-__all__ = ["competitor", "compare_spin_counts", "run"]
+# name -> (the busy process starts mid-run, the child's GOMP_SPINCOUNT: None leaves it unset, so the command
+# chooses; libgomp's own default set explicitly is kept, which leaves the run on the long spins throughout)
+MID_RUN_CONDITIONS = {"quiet": (False, None), "busy_going_on": (True, "300000"), "busy_restarting": (True, None)}
+COMPETITOR_MID_RUN_SECONDS = 3600  # the busy process's own bound; it is killed when its run ends
+
+
+def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, log: Path) -> dict:
+    """One `glm53 pretrain` child; with `busy_after`, the competitor starts once its metrics hold that many
+    steps and runs until the child ends. -> wall seconds, the final weights' sha256, the receipt's spin waits,
+    whether it restarted."""
+    start = time.perf_counter()
+    with open(log, "w") as stderr:
+        child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        busy = None
+        try:
+            metrics = out / "metrics.jsonl"
+            while busy_after is not None and child.poll() is None:
+                if metrics.exists() and len(metrics.read_text().splitlines()) >= busy_after:
+                    busy = competitor(COMPETITOR_MID_RUN_SECONDS)
+                    busy.__enter__()
+                    break
+                time.sleep(0.05)
+            code = child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if busy is not None:
+                busy.__exit__(None, None, None)
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"the pretraining child failed ({code}): {log.read_text().strip()[-800:]}")
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    return {"wall_seconds": seconds, "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"],
+            "spin_waits": receipt["provenance"].get("spin_waits"),
+            "restarted": "starting again with short spin waits" in log.read_text(),
+            "elapsed_seconds": receipt["elapsed_seconds"]}
+
+
+def mid_run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128, steps: int = 12,
+            busy_after: int = 3, checkpoint_every: int = 4, precision: str | None = None,
+            output: str | None = None, quiet: bool = False) -> dict:
+    """A pretraining run of `steps` steps (`glm53 pretrain` in a child process, a checkpoint every
+    `checkpoint_every`) three times: quiet; with this bench's busy process started after `busy_after`
+    steps, the run going on with libgomp's long spins (GOMP_SPINCOUNT=300000 set, which the command keeps);
+    and the same with the command's own choice, which restarts with short spins when that pays
+    (runtime.ShortSpinRestart). Wall times from spawn to exit, and whether all three end on the same
+    weights."""
+    if not 1 <= busy_after < steps:
+        raise ValueError(f"--busy-after must lie in [1, --mid-run) = [1, {steps}), got {busy_after}")
+    if checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be at least 1, got {checkpoint_every}")
+    checkpoints = ",".join(str(p) for p in range(checkpoint_every, steps + 1, checkpoint_every)) or str(steps)
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="glm53-bench-mid-run-") as scratch:
+        for name, (busy, spin_count) in MID_RUN_CONDITIONS.items():
+            out = Path(scratch) / name
+            env = {key: value for key, value in os.environ.items() if key not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+            if spin_count is not None:
+                env["GOMP_SPINCOUNT"] = spin_count
+            argv = [sys.executable, "-m", "glm53_flash.cli", "pretrain", "--preset", preset, "--steps", str(steps),
+                    "--checkpoints", checkpoints, "--batch-size", str(batch_size), "--sequence-length",
+                    str(sequence_length), "--device", "cpu", "--precision", precision or "fp32", "--no-progress",
+                    "--output", str(out)]
+            if not quiet:
+                print(f"[bench contention {time.strftime('%H:%M:%S')}] mid-run: {name}", flush=True)
+            runs[name] = _watched_run(argv, env, out, busy_after if busy else None, Path(scratch) / f"{name}.log")
+            if not quiet:
+                r = runs[name]
+                print(f"[bench contention] {name}: {r['wall_seconds']:.1f} s"
+                      + (" (restarted)" if r["restarted"] else ""), flush=True)
+    quiet_seconds = runs["quiet"]["wall_seconds"]
+    receipt = {"schema_version": "1.0", "kind": "bench-contention-mid-run",
+               "settings": {"preset": preset, "batch_size": batch_size, "sequence_length": sequence_length,
+                            "steps": steps, "busy_after": busy_after, "checkpoints": checkpoints,
+                            "precision": precision or "fp32"},
+               "runs": runs,
+               "ratios": {f"{name}_over_quiet": runs[name]["wall_seconds"] / quiet_seconds
+                          for name in ("busy_going_on", "busy_restarting")},
+               "same_weights_every_run": len({r["final_weights_sha256"] for r in runs.values()}) == 1,
+               "provenance": provenance(device="cpu")}
+    if not quiet:
+        ratios = receipt["ratios"]
+        print(f"[bench contention] whole run beside a core taken after step {busy_after}, over quiet: going on "
+              f"{ratios['busy_going_on_over_quiet']:.2f}x, restarting {ratios['busy_restarting_over_quiet']:.2f}x; "
+              f"the same weights in every run: {receipt['same_weights_every_run']}", flush=True)
+    return _written(receipt, output, quiet)
+
+
+__all__ = ["competitor", "compare_spin_counts", "mid_run", "run"]

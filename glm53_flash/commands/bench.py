@@ -137,13 +137,26 @@ def _add_bench_contention(bench_sub) -> None:
                              "GOMP_SPINCOUNT set, --rounds times in alternating order, ratios paired against the "
                              "first count")
     parser.add_argument("--rounds", type=int, default=2, help="with --spin-counts: rounds of children")
+    parser.add_argument("--mid-run", type=int, default=None, metavar="STEPS",
+                        help="instead: a pretraining run of STEPS steps in a child process, quiet, then with the busy "
+                             "process started after --busy-after steps, going on with libgomp's long spins and "
+                             "restarting with short ones; whole-run times and whether all end on the same weights")
+    parser.add_argument("--busy-after", type=int, default=3, help="with --mid-run: steps before the busy process")
+    parser.add_argument("--checkpoint-every", type=int, default=4, help="with --mid-run: steps between checkpoints")
     parser.add_argument("--output", default="runs/bench/contention.json", help="JSON receipt path")
     parser.set_defaults(func=_run_bench_contention)
 
 
 def _run_bench_contention(args) -> int:
-    from glm53_flash.benchmarks.contention import compare_spin_counts, run
+    from glm53_flash.benchmarks.contention import compare_spin_counts, mid_run, run
 
+    if args.mid_run is not None:
+        if args.spin_counts is not None:
+            raise ValueError("--mid-run and --spin-counts are two measurements: take one")
+        mid_run(preset=args.preset, batch_size=args.batch_size, sequence_length=args.sequence_length,
+                steps=args.mid_run, busy_after=args.busy_after, checkpoint_every=args.checkpoint_every,
+                precision=args.precision, output=args.output)
+        return 0
     if args.spin_counts is not None:
         try:
             counts = [int(part) for part in args.spin_counts.split(",")]

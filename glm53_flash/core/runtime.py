@@ -173,7 +173,11 @@ def short_spin_waits(environ=None, busy: float | None | str = "measure") -> str:
     global _spin_waits, _spin_choice
     environ = os.environ if environ is None else environ
     _spin_choice = "kept"
-    if "GOMP_SPINCOUNT" in environ:
+    restarted = environ.pop(RESTART_ENV, None)  # this process is a run's restart (ShortSpinRestart): say why
+    if restarted is not None and environ.get("GOMP_SPINCOUNT") == str(SPIN_COUNT):
+        _spin_choice = "on"
+        _spin_waits = f"on (GOMP_SPINCOUNT={SPIN_COUNT}: restarted when {restarted})"
+    elif "GOMP_SPINCOUNT" in environ:
         _spin_waits = f"left alone (GOMP_SPINCOUNT={environ['GOMP_SPINCOUNT']} set before glm53 started)"
     elif "OMP_WAIT_POLICY" in environ:
         _spin_waits = f"left alone (OMP_WAIT_POLICY={environ['OMP_WAIT_POLICY']} set before glm53 started)"
@@ -199,7 +203,8 @@ _busy_hint_given = False
 class BusyHint:
     """Watches the load after each step of a run that started on a quiet machine (libgomp's long spins)
     with a fixed thread count, and says once per process, when other processes have used BUSY_CORES or
-    more over `steps` steps in a row, how to get the speed back without changing the results."""
+    more over `steps` steps in a row (or over one step that ran many times as long as those before it),
+    how to get the speed back without changing the results."""
 
     MESSAGE = ("glm53: other processes are using {busy:.1f} cores of this machine; while they do, the math "
                "threads' long spin waits can make each step many times slower. Resuming or rerunning with "
@@ -207,22 +212,73 @@ class BusyHint:
                "beside the other work (--adapt-threads follows the free cores, but changes the last bits).")
 
     def __init__(self, steps: int = 2) -> None:
-        self.steps, self.streak, self.load = steps, 0, LoadWatch()
+        self.steps, self.streak, self.load, self.busy = steps, 0, LoadWatch(), None
 
     @staticmethod
     def wanted() -> bool:
         """Only where a glm53 command found the machine quiet and kept libgomp's default spins."""
         return _spin_choice == "off" and not _busy_hint_given
 
-    def after_step(self) -> str | None:
-        """The hint, the first time the load calls for it (then None for the rest of the process)."""
+    def after_step(self, slow: bool = False) -> str | None:
+        """The hint, the first time the load calls for it (then None for the rest of the process): `steps`
+        busy steps in a row, or one that was also `slow` (the caller's judgement: many times the steps
+        before it). `busy` keeps the last reading, `streak` the busy steps in a row."""
         global _busy_hint_given
-        busy = self.load.others()
+        self.busy = busy = self.load.others()
         self.streak = self.streak + 1 if busy is not None and busy >= BUSY_CORES else 0
-        if self.streak < self.steps or _busy_hint_given:
+        if not (self.streak >= self.steps or (self.streak and slow)) or _busy_hint_given:
             return None
         _busy_hint_given = True
         return self.MESSAGE.format(busy=busy)
+
+
+# A run that started quiet and finds the machine busy can instead start again with short spin waits: the
+# glm53 command ends it the way Ctrl-C does (receipt marked interrupted, checkpoints kept) and executes
+# itself again with GOMP_SPINCOUNT set, resuming from the last checkpoint. An exact resume and the same
+# arithmetic give the same results bit for bit; only the steps since that checkpoint are done twice.
+RESTART_COMMANDS = ("pretrain", "rl", "reproduce")  # commands that resume when started again (--resume for two)
+RESTART_ENV = "GLM53_SPIN_RESTART"  # set for the restarted process: why it restarted (receipts say so)
+# What restart_pays estimates with, measured on the 2-core EPYC (results/bench/contention-spin-avx2-epyc.json
+# and the restart bench, `glm53 bench contention --mid-run`): a flash training step beside one busy core with
+# short spins took 1.73x its quiet time (2 here, for the margin), and a restart (a new process importing
+# torch, loading the checkpoint, warming up) costs a few seconds (20 here).
+SHORT_SPIN_BUSY_SLOWDOWN = 2.0
+RESTART_SECONDS = 20.0
+RESTART_MIN_SAVING = 60.0  # seconds a restart must save, besides at least half of going on
+_restart_allowed = False
+
+
+class ShortSpinRestart(KeyboardInterrupt):
+    """Ends a run the way Ctrl-C does (every `interruptible` block marks its receipt interrupted; the
+    checkpoints stay) so that the glm53 command starts again with short spin waits and resumes it (cli).
+    A KeyboardInterrupt so that every layer that already ends cleanly on Ctrl-C does so here too."""
+
+    def __init__(self, reason: str, resume_from: int) -> None:
+        super().__init__(reason)
+        self.reason, self.resume_from = reason, resume_from
+
+
+def allow_restart(allowed: bool) -> None:
+    """Whether runs of this process may end with ShortSpinRestart (the CLI allows it for its own command
+    line's RESTART_COMMANDS in one process; library use and torchrun never)."""
+    global _restart_allowed
+    _restart_allowed = allowed
+
+
+def restart_allowed() -> bool:
+    return _restart_allowed
+
+
+def restart_pays(remaining: int, busy_seconds: float, quiet_seconds: float, redo: int) -> bool:
+    """Whether a restart beats going on beside the load: going on costs `remaining` positions at
+    `busy_seconds` each (what the last busy steps took); a restart costs RESTART_SECONDS, then the `redo`
+    positions since the last checkpoint and the remaining ones at SHORT_SPIN_BUSY_SLOWDOWN x
+    `quiet_seconds` (what a position took before the load). It must save RESTART_MIN_SAVING seconds and
+    half of going on (a load that goes away soon leaves the restart's cost unpaid)."""
+    going_on = remaining * busy_seconds
+    restart = RESTART_SECONDS + (redo + remaining) * SHORT_SPIN_BUSY_SLOWDOWN * quiet_seconds
+    saving = going_on - restart
+    return saving >= RESTART_MIN_SAVING and saving >= going_on / 2
 
 
 def spin_waits() -> str | None:

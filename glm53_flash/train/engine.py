@@ -41,6 +41,7 @@ import abc
 import contextlib
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -179,6 +180,15 @@ class Schedule:
 # ----------------------------------------------------------------------------------- the loop
 
 
+SLOW_STEP = 3.0  # a busy step this many times the median of the steps before it (2 or more) is evidence enough
+
+
+def _slow(per_position: list[float]) -> bool:
+    """Whether the last step took SLOW_STEP times the median of the ones before it (at least two of them:
+    a first step warms up and runs long)."""
+    return len(per_position) >= 3 and per_position[-1] >= SLOW_STEP * statistics.median(per_position[:-1])
+
+
 @dataclass
 class StepLoop:
     """Positions `start` .. `stop` of a run: `step(p)` trains from position p (0-based: steps done, or
@@ -187,8 +197,11 @@ class StepLoop:
     (metrics.jsonl, TensorBoard, W&B) with the new position as its x, and to the progress bar;
     after the step, every `(positions, action)` of `at_steps` with a position in (p, new] runs
     `action(new)` (a checkpoint, an evaluation). `stop_when(p)`, asked before each step, may end the
-    loop early with a reason (kept in `stopped_by`; None when it ran to `stop`). The bar is the
-    caller's to close (several loops may share one)."""
+    loop early with a reason (kept in `stopped_by`; None when it ran to `stop`). A run that started on a
+    quiet machine with fixed threads and finds it busy (runtime.BusyHint) ends with
+    runtime.ShortSpinRestart after that step's actions, given `restart_from` and where the command allows
+    and it pays (runtime.restart_pays), or prints the hint once. The bar is the caller's to close
+    (several loops may share one)."""
 
     start: int
     stop: int
@@ -201,30 +214,31 @@ class StepLoop:
     advance: Callable[[int], int] | None = None
     stop_when: Callable[[int], str | None] | None = None
     stopped_by: str | None = None
+    # The position a restart would resume from (the last checkpoint saved; None: none), where the run may
+    # restart itself with short spin waits (runtime.ShortSpinRestart) instead of only hinting at it.
+    restart_from: Callable[[], int | None] | None = None
 
     def run(self) -> int:
         """Returns the position reached."""
         actions = list(self.at_steps)
         position = self.start
         hint = BusyHint() if self.governor is None and BusyHint.wanted() else None
+        per_position: list[float] = []  # each step's seconds per position it advanced
         while position < self.stop:
             if self.stop_when is not None:
                 reason = self.stop_when(position)
                 if reason is not None:
                     self.stopped_by = reason
                     break
+            started = time.perf_counter()
             row = self.step(position)
             done = self.advance(position) if self.advance is not None else position + 1
+            per_position.append((time.perf_counter() - started) / max(1, done - position))
             if self.governor is not None:
                 if row is not None:
                     row["threads"] = self.governor.threads  # the count this step ran with
                 self.governor.after_step()
-            if hint is not None and (message := hint.after_step()) is not None:
-                if hasattr(self.bar, "write"):  # a tqdm bar: the line goes above it, not through it
-                    self.bar.write(message, file=sys.stderr)
-                else:
-                    print(message, file=sys.stderr, flush=True)
-                hint = None
+            message = hint.after_step(slow=_slow(per_position)) if hint is not None else None
             if self.sink is not None and row is not None:
                 self.sink.write(row, done)
             if self.bar is not None:
@@ -235,7 +249,28 @@ class StepLoop:
                 if any(p in positions for p in range(position + 1, done + 1)):
                     action(done)
             position = done
+            if message is not None:  # after the step's checkpoint, which a restart resumes from
+                self._busy(message, hint, position, per_position)
+                hint = None
         return position
+
+    def _busy(self, message: str, hint: BusyHint, position: int, per_position: list[float]) -> None:
+        """The machine got busy: restart with short spin waits where that is allowed and pays
+        (runtime.restart_pays), else say how to (the hint)."""
+        from glm53_flash.core.runtime import ShortSpinRestart, restart_allowed, restart_pays
+
+        resume_from = self.restart_from() if self.restart_from is not None and restart_allowed() else None
+        if resume_from is not None and position < self.stop:
+            busy = per_position[-hint.streak:]  # the steps that saw the load
+            quiet = per_position[:-hint.streak] or busy
+            if restart_pays(self.stop - position, statistics.median(busy), statistics.median(quiet),
+                            position - resume_from):
+                raise ShortSpinRestart(f"other processes used {hint.busy:.1f} cores at position {position}",
+                                       resume_from)
+        if hasattr(self.bar, "write"):  # a tqdm bar: the line goes above it, not through it
+            self.bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------- metrics
@@ -542,10 +577,13 @@ class Trainer(abc.ABC):
                         self.write_receipt("running", elapsed)
                     ctx.barrier()  # rank 0 has written the checkpoint
 
+                def last_saved() -> int | None:  # where a restart with short spin waits resumes
+                    return max((entry[self.unit] for entry in self.saved_checkpoints()), default=None)
+
                 with self.session(), governed(cfg.adapt_threads, self.device) as self.governor:
                     StepLoop(self.position, self.total, step, sink=sink, bar=bar, governor=self.governor,
                              at_steps=[(set(self.checkpoint_positions()), checkpoint)], advance=self.advance,
-                             postfix=self.postfix).run()
+                             postfix=self.postfix, restart_from=None if ctx.enabled else last_saved).run()
                 self.governor = None
                 if ctx.is_main:
                     self.write_receipt("complete", self.elapsed(), self.final_fields())

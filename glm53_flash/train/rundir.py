@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from glm53_flash.core.runtime import ShortSpinRestart
+
 LOCK_FILE = ".lock"
 
 
@@ -236,12 +238,13 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
                   redo: Callable[[], str | None] | None = None):
     """Ctrl-C and SIGTERM end the block the same way: `on_interrupt()` (mark the receipt), then
     "interrupted; resume with: ..." on stderr (and `redo()`, what the resumed run will do again: the
-    work since the last checkpoint), then the KeyboardInterrupt goes on."""
+    work since the last checkpoint), then the KeyboardInterrupt goes on. A ShortSpinRestart ends it the
+    same way without the announcement: the command restarts and resumes by itself."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if main:  # a second signal while the receipt is written must not cut it in half
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -250,7 +253,7 @@ def interruptible(on_interrupt: Callable[[], None], resume_hint: str, announce: 
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous_int)
-            if announce:
+            if announce and not isinstance(interrupt, ShortSpinRestart):  # the command says it resumes itself
                 print(f"interrupted; resume with: {resume_hint}", file=sys.stderr, flush=True)
                 note = redo() if redo is not None else None
                 if note:
