@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
@@ -226,7 +226,7 @@ def compare_spin_counts(spin_counts: list[int], rounds: int = 2, output: str | N
 # name -> (the busy process starts mid-run, the child's GOMP_SPINCOUNT: None leaves it unset, so the command
 # chooses; libgomp's own default set explicitly is kept, which leaves the run on the long spins throughout)
 MID_RUN_CONDITIONS = {"quiet": (False, None), "busy_going_on": (True, "300000"), "busy_restarting": (True, None)}
-COMPETITOR_MID_RUN_SECONDS = 3600  # the busy process's own bound; it is killed when its run ends
+COMPETITOR_SECONDS = 3600  # a whole run's busy process's own bound; it is killed when its run ends
 
 
 def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, log: Path) -> dict:
@@ -234,15 +234,13 @@ def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, 
     steps and runs until the child ends. -> wall seconds, the final weights' sha256, the receipt's spin waits,
     whether it restarted."""
     start = time.perf_counter()
-    with open(log, "w") as stderr:
+    with open(log, "w") as stderr, ExitStack() as busy:
         child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        busy = None
         try:
             metrics = out / "metrics.jsonl"
             while busy_after is not None and child.poll() is None:
                 if metrics.exists() and len(metrics.read_text().splitlines()) >= busy_after:
-                    busy = competitor(COMPETITOR_MID_RUN_SECONDS)
-                    busy.__enter__()
+                    busy.enter_context(competitor(COMPETITOR_SECONDS))  # stopped as the child ends
                     break
                 time.sleep(0.05)
             code = child.wait()
@@ -250,15 +248,13 @@ def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, 
             if child.poll() is None:
                 child.kill()
                 child.wait()
-            if busy is not None:
-                busy.__exit__(None, None, None)
     seconds = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f"the pretraining child failed ({code}): {log.read_text().strip()[-800:]}")
     receipt = json.loads((out / "training-receipt.json").read_text())
+    spin_waits = receipt["provenance"].get("spin_waits") or ""
     return {"wall_seconds": seconds, "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"],
-            "spin_waits": receipt["provenance"].get("spin_waits"),
-            "restarted": "starting again with short spin waits" in log.read_text(),
+            "spin_waits": spin_waits, "restarted": "restarted when" in spin_waits,  # what the last process said
             "elapsed_seconds": receipt["elapsed_seconds"]}
 
 

@@ -26,7 +26,6 @@ from glm53_flash.benchmarks.common import bench_precisions, print_table
 CONDITIONS = {"fp32": ("fp32", False, False), "bf16": ("bf16", False, False)}
 BUSY_CONDITIONS = {"quiet": ("fp32", False, False), "busy_fixed": ("fp32", True, False),
                    "busy_adaptive": ("fp32", True, True)}
-COMPETITOR_SECONDS = 3600  # the busy process's own bound; it is killed as each busy run ends
 
 
 def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None = None,
@@ -63,7 +62,7 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
 
     import torch
 
-    from glm53_flash.benchmarks.contention import competitor
+    from glm53_flash.benchmarks.contention import COMPETITOR_SECONDS, competitor
 
     if rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")

@@ -238,10 +238,10 @@ class BusyHint:
 # arithmetic give the same results bit for bit; only the steps since that checkpoint are done twice.
 RESTART_COMMANDS = ("pretrain", "rl", "reproduce")  # commands that resume when started again (--resume for two)
 RESTART_ENV = "GLM53_SPIN_RESTART"  # set for the restarted process: why it restarted (receipts say so)
-# What restart_pays estimates with, measured on the 2-core EPYC (results/bench/contention-spin-avx2-epyc.json
-# and the restart bench, `glm53 bench contention --mid-run`): a flash training step beside one busy core with
-# short spins took 1.73x its quiet time (2 here, for the margin), and a restart (a new process importing
-# torch, loading the checkpoint, warming up) costs a few seconds (20 here).
+# What restart_pays estimates with: a flash training step beside one busy core with short spins took 1.73x its
+# quiet time on the 2-core EPYC (results/bench/contention-spin-avx2-epyc.json; 2 here, for the margin); a
+# restart (a new process importing torch, loading the checkpoint, warming up) is assumed to cost 20 s, on the
+# safe side, not measured on its own (`glm53 bench contention --mid-run` times whole runs with it).
 SHORT_SPIN_BUSY_SLOWDOWN = 2.0
 RESTART_SECONDS = 20.0
 RESTART_MIN_SAVING = 60.0  # seconds a restart must save, besides at least half of going on
