@@ -13,7 +13,8 @@ from glm53_flash.model import GLM53Flash, ops
 from glm53_flash.model import moe as moe_module
 from glm53_flash.model import precision as precision_module
 from glm53_flash.model.config import PRESETS
-from glm53_flash.model.moe import MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions
+from glm53_flash.model.moe import (MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions,
+                                    route_tokens)
 from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_linear,
                                          product_dtype, resolve_precision)
 from glm53_flash.train.engine import PRETRAINING, make_optimizer
@@ -449,3 +450,68 @@ def test_products_too_small_to_pay_for_bf16_stay_float32(monkeypatch):
         assert torch.equal(mixed_linear(x, weight), rounded)
         assert blocked_usable(torch.randn(MIN_SLOTS - 1, 32), moe) is None
         assert blocked_usable(torch.randn(MIN_SLOTS, 32), moe) == torch.bfloat16
+
+
+def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_enough_positions(monkeypatch):
+    from glm53_flash.model import linear_attention as la
+
+    monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", MIN_ROWS)
+    torch.manual_seed(3)
+    q, k, v = (la.feature_map(torch.randn(2, 3, MIN_ROWS // 2, 16)).requires_grad_() for _ in range(3))
+    assert la.block_dtype(q) is None  # outside compute_in: float32, the committed results' arithmetic
+    with compute_in(BF16, "cpu"):
+        assert la.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
+        assert la.block_dtype(q[:1]) is None and la.block_dtype(q[:, :, :-1]) is None  # heads do not count
+    # The bf16 block is its two products rounded once each, the denominator summed in float32 ...
+    numerator, denominator = la.masked_block(q, k, v, torch.bfloat16)
+    scores = torch.matmul(q.bfloat16(), k.bfloat16().transpose(-1, -2)).tril()
+    assert numerator.dtype == denominator.dtype == torch.float32
+    assert torch.equal(numerator, torch.matmul(scores, v.bfloat16()).float())
+    assert torch.equal(denominator, scores.float().sum(-1))
+    # ... and follows the float32 block (whole sequence and chunked, with a state) within bf16's rounding.
+    reference, _ = la.recurrent_linear_attention(q, k, v)
+    out_of = {}
+    for name, precision in (("fp32", FP32), ("bf16", BF16)):
+        with compute_in(precision, "cpu"):
+            whole, _ = la.causal_linear_attention(q, k, v, chunk=MIN_ROWS)
+            chunked, state = la.causal_linear_attention(q, k, v, chunk=16, return_state=True)
+        grads = torch.autograd.grad((whole * reference.detach()).sum() + chunked.square().sum(), (q, k, v))
+        out_of[name] = (whole, chunked, grads)
+        assert torch.allclose(state.kv, torch.matmul(k.transpose(-1, -2), v), rtol=1e-5, atol=1e-4)  # float32
+    for fp32_value, bf16_value in zip(out_of["fp32"][:2], out_of["bf16"][:2]):
+        assert torch.allclose(fp32_value, reference, rtol=1e-4, atol=1e-5)
+        error = (bf16_value - fp32_value).abs().max() / fp32_value.abs().max()
+        assert 0 < error < 0.02  # rounded, and within bf16's 2^-9 per operand summed over 64 positions
+    for fp32_grad, bf16_grad in zip(out_of["fp32"][2], out_of["bf16"][2]):
+        assert F.cosine_similarity(fp32_grad.flatten(), bf16_grad.flatten(), dim=0) > GRADIENT_COSINE
+
+
+def test_routed_blocked_gives_the_gather_blocked_scatter_bits_forward_and_backward():
+    # routed_blocked (one gather in, one gather out) against run_blocked between forward's gather and its
+    # scatter back to token order: the same bits, output and every gradient, padding rows included.
+    torch.manual_seed(5)
+    moe = MixtureOfExperts(32, 32, 4, 2)
+    x = torch.randn(70, 32)
+    results = []
+    for fused in (True, False):
+        moe.zero_grad()
+        xi = x.clone().requires_grad_()
+        with compute_in(BF16, "cpu"):
+            gates, top_index = route_tokens(moe.router(xi), moe.top_k)
+            flat_expert = top_index.reshape(-1)
+            order = torch.argsort(flat_expert, stable=True)
+            counts = torch.bincount(flat_expert, minlength=moe.experts)
+            if fused:
+                routed = moe.routed_blocked(xi, order, counts, gates, torch.bfloat16)
+            else:
+                expert_out = moe.run_blocked(xi.index_select(0, order // moe.top_k), counts, torch.bfloat16)
+                slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
+                routed = (slot_out.view(70, 2, 32) * gates.unsqueeze(-1)).sum(1)
+        (routed * torch.linspace(-1, 1, 32)).sum().backward()
+        results.append([routed.detach(), xi.grad, moe.router.weight.grad.clone(), moe.expert_gate_up.grad.clone(),
+                        moe.expert_down.grad.clone()])
+    assert int(counts.min()) > 0 and bool((counts % moe_module.PRODUCT_BLOCK != 0).all())  # padding rows exist
+    for fused_value, plain_value in zip(*results):
+        assert torch.equal(fused_value, plain_value)
+    with compute_in(BF16, "cpu"):  # and the layer takes it
+        assert torch.equal(moe(x, with_balance=False)[0], moe.shared(x) + results[0][0])

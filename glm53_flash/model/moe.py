@@ -160,15 +160,25 @@ def padded_positions(counts: torch.Tensor, padded_starts: torch.Tensor) -> torch
     return (padded_starts - packed_starts).repeat_interleave(counts) + rows
 
 
-def blocked_usable(rows: torch.Tensor, moe: "MixtureOfExperts") -> torch.dtype | None:
+def blocked_usable(rows: torch.Tensor, moe: "MixtureOfExperts", slots: int | None = None) -> torch.dtype | None:
     """The product dtype `run_blocked` runs in for these rows, or None where it does not serve: it serves
     float32 CPU rows inside bf16 products (model/precision.py) with the grouped kernel present and
-    16-byte row strides in bf16 (dims multiples of 8), at least BLOCKED_MIN_SLOTS of them."""
+    16-byte row strides in bf16 (dims multiples of 8), at least BLOCKED_MIN_SLOTS of them (`slots`: the
+    routed slots the rows make, where the caller knows them; else one per row)."""
     dtype = product_dtype()
+    slots = rows.shape[0] if slots is None else slots
     if (dtype is None or not GROUPED_MM_ENABLED or rows.dtype != torch.float32 or not rows.is_cpu
-            or rows.shape[0] < BLOCKED_MIN_SLOTS or rows.shape[1] % 8 or moe.expert_down.shape[1] % 8):
+            or slots < BLOCKED_MIN_SLOTS or rows.shape[1] % 8 or moe.expert_down.shape[1] % 8):
         return None
     return dtype
+
+
+def blocked_layout(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """counts [E] rows per expert -> (where each expert's block ends when its rows are padded to a multiple
+    of PRODUCT_BLOCK [E], where each of the sorted rows lands [M])."""
+    padded_counts = (counts + (PRODUCT_BLOCK - 1)) // PRODUCT_BLOCK * PRODUCT_BLOCK
+    ends = padded_counts.cumsum(0)
+    return ends, padded_positions(counts, ends - padded_counts)
 
 
 def route_tokens(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,15 +257,34 @@ class MixtureOfExperts(nn.Module):
         once, and the padded buffer a few sizes, which the allocator reuses. Padding rows are zeros, give
         zeros through SwiGLU, are never read back, and so add nothing to any gradient."""
         dim = rows.shape[1]
-        padded_counts = (counts + (PRODUCT_BLOCK - 1)) // PRODUCT_BLOCK * PRODUCT_BLOCK
-        ends = padded_counts.cumsum(0)
-        flat = padded_positions(counts, ends - padded_counts)
+        ends, flat = blocked_layout(counts)
         padded = rows.new_zeros(int(ends[-1]), dim, dtype=dtype).index_copy(0, flat, rows.to(dtype))
+        return self.blocked_products(padded, ends, dtype).index_select(0, flat).float()
+
+    def blocked_products(self, padded: torch.Tensor, ends: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The two grouped products with the SwiGLU between them on rows already padded per expert
+        (expert e's block ends at ends[e]): [P, D] in `dtype` -> [P, D] in `dtype`."""
         offsets = ends.to(torch.int32)
         hidden = F.grouped_mm(padded, self.expert_gate_up.to(dtype).transpose(1, 2), offs=offsets)
-        activated = swiglu_rounded(hidden)
-        out = F.grouped_mm(activated, self.expert_down.to(dtype), offs=offsets)
-        return out.index_select(0, flat).float()
+        return F.grouped_mm(swiglu_rounded(hidden), self.expert_down.to(dtype), offs=offsets)
+
+    def routed_blocked(self, x: torch.Tensor, order: torch.Tensor, counts: torch.Tensor, gates: torch.Tensor,
+                       dtype: torch.dtype) -> torch.Tensor:
+        """The routed experts' gate-weighted sum for tokens x [N, D] by run_blocked's products, with the
+        sort, the padding and the unsort each one gather: every padded row reads its token's row (padding
+        rows read an appended zero row), every slot reads its padded output row. It computes what
+        run_blocked between forward's gather and scatter computes, bit for bit, forward and backward
+        (the one gradient sum, two slots per token, has the same two terms), without the float32 [N k, D]
+        copy of the sorted rows, the scatter back to token order and the zero fill."""
+        n, dim = x.shape
+        ends, flat = blocked_layout(counts)
+        source = torch.full((int(ends[-1]),), n, dtype=torch.long, device=x.device).index_copy_(
+            0, flat, order // self.top_k)  # the token each padded row reads; n: the zero row
+        padded = torch.cat((x, x.new_zeros(1, dim))).index_select(0, source).to(dtype)
+        out = self.blocked_products(padded, ends, dtype)
+        slot_rows = torch.empty_like(flat).index_copy_(0, order, flat)  # each slot's padded row, token order
+        slot_out = out.index_select(0, slot_rows).float()
+        return (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
 
     def run_skinny(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the skinny C
@@ -298,10 +327,16 @@ class MixtureOfExperts(nn.Module):
         flat_expert = top_index.reshape(-1)  # [N * k], slot i belongs to token i // k
         order = torch.argsort(flat_expert, stable=True)
         counts = torch.bincount(flat_expert, minlength=self.experts)
-        expert_out = self.run_experts(x.index_select(0, order // self.top_k), counts)
-        # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
-        slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
-        routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
+        slots = n * self.top_k  # run_experts' choice, made before the gather: the skinny kernels, else ...
+        dtype = (None if ops.grouped_serves(x, self.expert_gate_up, self.expert_down, slots=slots)
+                 else blocked_usable(x, self, slots=slots))
+        if dtype is not None:
+            routed = self.routed_blocked(x, order, counts, gates, dtype)
+        else:
+            expert_out = self.run_experts(x.index_select(0, order // self.top_k), counts)
+            # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
+            slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
+            routed = (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
         if not with_balance:
             return self.shared(x) + routed, counts, None
         if token_mask is None:

@@ -7,9 +7,9 @@ What bf16 means depends on the device:
   (`MixtureOfExperts.run_blocked`) cast both operands to bf16 and hand back float32; their backward runs in
   bf16 too (autograd casts the incoming gradient). Everything else stays float32 where it is now, and
   the C kernels keep serving it: master weights and AdamW state, the losses, the router's softmax, the
-  norms, the SwiGLU activation, the residual streams, the linear-attention state and its products, the
-  sparse attention's scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs
-  run ~7x faster than fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
+  norms, the SwiGLU activation, the residual streams, the linear-attention feature maps and states (its
+  masked blocks' two products take bf16 too: linear_attention.block_dtype), the sparse attention's
+  scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs run ~7x faster than fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
   every op's inputs and shuts our float32 kernels off, made the step slower than float32 (measured while
   building; docs/ARCHITECTURE.md, "Precision").
 - **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
@@ -150,13 +150,15 @@ def product_dtype() -> torch.dtype | None:
     return _PRODUCT_DTYPE.get()
 
 
-def product_dtype_for(x: torch.Tensor) -> torch.dtype | None:
+def product_dtype_for(x: torch.Tensor, rows: int | None = None) -> torch.dtype | None:
     """The dtype the product of float32 CPU rows `x` takes inside compute_in, or None: its own (outside
-    bf16 products, another dtype or device, or fewer than BF16_MIN_ROWS rows)."""
+    bf16 products, another dtype or device, or fewer than BF16_MIN_ROWS rows: x's leading sizes, or
+    `rows` where the caller counts them otherwise)."""
     dtype = _PRODUCT_DTYPE.get()
-    if dtype is None or x.dtype != torch.float32 or not x.is_cpu or x.numel() < BF16_MIN_ROWS * x.shape[-1]:
+    if dtype is None or x.dtype != torch.float32 or not x.is_cpu:
         return None
-    return dtype
+    few = x.numel() < BF16_MIN_ROWS * x.shape[-1] if rows is None else rows < BF16_MIN_ROWS
+    return None if few else dtype
 
 
 def mixed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -12,11 +12,13 @@ import torch
 from glm53_flash.model.ops import library
 
 
-def grouped_serves(rows: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> bool:
-    """Whether `grouped_swiglu_products` serves these rows: gate_up [E, 2H, D], down [E, H, D]."""
-    return (library.serves(rows, gate_up, rows.shape[0], library.MAX_GROUPED_ROWS) and down.dtype == torch.float32
+def grouped_serves(rows: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, slots: int | None = None) -> bool:
+    """Whether `grouped_swiglu_products` serves these rows: gate_up [E, 2H, D], down [E, H, D]. `slots`: the
+    count of the rows gathered from `rows` (contiguous, as every gather is) that it would be called on."""
+    count = rows.shape[0] if slots is None else slots
+    return (library.serves(rows, gate_up, count, library.MAX_GROUPED_ROWS) and down.dtype == torch.float32
             and down.is_contiguous() and gate_up.shape[1] % 8 == 0 and down.shape[2] % 16 == 0
-            and rows.is_contiguous() and gate_up.shape[0] <= library.LIMITS["experts"])
+            and (slots is not None or rows.is_contiguous()) and gate_up.shape[0] <= library.LIMITS["experts"])
 
 def _check_grouped(op: str, rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, inner: int) -> None:
     library.check_tensor(op, "rows", rows)
