@@ -462,12 +462,13 @@ def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_eno
     with compute_in(BF16, "cpu"):
         assert la.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
         assert la.block_dtype(q[:1]) is None and la.block_dtype(q[:, :, :-1]) is None  # heads do not count
-    # The bf16 block is its two products rounded once each, the denominator summed in float32 ...
+    # The bf16 block is its two products and the denominator's sum, each rounded once ...
     numerator, denominator = la.masked_block(q, k, v, torch.bfloat16)
     scores = torch.matmul(q.bfloat16(), k.bfloat16().transpose(-1, -2)).tril()
     assert numerator.dtype == denominator.dtype == torch.float32
     assert torch.equal(numerator, torch.matmul(scores, v.bfloat16()).float())
-    assert torch.equal(denominator, scores.float().sum(-1))
+    assert torch.equal(denominator, denominator.bfloat16().float())  # rounded to bf16 ...
+    torch.testing.assert_close(denominator, scores.float().sum(-1), rtol=2**-8, atol=0)  # ... once, from the sum
     # ... and follows the float32 block (whole sequence and chunked, with a state) within bf16's rounding.
     reference, _ = la.recurrent_linear_attention(q, k, v)
     out_of = {}
