@@ -9,7 +9,8 @@ What bf16 means depends on the device:
   the C kernels keep serving it: master weights and AdamW state, the losses, the router's softmax, the
   norms, the SwiGLU activation, the residual streams, the linear-attention feature maps and states (its
   masked blocks' two products take bf16 too: linear_attention.block_dtype), the sparse attention's
-  scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs run ~7x faster than fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
+  scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs run ~7x faster than
+  fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
   every op's inputs and shuts our float32 kernels off, made the step slower than float32 (measured while
   building; docs/ARCHITECTURE.md, "Precision").
 - **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
