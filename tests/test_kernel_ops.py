@@ -74,6 +74,31 @@ def test_moe_dispatch_and_combine_equal_their_references(tokens, dim, experts, d
 
 
 @LEGAL
+@given(tokens=st.integers(0, 40), dim=st.sampled_from([8, 24, 192]), top_k=st.integers(1, 8), spare=st.integers(0, 9),
+       seed=st.integers(0, 99))
+def test_combine_rows_equals_its_reference_forward_and_backward(tokens, dim, top_k, spare, seed):
+    generator = torch.Generator().manual_seed(seed)
+    padded = tokens * top_k + spare  # rows no slot reads, as the experts' padding
+    out = torch.randn(padded, dim, generator=generator).bfloat16()
+    rows = torch.randperm(padded, generator=generator)[:tokens * top_k]
+    gates, grad = torch.rand(tokens, top_k, generator=generator), torch.randn(tokens, dim, generator=generator)
+    # the same products, rounded, then added: bit for bit up to two slots (one order of adding them), within
+    # float32 rounding beyond (torch's sum over k may order its terms otherwise)
+    combined, reference = ops.combine_rows_bf16(out, rows, gates), ops.reference_combine_rows(out, rows, gates)
+    if top_k <= 2:
+        assert torch.equal(combined, reference)
+    else:
+        _close(combined, reference, inner=top_k)
+    grad_out, grad_gates = ops.combine_rows_bf16_backward(out, rows, gates, grad)
+    leaf_out, leaf_gates = out.clone().requires_grad_(), gates.clone().requires_grad_()
+    ops.reference_combine_rows(leaf_out, rows, leaf_gates).backward(grad)
+    expected_out = leaf_out.grad if leaf_out.grad is not None else torch.zeros_like(out)
+    assert torch.equal(grad_out, expected_out)  # the read rows' gradients, and zeros elsewhere
+    if tokens:
+        _close(grad_gates, leaf_gates.grad, inner=dim)  # sums over D, in another order
+
+
+@LEGAL
 @given(batch=st.integers(0, 5), heads=st.integers(1, 4), d=st.sampled_from([8, 16, 24]), rotate=st.booleans(),
        seed=st.integers(0, 99))
 def test_linear_attention_step_equals_its_reference(batch, heads, d, rotate, seed):
@@ -246,6 +271,10 @@ def _legal_calls():
         "moe_dispatch": (ops.moe_dispatch, dict(x=torch.randn(5, 16), router=torch.randn(4, 16), top_k=2)),
         "moe_combine": (ops.moe_combine, dict(expert_out=torch.randn(10, 16), position=torch.arange(10),
                                                  gates=torch.rand(5, 2), shared=torch.randn(5, 16))),
+        "combine_rows_bf16": (ops.combine_rows_bf16, dict(out=torch.randn(12, 16).bfloat16(), rows=torch.arange(10),
+                                                         gates=torch.rand(5, 2))),
+        "combine_rows_bf16_backward": (ops.combine_rows_bf16_backward, dict(
+            out=torch.randn(12, 16).bfloat16(), rows=torch.arange(10), gates=torch.rand(5, 2), grad=torch.randn(5, 16))),
         "linear_attention_step": (ops.linear_attention_step, dict(
             qkv=torch.randn(2, 1, 48), kv=torch.rand(2, 2, 8, 8), z=torch.rand(2, 2, 8), cos=None, sin=None,
             floor=1e-6)),
@@ -291,6 +320,14 @@ SPOILT = [
     ("moe_combine", "position", torch.arange(10) + 1, "refused"),          # a slot past the rows
     ("moe_combine", "gates", torch.rand(5, 9), "top_k"),
     ("moe_combine", "expert_out", torch.randn(9, 16), "shape"),
+    ("combine_rows_bf16", "rows", torch.arange(10) + 3, "refused"),       # a slot past the rows: C's check
+    ("combine_rows_bf16", "rows", torch.arange(9), "shape"),
+    ("combine_rows_bf16", "rows", torch.arange(10).int(), "torch.int64"),
+    ("combine_rows_bf16", "out", torch.randn(12, 16), "bfloat16"),
+    ("combine_rows_bf16", "out", torch.randn(12, 12).bfloat16(), "multiple of 8"),
+    ("combine_rows_bf16", "gates", torch.rand(5, 9), "top_k"),
+    ("combine_rows_bf16_backward", "rows", torch.arange(10) - 1, "refused"),
+    ("combine_rows_bf16_backward", "grad", torch.randn(5, 8), "shape"),
     ("linear_attention_step", "z", torch.rand(2, 2, 264), "head size"),
     ("linear_attention_step", "kv", torch.rand(2, 2, 8, 4), "shape"),
     ("linear_attention_step", "cos", torch.randn(8), "together"),
@@ -376,6 +413,11 @@ def test_c_refuses_out_of_range_sizes_without_touching_memory():
         "moe_dispatch 4097 slots": _c("moe_dispatch")(_p(x), _p(w), 4097, 8, 8, 1, _p(out), _p(ints), _p(ints),
                                                       _p(ints), _p(out)),
         "moe_combine position": _c("moe_combine")(_p(x), _p(torch.tensor([0, 7])), _p(x), _p(x), _p(out), 1, 8, 2),
+        "combine_rows row past the rows": _c("moe_combine_rows_bf16")(_p(x), _p(torch.tensor([0, 4])), _p(x), _p(out),
+                                                                      1, 8, 2, 4),
+        "combine_rows backward negative row": _c("moe_combine_rows_bf16_backward")(
+            _p(x), _p(torch.tensor([-1, 0])), _p(x), _p(x), _p(out), _p(out), 1, 8, 2, 4),
+        "combine_rows dim 12": _c("moe_combine_rows_bf16")(_p(x), _p(torch.tensor([0, 1])), _p(x), _p(out), 1, 12, 2, 4),
         "linear_attention_step d 264": _c("linear_attention_step")(_p(x), _p(w), _p(w), _p(out), 1, 1, 264, None,
                                                                    None, 1e-6),
         "linear_attention_scan_forward d 12": _c("linear_attention_scan_forward")(

@@ -487,7 +487,7 @@ def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_eno
         assert F.cosine_similarity(fp32_grad.flatten(), bf16_grad.flatten(), dim=0) > GRADIENT_COSINE
 
 
-def test_routed_blocked_gives_the_gather_blocked_scatter_bits_forward_and_backward():
+def test_routed_blocked_gives_the_gather_blocked_scatter_results_forward_and_backward():
     # routed_blocked (one gather in, one gather out) against run_blocked between forward's gather and its
     # scatter back to token order: the same bits, output and every gradient, padding rows included.
     torch.manual_seed(5)
@@ -512,7 +512,12 @@ def test_routed_blocked_gives_the_gather_blocked_scatter_bits_forward_and_backwa
         results.append([routed.detach(), xi.grad, moe.router.weight.grad.clone(), moe.expert_gate_up.grad.clone(),
                         moe.expert_down.grad.clone()])
     assert int(counts.min()) > 0 and bool((counts % moe_module.PRODUCT_BLOCK != 0).all())  # padding rows exist
-    for fused_value, plain_value in zip(*results):
-        assert torch.equal(fused_value, plain_value)
+    fused, plain = results
+    # the output and the experts' gradients bit for bit; the gates' gradients (into x and the router) are
+    # float32 sums over D in the combine kernel's order, so within float32 rounding
+    for index in (0, 3, 4):
+        assert torch.equal(fused[index], plain[index])
+    for index in (1, 2):
+        torch.testing.assert_close(fused[index], plain[index], rtol=1e-5, atol=1e-6 * float(plain[index].abs().max()))
     with compute_in(BF16, "cpu"):  # and the layer takes it
         assert torch.equal(moe(x, with_balance=False)[0], moe.shared(x) + results[0][0])

@@ -107,6 +107,30 @@ class SwiGLU(nn.Module):
         return F.linear(swiglu_rounded(hidden), self.down.weight.to(dtype)).float()
 
 
+class _CombineRows(torch.autograd.Function):
+    """ops.combine_rows_bf16 as one differentiable op: bf16 expert rows out [P, D], the slots' rows [N k] and
+    the gates [N, k] -> the gate-weighted sums [N, D] float32; the backward by its kernel (bf16 rows, gates)."""
+
+    @staticmethod
+    def forward(ctx, out, rows, gates):
+        ctx.save_for_backward(out, rows, gates)
+        return ops.combine_rows_bf16(out, rows, gates)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, rows, gates = ctx.saved_tensors
+        grad_out, grad_gates = ops.combine_rows_bf16_backward(out, rows, gates, grad)
+        return grad_out, None, grad_gates
+
+
+def combine_rows(out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+    """sum_j gates[t, j] * out[rows[t k + j]] as float32 [N, D]: the C kernel where it serves (bf16 rows on the
+    CPU), else the gather, the widening and the weighted sum in torch (ops.reference_combine_rows)."""
+    if ops.combine_rows_serves(out, gates):
+        return _CombineRows.apply(out, rows, gates)
+    return ops.reference_combine_rows(out, rows, gates)
+
+
 def grouped_mm_usable(x: torch.Tensor, weight: torch.Tensor, aligned: bool) -> bool:
     """Whether the grouped kernel serves this call: CPU float32 outside autocast, with 16-byte-aligned
     row strides (`aligned`: every dim a multiple of 4, fixed when the layer is built). On CUDA it
@@ -273,9 +297,10 @@ class MixtureOfExperts(nn.Module):
         """The routed experts' gate-weighted sum for tokens x [N, D] by run_blocked's products, with the
         sort, the padding and the unsort each one gather: every padded row reads its token's row (padding
         rows read an appended zero row), every slot reads its padded output row. It computes what
-        run_blocked between forward's gather and scatter computes, bit for bit, forward and backward
-        (the one gradient sum, two slots per token, has the same two terms), without the float32 [N k, D]
-        copy of the sorted rows, the scatter back to token order and the zero fill."""
+        run_blocked between forward's gather and scatter computes (forward and the rows' gradients bit for
+        bit; the gates' gradients are sums over D in another order), without the float32 [N k, D] copy of
+        the sorted rows, the scatter back to token order and the zero fill; the combine is one C kernel
+        each way (combine_rows) where it serves."""
         n, dim = x.shape
         ends, flat = blocked_layout(counts)
         source = torch.full((int(ends[-1]),), n, dtype=torch.long, device=x.device).index_copy_(
@@ -283,8 +308,7 @@ class MixtureOfExperts(nn.Module):
         padded = torch.cat((x, x.new_zeros(1, dim))).index_select(0, source).to(dtype)
         out = self.blocked_products(padded, ends, dtype)
         slot_rows = torch.empty_like(flat).index_copy_(0, order, flat)  # each slot's padded row, token order
-        slot_out = out.index_select(0, slot_rows).float()
-        return (slot_out.view(n, self.top_k, dim) * gates.unsqueeze(-1)).sum(1)
+        return combine_rows(out, slot_rows, gates)
 
     def run_skinny(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows [M, D] sorted by expert, counts [E] -> each row through its expert, by the skinny C

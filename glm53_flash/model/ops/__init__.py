@@ -12,12 +12,12 @@ receipts) and the limits its fixed buffers hold (`LIMITS`, asserted again in C).
 | rmsnorm.py | `rms_norm`; `rms_norm_forward` / `rms_norm_backward` | decoding; training (any rows) |
 | swiglu.py | `swiglu_forward` / `swiglu_backward` | training and decoding (any rows) |
 | grouped.py | `grouped_linear`, `grouped_matmul` | routed experts, at most `MAX_GROUPED_ROWS` slots |
-| moe_routing.py | `moe_dispatch`, `moe_combine` | a MoE layer's decode step |
+| moe_routing.py | `moe_dispatch`, `moe_combine`; `combine_rows_bf16` / `_backward` | a MoE layer's decode step; the bf16 experts' combine (training too) |
 | linear_attention.py | `linear_attention_step`; `linear_attention_scan_forward` / `_backward` | a linear layer's decode step; a sequence longer than its chunk (training too) |
 | sparse_attention.py | `sparse_attention_step` | a sparse layer's decode step |
 | decode_block.py | `DecodeStack` (from `decode_attention_in`, an attention step, `decode_moe_out` per layer) | a decode step of every block in one call |
 
-Everything serves CPU float32 only, outside autocast and compile tracing, with inner sizes that are
+Everything but the bf16 SwiGLU and combine serves CPU float32 only, outside autocast and compile tracing, with inner sizes that are
 multiples of 8; anything else (and a CPU without AVX2 and FMA, no compiler, a failed build,
 `GLM53_KERNELS=0`) takes the eager torch path; `status()` says which and why.
 """

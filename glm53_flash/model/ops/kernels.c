@@ -437,6 +437,55 @@ static void moe_combine(const float *expert_out, const int64_t *position, const 
     }
 }
 
+/* Training's combine of the routed experts' bf16 output rows (model/moe.py, MixtureOfExperts.routed_blocked):
+ * routed[t] = sum_j gates[t, j] * out[rows[t * k + j]], each row widened to float32, each product rounded,
+ * then added in j's order: the arithmetic of gathering the rows, widening them, multiplying by the gates
+ * and summing over j in torch, without the gathered copy, its widened copy and the [N, k, D] products. */
+/* a, rounded where it stands: the compiler may not fuse the product that made it into a later add (an FMA
+ * rounds once where torch's multiply, then add, rounds twice). */
+static inline vec vrounded(vec a) {
+    __asm__("" : "+v"(a));
+    return a;
+}
+static void moe_combine_rows_bf16(const uint16_t *out, const int64_t *rows, const float *gates, float *routed,
+                                  int64_t tokens, int64_t dim, int64_t top_k) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; t++) {
+        const int64_t *slot = rows + t * top_k;
+        const float *g = gates + t * top_k;
+        for (int64_t i = 0; i < dim; i += LANES) {
+            lanes_mask m = mask_at(i, dim);
+            vec sum = vmul(wload(out, slot[0] * dim + i, m, 1), vset1(g[0]));
+            for (int64_t j = 1; j < top_k; j++)
+                sum = vadd(sum, vrounded(vmul(wload(out, slot[j] * dim + i, m, 1), vset1(g[j]))));
+            wstore(routed, t * dim + i, sum, m, 0);
+        }
+    }
+}
+
+/* Its backward, given grad [N, D]: each slot's output row gets grad[t] * gates[t, j] rounded to bf16 (what
+ * autograd hands the gathered rows after the cast back, the other rows untouched: the caller zeroes them),
+ * and grad_gates[t, j] = grad[t] . out[rows[t * k + j]] (a float32 sum in lanes, then across them). */
+static void moe_combine_rows_bf16_backward(const uint16_t *out, const int64_t *rows, const float *gates,
+                                           const float *grad, uint16_t *grad_out, float *grad_gates, int64_t tokens,
+                                           int64_t dim, int64_t top_k) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *g = grad + t * dim;
+        for (int64_t j = 0; j < top_k; j++) {
+            const int64_t r = rows[t * top_k + j];
+            vec gate = vset1(gates[t * top_k + j]), dot = vzero();
+            for (int64_t i = 0; i < dim; i += LANES) {
+                lanes_mask m = mask_at(i, dim);
+                vec gi = wload(g, i, m, 0);
+                wstore(grad_out, r * dim + i, vmul(gi, gate), m, 1);
+                dot = vfma(gi, wload(out, r * dim + i, m, 1), dot);
+            }
+            grad_gates[t * top_k + j] = sum1(dot);
+        }
+    }
+}
+
 /* x [d] rotated in interleaved pairs as model/rope.py does, x * cos + (-x_odd, x_even) * sin, into out. */
 static inline void rotate_pairs(const float *x, const float *cos, const float *sin, int64_t d, float *out) {
     for (int64_t i = 0; i < d; i++)
@@ -1184,6 +1233,27 @@ int glm53_moe_combine(const float *expert_out, const int64_t *position, const fl
     for (int64_t slot = 0; slot < tokens * top_k; slot++)
         REQUIRE(position[slot] >= 0 && position[slot] < tokens * top_k);
     moe_combine(expert_out, position, gates, shared, out, tokens, dim, top_k);
+    return OK;
+}
+
+/* rows index [0, padded_rows): every slot reads (and its backward writes) a row of out. Two slots of one
+ * token may not share a row (the backward's threads write rows, one token each). */
+int glm53_moe_combine_rows_bf16(const uint16_t *out, const int64_t *rows, const float *gates, float *routed,
+                                int64_t tokens, int64_t dim, int64_t top_k, int64_t padded_rows) {
+    REQUIRE(tokens >= 0 && vector_size(dim) && top_k >= 1 && top_k <= LIMIT_TOP_K && padded_rows >= 0);
+    for (int64_t slot = 0; slot < tokens * top_k; slot++)
+        REQUIRE(rows[slot] >= 0 && rows[slot] < padded_rows);
+    moe_combine_rows_bf16(out, rows, gates, routed, tokens, dim, top_k);
+    return OK;
+}
+
+int glm53_moe_combine_rows_bf16_backward(const uint16_t *out, const int64_t *rows, const float *gates,
+                                         const float *grad, uint16_t *grad_out, float *grad_gates, int64_t tokens,
+                                         int64_t dim, int64_t top_k, int64_t padded_rows) {
+    REQUIRE(tokens >= 0 && vector_size(dim) && top_k >= 1 && top_k <= LIMIT_TOP_K && padded_rows >= 0);
+    for (int64_t slot = 0; slot < tokens * top_k; slot++)
+        REQUIRE(rows[slot] >= 0 && rows[slot] < padded_rows);
+    moe_combine_rows_bf16_backward(out, rows, gates, grad, grad_out, grad_gates, tokens, dim, top_k);
     return OK;
 }
 

@@ -109,6 +109,8 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "grouped_matmul": [pointer] * 4 + [size] * 4,
         "moe_dispatch": [pointer] * 2 + [size] * 4 + [pointer] * 5,
         "moe_combine": [pointer] * 5 + [size] * 3,
+        "moe_combine_rows_bf16": [pointer] * 4 + [size] * 4,
+        "moe_combine_rows_bf16_backward": [pointer] * 6 + [size] * 4,
         "linear_attention_step": [pointer] * 4 + [size] * 3 + [pointer] * 2 + [real],
         "linear_attention_scan_forward": [pointer] * 6 + [size] * 4 + [pointer] * 2 + [real],
         "linear_attention_scan_backward": [pointer] * 7 + [size] * 4 + [pointer] * 2 + [real],

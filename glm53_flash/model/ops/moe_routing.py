@@ -66,6 +66,62 @@ def moe_combine(expert_out: torch.Tensor, position: torch.Tensor, gates: torch.T
           tokens, dim, top_k)
     return out
 
+def combine_rows_serves(out: torch.Tensor, gates: torch.Tensor) -> bool:
+    """Whether `combine_rows_bf16` serves a training MoE layer's combine: bf16 expert rows out [P, D] on the
+    CPU (D a multiple of 8), float32 gates [N, k], k at most LIMITS["top_k"]; gradients on or off."""
+    return (library.ENABLED and out.is_cpu and out.dtype == torch.bfloat16 and out.dim() == 2 and out.shape[1] % 8 == 0
+            and out.shape[1] > 0 and gates.dtype == torch.float32 and gates.dim() == 2
+            and 1 <= gates.shape[1] <= library.LIMITS["top_k"] and library.path_open())
+
+def _check_combine_rows(op: str, out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor) -> tuple[int, int, int]:
+    if not (isinstance(out, torch.Tensor) and out.dim() == 2 and isinstance(gates, torch.Tensor) and gates.dim() == 2):
+        library.fail(op, "out must be [P, D] and gates [N, k]")
+    tokens, top_k = gates.shape
+    dim = out.shape[1]
+    if not (1 <= top_k <= library.LIMITS["top_k"]):
+        library.fail(op, f"top_k = {top_k}; the kernel takes 1 to {library.LIMITS['top_k']}")
+    library.check_vector_size(op, "D", dim)
+    library.check_tensor(op, "out", out, dtype=torch.bfloat16)
+    library.check_tensor(op, "gates", gates)
+    library.check_tensor(op, "rows", rows, (tokens * top_k,), dtype=torch.int64)
+    return tokens, dim, top_k
+
+def combine_rows_bf16(out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+    """routed [N, D] float32: sum_j gates[t, j] * out[rows[t * k + j]] over bf16 rows out [P, D] (each row
+    widened, each product rounded, summed in j's order: reference_combine_rows' bits for k <= 2); rows [N * k]
+    index out (see combine_rows_serves)."""
+    op = "moe_combine_rows_bf16"
+    out = out.contiguous() if isinstance(out, torch.Tensor) else out  # held here: the library reads them below
+    gates = gates.contiguous() if isinstance(gates, torch.Tensor) else gates
+    tokens, dim, top_k = _check_combine_rows(op, out, rows, gates)
+    routed = torch.empty(tokens, dim)
+    library.call(op, out.data_ptr(), rows.data_ptr(), gates.data_ptr(), routed.data_ptr(), tokens, dim, top_k,
+                 out.shape[0])
+    return routed
+
+def combine_rows_bf16_backward(out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor,
+                               grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of combine_rows_bf16 given grad [N, D]: (grad_out [P, D] bf16, zero in rows no slot
+    reads; each read row grad[t] * gates[t, j] rounded to bf16, grad_gates [N, k] float32). Two slots may
+    not read one row (each row's gradient is written, not summed)."""
+    op = "moe_combine_rows_bf16_backward"
+    out = out.contiguous() if isinstance(out, torch.Tensor) else out  # held here: the library reads them below
+    gates = gates.contiguous() if isinstance(gates, torch.Tensor) else gates
+    grad = grad.contiguous() if isinstance(grad, torch.Tensor) else grad
+    tokens, dim, top_k = _check_combine_rows(op, out, rows, gates)
+    library.check_tensor(op, "grad", grad, (tokens, dim))
+    grad_out = torch.zeros_like(out)
+    grad_gates = torch.empty(tokens, top_k)
+    library.call(op, out.data_ptr(), rows.data_ptr(), gates.data_ptr(), grad.data_ptr(), grad_out.data_ptr(),
+                 grad_gates.data_ptr(), tokens, dim, top_k, out.shape[0])
+    return grad_out, grad_gates
+
+def reference_combine_rows(out, rows, gates):
+    """The torch formula: the gathered rows widened, times the gates, summed over k."""
+    tokens, top_k = gates.shape
+    return (out.index_select(0, rows).float().view(tokens, top_k, out.shape[1]) * gates.unsqueeze(-1)).sum(1)
+
+
 def reference_moe_dispatch(x, router, top_k):
     """Top-k by logit (the lower index on a tie), gates the softmax of the chosen logits, slots sorted
     stably by expert."""
@@ -86,4 +142,5 @@ def reference_moe_combine(expert_out, position, gates, shared):
     return shared + (gates.unsqueeze(-1) * picked).sum(1)
 
 
-__all__ = ["moe_combine", "moe_dispatch", "moe_serves", "reference_moe_combine", "reference_moe_dispatch"]
+__all__ = ["combine_rows_bf16", "combine_rows_bf16_backward", "combine_rows_serves", "moe_combine", "moe_dispatch",
+           "moe_serves", "reference_combine_rows", "reference_moe_combine", "reference_moe_dispatch"]
