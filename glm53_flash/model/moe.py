@@ -279,7 +279,9 @@ class MixtureOfExperts(nn.Module):
         each, measured), so grouped products whose row counts follow the routing cost more than they save
         (measured: a flash step slower than float32); rounded counts take a few dozen shapes, compiled
         once, and the padded buffer a few sizes, which the allocator reuses. Padding rows are zeros, give
-        zeros through SwiGLU, are never read back, and so add nothing to any gradient."""
+        zeros through SwiGLU, are never read back, and so add nothing to any gradient. The layer's forward
+        takes routed_blocked (these products with its gathers and combine fused); this form serves
+        run_experts on rows already sorted and is routed_blocked's oracle in the tests."""
         dim = rows.shape[1]
         ends, flat = blocked_layout(counts)
         padded = rows.new_zeros(int(ends[-1]), dim, dtype=dtype).index_copy(0, flat, rows.to(dtype))

@@ -4,7 +4,7 @@ What bf16 means depends on the device:
 - **CUDA**: torch's bf16 autocast (what pretraining always used there).
 - **CPU**: the weight products only. Inside `compute_in`, every `nn.Linear`-style product of the model
   (`mixed_linear`: attention in/out, router, shared expert, tied head) and the routed experts' products
-  (`MixtureOfExperts.run_blocked`) cast both operands to bf16 and hand back float32; their backward runs in
+  (`MixtureOfExperts.routed_blocked`) cast both operands to bf16 and hand back float32; their backward runs in
   bf16 too (autograd casts the incoming gradient). Everything else stays float32 where it is now, and
   the C kernels keep serving it: master weights and AdamW state, the losses, the router's softmax, the
   norms, the SwiGLU activation, the residual streams, the linear-attention feature maps and states (its

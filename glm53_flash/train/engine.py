@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 import torch
 
-from glm53_flash.core.runtime import BusyHint, fused_optimizer_supported
+from glm53_flash.core.runtime import (BusyHint, ShortSpinRestart, fused_optimizer_supported, restart_allowed,
+                                      restart_pays)
 from glm53_flash.train.config import SCHEDULES, STUDY_LEARNING_RATE
 
 OPTIMIZER_KERNELS = ("fused", "torch-default")
@@ -257,8 +258,6 @@ class StepLoop:
     def _busy(self, message: str, hint: BusyHint, position: int, per_position: list[float]) -> None:
         """The machine got busy: restart with short spin waits where that is allowed and pays
         (runtime.restart_pays), else say how to (the hint)."""
-        from glm53_flash.core.runtime import ShortSpinRestart, restart_allowed, restart_pays
-
         resume_from = self.restart_from() if self.restart_from is not None and restart_allowed() else None
         if resume_from is not None and position < self.stop:
             busy = per_position[-hint.streak:]  # the steps that saw the load
