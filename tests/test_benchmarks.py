@@ -391,6 +391,8 @@ def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
         assert one["precision"]["name"] == name
         assert one["rollout_seconds"] > 0 and one["update_seconds"] >= 0
         assert one["rollout_seconds"] + one["update_seconds"] <= one["wall_seconds"]
+        assert 0 <= one["update_forward_seconds"] + one["update_step_seconds"] <= one["update_seconds"]
+        assert one["update_positions"] >= 0 and 0 <= one["update_padding_fraction"] < 1
         assert result["median"][name]["wall_seconds"] == one["wall_seconds"]
     assert result["bf16_speedup"]["wall_seconds"] == (result["median"]["fp32"]["wall_seconds"]
                                                       / result["median"]["bf16"]["wall_seconds"])

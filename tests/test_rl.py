@@ -12,7 +12,7 @@ from glm53_flash.tasks import frozen_tasks
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.rl import (
-    RLConfig, RLTrainer, has_signal, leave_one_out_advantages, policy_objective, reward_for,
+    RLConfig, RLTrainer, forward_positions, has_signal, leave_one_out_advantages, policy_objective, reward_for,
     sequence_logprobs, task_schedule, train_rl,
 )
 from glm53_flash.verifier import Evaluation
@@ -125,6 +125,44 @@ def test_prompts_run_once_give_the_whole_sequences_logprobs_and_gradients(stream
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_forward_positions_count_what_the_forwards_run(monkeypatch):
+    """forward_positions by hand, and against the model's own calls: the positions every forward of
+    sequence_logprobs is given, and how many of them hold the batch's end padding (id 0: the test's
+    tokens are never 0), for both the shared-prompt path and the whole sequences."""
+    first, second = [1, 9, 8, 7], [1, 5]
+    sequences = [(first, [4, 4, 4]), (second, [6]), (first, [5]), (first, []), (second, [7, 7, 7, 7])]
+    # shared: first runs 4 positions, then 3 rows x 2 fed tokens (fed 2, 0, 0); second 2, then 2 rows x 3 (fed 0, 3)
+    assert forward_positions(sequences) == {"positions": 4 + 3 * 2 + 2 + 2 * 3, "padding": 4 + 3}
+    # whole: 5 rows x the longest (7 tokens), less the 7 + 3 + 5 + 4 + 6 tokens
+    assert forward_positions(sequences, share_prompts=False) == {"positions": 35, "padding": 35 - 25}
+    assert forward_positions([(first, [3])]) == {"positions": 4, "padding": 0}  # nothing to feed back
+    assert forward_positions([]) == {"positions": 0, "padding": 0}
+
+    cfg = ModelConfig.preset("tiny").replace(layers=2, max_sequence_length=64)
+    torch.manual_seed(5)
+    model = GLM53Flash(cfg)
+    generator = torch.Generator().manual_seed(6)
+
+    def ids(n):
+        return torch.randint(4, 260, (n,), generator=generator).tolist()
+
+    prompts = ([1] + ids(7), [1] + ids(3))
+    batch = [(prompts[i % 2], ids(n)) for i, n in enumerate((5, 0, 9, 1, 2, 12, 4))]
+    seen = []
+    forward = GLM53Flash.forward
+
+    def counting(self, ids, *args, **kwargs):
+        seen.append((ids.numel(), int((ids == 0).sum())))
+        return forward(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(GLM53Flash, "forward", counting)
+    for share in (True, False):
+        seen.clear()
+        sequence_logprobs(model, batch, 0.7, "sampler", "cpu", share_prompts=share)
+        assert forward_positions(batch, share_prompts=share) == {"positions": sum(n for n, _ in seen),
+                                                                  "padding": sum(z for _, z in seen)}, share
+
+
 def test_loss_normalizations():
     logprobs = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0])]
     advantages = [1.0, -1.0]
@@ -203,6 +241,12 @@ def test_run_and_resume_are_equivalent(checkpoint, tmp_path):
     assert set(full["run_config"]) == {f.name for f in dataclasses.fields(RLConfig)}
     rows = [json.loads(line) for line in (tmp_path / "full" / "rollouts.jsonl").read_text().splitlines()]
     assert [r["group"] for r in rows] == [1, 2, 3, 4] and len(rows[0]["samples"]) == 4
+    # every update row splits its update's time and counts the positions its forwards computed
+    for row in (json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()):
+        assert 0 <= row["update_forward_seconds"] and 0 <= row["update_step_seconds"]
+        assert row["update_forward_seconds"] + row["update_step_seconds"] <= row["seconds"] - row["rollout_seconds"]
+        assert 0 <= row["update_padding_positions"] <= row["update_positions"]
+        assert (row["update_positions"] > 0) == (row["loss"] is not None)
     for key in ("rewards", "advantages", "reward_spread", "updated", "policy_loss", "gradient_norm",
                 "exact_rollouts", "valid_rollouts", "token_cap_hits", "seconds"):
         assert key in rows[0]

@@ -1,9 +1,11 @@
 """`glm53 bench rl`: the headline's RL stage (`glm53 reproduce`'s plan: 96 groups x 16 samples, one group
 per update) timed from one pretrained checkpoint in each precision, the runs interleaved in one process
 (fp32, bf16, fp32, bf16, ...), each a whole `train_rl` into a directory of its own. Per run: the wall
-time, and from its metrics the seconds of rollouts (sampling and the verifier) and of updates (the
-log-probs' forward, backward and the AdamW step), with what it learned (updated groups, passing
-rollouts), so a faster precision that learns something else shows as such.
+time, and from its metrics the seconds of rollouts (sampling and the verifier) and of updates, the
+updates split into the log-probs' forwards and the backward with the AdamW step, the positions those
+forwards computed and the share of them that was padding (train.rl.forward_positions), with what it
+learned (updated groups, passing rollouts), so a faster precision that learns something else shows as
+such.
 
 With `busy`, the same stage in fp32 instead: quiet, then beside one CPU-bound process this bench starts
 (`bench contention`'s competitor, killed when the run ends) with the thread count fixed and with
@@ -49,11 +51,22 @@ def _one(cfg) -> dict:
     seconds = time.perf_counter() - start
     rows = [json.loads(line) for line in (Path(cfg.output) / METRICS_FILE).read_text().splitlines() if line]
     rollout = sum(r["rollout_seconds"] for r in rows)
+    positions = sum(r["update_positions"] for r in rows)
     return {"precision": receipt["precision"], "wall_seconds": seconds, "elapsed_seconds": receipt["elapsed_seconds"],
             "rollout_seconds": rollout, "update_seconds": sum(r["seconds"] for r in rows) - rollout,
+            "update_forward_seconds": sum(r["update_forward_seconds"] for r in rows),
+            "update_step_seconds": sum(r["update_step_seconds"] for r in rows),
+            "update_positions": positions,
+            "update_padding_fraction": sum(r["update_padding_positions"] for r in rows) / max(1, positions),
             "updated_groups": receipt["updated_groups"],
             "exact_training_rollouts": receipt["exact_training_rollouts"],
             "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"]}
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, None where there is nothing to divide by (a run whose groups all lacked
+    signal spends no time in the updates' forwards)."""
+    return numerator / denominator if denominator > 0 else None
 
 
 def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None,
@@ -87,9 +100,11 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
                 last = runs[name][-1]
                 print(f"[bench rl {time.strftime('%H:%M:%S')}] round {round_index + 1}/{rounds} {name}: "
                       f"{last['wall_seconds']:.1f} s (rollouts {last['rollout_seconds']:.1f} s, updates "
-                      f"{last['update_seconds']:.1f} s), {last['exact_training_rollouts']} passing rollouts",
-                      file=sys.stderr, flush=True)
-    keys = ("wall_seconds", "rollout_seconds", "update_seconds")
+                      f"{last['update_seconds']:.1f} s: forwards {last['update_forward_seconds']:.1f} s, backward "
+                      f"and step {last['update_step_seconds']:.1f} s), {last['exact_training_rollouts']} passing "
+                      f"rollouts", file=sys.stderr, flush=True)
+    times = ("wall_seconds", "rollout_seconds", "update_seconds", "update_forward_seconds", "update_step_seconds")
+    keys = times + ("update_padding_fraction",)
     median = {name: {key: statistics.median(r[key] for r in rows) for key in keys} for name, rows in runs.items()}
     result = {
         "benchmark": "rl", "checkpoint": str(checkpoint), "rounds": rounds, "config": config, "busy": busy,
@@ -101,8 +116,12 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
     rows = [(f"{name}: wall, rollouts, updates (median of {rounds})",
              f"{m['wall_seconds']:.1f} s, {m['rollout_seconds']:.1f} s, {m['update_seconds']:.1f} s")
             for name, m in median.items()]
+    rows += [(f"{name}: updates' forwards, backward and step; padding",
+              f"{m['update_forward_seconds']:.1f} s, {m['update_step_seconds']:.1f} s; "
+              f"{100 * m['update_padding_fraction']:.1f}% of the positions")
+             for name, m in median.items()]
     if busy:
-        result["slowdown"] = {name: {key: median[name][key] / median["quiet"][key] for key in keys}
+        result["slowdown"] = {name: {key: _ratio(median[name][key], median["quiet"][key]) for key in times}
                               for name in ("busy_fixed", "busy_adaptive")}
         for name, ratio in result["slowdown"].items():
             rows.append((f"{name} / quiet: wall, rollouts, updates",
@@ -111,7 +130,7 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
         for name, repeats in runs.items():
             result[f"{name}_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in repeats}) == 1
         if set(runs) == {"fp32", "bf16"}:
-            result["bf16_speedup"] = {key: median["fp32"][key] / median["bf16"][key] for key in keys}
+            result["bf16_speedup"] = {key: _ratio(median["fp32"][key], median["bf16"][key]) for key in times}
             speed = result["bf16_speedup"]
             rows.append(("bf16 speed-up: wall, rollouts, updates",
                          f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, "

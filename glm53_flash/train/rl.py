@@ -198,11 +198,37 @@ def _completion_logits_whole(model, sequences, device, precision=None) -> list[t
     return [logits[i, len(p) - 1 : len(p) - 1 + len(c)] for i, (p, c) in enumerate(sequences)]
 
 
-def _completion_logits_shared(model, sequences, device, precision=None) -> list[torch.Tensor]:
-    """The same logits, each distinct prompt run once (see sequence_logprobs)."""
+def _prompt_members(sequences) -> dict[tuple[int, ...], list[int]]:
+    """Each distinct prompt -> the indices of its sequences, in order of first appearance."""
     members: dict[tuple[int, ...], list[int]] = {}
     for i, (prompt, _) in enumerate(sequences):
         members.setdefault(tuple(prompt), []).append(i)
+    return members
+
+
+def forward_positions(sequences: list[tuple[list[int], list[int]]], share_prompts: bool = True) -> dict[str, int]:
+    """The positions sequence_logprobs' forward computes for `sequences` (the backward goes through the
+    same ones): `positions` in all, and `padding` of them, which hold no token of their row (a batch is
+    padded at the end to its longest row, and what a padding position computes is never read). With
+    `share_prompts` each distinct prompt runs once, then its completions but their last token (nothing
+    follows it to predict) in one batch; else every sequence whole in one batch."""
+    if not sequences:
+        return {"positions": 0, "padding": 0}
+    if not share_prompts:
+        length = max(len(p) + len(c) for p, c in sequences)
+        positions = len(sequences) * length
+        return {"positions": positions, "padding": positions - sum(len(p) + len(c) for p, c in sequences)}
+    positions = padding = 0
+    for prompt, indices in _prompt_members(sequences).items():
+        fed = [max(0, len(sequences[i][1]) - 1) for i in indices]  # the completion tokens fed back
+        positions += len(prompt) + len(indices) * max(fed)
+        padding += len(indices) * max(fed) - sum(fed)
+    return {"positions": positions, "padding": padding}
+
+
+def _completion_logits_shared(model, sequences, device, precision=None) -> list[torch.Tensor]:
+    """The same logits, each distinct prompt run once (see sequence_logprobs)."""
+    members = _prompt_members(sequences)
     out: list[torch.Tensor | None] = [None] * len(sequences)
     for prompt, indices in members.items():
         completions = [sequences[i][1] for i in indices]
@@ -484,7 +510,8 @@ class RLTrainer(Trainer):
         distributed = ctx.enabled
         set_learning_rate(self.optimizer, lr)
         learning = [g for g in groups if has_signal(g["rewards"])]
-        stats = {"loss": None, "grad_norm": None, "entropy": None, "kl": None}
+        stats = {"loss": None, "grad_norm": None, "entropy": None, "kl": None, "forward_seconds": 0.0,
+                 "step_seconds": 0.0, "positions": 0, "padding_positions": 0}
         for g in groups:
             g["advantages"] = leave_one_out_advantages(g["rewards"])
             g["policy_loss"] = None
@@ -494,14 +521,21 @@ class RLTrainer(Trainer):
                 sequences.append(s)
                 owners.append(g)
         learning_groups, tokens = len(learning), sum(len(c) for _, c in sequences)
+        computed = forward_positions(sequences)
+        if self.reference is not None:  # its forward computes the same positions again
+            computed = {key: 2 * value for key, value in computed.items()}
+        positions, padding = computed["positions"], computed["padding"]
         if distributed:  # the whole update's counts: every rank scales its terms by them
-            counts = ctx.all_sum(torch.tensor([float(learning_groups), float(tokens)], device=self.device))
-            learning_groups, tokens = int(counts[0]), int(counts[1])
+            counts = ctx.all_sum(torch.tensor([float(learning_groups), float(tokens), float(positions),
+                                               float(padding)], device=self.device))
+            learning_groups, tokens, positions, padding = (int(c) for c in counts)
+        stats.update(positions=positions, padding_positions=padding)
         if not learning_groups:
             return stats
         self.model.train()
         total = torch.zeros((), device=self.device)
         kl = entropy_sum = torch.zeros((), device=self.device)
+        started = time.perf_counter()
         if learning:
             logprobs, entropies = sequence_logprobs(self.model, sequences, cfg.temperature, cfg.logprob_source,
                                                     self.device, precision=self.precision)
@@ -521,6 +555,7 @@ class RLTrainer(Trainer):
                 terms = log_ratio.exp() - log_ratio - 1
                 kl = terms.sum() / tokens if distributed else terms.mean()
                 total = total + cfg.kl_coef * kl
+        stats["forward_seconds"] = time.perf_counter() - started
         if distributed:
             summed = ctx.all_sum(torch.stack([total.detach(), kl.detach(), entropy_sum.detach()]))
             loss, kl_value, entropy = float(summed[0]), float(summed[1]), float(summed[2]) / tokens
@@ -532,8 +567,10 @@ class RLTrainer(Trainer):
         if not torch.isfinite(torch.tensor(loss)):
             raise FloatingPointError(f"non-finite RL objective at group {groups[-1]['group'] if groups else '?'}")
         params = [p for p in self.model.parameters() if p.requires_grad]
+        started = time.perf_counter()
         grad_norm = optimizer_step(self.optimizer, params, total if learning else None, grad_clip=cfg.grad_clip,
                                    reduce_gradients=ctx.all_sum_gradients)
+        stats["step_seconds"] = time.perf_counter() - started
         stats.update(loss=loss, grad_norm=grad_norm, entropy=entropy)
         for g in learning:
             g["gradient_norm"] = grad_norm
@@ -598,6 +635,11 @@ class RLTrainer(Trainer):
             "reward_hacks": sum(v is False for g in groups for v in g["strong_passed"]),
             "entropy": stats["entropy"], "kl": stats["kl"], "loss": stats["loss"], "grad_norm": stats["grad_norm"],
             "lr": lr, "rollout_seconds": rollout_seconds, "seconds": seconds,
+            # Of the update (seconds - rollout_seconds), this process's log-prob forwards (the objective's
+            # terms with them) and its backward with the AdamW step; the positions the forwards computed
+            # in the whole update and how many of them were padding (forward_positions).
+            "update_forward_seconds": stats["forward_seconds"], "update_step_seconds": stats["step_seconds"],
+            "update_positions": stats["positions"], "update_padding_positions": stats["padding_positions"],
         }
         self.metrics_rows.append(metrics)
         return metrics
