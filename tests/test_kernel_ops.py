@@ -562,6 +562,64 @@ def test_the_one_call_decode_step_equals_its_pieces_layer_by_layer_bit_for_bit(b
     assert not torch.equal(new_streams, streams.expand_as(new_streams))  # the layers did something
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_one_call_decode_steps_head_equals_the_norm_and_head_ops_bit_for_bit(bf16):
+    """With a head, the same call also gives the final norm of the streams' mean and its logits: the
+    streams and counts are `step`'s, the hidden state is ops.rms_norm of torch's mean over the streams and
+    the logits ops.linear of it, bit for bit (the norm's and head's weights float32 in both precisions);
+    its wrapper refuses a head it cannot take and more rows than ops.rms_norm and ops.linear serve."""
+    generator = torch.Generator().manual_seed(17)
+    stack, states = _stack_case(generator)
+    if bf16:
+        stack = [{name: value.bfloat16() if name in ops.PRODUCT_WEIGHTS else value for name, value in layer.items()}
+                 for layer in stack]
+    head = {"norm": torch.rand(32, generator=generator) + 0.5, "eps": 1e-5,
+            "weight": torch.randn(37, 32, generator=generator)}
+    options = dict(heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6)
+    streams = torch.randn(3, 4, 1, 32, generator=generator)
+    cos, sin = torch.rand(8, generator=generator), torch.rand(8, generator=generator)
+    theirs = _copy_states(states)
+    with torch.inference_mode():
+        plain = ops.DecodeStack(stack, **options)
+        headed = ops.DecodeStack(stack, **options, head=head)
+        assert not plain.head_serves(4) and headed.head_serves(4) and not headed.head_serves(ops.MAX_ROWS + 1)
+        want_streams, want_counts = plain.step(streams, theirs, cos, sin)
+        new_streams, counts, hidden, logits = headed.step_with_head(streams, states, cos, sin)
+        want_hidden = ops.rms_norm(want_streams.mean(dim=0), head["norm"], head["eps"])
+        want_logits = ops.linear(want_hidden, head["weight"])
+        with pytest.raises(ops.KernelArgumentError, match="the head serves a stack built with one"):
+            plain.step_with_head(streams, _copy_states(theirs), cos, sin)
+    assert torch.equal(new_streams, want_streams) and torch.equal(counts, want_counts)
+    assert hidden.shape == (4, 1, 32) and logits.shape == (4, 1, 37)
+    assert torch.equal(hidden.view(torch.int32), want_hidden.view(torch.int32))
+    assert torch.equal(logits.view(torch.int32), want_logits.view(torch.int32))
+    for changed, match in (({"weight": head["weight"].t().contiguous()}, "head: weight has shape"),
+                           ({"weight": head["weight"].t().contiguous().t()}, "head: weight must be contiguous"),
+                           ({"weight": head["weight"][0]}, r"head: weight must be \[V, D\]"),
+                           ({"norm": head["norm"].double()}, "head: norm must be torch.float32"),
+                           ({"weight": torch.randn(37, 16)}, "head: weight has shape")):
+        with pytest.raises(ops.KernelArgumentError, match=match):
+            ops.DecodeStack(stack, **options, head={**head, **changed})
+
+
+def test_the_streams_mean_in_c_is_torchs_bit_for_bit():
+    """The head's mean over the streams (kernels.c decode_head: summed in order, then divided) gives torch's
+    mean over the first dimension bit for bit, for every stream count up to a few and rows up to
+    library.MAX_ROWS: the stack's head checked through a one-layer stack whose output the test reads back."""
+    generator = torch.Generator().manual_seed(5)
+    for n_streams in (1, 2, 3, 4, 5, 7):
+        for rows in (1, 5, ops.MAX_ROWS):
+            stack, _ = _stack_case(generator, streams=n_streams)
+            headed = ops.DecodeStack(stack[:1], heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6,
+                                     head={"norm": torch.ones(32), "eps": 0.0, "weight": torch.eye(32)})
+            states = [[torch.randn(rows, 4, 8, 8, generator=generator), torch.rand(rows, 4, 8, generator=generator)]]
+            streams = torch.randn(n_streams, rows, 1, 32, generator=generator) * 3
+            with torch.inference_mode():
+                new_streams, _, hidden, logits = headed.step_with_head(streams, states, torch.rand(8), torch.rand(8))
+                want = ops.rms_norm(new_streams.mean(dim=0), torch.ones(32), 0.0)
+            assert torch.equal(hidden.view(torch.int32), want.view(torch.int32)), (n_streams, rows)
+
+
 def test_the_one_call_decode_step_refuses_what_it_cannot_take():
     """Its wrapper checks each weight once (shapes, one dtype for the products, float32 elsewhere) and every
     step's streams and states, with the op, the layer and the rule in the message; nothing runs on refusal."""
@@ -625,18 +683,26 @@ def test_the_one_call_decode_steps_c_entry_refuses_on_its_own():
         if sparse:
             legal[index * width + fields["capacity"]] = keys_or_kv.shape[2]
             legal[index * width + fields["kept"]], legal[index * width + fields["slot"]] = sparse
-    assert ops.library._required().glm53_decode_stack(  # legal as it is: the refusals below are the changes'
-        ctypes.addressof(legal), 3, streams.data_ptr(), 4 * 32, 3, 4, 32, 4, 4, 2, 24, 1, 0, 1e-6, 1e-6,
-        cos.data_ptr(), sin.data_ptr(), counts.data_ptr(), torch.empty(3, 4, 1, 32).data_ptr()) == ops.library.OK
+    norm, table_w = torch.rand(32), torch.randn(11, 32)
+    hidden, logits = torch.full((4, 32), 7.0), torch.full((4, 11), 7.0)
+    no_head = (None, 0.0, None, 0, None, None)
+    head = (norm.data_ptr(), 1e-6, table_w.data_ptr(), 11, hidden.data_ptr(), logits.data_ptr())
+    for legal_head in (no_head, head):
+        assert ops.library._required().glm53_decode_stack(  # legal as it is: the refusals below are the changes'
+            ctypes.addressof(legal), 3, streams.data_ptr(), 4 * 32, 3, 4, 32, 4, 4, 2, 24, 1, 0, 1e-6, 1e-6,
+            cos.data_ptr(), sin.data_ptr(), counts.data_ptr(), torch.empty(3, 4, 1, 32).data_ptr(),
+            *legal_head) == ops.library.OK
+    assert bool((hidden != 7.0).all()) and bool((logits != 7.0).all())  # the head wrote both
+    hidden.fill_(7.0), logits.fill_(7.0)
 
-    def status(layer=None, field=None, value=None, with_tables=True, layers=3):
+    def status(layer=None, field=None, value=None, with_tables=True, layers=3, head=no_head):
         table = (ctypes.c_int64 * len(legal))(*legal)
         if layer is not None:
             table[layer * width + fields[field]] = value
         return ops.library._required().glm53_decode_stack(
             ctypes.addressof(table), layers, streams.data_ptr(), 4 * 32, 3, 4, 32, 4, 4, 2, 24, 1, 0, 1e-6, 1e-6,
             cos.data_ptr() if with_tables else None, sin.data_ptr() if with_tables else None, counts.data_ptr(),
-            out.data_ptr())
+            out.data_ptr(), *head)
 
     refusals = {
         "layer kind 2": status(0, "sparse", 2),
@@ -649,6 +715,11 @@ def test_the_one_call_decode_steps_c_entry_refuses_on_its_own():
         "slot -2": status(2, "slot", -2),
         "no tables": status(with_tables=False),
         "no layers": status(layers=0),
+        "a head without its norm": status(head=(None, *head[1:])),
+        "a head without its hidden state's buffer": status(head=(*head[:4], None, head[5])),
+        "a head without its logits' buffer": status(head=(*head[:5], None)),
+        "a head of no vocabulary": status(head=(*head[:3], 0, *head[4:])),
+        "buffers without a head": status(head=(None, 1e-6, None, 11, hidden.data_ptr(), logits.data_ptr())),
     }
     assert {what: code for what, code in refusals.items() if code != ops.library.OUT_OF_RANGE} == {}
-    assert bool((out == 7.0).all())
+    assert bool((out == 7.0).all()) and bool((hidden == 7.0).all()) and bool((logits == 7.0).all())

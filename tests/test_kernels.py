@@ -611,8 +611,8 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
             block.connection.output_logits.normal_()
     ids = torch.randint(4, 260, (rows, 30))
     calls = []
-    original = ops.DecodeStack.step
-    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or original(*a))
+    original = ops.DecodeStack._step  # both step and step_with_head
+    monkeypatch.setattr(ops.DecodeStack, "_step", lambda *a: calls.append(1) or original(*a))
     results = {}
     with torch.inference_mode():
         for name, fused, enabled in (("fused", True, True), ("one by one", False, True), ("eager", True, False)):
@@ -638,6 +638,69 @@ def test_fused_block_decode_equals_the_operations_one_by_one_and_the_full_forwar
                 torch.testing.assert_close(mine.kv, theirs.kv, atol=1e-4, rtol=1e-5)
                 torch.testing.assert_close(mine.z, theirs.z, atol=1e-4, rtol=1e-5)
     assert (fused - full).abs().max().item() <= 1e-4
+
+
+def _decode_outputs(model, ids, prompt, batch_rows):
+    """Each cached step's logits and hidden state (ModelOutput.hidden) after a prefill of `prompt` tokens."""
+    cache = model.new_cache(batch_rows)
+    model(ids[:, :prompt], cache=cache)
+    outputs = [model(ids[:, t:t + 1], cache=cache) for t in range(prompt, ids.shape[1])]
+    return torch.cat([o.logits for o in outputs], 1), torch.cat([o.hidden for o in outputs], 1)
+
+
+@needs_kernels
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_final_norm_and_head_in_the_one_call_step_give_the_same_bits(monkeypatch, bf16):
+    """The one-call step also runs the final norm and the tied head for up to ops.MAX_ROWS rows: every step's
+    logits and hidden state equal the same step with the two run after the call in Python, bit for bit, in
+    both precisions; past MAX_ROWS rows the call leaves them to Python. A norm weight set anew is read, and a
+    final norm of another kind runs as itself (the call then leaves the head to Python)."""
+    from glm53_flash.model.precision import compute_in, resolve_precision
+
+    cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
+                        sparse_stride=3, max_sequence_length=40)
+    torch.manual_seed(12)
+    model = g.GLM53Flash(cfg).eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+    precision = resolve_precision("bf16" if bf16 else "fp32", "cpu")
+    headed = []
+    with_head = ops.DecodeStack.step_with_head
+    monkeypatch.setattr(ops.DecodeStack, "step_with_head", lambda *a: headed.append(1) or with_head(*a))
+    serves = ops.DecodeStack.head_serves
+
+    def decode(ids, rows, in_the_call=True):
+        monkeypatch.setattr(ops.DecodeStack, "head_serves", serves if in_the_call else lambda self, batch: False)
+        headed.clear()
+        with torch.inference_mode(), compute_in(precision, "cpu"):
+            return _decode_outputs(model, ids, 9, rows)
+
+    ids = torch.randint(4, 260, (5, 20))
+    (logits, hidden), calls = decode(ids, 5), len(headed)
+    assert calls == 20 - 9
+    after_logits, after_hidden = decode(ids, 5, in_the_call=False)
+    assert not headed
+    assert torch.equal(logits.view(torch.int32), after_logits.view(torch.int32))
+    assert torch.equal(hidden.view(torch.int32), after_hidden.view(torch.int32))
+    many = torch.randint(4, 260, (ops.MAX_ROWS + 3, 12))
+    decode(many, ops.MAX_ROWS + 3)
+    assert not headed  # more rows than the C head serves: the head ran in Python
+    model.norm.weight = torch.nn.Parameter(model.norm.weight.detach() * 2.0)  # set anew
+    changed, _ = decode(ids, 5)
+    assert len(headed) == calls and torch.equal(changed.view(torch.int32), decode(ids, 5, False)[0].view(torch.int32))
+    assert not torch.equal(changed, logits)
+
+    class Scaled(torch.nn.Module):  # another final norm: its output, not RMSNorm's, feeds the head
+        def forward(self, x):
+            return 3.0 * x
+
+    model.norm = Scaled()
+    other, other_hidden = decode(ids, 5)
+    assert not headed
+    with torch.inference_mode(), compute_in(precision, "cpu"):
+        monkeypatch.setattr(ops.library, "FUSED_DECODE", False)
+        eager, eager_hidden = _decode_outputs(model, ids, 9, 5)
+    assert (other - eager).abs().max().item() <= 1e-4 and (other_hidden - eager_hidden).abs().max().item() <= 1e-4
 
 
 @needs_kernels
@@ -677,8 +740,8 @@ def test_a_deep_copy_decodes_its_own_weights_and_odd_expert_widths_step_aside(mo
     odd = g.GLM53Flash(g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=12, experts=4, top_k=2,
                                      sparse_window=4, sparse_stride=3, max_sequence_length=32)).eval()
     calls = []
-    step = ops.DecodeStack.step
-    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or step(*a))
+    step = ops.DecodeStack._step  # both step and step_with_head
+    monkeypatch.setattr(ops.DecodeStack, "_step", lambda *a: calls.append(1) or step(*a))
     monkeypatch.setattr(ops.library, "FUSED_DECODE", True)
     with torch.inference_mode():
         fast, _ = _decode_logits(odd, ids, 6, 3)
@@ -724,6 +787,18 @@ def test_the_one_call_steps_operands_follow_the_model_and_survive_a_change_of_pr
     assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 3
     square.data = square.data.contiguous()  # readable again: a new stack
     assert (decode() - decode(fused=False)).abs().max().item() <= 1e-4 and len(built) == 4
+    # a module set anew deep in the model, and a weight put straight into a module's parameters (as
+    # torch.func.functional_call swaps them): each is read by the next step
+    before = decode()
+    model.blocks[2].moe.shared = type(model.blocks[2].moe.shared)(cfg.dim, cfg.expert_hidden)
+    swapped = decode()
+    assert len(built) == 5 and not torch.equal(swapped, before)
+    assert (swapped - decode(fused=False)).abs().max().item() <= 1e-4
+    router = model.blocks[0].moe.router
+    router._parameters["weight"] = torch.nn.Parameter(router.weight.detach().flip(0))
+    flipped = decode()
+    assert len(built) == 6 and not torch.equal(flipped, swapped)
+    assert (flipped - decode(fused=False)).abs().max().item() <= 1e-4
 
 
 @needs_kernels
@@ -787,8 +862,8 @@ def test_fused_block_decode_steps_aside_past_its_limits(monkeypatch, limit):
     ids = torch.randint(4, 260, (5, 20))
     monkeypatch.setattr(ops.library, "MAX_FUSED_ROWS" if limit == "rows" else "MAX_SPARSE_KEYS", 4)
     calls = []
-    original = ops.DecodeStack.step
-    monkeypatch.setattr(ops.DecodeStack, "step", lambda *a: calls.append(1) or original(*a))
+    original = ops.DecodeStack._step  # both step and step_with_head
+    monkeypatch.setattr(ops.DecodeStack, "_step", lambda *a: calls.append(1) or original(*a))
     with torch.inference_mode():
         fast, _ = _decode_logits(model, ids, 8, 5)
         monkeypatch.setattr(ops.library, "ENABLED", False)

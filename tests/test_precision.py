@@ -301,8 +301,8 @@ def test_cached_decoding_in_bf16_reads_bf16_weights_and_follows_their_updates(mo
             weight.copy_(weight.bfloat16().float())
     prompt = random_ids(2, 8, seed=8)
     dtypes = []
-    original = ops.DecodeStack.step
-    monkeypatch.setattr(ops.DecodeStack, "step", lambda stack, *a: dtypes.append(
+    original = ops.DecodeStack._step  # both step and step_with_head
+    monkeypatch.setattr(ops.DecodeStack, "_step", lambda stack, *a: dtypes.append(
         torch.bfloat16 if stack.bf16 else torch.float32) or original(stack, *a))
     fast = _decode(model, prompt, BF16)
     assert set(dtypes) == {torch.bfloat16} and len(dtypes) == 6  # every step, all blocks in one call

@@ -4,8 +4,12 @@ its own here and tested alone against its reference: `decode_attention_in` (the 
 qkv product), the attention step (linear_attention_step or sparse_attention_step), `decode_moe_out` (the
 output product, the MoE and the streams' write). The Python between layers cost a flash decode step
 about as much as its arithmetic did; in one call it is gone, and the arithmetic is the pieces' own,
-so the stack equals them called layer by layer bit for bit. References: `reference_decode_attention_in`,
-`reference_decode_moe_out`, and for the stack the model's operations one by one.
+so the stack equals them called layer by layer bit for bit. With a head (the model's final norm and tied
+head) the same call also computes the logits, by the functions ops.rms_norm and ops.linear call, so they
+equal those ops after the call bit for bit, and the Python between the stack and the logits goes
+(docs/BENCHMARKS.md, "A CPU without AVX-512").
+References: `reference_decode_attention_in`, `reference_decode_moe_out`, and for the stack the model's
+operations one by one.
 """
 
 from __future__ import annotations
@@ -122,9 +126,15 @@ class DecodeStack:
     `rotate` (bool: a linear layer rotates q and k first) and the LAYER_WEIGHTS tensors: input_logits and
     output_logits [S], attn_norm and moe_norm [D], qkv_weight [3D, D], out_weight [D, D], router [E, D],
     gate_up [E, 2H, D], down [E, H, D], shared_up [2H, D], shared_down [D, H]. The PRODUCT_WEIGHTS are all
-    float32 or all bf16 (read as bf16, the arithmetic float32); the rest float32. `eps` is every norm's."""
+    float32 or all bf16 (read as bf16, the arithmetic float32); the rest float32. `eps` is every norm's.
 
-    def __init__(self, layers: list[dict], heads: int, top_k: int, double_residual: bool, eps: float, floor: float):
+    `head` (optional): the model's final norm and tied head after the stack, {"norm": [D], "eps": float,
+    "weight": [V, D]}, float32. `step_with_head` then also returns the streams' mean normed and its
+    logits, computed as ops.rms_norm and ops.linear compute them for at most library.MAX_ROWS rows (the
+    same C functions), so the model's one-row-at-a-time path gives the same bits either way."""
+
+    def __init__(self, layers: list[dict], heads: int, top_k: int, double_residual: bool, eps: float, floor: float,
+                 head: dict | None = None):
         op = "decode_stack"
         if not layers:
             library.fail(op, "no layers")
@@ -166,6 +176,14 @@ class DecodeStack:
                 held.append(tensor)
             self.table[base + _FIELD["sparse"]] = int(bool(layer["sparse"]))
             self.table[base + _FIELD["rotate"]] = int(bool(layer.get("rotate", False)))
+        self.head = None
+        if head is not None:
+            if not (isinstance(head.get("weight"), torch.Tensor) and head["weight"].dim() == 2):
+                library.fail(op, "head: weight must be [V, D]")
+            library.check_tensor(op, "head: norm", head.get("norm"), (dim,))
+            library.check_tensor(op, "head: weight", head["weight"], (head["weight"].shape[0], dim))
+            self.head = (head["norm"], float(head["eps"]), head["weight"])
+            held += [head["norm"], head["weight"]]
         self._held = held  # the table's pointers point into these
         self.sparse = [bool(layer["sparse"]) for layer in layers]
         self.rotates = any(self.sparse) or any(bool(layer.get("rotate", False)) for layer in layers)
@@ -178,8 +196,24 @@ class DecodeStack:
         states, one per layer: (kv [B, H, d, d], z [B, H, d]) for a linear layer, updated in place;
         (keys, values [B, H, capacity, d], kept, slot) for a sparse one, whose new key and value are
         stored at `slot` (-1: not stored). cos, sin [d]: the rotary tables' rows at this position."""
+        return self._step(streams, states, cos, sin, False)
+
+    def head_serves(self, batch: int) -> bool:
+        """Whether step_with_head serves `batch` rows: a stack built with a head, at most library.MAX_ROWS
+        rows (beyond them ops.rms_norm and ops.linear leave the rows to torch, whose last bits differ)."""
+        return self.head is not None and 0 < batch <= library.MAX_ROWS
+
+    def step_with_head(self, streams: torch.Tensor, states: list[tuple], cos: torch.Tensor | None,
+                       sin: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`step`, then the head in the same call -> (the new streams, routed slots, hidden [B, 1, D] = the
+        final norm of the streams' mean, logits [B, 1, V]). Where head_serves(B)."""
+        return self._step(streams, states, cos, sin, True)
+
+    def _step(self, streams, states, cos, sin, head: bool):
         op = "decode_stack"
         n_streams, batch, dim = library.check_streams(op, streams)
+        if head and not self.head_serves(batch):
+            library.fail(op, f"the head serves a stack built with one, 1 to {library.MAX_ROWS} rows ({batch} here)")
         if (n_streams, dim) != (self.n_streams, self.dim):
             library.fail(op, f"streams [S, B, 1, D] with S = {n_streams}, D = {dim}; the weights take S = "
                              f"{self.n_streams}, D = {self.dim}")
@@ -216,11 +250,19 @@ class DecodeStack:
                 table[base + _STATE_A], table[base + _STATE_B] = kv.data_ptr(), z.data_ptr()
         new_streams = torch.empty(n_streams, batch, 1, dim, dtype=torch.float32)
         counts = torch.empty(len(states), self.experts, dtype=torch.int64)
+        if head:
+            norm, head_eps, weight = self.head
+            hidden = torch.empty(batch, 1, dim, dtype=torch.float32)
+            logits = torch.empty(batch, 1, weight.shape[0], dtype=torch.float32)
+            head_args = (norm.data_ptr(), head_eps, weight.data_ptr(), weight.shape[0], hidden.data_ptr(),
+                         logits.data_ptr())
+        else:
+            head_args = (None, 0.0, None, 0, None, None)
         library.call(op, ctypes.addressof(table), len(states), streams.data_ptr(), streams.stride(0), n_streams, batch,
                      dim, self.heads, self.experts, self.top_k, self.hidden, int(self.double_residual), int(self.bf16),
                      self.eps, self.floor, cos.data_ptr() if self.rotates else None,
-                     sin.data_ptr() if self.rotates else None, counts.data_ptr(), new_streams.data_ptr())
-        return new_streams, counts
+                     sin.data_ptr() if self.rotates else None, counts.data_ptr(), new_streams.data_ptr(), *head_args)
+        return (new_streams, counts, hidden, logits) if head else (new_streams, counts)
 
 
 def _mix(streams: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

@@ -1120,12 +1120,34 @@ enum layer_field {
 /* How many fields a layer has (ops/decode_block.py names them in the same order; a test compares). */
 int64_t glm53_layer_fields(void) { return LAYER_FIELDS; }
 
-/* counts [layers, E] receives each layer's routed slots per expert. Returns OK or NO_MEMORY; the
- * entry point glm53_decode_stack checks every layer's fields before any layer runs. */
+/* The model's head after the stack, where the caller asks for it (head_w not NULL): the streams'
+ * mean [B, D] (each element summed over the streams in order, then divided by their number: what
+ * torch's mean over the first dimension computes here, bit for bit), rms_norm_forward of it with
+ * head_norm -> hidden_out [B, D], and linear of that with head_w [V, D] -> logits_out [B, V]: the
+ * model's final norm and tied head by the functions its one-row-at-a-time path calls (ops.rms_norm,
+ * ops.linear), with their arithmetic unchanged. `mean` is [B, D] scratch. */
+static void decode_head(const float *new_streams, int64_t n_streams, int64_t batch, int64_t dim, const float *head_norm,
+                        float head_eps, const float *head_w, int64_t vocab, float *mean, float *hidden_out,
+                        float *logits_out) {
+    int64_t count = batch * dim;
+    for (int64_t i = 0; i < count; i++) {
+        float acc = new_streams[i];
+        for (int64_t s = 1; s < n_streams; s++)
+            acc += new_streams[s * count + i];
+        mean[i] = acc / (float)n_streams;
+    }
+    rms_norm_forward(mean, head_norm, hidden_out, NULL, batch, dim, head_eps);
+    linear(hidden_out, head_w, logits_out, batch, vocab, dim);
+}
+
+/* counts [layers, E] receives each layer's routed slots per expert; with head_w, the head above writes
+ * hidden_out and logits_out too. Returns OK or NO_MEMORY; the entry point glm53_decode_stack checks
+ * every layer's fields before any layer runs. */
 static int decode_stack(const int64_t *layers, int64_t n_layers, const float *streams, int64_t stream_stride,
                         int64_t n_streams, int64_t batch, int64_t dim, int64_t heads, int64_t experts, int64_t top_k,
                         int64_t hidden, int64_t double_residual, int bf16, float eps, float floor, const float *cos,
-                        const float *sin, int64_t *counts, float *new_streams) {
+                        const float *sin, int64_t *counts, float *new_streams, const float *head_norm, float head_eps,
+                        const float *head_w, int64_t vocab, float *hidden_out, float *logits_out) {
     int64_t count = batch * dim, d = dim / heads;
     float *work = malloc((2 * (size_t)n_streams * count + 5 * (size_t)count) * sizeof(float));
     if (!work)
@@ -1159,6 +1181,9 @@ static int decode_stack(const int64_t *layers, int64_t n_layers, const float *st
         in = out;
         stride = count;
     }
+    if (head_w)
+        decode_head(new_streams, n_streams, batch, dim, head_norm, head_eps, head_w, vocab, mixed, hidden_out,
+                    logits_out);
     free(work);
     return OK;
 }
@@ -1359,7 +1384,8 @@ int glm53_decode_moe_out(const float *streams, int64_t stream_stride, int64_t n_
 int glm53_decode_stack(const int64_t *layers, int64_t n_layers, const float *streams, int64_t stream_stride,
                        int64_t n_streams, int64_t batch, int64_t dim, int64_t heads, int64_t experts, int64_t top_k,
                        int64_t hidden, int64_t double_residual, int64_t bf16, float eps, float floor, const float *cos,
-                       const float *sin, int64_t *counts, float *new_streams) {
+                       const float *sin, int64_t *counts, float *new_streams, const float *head_norm, float head_eps,
+                       const float *head_w, int64_t vocab, float *hidden_out, float *logits_out) {
     REQUIRE(n_layers >= 1 && dim > 0 && dim % 16 == 0 && vector_size(hidden) && streams_hold(stream_stride, n_streams, batch, dim));
     REQUIRE(routing_holds(experts, top_k, batch) && (bf16 == 0 || bf16 == 1) && (double_residual == 0 || double_residual == 1));
     REQUIRE(heads >= 1 && dim % heads == 0 && vector_size(dim / heads) && dim / heads <= LIMIT_HEAD_DIM);
@@ -1376,6 +1402,10 @@ int glm53_decode_stack(const int64_t *layers, int64_t n_layers, const float *str
         any_rotates |= f[L_SPARSE] || f[L_ROTATE];
     }
     REQUIRE(!any_rotates || (cos != NULL && sin != NULL));
+    /* the head: all of its pointers and a vocabulary, or none of them */
+    REQUIRE(head_w == NULL ? head_norm == NULL && hidden_out == NULL && logits_out == NULL
+                           : head_norm != NULL && hidden_out != NULL && logits_out != NULL && vocab >= 1);
     return decode_stack(layers, n_layers, streams, stream_stride, n_streams, batch, dim, heads, experts, top_k, hidden,
-                        double_residual, (int)bf16, eps, floor, cos, sin, counts, new_streams);
+                        double_residual, (int)bf16, eps, floor, cos, sin, counts, new_streams, head_norm, head_eps,
+                        head_w, vocab, hidden_out, logits_out);
 }

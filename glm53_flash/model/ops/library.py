@@ -124,7 +124,8 @@ def _SIGNATURES(pointer, size, real) -> dict:
         "sparse_attention_step": [pointer] * 3 + [size] * 6 + [pointer] * 3,
         "decode_moe_out": ([pointer] + [size] * 4 + [pointer, size] + [pointer] * 4 + [real, pointer, size, size]
                            + [pointer] * 2 + [size] + [pointer] * 2 + [size] + [pointer] * 2),
-        "decode_stack": [pointer, size, pointer] + [size] * 10 + [real, real] + [pointer] * 4,
+        "decode_stack": ([pointer, size, pointer] + [size] * 10 + [real, real] + [pointer] * 5 + [real, pointer, size]
+                         + [pointer] * 2),
     }
 
 # The sizes kernels.c's fixed buffers hold (its LIMIT_* numbers, in the order glm53_limits reports them).
