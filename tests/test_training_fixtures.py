@@ -1,7 +1,9 @@
 """Every training loop gives what it gave before the engine was shared (tests/fixtures/training.json,
 recorded by tests/training_fixtures.py on the code before the change, and recorded again when the C
 linear-attention scan took over sequences longer than a chunk: that changes the order of float sums
-only, and the new recording was checked against the old to 1e-5 before it replaced it): the same
+only, and the new recording was checked against the old to 1e-5 before it replaced it; the RL rows'
+position counts, update_positions and update_padding_positions, were added to it later from a run whose
+every other number matched it): the same
 per-step losses and gradient norms, the same weights and the same receipts' checkpoints. Bit for bit where the machine
 matches the recording one; elsewhere the numbers to 1e-5 (summation orders differ between CPUs and
 math libraries, so weights' hashes are compared only on the same machine)."""
