@@ -603,21 +603,27 @@ def test_the_one_call_decode_steps_head_equals_the_norm_and_head_ops_bit_for_bit
 
 
 def test_the_streams_mean_in_c_is_torchs_bit_for_bit():
-    """The head's mean over the streams (kernels.c decode_head: summed in order, then divided) gives torch's
-    mean over the first dimension bit for bit, for every stream count up to a few and rows up to
-    library.MAX_ROWS: the stack's head checked through a one-layer stack whose output the test reads back."""
+    """The head's mean over the streams (kernels.c decode_head: summed in order from zero, then divided) gives
+    torch's mean over the first dimension bit for bit, for every stream count up to HEAD_MAX_STREAMS and
+    rows up to library.MAX_ROWS (checked through a one-layer stack whose output the test reads back); a
+    stack of more streams takes no head."""
     generator = torch.Generator().manual_seed(5)
-    for n_streams in (1, 2, 3, 4, 5, 7):
+    head = {"norm": torch.ones(32), "eps": 0.0, "weight": torch.eye(32)}
+    for n_streams in range(1, ops.HEAD_MAX_STREAMS + 1):
         for rows in (1, 5, ops.MAX_ROWS):
             stack, _ = _stack_case(generator, streams=n_streams)
             headed = ops.DecodeStack(stack[:1], heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6,
-                                     head={"norm": torch.ones(32), "eps": 0.0, "weight": torch.eye(32)})
+                                     head=head)
             states = [[torch.randn(rows, 4, 8, 8, generator=generator), torch.rand(rows, 4, 8, generator=generator)]]
             streams = torch.randn(n_streams, rows, 1, 32, generator=generator) * 3
             with torch.inference_mode():
                 new_streams, _, hidden, logits = headed.step_with_head(streams, states, torch.rand(8), torch.rand(8))
                 want = ops.rms_norm(new_streams.mean(dim=0), torch.ones(32), 0.0)
             assert torch.equal(hidden.view(torch.int32), want.view(torch.int32)), (n_streams, rows)
+    # more streams than torch sums in order: no head
+    stack, _ = _stack_case(generator, streams=ops.HEAD_MAX_STREAMS + 1)
+    with pytest.raises(ops.KernelArgumentError, match=f"at most {ops.HEAD_MAX_STREAMS} streams"):
+        ops.DecodeStack(stack[:1], heads=4, top_k=2, double_residual=True, eps=1e-6, floor=1e-6, head=head)
 
 
 def test_the_one_call_decode_step_refuses_what_it_cannot_take():

@@ -654,7 +654,7 @@ def test_the_final_norm_and_head_in_the_one_call_step_give_the_same_bits(monkeyp
     """The one-call step also runs the final norm and the tied head for up to ops.MAX_ROWS rows: every step's
     logits and hidden state equal the same step with the two run after the call in Python, bit for bit, in
     both precisions; past MAX_ROWS rows the call leaves them to Python. A norm weight set anew is read, and a
-    final norm of another kind runs as itself (the call then leaves the head to Python)."""
+    final norm with a hook, or of another kind, runs as itself (the call then leaves the head to Python)."""
     from glm53_flash.model.precision import compute_in, resolve_precision
 
     cfg = g.ModelConfig(dim=32, layers=4, heads=4, expert_hidden=48, experts=4, top_k=2, sparse_window=4,
@@ -689,6 +689,12 @@ def test_the_final_norm_and_head_in_the_one_call_step_give_the_same_bits(monkeyp
     changed, _ = decode(ids, 5)
     assert len(headed) == calls and torch.equal(changed.view(torch.int32), decode(ids, 5, False)[0].view(torch.int32))
     assert not torch.equal(changed, logits)
+
+    seen = []  # a hook on the final norm: the norm then runs as called, after the step, and the hook sees it
+    handle = model.norm.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    hooked, _ = decode(ids, 5)
+    handle.remove()
+    assert not headed and len(seen) == 20 - 9 + 1 and torch.equal(hooked, changed)
 
     class Scaled(torch.nn.Module):  # another final norm: its output, not RMSNorm's, feeds the head
         def forward(self, x):

@@ -69,6 +69,10 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator > 0 else None
 
 
+def _times(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
 def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str | None = None,
         busy: bool = False, precisions: str = "auto") -> dict:
     from contextlib import nullcontext
@@ -125,7 +129,7 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
                               for name in ("busy_fixed", "busy_adaptive")}
         for name, ratio in result["slowdown"].items():
             rows.append((f"{name} / quiet: wall, rollouts, updates",
-                         f"{ratio['wall_seconds']:.2f}x, {ratio['rollout_seconds']:.2f}x, {ratio['update_seconds']:.2f}x"))
+                         ", ".join(_times(ratio[key]) for key in ("wall_seconds", "rollout_seconds", "update_seconds"))))
     else:
         for name, repeats in runs.items():
             result[f"{name}_repeats_bit_identical"] = len({r["final_weights_sha256"] for r in repeats}) == 1
@@ -133,8 +137,7 @@ def run(checkpoint: str, rounds: int = 2, groups: int | None = None, output: str
             result["bf16_speedup"] = {key: _ratio(median["fp32"][key], median["bf16"][key]) for key in times}
             speed = result["bf16_speedup"]
             rows.append(("bf16 speed-up: wall, rollouts, updates",
-                         f"{speed['wall_seconds']:.2f}x, {speed['rollout_seconds']:.2f}x, "
-                         f"{speed['update_seconds']:.2f}x"))
+                         ", ".join(_times(speed[key]) for key in ("wall_seconds", "rollout_seconds", "update_seconds"))))
         elif "bf16" not in runs:
             rows.append(("bf16", chosen["reason"]))
     rows.append(("passing rollouts per run", ", ".join(f"{name} {[r['exact_training_rollouts'] for r in rs]}"

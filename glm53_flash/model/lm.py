@@ -143,11 +143,10 @@ class _DecodeOperands:
                     child = module._modules[name]
                     links.setdefault(path[: depth + 1], (None if module is model else module, name, child))
                     module = child
-                owners.append(module)
-            parents, names, children = zip(*links.values())
-            roots = tuple(i for i, parent in enumerate(parents) if parent is None)
+                owners.append(None if module is model else module)
+            parents, names, children = zip(*links.values()) if links else ((), (), ())
             tensors = tuple(sources)
-            checks = (parents, names, children, roots, tuple(owners), tuple(paths[id(t)][-1] for t in tensors),
+            checks = (parents, names, children, tuple(owners), tuple(paths[id(t)][-1] for t in tensors),
                       tensors, [t.data_ptr() for t in tensors], [t.shape for t in tensors],
                       [t.stride() for t in tensors], [t._version for t in tensors] if bf16 else None)
         owners, names, values = (zip(*((o, n, getattr(o, n)) for o, n in settings)) if settings
@@ -158,12 +157,8 @@ class _DecodeOperands:
     def holds(self, model: nn.Module) -> bool:
         if self.checks is None:
             return False
-        parents, names, children, roots, owners, parameter_names, tensors, pointers, shapes, strides, versions = \
-            self.checks
-        if roots:
-            parents = list(parents)
-            for i in roots:
-                parents[i] = model
+        parents, names, children, owners, parameter_names, tensors, pointers, shapes, strides, versions = self.checks
+        parents, owners = _rooted(parents, model), _rooted(owners, model)
         same = operator.is_
         if not (all(map(same, map(dict.get, map(_MODULES, parents), names), children))
                 and all(map(same, map(dict.get, map(_PARAMETERS, owners), parameter_names), tensors))
@@ -176,8 +171,22 @@ class _DecodeOperands:
         return all(map(operator.eq, map(getattr, owners, attributes), values))
 
 
+def _rooted(modules: tuple, model: nn.Module) -> tuple:
+    """`modules` with the model in place of None (the table keeps no reference to its own key)."""
+    return tuple(model if module is None else module for module in modules) if None in modules else modules
+
+
 _MODULES, _PARAMETERS = operator.attrgetter("_modules"), operator.attrgetter("_parameters")
 _SHAPE, _VERSION = operator.attrgetter("shape"), operator.attrgetter("_version")
+
+
+def _runs_as_defined(module: nn.Module) -> bool:
+    """Whether calling `module` would run its class's forward and nothing else: no hooks of its own or
+    global ones, no forward set on the instance (the one-call step's head then stands in for the final
+    norm; otherwise the norm runs as called, after the step)."""
+    hooks = torch.nn.modules.module
+    return not (module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__
+                or getattr(hooks, "_global_forward_hooks", None) or getattr(hooks, "_global_forward_pre_hooks", None))
 
 
 # Each model's _DecodeOperands per product dtype ({False: float32, True: bf16}), outside the model: a
@@ -262,7 +271,8 @@ class GLM53Flash(nn.Module):
         head = None
         norm, table = self.norm, self.embedding.weight
         if (type(norm) is RMSNorm and ops.decode_tensors_serve(norm.weight, table) and table.dim() == 2
-                and norm.weight.shape == (self.config.dim,) and table.shape[1] == self.config.dim):
+                and norm.weight.shape == (self.config.dim,) and table.shape[1] == self.config.dim
+                and first.connection.streams <= ops.HEAD_MAX_STREAMS):
             head = {"norm": norm.weight, "eps": norm.eps, "weight": table}
             sources = sources + [norm.weight, table]
             settings = settings + ((norm, "eps"),)
@@ -291,7 +301,7 @@ class GLM53Flash(nn.Module):
             states.append(operands[0])
             after.append(operands[1])
         cos, sin = self.rope.cos[position], self.rope.sin[position]
-        if stack.head_serves(streams.shape[1]):
+        if stack.head_serves(streams.shape[1]) and _runs_as_defined(self.norm):
             stepped = stack.step_with_head(streams, states, cos, sin)
         else:
             stepped = (*stack.step(streams, states, cos, sin), None, None)

@@ -115,6 +115,10 @@ _STATE_A, _STATE_B, _CAPACITY, _KEPT, _SLOT = (_FIELD[name] for name in ("state_
 LAYER_WEIGHTS = ("input_logits", "attn_norm", "qkv_weight", "output_logits", "out_weight", "moe_norm", "router",
                  "gate_up", "down", "shared_up", "shared_down")
 PRODUCT_WEIGHTS = ("qkv_weight", "out_weight", "gate_up", "down", "shared_up", "shared_down")
+# The head's mean over the streams sums them in order from zero, which is torch's mean over the first
+# dimension bit for bit for up to 16 streams (beyond them torch sums in blocks); a stack of more streams
+# takes no head, and the model's norm and head run after the call.
+HEAD_MAX_STREAMS = 16
 
 
 class DecodeStack:
@@ -129,9 +133,10 @@ class DecodeStack:
     float32 or all bf16 (read as bf16, the arithmetic float32); the rest float32. `eps` is every norm's.
 
     `head` (optional): the model's final norm and tied head after the stack, {"norm": [D], "eps": float,
-    "weight": [V, D]}, float32. `step_with_head` then also returns the streams' mean normed and its
-    logits, computed as ops.rms_norm and ops.linear compute them for at most library.MAX_ROWS rows (the
-    same C functions), so the model's one-row-at-a-time path gives the same bits either way."""
+    "weight": [V, D]}, float32, for at most HEAD_MAX_STREAMS streams. `step_with_head` then also returns
+    the streams' mean normed and its logits, computed as torch's mean, ops.rms_norm and ops.linear compute
+    them for at most library.MAX_ROWS rows (the same C functions), so the model's one-row-at-a-time path
+    gives the same bits either way."""
 
     def __init__(self, layers: list[dict], heads: int, top_k: int, double_residual: bool, eps: float, floor: float,
                  head: dict | None = None):
@@ -178,11 +183,15 @@ class DecodeStack:
             self.table[base + _FIELD["rotate"]] = int(bool(layer.get("rotate", False)))
         self.head = None
         if head is not None:
+            if n_streams > HEAD_MAX_STREAMS:
+                library.fail(op, f"a head takes at most {HEAD_MAX_STREAMS} streams ({n_streams} here): beyond "
+                                 "them torch's mean over the streams sums in another order")
             if not (isinstance(head.get("weight"), torch.Tensor) and head["weight"].dim() == 2):
                 library.fail(op, "head: weight must be [V, D]")
             library.check_tensor(op, "head: norm", head.get("norm"), (dim,))
             library.check_tensor(op, "head: weight", head["weight"], (head["weight"].shape[0], dim))
-            self.head = (head["norm"], float(head["eps"]), head["weight"])
+            # its pointers and sizes fixed now, as the layers' are in the table
+            self.head = (head["norm"].data_ptr(), float(head["eps"]), head["weight"].data_ptr(), head["weight"].shape[0])
             held += [head["norm"], head["weight"]]
         self._held = held  # the table's pointers point into these
         self.sparse = [bool(layer["sparse"]) for layer in layers]
@@ -251,11 +260,10 @@ class DecodeStack:
         new_streams = torch.empty(n_streams, batch, 1, dim, dtype=torch.float32)
         counts = torch.empty(len(states), self.experts, dtype=torch.int64)
         if head:
-            norm, head_eps, weight = self.head
+            norm, head_eps, weight, vocab = self.head
             hidden = torch.empty(batch, 1, dim, dtype=torch.float32)
-            logits = torch.empty(batch, 1, weight.shape[0], dtype=torch.float32)
-            head_args = (norm.data_ptr(), head_eps, weight.data_ptr(), weight.shape[0], hidden.data_ptr(),
-                         logits.data_ptr())
+            logits = torch.empty(batch, 1, vocab, dtype=torch.float32)
+            head_args = (norm, head_eps, weight, vocab, hidden.data_ptr(), logits.data_ptr())
         else:
             head_args = (None, 0.0, None, 0, None, None)
         library.call(op, ctypes.addressof(table), len(states), streams.data_ptr(), streams.stride(0), n_streams, batch,
@@ -288,5 +296,5 @@ def reference_decode_moe_out(streams, output_logits, double_residual, attn, out_
     return streams + streams.shape[0] * weights * update, counts
 
 
-__all__ = ["DecodeStack", "LAYER_FIELDS", "LAYER_WEIGHTS", "PRODUCT_WEIGHTS", "decode_attention_in", "decode_moe_out", "decode_stack_serves", "decode_tensors_serve", "reference_decode_attention_in",
+__all__ = ["DecodeStack", "HEAD_MAX_STREAMS", "LAYER_FIELDS", "LAYER_WEIGHTS", "PRODUCT_WEIGHTS", "decode_attention_in", "decode_moe_out", "decode_stack_serves", "decode_tensors_serve", "reference_decode_attention_in",
            "reference_decode_moe_out", "weight_type"]

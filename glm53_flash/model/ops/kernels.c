@@ -1121,8 +1121,9 @@ enum layer_field {
 int64_t glm53_layer_fields(void) { return LAYER_FIELDS; }
 
 /* The model's head after the stack, where the caller asks for it (head_w not NULL): the streams'
- * mean [B, D] (each element summed over the streams in order, then divided by their number: what
- * torch's mean over the first dimension computes here, bit for bit), rms_norm_forward of it with
+ * mean [B, D] (each element summed over the streams in order from zero, then divided by their number:
+ * what torch's mean over the first dimension computes for up to 16 streams, bit for bit; the caller
+ * holds the head to those, ops/decode_block.py HEAD_MAX_STREAMS), rms_norm_forward of it with
  * head_norm -> hidden_out [B, D], and linear of that with head_w [V, D] -> logits_out [B, V]: the
  * model's final norm and tied head by the functions its one-row-at-a-time path calls (ops.rms_norm,
  * ops.linear), with their arithmetic unchanged. `mean` is [B, D] scratch. */
@@ -1131,8 +1132,8 @@ static void decode_head(const float *new_streams, int64_t n_streams, int64_t bat
                         float *logits_out) {
     int64_t count = batch * dim;
     for (int64_t i = 0; i < count; i++) {
-        float acc = new_streams[i];
-        for (int64_t s = 1; s < n_streams; s++)
+        float acc = 0.0f;  /* from zero, as torch's sum: -0.0 streams give +0.0 */
+        for (int64_t s = 0; s < n_streams; s++)
             acc += new_streams[s * count + i];
         mean[i] = acc / (float)n_streams;
     }
