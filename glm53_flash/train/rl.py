@@ -522,9 +522,8 @@ class RLTrainer(Trainer):
                 owners.append(g)
         learning_groups, tokens = len(learning), sum(len(c) for _, c in sequences)
         computed = forward_positions(sequences)
-        if self.reference is not None:  # its forward computes the same positions again
-            computed = {key: 2 * value for key, value in computed.items()}
-        positions, padding = computed["positions"], computed["padding"]
+        passes = 1 if self.reference is None else 2  # the reference's forward computes the same positions again
+        positions, padding = passes * computed["positions"], passes * computed["padding"]
         if distributed:  # the whole update's counts: every rank scales its terms by them
             counts = ctx.all_sum(torch.tensor([float(learning_groups), float(tokens), float(positions),
                                                float(padding)], device=self.device))
