@@ -40,7 +40,9 @@ def machine() -> dict:
     from glm53_flash.core.receipts import cpu_description
     from glm53_flash.model import ops
 
-    return {"cpu": cpu_description(), "torch": torch.__version__,
+    # the fields the recording was made with (family and model numbers came later)
+    cpu = {key: value for key, value in cpu_description().items() if key in ("machine", "math_flags", "model", "vendor")}
+    return {"cpu": cpu, "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "kernels": ops.status()["reason"].split(" (")[-1] if ops.available() else "none"}
 

@@ -44,6 +44,16 @@ def register(sub) -> None:
                         "committed one)")
     p.add_argument("--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress bars (also off when stderr is not a terminal)")
+    p.add_argument("--distribution", action="store_true",
+                   help="the headline as a distribution (experiments/headline_distribution.py): the preset at ten "
+                        "pretraining seeds, every one with all its RL seeds, both arms, in fp32 and bf16; its plan and "
+                        "power are written to OUTPUT before the first run")
+    p.add_argument("--precisions", default=None, metavar="LIST",
+                   help="with --distribution: the precisions to run now (default: fp32,bf16 where the CPU has bf16 "
+                        "instructions, else fp32; the other half can run on another machine into the same OUTPUT)")
+    p.add_argument("--dev-only", action="store_true",
+                   help="with --distribution: stop every run after its dev selections (nothing sealed is opened); "
+                        "rerun without it to open the sealed splits and write the summary")
     p.add_argument("--reports-only", action="store_true",
                    help="rebuild every summary.json and REPORT.md of --output from the receipts already there; "
                         "nothing trains, evaluates or opens a sealed split")
@@ -51,9 +61,37 @@ def register(sub) -> None:
 
 
 
+def _run_distribution(args) -> int:
+    from dataclasses import replace
+
+    from glm53_flash.experiments.headline_distribution import DEFAULT_PLAN, run_distribution
+    from glm53_flash.model.precision import cpu_bf16_flags
+
+    if args.precisions is None:
+        names = ("fp32", "bf16") if cpu_bf16_flags() else ("fp32",)
+        if len(names) == 1:
+            print("this CPU has no AVX512-BF16 or AMX: running the fp32 half (the bf16 half needs a CPU that has them)")
+    else:
+        names = tuple(n.strip() for n in args.precisions.split(",") if n.strip())
+        unknown = [n for n in names if n not in DEFAULT_PLAN.precisions]
+        if unknown or not names:
+            raise ValueError(f"--precisions: unknown {', '.join(unknown) or '(none)'}; allowed: "
+                             f"{', '.join(DEFAULT_PLAN.precisions)}")
+    summary = run_distribution(args.output, DEFAULT_PLAN, device=args.device, sealed=not args.dev_only,
+                               reopen=args.reopen, ledger=args.ledger, progress=not args.quiet,
+                               only_precisions=names)
+    if summary is not None:
+        print(f"summary: {Path(args.output) / 'distribution.json'}")
+    return 0
+
+
 def _run_reproduce(args) -> int:
     from glm53_flash.report.arms import arm_table
 
+    if args.distribution:
+        return _run_distribution(args)
+    if args.dev_only or args.precisions is not None:
+        raise ValueError("--dev-only and --precisions apply only with --distribution")
     if args.reports_only:
         from glm53_flash.experiments.reproduce import rebuild_reports
 

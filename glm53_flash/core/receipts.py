@@ -72,9 +72,9 @@ _TORCH_CONFIG_LINES = {"Math Kernel Library": "mkl", "MKL-DNN": "onednn", "OpenM
 
 @functools.lru_cache(maxsize=1)
 def cpu_description() -> dict:
-    """The processor: model name, vendor and the math-relevant instruction-set flags it reports (Linux
-    /proc/cpuinfo; elsewhere only what `platform` knows). Read once per process."""
-    model = vendor = None
+    """The processor: model name, vendor, family and model numbers and the math-relevant instruction-set
+    flags it reports (Linux /proc/cpuinfo; elsewhere only what `platform` knows). Read once per process."""
+    model = vendor = family = number = None
     flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
@@ -85,14 +85,18 @@ def cpu_description() -> dict:
                     model = value
                 elif key == "vendor_id" and vendor is None:
                     vendor = value
+                elif key == "cpu family" and family is None:
+                    family = value
+                elif key == "model" and number is None:
+                    number = value
                 elif key in ("flags", "Features") and not flags:
                     flags = set(value.split())
-                if model and vendor and flags:
+                if model and vendor and flags and family and number:
                     break
     except OSError:
         pass
-    return {"model": model or platform.processor() or None, "vendor": vendor, "machine": platform.machine(),
-            "math_flags": [flag for flag in MATH_CPU_FLAGS if flag in flags]}
+    return {"model": model or platform.processor() or None, "vendor": vendor, "family": family,
+            "model_number": number, "machine": platform.machine(), "math_flags": [flag for flag in MATH_CPU_FLAGS if flag in flags]}
 
 
 @functools.lru_cache(maxsize=1)

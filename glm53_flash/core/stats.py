@@ -573,10 +573,13 @@ def sign_flip_floor(n: int) -> float:
 def minimum_detectable_difference(n: int, sd: float, alpha: float = 0.05, power: float = 0.8,
                                   test: str = "t") -> float | None:
     """The smallest true mean difference a two-sided paired test over `n` independent values (units
-    or seeds) detects with `power` at `alpha`, for differences of standard deviation `sd`:
-    (t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n) (the normal quantiles when test="z"). None when
-    no effect can be detected: fewer than 2 values, or test="sign-flip" with 2/2^n > alpha (the exact
-    sign-flip test's smallest p), in which case even differences all of one sign are not significant."""
+    or seeds) detects with `power` at `alpha`, for differences of standard deviation `sd`.
+
+    test="t" (and "sign-flip", whose power the t-test's stands for) solves the exact noncentral t: the
+    noncentrality delta with P(|T'(n-1, delta)| > t_{1-alpha/2, n-1}) = power, returned as delta sd / sqrt(n).
+    test="z" is the normal approximation (z_{1-alpha/2} + z_power) sd / sqrt(n), which understates small n.
+    None when no effect can be detected: fewer than 2 values, or test="sign-flip" with 2/2^n > alpha (the
+    exact sign-flip test's smallest p), in which case even differences all of one sign are not significant."""
     n = _count("n", n)
     alpha = _open_unit("alpha", alpha)
     power = _open_unit("power", power)
@@ -586,12 +589,28 @@ def minimum_detectable_difference(n: int, sd: float, alpha: float = 0.05, power:
         raise ValueError(f"test must be 't', 'z' or 'sign-flip', got {test!r}")
     if n < 2 or (test == "sign-flip" and sign_flip_floor(n) > alpha):
         return None
-    if test == "t":
-        quantiles = student_t_quantile(1.0 - alpha / 2.0, n - 1) + student_t_quantile(power, n - 1)
-    else:
+    if test == "z":
         normal = NormalDist()
-        quantiles = normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)
-    return quantiles * float(sd) / math.sqrt(n)
+        return (normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)) * float(sd) / math.sqrt(n)
+    return noncentral_t_delta(n - 1, alpha, power) * float(sd) / math.sqrt(n)
+
+
+def noncentral_t_delta(df: int, alpha: float, power: float) -> float:
+    """The noncentrality at which a two-sided t-test with `df` degrees of freedom rejects at `alpha` with
+    probability `power` (scipy's noncentral t; both tails counted)."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct, t
+
+    critical = t.ppf(1.0 - alpha / 2.0, df)
+
+    def shortfall(delta: float) -> float:
+        lower = nct.cdf(-critical, df, delta)  # the far tail: nan where it underflows
+        return nct.sf(critical, df, delta) + (0.0 if math.isnan(lower) else lower) - power
+
+    high = 2.0 * critical
+    while shortfall(high) < 0:
+        high *= 1.5
+    return brentq(shortfall, 0.0, high, xtol=1e-12)
 
 
 def minimum_equivalence_margin(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
@@ -729,6 +748,7 @@ __all__ = [
     "minimum_detectable_difference",
     "minimum_detectable_effect",
     "minimum_equivalence_margin",
+    "noncentral_t_delta",
     "paired_bootstrap_ci",
     "paired_counts",
     "pass_at_k",

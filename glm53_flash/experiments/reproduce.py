@@ -291,17 +291,19 @@ def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None
 
 
 def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool = True,
-                  openings: dict | None = None, precision=None, adapt_threads: bool = False) -> RunSummary:
+                  openings: dict | None = None, precision=None, adapt_threads: bool = False,
+                  sealed: bool = True) -> RunSummary | None:
     """One run in `run.directory`: pretrain -> dev selection -> RL per seed -> dev selection -> the
     sealed splits (confirm, then holdout) -> its summary.json and REPORT.md. `precision` (the resolved
     --precision, already applied to the plan by `with_precision`) is recorded in plan.json beside the
-    plan, so the summary says what was asked for even where it left the plan as it was."""
+    plan, so the summary says what was asked for even where it left the plan as it was. With
+    `sealed=False` the run stops after its dev selections (returns None; nothing sealed is opened)."""
     from glm53_flash.train.pretrain import pretrain
     from glm53_flash.train.rl import train_rl
     from glm53_flash.train.select import select_from_config
 
     plan, out = run.plan, run.directory
-    openings = _require_openings(run, None) if openings is None else openings
+    openings = ({} if not sealed else _require_openings(run, None)) if openings is None else openings
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     recorded = {}
@@ -364,6 +366,8 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
         save_stage_times()
         rl_selected[seed] = json.loads(selection.read_text())["selected"]["checkpoint"]
         _log(f"[{run.arm}] RL seed {seed}: selected {rl_selected[seed]}")
+    if not sealed:
+        return None
 
     # 5. all selection is done: open the sealed splits (every receipt is recorded in the ledger)
     checkpoints = dict(zip(checkpoint_names(plan), [start_checkpoint, *rl_selected.values()]))
