@@ -23,11 +23,11 @@ REOPEN ?= make demo: a rerun of the committed headline's plan
 # the free cores; on a quiet machine nothing changes).
 DEMO_FLAGS ?=
 demo: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --reopen "$(REOPEN)" --allow-dirty
 
 # Two more pretraining seeds per arm (one RL seed each) beside the demo's runs, for the spread over seeds.
 seeds: $(STAMP)
-	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)"
+	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)" --allow-dirty
 
 # The compositions suite's studies (docs/STUDIES.md). Each states its power and its time on this machine
 # before the first run, runs two units at a time (one thread each) and resumes when rerun; the sealed

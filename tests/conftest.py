@@ -1,14 +1,42 @@
+import functools
+
 import pytest
 import torch
+
+from glm53_flash.evaluation.ledger import code_state as REAL_CODE_STATE  # before private_ledger replaces it
 
 
 @pytest.fixture(autouse=True)
 def private_ledger(tmp_path_factory, monkeypatch):
     """Every test that opens a sealed split records it in a ledger of its own, never in the checkout's
-    results/ledger.jsonl (GLM53_LEDGER overrides the default location)."""
+    results/ledger.jsonl (the ledger module's default, pointed here at a temporary file), and opens it
+    as from committed code (a test that checks the refusal of uncommitted code says so itself)."""
+    from glm53_flash.evaluation import ledger
+
     path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
-    monkeypatch.setenv("GLM53_LEDGER", str(path))
+    monkeypatch.setattr(ledger, "_DEFAULT_OVERRIDE", path)
+    state = {"commit": _head_commit(), "clean": True, "changes": []}
+    monkeypatch.setattr(ledger, "code_state", lambda root=None: dict(state))
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def _head_commit():
+    from glm53_flash.evaluation import ledger
+
+    return REAL_CODE_STATE()["commit"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def committed_ledger_untouched():
+    """No test adds a line to the checkout's results/ledger.jsonl (checked after the whole session)."""
+    from glm53_flash.evaluation.ledger import committed_ledger
+
+    path = committed_ledger()
+    before = path.read_bytes() if path is not None and path.is_file() else None
+    yield
+    after = path.read_bytes() if path is not None and path.is_file() else None
+    assert after == before, f"the test session changed {path}"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from glm53_flash.cli import main
 from glm53_flash.evaluation.compare import episode_unit, compare_receipts, format_markdown, load_receipt
 from glm53_flash.core.stats import holm, mcnemar_exact, paired_bootstrap_ci
-from glm53_flash.tasks.families import frozen_tasks  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
+from glm53_flash.tasks.families import _frozen_tasks as frozen_tasks  # the generator itself: sealed splits without an opening, for tests of the verifier and suites
 
 EVAL = {"status": "failed", "passed": False, "tests_passed": 0, "tests_total": 3, "pass_fraction": 0.0, "message": ""}
 PASS = {"status": "passed", "passed": True, "tests_passed": 3, "tests_total": 3, "pass_fraction": 1.0, "message": ""}

@@ -23,8 +23,7 @@ def split_tasks(split, per_family=None, families=None):
 def task_by_id(task_id):
     from glm53_flash.tasks import splits
 
-    opening = type("Opening", (), {"split": task_id.partition("-")[0]})()  # the suite's tests stand in for one
-    return splits.task_by_id(task_id, opening=opening)
+    return splits._task_by_id(task_id)  # the suite itself, sealed splits included
 from glm53_flash.tasks import grammar
 from glm53_flash.tasks.compositions import (
     DEV_SPLIT, NEW_CONSTANTS_SPLIT, PRETRAIN_SPLIT, RL_SPLIT, STRONG_INPUTS, UNSEEN_SPLIT,
@@ -209,12 +208,12 @@ def test_each_split_is_pinned_and_a_change_is_refused(monkeypatch):
     for split in compositions.SPLITS:
         assert compositions.split_sha256(split) == compositions.PINNED_SHA256[split], split
     monkeypatch.setitem(compositions.PINNED_SHA256, DEV_SPLIT, "0" * 64)
-    compositions.split_tasks.cache_clear()
+    compositions._split_tasks.cache_clear()
     try:
         with pytest.raises(compositions.SuiteChanged, match="no longer matches its pinned sha256"):
             compositions.split_tasks(DEV_SPLIT)
     finally:
-        compositions.split_tasks.cache_clear()
+        compositions._split_tasks.cache_clear()
 
 
 def test_tasks_summary_command(capsys):

@@ -147,7 +147,9 @@ def test_the_headline_reports_are_what_their_receipts_give(tmp_path, monkeypatch
     from glm53_flash.experiments.reproduce import rebuild_reports
 
     # the reports name the committed ledger's openings (read only: rebuilding opens nothing)
-    monkeypatch.setenv("GLM53_LEDGER", str(ROOT / "results" / "ledger.jsonl"))
+    from glm53_flash.evaluation import ledger
+
+    monkeypatch.setattr(ledger, "_DEFAULT_OVERRIDE", ROOT / "results" / "ledger.jsonl")
     copy = tmp_path / name
     shutil.copytree(ROOT / "results" / name, copy)
     rebuild_reports(copy)

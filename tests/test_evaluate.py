@@ -15,7 +15,7 @@ from glm53_flash import GLM53Flash
 
 from glm53_flash import ModelConfig
 from glm53_flash.cli import main
-from glm53_flash.evaluation.ledger import SealedSplitError, read_ledger, require_open
+from glm53_flash.evaluation.ledger import SealedSplitError, ledger_lines, read_ledger, require_open
 from glm53_flash.core.receipts import sha256_file
 from glm53_flash.evaluation.evaluate import (
     evaluate_greedy,
@@ -30,7 +30,7 @@ from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.model.linear_attention import LinearState
 from glm53_flash.evaluation.sampling import Completion
 from glm53_flash.tasks import strong_task
-from glm53_flash.tasks.families import frozen_tasks  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
+from glm53_flash.tasks.families import _frozen_tasks as frozen_tasks  # the generator itself: sealed splits without an opening, for tests of the verifier and suites
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.verifier import Evaluation, Verifier
 
@@ -283,6 +283,9 @@ def test_a_sealed_split_is_evaluated_only_under_an_opening(verifier, private_led
             evaluate(model, tasks, verifier=verifier)
     assert not private_ledger.exists()
     with require_open("holdout", "library test", plan_sha256="a" * 64) as opening:
+        with pytest.raises(SealedSplitError, match="not activated"):
+            evaluate_greedy(model, tasks, verifier=verifier, opening=opening)
+        opening.activate()
         receipt = evaluate_greedy(model, tasks, verifier=verifier, opening=opening)
         assert receipt["sealed_opening"] == opening.to_dict() and receipt["summary"]["pass_at_1_strong"] == 1.0
         assert evaluate_sampled(model, tasks, samples=2, verifier=verifier)["sealed_opening"]["opening_id"] == \
@@ -290,7 +293,8 @@ def test_a_sealed_split_is_evaluated_only_under_an_opening(verifier, private_led
         line = opening.write_receipt(tmp_path / "holdout.json", receipt)
         with pytest.raises(SealedSplitError, match="not confirm"):
             evaluate_greedy(model, frozen_tasks("confirm", 1, ("increment",)), verifier=verifier, opening=opening)
-    assert line["receipt_sha256"] == sha256_file(tmp_path / "holdout.json") and read_ledger() == [line]
+    assert line["receipt_sha256"] == sha256_file(tmp_path / "holdout.json") and read_ledger()[1:] == [line]
+    assert read_ledger()[0]["kind"] == "opened"
 
 
 # --------------------------------------------------------------------------- CLI
@@ -365,7 +369,7 @@ def test_cli_eval_opens_a_sealed_split_only_with_a_purpose_and_records_it(checkp
     assert main(args + ["--open-sealed", "the CLI's first look"]) == 0
     assert "ledger: opening of holdout recorded" in capsys.readouterr().out
     receipt = json.loads(out.read_text())
-    (line,) = read_ledger()
+    (line,) = ledger_lines()
     assert line["split"] == "holdout" and line["purpose"] == "the CLI's first look" and line["reopen"] is None
     assert line["receipt_sha256"] == sha256_file(out) and line["command"][-2:] == ["--open-sealed", "the CLI's first look"]
     assert receipt["sealed_opening"]["opening_id"] == line["opening_id"]
@@ -376,13 +380,13 @@ def test_cli_eval_opens_a_sealed_split_only_with_a_purpose_and_records_it(checkp
     again = args[:-1] + [str(tmp_path / "again.json"), "--open-sealed", "another look"]
     assert main(again) == 2
     assert "already opened for this plan" in capsys.readouterr().err
-    assert not (tmp_path / "again.json").exists() and len(read_ledger()) == 1
+    assert not (tmp_path / "again.json").exists() and len(ledger_lines()) == 1
     assert main(again + ["--reopen", "checking the receipt reproduces"]) == 0
-    assert read_ledger()[-1]["reopen"] == "checking the receipt reproduces"
+    assert ledger_lines()[-1]["reopen"] == "checking the receipt reproduces"
     assert json.loads((tmp_path / "again.json").read_text())["episodes"] == receipt["episodes"]
     # other settings are another plan
     assert main(args[:-1] + [str(tmp_path / "other.json"), "--open-sealed", "x", "--max-new-tokens", "5"]) == 0
-    assert len(read_ledger()) == 3
+    assert len(ledger_lines()) == 3
 
     dev = ["eval", "--checkpoint", str(checkpoint), "--split", "dev", "--output", str(tmp_path / "dev.json")]
     assert main(dev + ["--open-sealed", "why"]) == 2 and "apply only to the sealed splits" in capsys.readouterr().err

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from glm53_flash.cli import main
-from glm53_flash.evaluation.ledger import read_ledger
+from glm53_flash.evaluation.ledger import ledger_lines, opened_lines, read_ledger
 from glm53_flash.experiments import generalisation as gen
 from glm53_flash.experiments.study import load_receipts, plan_hash
 from glm53_flash.tasks import compositions, split_task_ids
@@ -128,16 +128,18 @@ def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path
     assert all(len(e["passed"]) == len(e["strong_passed"]) == 4 for e in sealed["evaluations"].values())
     assert sealed["sealed_opening"]["split"] == compositions.UNSEEN_SPLIT
     assert len(gen.sealed_outcomes(sealed, "three-7")) == 4
-    lines = read_ledger(private_ledger)
+    lines = ledger_lines(None, private_ledger)
     assert len(lines) == 4 and len({line["plan_sha256"] for line in lines}) == 4  # one per (arm, seed, split)
     assert {line["split"] for line in lines} == set(compositions.SEALED)
+    assert len(opened_lines(None, private_ledger)) == 4  # each written before its tasks were built
 
     # a sealed receipt lost: evaluating it again is a second opening for that unit, refused without a reason
     (out / "runs" / "sealed-unseen-faithful-seed-1.json").unlink()
     assert main(_study_args(out, "--open-sealed", "test of the study")) == 2
     assert "already opened" in capsys.readouterr().err
     assert main(_study_args(out, "--open-sealed", "test of the study", "--reopen", "the receipt was deleted")) == 0
-    assert len(read_ledger(private_ledger)) == 5 and read_ledger(private_ledger)[-1]["reopen"]
+    assert len(ledger_lines(None, private_ledger)) == 5 and ledger_lines(None, private_ledger)[-1]["reopen"]
+    assert len(opened_lines(None, private_ledger)) == 5
 
     assert main(["analyze", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())

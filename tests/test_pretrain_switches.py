@@ -14,7 +14,7 @@ import pytest
 
 from glm53_flash.cli import main
 from glm53_flash.core.stats import factorial_effects
-from glm53_flash.evaluation.ledger import read_ledger
+from glm53_flash.evaluation.ledger import ledger_lines, opened_lines, read_ledger
 from glm53_flash.experiments import generalisation as gen
 from glm53_flash.experiments import pretrain_switches as ps
 from glm53_flash.experiments.reproduce import ARMS
@@ -225,8 +225,10 @@ def test_end_to_end_dev_decision_then_one_opening_of_the_sealed_split(tmp_path, 
     sealed = done["sealed-111-seed-1"]
     assert sealed["checkpoint"] == kept and len(sealed["passed"]) == 4
     assert sealed["sealed_opening"]["split"] == ps.SEALED_SPLIT
-    lines = read_ledger(private_ledger)
+    lines = ledger_lines(None, private_ledger)
     assert len(lines) == 8 and len({line["plan_sha256"] for line in lines}) == 1  # one opening for the plan
+    (opened,) = opened_lines(None, private_ledger)
+    assert [d["path"].rsplit("/", 1)[-1] for d in opened["decision"]] == ["plan.json", "selection.json"]
 
     (out / "runs" / "sealed-000-seed-1.json").unlink()  # a lost receipt: evaluating it again is a reopening
     assert main(_args(out, "--open-sealed", "test of the study")) == 2

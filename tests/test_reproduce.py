@@ -235,7 +235,7 @@ def test_corrupt_plans_are_one_line_errors(tmp_path):
 
 
 def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confirm(tmp_path, monkeypatch,
-                                                                                   sealed_plans):
+                                                                                   sealed_plans, private_ledger):
     """The plan's first run opened confirm (recorded in the ledger); another run of the same plan is
     refused before any stage runs, and goes ahead, recorded, with a reason."""
     import pytest
@@ -249,15 +249,16 @@ def test_a_second_directory_of_the_same_plan_must_give_a_reason_to_reopen_confir
     first = ledger.require_open("confirm", module.CONFIRM_PURPOSE, plan_sha256=module.plan_sha256(plan))
     receipt = tmp_path / "stand-in.json"
     receipt.write_text("{}")
+    first.activate()
     first.record(receipt)
     first.close()
     with pytest.raises(ledger.SealedSplitError, match="--reopen"):
-        reproduce(tmp_path / "second", preset="quick", progress=False)
+        reproduce(tmp_path / "second", preset="quick", progress=False, ledger=private_ledger)
     assert not (tmp_path / "second").exists()  # refused before anything was written
     # with a reason, it goes ahead: the reason is recorded where the plan opened the split before, and
     # nowhere else (the holdout split was never opened for it)
     run = next(r for r in module.arm_runs(tmp_path / "second", "quick") if r.arm == "ours")
-    openings = module._require_openings(run, "rerunning the committed plan")
+    openings = module._require_openings(run, "rerunning the committed plan", private_ledger)
     assert openings["confirm"].reopen == "rerunning the committed plan" and openings["holdout"].reopen is None
     for opening in openings.values():
         opening.close()

@@ -9,7 +9,7 @@ from glm53_flash.tasks import (
 )
 # The suite's own module: these tests read every split, sealed ones included (the tasks API asks for an
 # opening: test_the_tasks_api_builds_a_sealed_split_only_for_its_opening).
-from glm53_flash.tasks.families import frozen_tasks, task_by_id
+from glm53_flash.tasks.families import _frozen_tasks as frozen_tasks, _task_by_id as task_by_id
 
 DEV_GOLDEN = ["increment_axkyima", "double_hphcjzx", "square_niddeuw", "absolute_tqedzon",
               "nonnegative_daflyjn", "even_ybylgpa", "reverse_psddggh", "list_sum_myckbxp"]
@@ -218,13 +218,13 @@ def test_the_tasks_api_builds_a_sealed_split_only_for_its_opening(tmp_path, monk
     from glm53_flash import tasks
     from glm53_flash.evaluation import ledger
 
-    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
     for call in (lambda **kw: tasks.frozen_tasks("confirm", 2, **kw), lambda **kw: tasks.split_tasks("holdout", 2, **kw),
                  lambda **kw: tasks.task_by_id("final-double-000", **kw),
                  lambda **kw: tasks.split_tasks("compositions.new_constants", **kw)):
         with pytest.raises(tasks.SealedSplitError, match="is a sealed split: its tasks are built only for an opening"):
             call()
     with ledger.require_open("holdout", "a test of the tasks api") as opening:
+        opening.activate()
         with pytest.raises(tasks.SealedSplitError):
             tasks.frozen_tasks("confirm", 2, opening=opening)  # an opening of another split
         assert tasks.split_tasks("holdout", 2, opening=opening) == frozen_tasks("holdout", 2)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from glm53_flash.tasks.families import frozen_tasks, task_by_id  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
+from glm53_flash.tasks.families import _frozen_tasks as frozen_tasks, _task_by_id as task_by_id  # the generator itself: sealed splits without an opening, for tests of the verifier and suites
 from glm53_flash.verifier import Verifier
 
 from process_helpers import live_members, require_full_isolation, wait_until

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from glm53_flash.tasks import FAMILY_NAMES, Case, CodingTask
-from glm53_flash.tasks.families import frozen_tasks, task_by_id  # the suite's own module: sealed splits without an opening (the tasks API asks for one)
+from glm53_flash.tasks.families import _frozen_tasks as frozen_tasks, _task_by_id as task_by_id  # the generator itself: sealed splits without an opening, for tests of the verifier and suites
 from glm53_flash.verifier import Verifier, evaluate_in_process
 
 from process_helpers import live_members, require_full_isolation, session_members, wait_until
@@ -322,7 +322,7 @@ import signal, sys
 # A background launcher may have set SIGINT to "ignore", which Python then keeps; restore Ctrl-C.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.modules["torch"] = None  # the verifier must work without torch
-from glm53_flash.tasks.families import task_by_id  # noqa: E402 - the suite's own module (sealed splits)
+from glm53_flash.tasks.families import _task_by_id as task_by_id  # noqa: E402 - the suite's own module (sealed splits)
 from glm53_flash.verifier import Verifier
 task = task_by_id("confirm-double-000")
 burner = task.prompt + "\\n    return len([a for a in str(10 ** 4000) for b in str(10 ** 4000) for c in str(10 ** 4000)])\\n"

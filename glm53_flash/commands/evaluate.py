@@ -184,8 +184,10 @@ def _run_eval(args) -> int:
             task_ids=eval_task_ids(cfg), samples=cfg.samples, seed=cfg.seed,
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
             stop=cfg.stop, precision=precision)
-        opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen)
-    tasks = eval_tasks(cfg, opening)  # a sealed split's only now, for its opening
+        opening = ledger.require_open(cfg.split, cfg.open_sealed, plan_sha256=plan, reopen=cfg.reopen,
+                                      ledger=cfg.ledger, decision=() if cfg.decision is None else (cfg.decision,),
+                                      allow_dirty=cfg.allow_dirty)
+    tasks = eval_tasks(cfg, opening)  # a sealed split's only now: its opened line is written first
     try:
         receipt = run_eval(cfg, model=model, checkpoint_sha256=metadata.get("weights_sha256"), opening=opening,
                            tasks=tasks)

@@ -261,7 +261,18 @@ def _sealed_opening(cfg, out: Path, plan: dict):
     if not cfg.open_sealed:
         raise ValueError(f"this study evaluates the sealed split {sealed[0]}: pass --open-sealed \"<purpose>\" "
                          "(recorded in the ledger; see `glm53 ledger`)")
-    return require_open(sealed[0], cfg.open_sealed, plan_sha256=plan_hash(plan), reopen=cfg.reopen)
+    return require_open(sealed[0], cfg.open_sealed, plan_sha256=plan_hash(plan), reopen=cfg.reopen,
+                        ledger=cfg.ledger, allow_dirty=cfg.allow_dirty, decision=(study_plan(out),),
+                        optional_decision=(out / SELECTION_FILE,))
+
+
+def study_plan(out: Path) -> Path:
+    """A study's plan file: the dev decision its sealed openings follow (design, units, selection rules).
+    Where the study also selects on dev (pretrain-switches, rl-choices), its selection.json is hashed into
+    the opened line too when it exists by the time the opening activates, right before a sealed unit runs."""
+    from glm53_flash.experiments.study import PLAN_FILE
+
+    return out / PLAN_FILE
 
 
 def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
@@ -439,9 +450,10 @@ def _generalisation_openings(cfg, out: Path, plan: dict) -> dict:
     openings = {}
     for unit in pending:
         identity = sealed_identity(sha, unit["key"])
-        earlier = cfg.reopen is not None and plan_openings(unit["split"], identity)
+        earlier = cfg.reopen is not None and plan_openings(unit["split"], identity, cfg.ledger)
         openings[unit["key"]] = require_open(unit["split"], cfg.open_sealed, plan_sha256=identity,
-                                             reopen=cfg.reopen if earlier else None)
+                                             reopen=cfg.reopen if earlier else None, ledger=cfg.ledger,
+                                             allow_dirty=cfg.allow_dirty, decision=(study_plan(out),))
     return openings
 
 

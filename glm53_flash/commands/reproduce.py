@@ -39,9 +39,11 @@ def register(sub) -> None:
                    help="open a sealed split (confirm, holdout) again for a plan that already opened it (in this or another "
                         "directory); the reason is recorded in the ledger (`glm53 ledger`)")
     p.add_argument("--ledger", metavar="PATH", default=None,
-                   help="the ledger this run records its sealed openings in (default: $GLM53_LEDGER, else "
-                        "OUTPUT/ledger.jsonl, a ledger of the run's own; results/ledger.jsonl adds them to the "
-                        "committed one)")
+                   help="the ledger this run records its sealed openings in (default: OUTPUT/ledger.jsonl, a ledger "
+                        "of the run's own; results/ledger.jsonl adds them to the committed one)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="open the sealed splits even though the code has uncommitted changes (each opening is "
+                        "recorded as unvouched; `make demo` passes it: its ledger is its own)")
     p.add_argument("--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress bars (also off when stderr is not a terminal)")
     p.add_argument("--distribution", action="store_true",
@@ -78,7 +80,8 @@ def _run_distribution(args) -> int:
             raise ValueError(f"--precisions: unknown {', '.join(unknown) or '(none)'}; allowed: "
                              f"{', '.join(DEFAULT_PLAN.precisions)}")
     summary = run_distribution(args.output, DEFAULT_PLAN, device=args.device, sealed=not args.dev_only,
-                               reopen=args.reopen, ledger=args.ledger, progress=not args.quiet,
+                               reopen=args.reopen, ledger=args.ledger, allow_dirty=args.allow_dirty,
+                               progress=not args.quiet,
                                only_precisions=names)
     if summary is not None:
         print(f"summary: {Path(args.output) / 'distribution.json'}")
@@ -104,7 +107,7 @@ def _run_reproduce(args) -> int:
                         progress=not args.quiet, reopen=args.reopen,
                         extra_pretrain_seeds=parse_int_list(args.extra_pretrain_seeds, "--extra-pretrain-seeds"),
                         arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), ledger=args.ledger,
-                        precision=args.precision, adapt_threads=args.adapt_threads)
+                        precision=args.precision, adapt_threads=args.adapt_threads, allow_dirty=args.allow_dirty)
     print()
     print("\n".join(arm_table(summary)))
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")

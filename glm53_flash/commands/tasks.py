@@ -43,33 +43,10 @@ def register(sub) -> None:
     show.set_defaults(func=_run_show)
 
 
-def families_summary(per_family: int) -> dict:
-    """The families suite's splits at `per_family` tasks per family."""
-    import hashlib
-
-    from glm53_flash.tasks import FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SPLIT_SEEDS, strong_cases
-    from glm53_flash.tasks.families import frozen_tasks  # every split: only counts and hashes are shown
-
-    if per_family < 1:
-        raise ValueError(f"--per-family must be >= 1, got {per_family}")
-    splits = {}
-    for split in SPLIT_SEEDS:
-        tasks = frozen_tasks(split, per_family)
-        records = [[t.task_id, t.prompt, t.reference_completion, [[repr(c.arguments), repr(c.expected)]
-                                                                    for c in t.cases]] for t in tasks]
-        splits[split] = {"sealed": split in ORIGINAL_SEALED_SPLITS, "tasks": len(tasks),
-                         "behaviours": len({t.unit for t in tasks}), "structures": len({t.family for t in tasks}),
-                         "sha256": hashlib.sha256(json.dumps(records).encode()).hexdigest()}
-    return {"suite": "families", "per_family": per_family, "families": list(FAMILY_NAMES),
-            "unit": "a family and one of its two descriptions",
-            "strong_cases_per_family": {name: len(strong_cases(name)) for name in FAMILY_NAMES},
-            "reward_cases_per_task": 3, "splits": splits}
-
-
 def _run_summary(args) -> int:
-    from glm53_flash.tasks import compositions
+    from glm53_flash.tasks import compositions, families
 
-    summary = compositions.summary() if args.suite == "compositions" else families_summary(args.per_family)
+    summary = compositions.summary() if args.suite == "compositions" else families.summary(args.per_family)
     if args.output:
         from glm53_flash.core.receipts import provenance, write_json
 

@@ -60,6 +60,16 @@ class EvalConfig:
                                 help="open a sealed split again for the same evaluation (same checkpoint and "
                                      "settings), giving the reason, which the ledger records",
                                 default_text="none: a second opening is refused")
+    decision: str | None = option(None, neutral=True, metavar="FILE",
+                                  help="the dev decision this sealed evaluation follows (a selection receipt, a "
+                                       "plan): its sha256 goes into the ledger's opened line",
+                                  default_text="none named")
+    allow_dirty: bool = option(False, neutral=True,
+                               help="open a sealed split even though the code has uncommitted changes (the opening "
+                                    "is recorded as unvouched)")
+    ledger: str | None = option(None, neutral=True, metavar="PATH",
+                                help="the ledger the opening is recorded in (recorded in the receipt)",
+                                default_text="results/ledger.jsonl of the checkout")
     force: bool = option(False, help="overwrite --output")
     quiet: bool = option(False, help="no progress bar")
 

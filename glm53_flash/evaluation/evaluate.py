@@ -230,10 +230,13 @@ def run_eval(cfg: EvalConfig, *, model=None, checkpoint_sha256: str | None = Non
 
 
 def eval_tasks(cfg: EvalConfig, opening: "ledger.Opening | None" = None) -> list:
-    """The tasks `run_eval(cfg)` evaluates (a sealed split's only for its opening)."""
+    """The tasks `run_eval(cfg)` evaluates. A sealed split's only for its opening, which is activated first
+    (its "opened" line written to the ledger before any task exists)."""
     from glm53_flash.tasks import parse_families, split_tasks, suite_of
 
     cfg = cfg.resolved()
+    if opening is not None and ledger.is_sealed(cfg.split):
+        opening.activate()
     return split_tasks(cfg.split, cfg.per_family, parse_families(cfg.families, suite_of(cfg.split)), opening=opening)
 
 

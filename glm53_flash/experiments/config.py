@@ -137,6 +137,12 @@ class RLChoicesStudyConfig(RerunnableStudyConfig):
     reopen: str | None = option(None, metavar="REASON",
                                 help="open final again for a plan that already opened it (recorded in the ledger)",
                                 default_text="none: a second opening is refused")
+    allow_dirty: bool = option(False, neutral=True,
+                               help="open the sealed split(s) even though the code has uncommitted changes (the "
+                                    "opening is recorded as unvouched)")
+    ledger: str | None = option(None, neutral=True, metavar="PATH",
+                                help="the ledger the sealed openings are recorded in",
+                                default_text="results/ledger.jsonl of the checkout")
 
     def __post_init__(self) -> None:
         from glm53_flash.experiments.rl_choices import arms_of
@@ -209,6 +215,12 @@ class GeneralisationStudyConfig(RerunnableStudyConfig):
     reopen: str | None = option(None, metavar="REASON",
                                 help="open a sealed split again for an (arm, seed) that already opened it",
                                 default_text="none: a second opening is refused")
+    allow_dirty: bool = option(False, neutral=True,
+                               help="open the sealed split(s) even though the code has uncommitted changes (the "
+                                    "opening is recorded as unvouched)")
+    ledger: str | None = option(None, neutral=True, metavar="PATH",
+                                help="the ledger the sealed openings are recorded in",
+                                default_text="results/ledger.jsonl of the checkout")
 
     def __post_init__(self) -> None:
         self.arms, self.seeds, self.rl_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.rl_seeds)
@@ -280,6 +292,12 @@ class PretrainSwitchesStudyConfig(RerunnableStudyConfig):
     reopen: str | None = option(None, metavar="REASON",
                                 help="open the sealed split again for a plan that already opened it",
                                 default_text="none: a second opening is refused")
+    allow_dirty: bool = option(False, neutral=True,
+                               help="open the sealed split(s) even though the code has uncommitted changes (the "
+                                    "opening is recorded as unvouched)")
+    ledger: str | None = option(None, neutral=True, metavar="PATH",
+                                help="the ledger the sealed openings are recorded in",
+                                default_text="results/ledger.jsonl of the checkout")
 
     def __post_init__(self) -> None:
         self.seeds = tuple(self.seeds)

@@ -188,8 +188,11 @@ def power_lines(plan: dict) -> list[str]:
 
 
 def _tasks(split: str, ids: list[str] | None = None, opening=None) -> list:
+    """The split's tasks (those of `ids` when given); a sealed split's after its opening's line is written."""
     from glm53_flash.tasks import split_tasks
 
+    if opening is not None:
+        opening.activate()
     tasks = split_tasks(split, opening=opening)
     if ids is None:
         return tasks

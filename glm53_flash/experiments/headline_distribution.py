@@ -130,6 +130,7 @@ def distribution_runs(out: Path, plan: DistributionPlan, device: str = "cpu") ->
 
 def run_distribution(output: str | Path, plan: DistributionPlan = DEFAULT_PLAN, *, device: str = "cpu",
                      sealed: bool = True, reopen: str | None = None, ledger: str | Path | None = None,
+                     allow_dirty: bool = False,
                      progress: bool = False, only_precisions: tuple[str, ...] | None = None,
                      log=print) -> dict | None:
     """Run (or resume) every run of the study (of `only_precisions` when given: a CPU without bf16
@@ -148,7 +149,8 @@ def run_distribution(output: str | Path, plan: DistributionPlan = DEFAULT_PLAN, 
     for number, run in enumerate(runs, start=1):
         precision = resolve_precision(run.directory.parent.name, device)
         log(f"run {number}/{len(runs)}: {run.directory.parent.name} {run.arm} pretraining seed {run.pretrain_seed}")
-        openings = _require_openings(run, reopen, Path(ledger) if ledger else out / "ledger.jsonl") if sealed else {}
+        where = Path(ledger) if ledger else out / "ledger.jsonl"
+        openings = _require_openings(run, reopen, where, allow_dirty) if sealed else {}
         reproduce_arm(run, plan.preset, device=device, progress=progress, openings=openings, precision=precision,
                       sealed=sealed)
     if not sealed:

@@ -160,7 +160,8 @@ def arm_runs(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, 
 def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int, ...] | None = None,
               device: str = "auto", progress: bool = True, reopen: str | None = None,
               extra_pretrain_seeds: tuple[int, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
-              ledger: str | Path | None = None, precision: str | None = None, adapt_threads: bool = False) -> dict:
+              ledger: str | Path | None = None, precision: str | None = None, adapt_threads: bool = False,
+              allow_dirty: bool = False) -> dict:
     """Run (or resume) both arms of `preset` in `output` (see `arm_runs`), then the two-arm summary
     and report. Each sealed split (confirm, holdout) is opened once per run's plan, and every receipt is
     recorded in the ledger (`run_ledger`: by default the run's own); a plan that already opened one
@@ -182,7 +183,7 @@ def reproduce(output: str | Path, preset: str = "headline", rl_seeds: tuple[int,
                          "use a new --output")
     runs = arm_runs(out, preset, rl_seeds, tuple(extra_pretrain_seeds), tuple(arms), resolved, device)
     where = run_ledger(out, ledger)
-    openings = {run.directory: _require_openings(run, reopen, where) for run in runs}
+    openings = {run.directory: _require_openings(run, reopen, where, allow_dirty) for run in runs}
     state_analysis(out, runs)
     for run in runs:
         _log(f"arm {run.arm}, pretraining seed {run.pretrain_seed}: {run.directory}")
@@ -258,23 +259,23 @@ def _receipt_paths(directory: Path, plan: ReproducePlan, split: str) -> list[Pat
 
 
 def run_ledger(output: str | Path, chosen: str | Path | None = None) -> Path:
-    """Where a pipeline run records its openings: `chosen` (`--ledger`), else $GLM53_LEDGER, else a
-    ledger of the run's own (OUTPUT/ledger.jsonl), so a user's runs never add lines to the committed
-    results/ledger.jsonl unless they ask to (`--ledger results/ledger.jsonl`)."""
-    import os
-
-    from glm53_flash.evaluation import ledger
-
-    if chosen is not None:
-        return Path(chosen)
-    if os.environ.get(ledger.LEDGER_ENV):
-        return Path(os.environ[ledger.LEDGER_ENV])
-    return Path(output) / "ledger.jsonl"
+    """Where a pipeline run records its openings: `chosen` (`--ledger`), else a ledger of the run's own
+    (OUTPUT/ledger.jsonl), so a user's runs never add lines to the committed results/ledger.jsonl unless
+    they ask to (`--ledger results/ledger.jsonl`)."""
+    return Path(chosen) if chosen is not None else Path(output) / "ledger.jsonl"
 
 
-def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None) -> dict:
-    """An opening of each sealed split whose receipts are not all written yet (refused before any
-    stage runs, so a refusal costs nothing and writes nothing), recorded in ledger `where`."""
+def dev_decision(run: ArmRun) -> tuple[Path, ...]:
+    """The dev decisions a run's sealed openings follow: its pretraining checkpoint's selection and each RL
+    seed's (hashed into the opened lines when the openings activate, after every selection)."""
+    return (run.directory / "pretrain" / "selection-dev.json",
+            *(run.directory / f"rl-{seed}" / "selection-dev.json" for seed in run.plan.rl_seeds))
+
+
+def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None, allow_dirty: bool = False) -> dict:
+    """An opening of each sealed split whose receipts are not all written yet, recorded in ledger `where`:
+    every rule is checked before any stage runs (a refusal costs nothing and writes nothing); each opened
+    line is written when its split's evaluation starts, after the dev selections it names."""
     from glm53_flash.evaluation import ledger
 
     openings = {}
@@ -286,7 +287,8 @@ def _require_openings(run: ArmRun, reopen: str | None, where: Path | None = None
             # a reason to reopen is recorded only where there is something to reopen
             earlier = reopen is not None and ledger.plan_openings(split, identity, where)
             openings[split] = ledger.require_open(split, PURPOSES[split], plan_sha256=identity,
-                                                  reopen=reopen if earlier else None, ledger=where)
+                                                  reopen=reopen if earlier else None, ledger=where,
+                                                  decision=dev_decision(run), allow_dirty=allow_dirty)
     return openings
 
 

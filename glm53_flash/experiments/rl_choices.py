@@ -220,6 +220,8 @@ def _evaluate(model, split: str, tasks_per_family: int | None, opening=None, sui
     from glm53_flash.tasks import frozen_tasks, parse_families
 
     if suite == "families":
+        if opening is not None:
+            opening.activate()  # its opened line first, then its tasks
         tasks = frozen_tasks(split, tasks_per_family, families=parse_families(RECIPE.families), opening=opening)
     else:
         from glm53_flash.experiments.generalisation import _tasks

@@ -362,7 +362,7 @@ def build_headline_report(out: str | Path) -> Path:
         if plan.is_file():
             seconds = json.loads(plan.read_text()).get("stage_seconds", {})
             stage_rows.append([path.name, f"{sum(seconds.values()):.0f}"])
-    from glm53_flash.evaluation.ledger import unvouched_receipts
+    from glm53_flash.evaluation.ledger_verify import unvouched_receipts
 
     unvouched = unvouched_receipts(out)
     stand_in = {arm.get("sealed_stand_in") for arm in summary.get("arms", {}).values()} - {None}

@@ -38,6 +38,7 @@ from glm53_flash.tasks.grammar import (
     BOOL, BRANCH_CONSTANTS, BRANCHES, INPUT_TYPES, INT, LIST, OPS, OPS_TAKING, PREDICATES, STR, Behaviour,
     Structure,
 )
+from glm53_flash.tasks import seal
 from glm53_flash.tasks.families import Case, CodingTask
 
 SUITE = "compositions"
@@ -601,9 +602,16 @@ def make_task(entry: Entry, split: str, rng: random.Random, task_id: str) -> Cod
     )
 
 
+def split_tasks(split: str, opening=None) -> tuple[CodingTask, ...]:
+    """Every task of a split: one per behaviour, in suite order (task ids '<split>-b<NNNN>-000'). A sealed
+    split's tasks need `opening`, granted by the ledger (tasks/seal.py)."""
+    seal.check(split, opening, SEALED)
+    return _split_tasks(split)
+
+
 @functools.lru_cache(maxsize=None)
-def split_tasks(split: str) -> tuple[CodingTask, ...]:
-    """Every task of a split: one per behaviour, in suite order (task ids '<split>-b<NNNN>-000')."""
+def _split_tasks(split: str) -> tuple[CodingTask, ...]:
+    """split_tasks without the seal: for the tasks layer's ids, counts and hashes only."""
     if split not in TASK_SPLITS:
         raise ValueError(f"unknown compositions split {split!r}; allowed: {', '.join(TASK_SPLITS)}")
     entries = suite().split(split)
@@ -651,7 +659,7 @@ def split_sha256(split: str, items=None) -> str:
     descriptions, body); for the others every task (id, unit, structure, kind, prompt, reference, the
     strong cases with the reward cases first, and how many reward cases)."""
     if items is None:
-        items = _pretraining_entries() if split == PRETRAIN_SPLIT else split_tasks(split)
+        items = _pretraining_entries() if split == PRETRAIN_SPLIT else _split_tasks(split)
     return hashlib.sha256(json.dumps(_records(split, items)).encode()).hexdigest()
 
 
@@ -683,7 +691,7 @@ def summary() -> dict:
             "by_size": _counts(str(e.behaviour.structure.size) for e in entries),
             "sha256": split_sha256(split),
         }
-        row["tasks"] = 0 if split == PRETRAIN_SPLIT else len(split_tasks(split))
+        row["tasks"] = 0 if split == PRETRAIN_SPLIT else len(_split_tasks(split))
         if split in EVALUATION:
             row["power"] = _unit_power(len(entries))
         splits[split] = row

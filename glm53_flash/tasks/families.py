@@ -23,6 +23,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm53_flash.tasks import seal
+
 # holdout's seed keeps its per-family seeds (seed + 53 f) far from every other split's, so no task
 # of it shares a generator state with another split's (tests check the prompts themselves).
 SPLIT_SEEDS = {"dev": 1701, "final": 2909, "rl": 3907, "confirm": 8123, "holdout": 6007}
@@ -156,8 +158,16 @@ def make_task(family: Family | str, split: str, index: int, seed: int) -> Coding
     )
 
 
-def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | None = None) -> list[CodingTask]:
-    """The locked evaluation/RL tasks: family-major, then index (the original's order)."""
+def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | None = None,
+                 opening=None) -> list[CodingTask]:
+    """The locked evaluation/RL tasks: family-major, then index (the original's order). A sealed split's
+    tasks need `opening`, granted by the ledger (tasks/seal.py)."""
+    seal.check(split, opening, SEALED_SPLITS)
+    return _frozen_tasks(split, per_family, families)
+
+
+def _frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | None = None) -> list[CodingTask]:
+    """frozen_tasks without the seal: for the tasks layer's ids, counts and hashes only."""
     if split not in SPLIT_SEEDS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLIT_SEEDS)}")
     if per_family < 1:
@@ -172,8 +182,14 @@ def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | No
     ]
 
 
-def task_by_id(task_id: str) -> CodingTask:
-    """Rebuild a frozen task from its id, e.g. 'confirm-double-000'."""
+def task_by_id(task_id: str, opening=None) -> CodingTask:
+    """Rebuild a frozen task from its id, e.g. 'confirm-double-000'; a sealed split's task needs `opening`
+    (tasks/seal.py)."""
+    seal.check(task_id.partition("-")[0], opening, SEALED_SPLITS)
+    return _task_by_id(task_id)
+
+
+def _task_by_id(task_id: str) -> CodingTask:
     split, _, rest = task_id.partition("-")
     family, _, index = rest.rpartition("-")
     if split not in SPLIT_SEEDS or not index.isdigit():
@@ -181,6 +197,28 @@ def task_by_id(task_id: str) -> CodingTask:
                          f"{', '.join(SPLIT_SEEDS)}")
     fam_index = FAMILY_NAMES.index(family_by_name(family).name)
     return make_task(family, split, int(index), SPLIT_SEEDS[split] + 53 * fam_index)
+
+
+def summary(per_family: int) -> dict:
+    """The suite's splits at `per_family` tasks per family: counts and a sha256 of each (sealed splits
+    included: only their counts and hashes leave this module)."""
+    import hashlib
+    import json
+
+    if per_family < 1:
+        raise ValueError(f"--per-family must be >= 1, got {per_family}")
+    splits = {}
+    for split in SPLIT_SEEDS:
+        tasks = _frozen_tasks(split, per_family)
+        records = [[t.task_id, t.prompt, t.reference_completion, [[repr(c.arguments), repr(c.expected)]
+                                                                    for c in t.cases]] for t in tasks]
+        splits[split] = {"sealed": split in SEALED_SPLITS, "tasks": len(tasks),
+                         "behaviours": len({t.unit for t in tasks}), "structures": len({t.family for t in tasks}),
+                         "sha256": hashlib.sha256(json.dumps(records).encode()).hexdigest()}
+    return {"suite": "families", "per_family": per_family, "families": list(FAMILY_NAMES),
+            "unit": "a family and one of its two descriptions",
+            "strong_cases_per_family": {name: len(strong_cases(name)) for name in FAMILY_NAMES},
+            "reward_cases_per_task": 3, "splits": splits}
 
 
 # --------------------------------------------------------------------------- strong tests

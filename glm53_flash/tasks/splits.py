@@ -4,8 +4,9 @@ final, confirm, holdout); the compositions suite's are `compositions.<split>`.""
 
 from __future__ import annotations
 
-from glm53_flash.tasks import compositions
+from glm53_flash.tasks import compositions, seal
 from glm53_flash.tasks import families as eight_families
+from glm53_flash.tasks.seal import SealedSplitError  # noqa: F401 - one error for every refusal of a sealed split
 
 SUITES = ("families", compositions.SUITE)
 FAMILIES_SPLITS = tuple(eight_families.SPLIT_SEEDS)
@@ -61,20 +62,10 @@ def family_order(names) -> list[str]:
     return known + sorted(names - set(known))
 
 
-class SealedSplitError(ValueError):
-    """A sealed split's tasks were built or evaluated without an opening of that split, or a plan opened
-    it again without a reason (evaluation/ledger.py raises it too)."""
-
-
 def check_opening(split: str, opening=None) -> None:
-    """A sealed split's tasks (their prompts and tests) are built only for an opening of that split: an
-    evaluation.ledger.Opening (from `ledger.require_open`, which records it in the ledger; the tasks
-    layer knows its `split` and nothing else of the ledger). Other splits need none."""
-    if split in SEALED_SPLITS and getattr(opening, "split", None) != split:
-        raise SealedSplitError(
-            f"{split} is a sealed split: its tasks are built only for an opening of it recorded in the ledger "
-            f"(`glm53 eval --split {split} --open-sealed PURPOSE`, or in Python evaluation.ledger.require_open "
-            f"passed as opening=); its task ids and sizes need none (split_task_ids, split_units)")
+    """A sealed split's tasks (their prompts and tests) are built only for an opening of that split that
+    the ledger granted in this process and wrote first (tasks/seal.py checks both); other splits need none."""
+    seal.check(split, opening, SEALED_SPLITS)
 
 
 def split_tasks(split: str, per_family: int | None = None, families: tuple[str, ...] | None = None,
@@ -102,19 +93,19 @@ def frozen_tasks(split: str, per_family: int = 4, families: tuple[str, ...] | No
     """The families suite's `per_family` tasks per family of `split` (the original's name and order); a
     sealed split needs `opening` (see check_opening)."""
     check_opening(split, opening)
-    return eight_families.frozen_tasks(split, per_family, families)
+    return eight_families._frozen_tasks(split, per_family, families)
 
 
 def _split_tasks(split: str, per_family: int | None, families: tuple[str, ...] | None) -> list:
     if suite_of(split) == "families":
-        return eight_families.frozen_tasks(split, 4 if per_family is None else per_family, families)
+        return eight_families._frozen_tasks(split, 4 if per_family is None else per_family, families)
     if per_family is not None:
         raise ValueError(f"split {split} has one task per behaviour; the number of tasks per family applies "
                          f"only to the families suite's splits")
     if split == compositions.PRETRAIN_SPLIT:
         raise ValueError(f"{split} is the pretraining stream's behaviours, not a split of tasks")
     chosen = compositions.FAMILIES if families is None else parse_families(",".join(families), compositions.SUITE)
-    return [task for task in compositions.split_tasks(split) if task.family in chosen]
+    return [task for task in compositions._split_tasks(split) if task.family in chosen]
 
 
 def task_by_id(task_id: str, opening=None):
@@ -123,9 +114,15 @@ def task_by_id(task_id: str, opening=None):
     split = task_id.partition("-")[0]
     if split in SEALED_SPLITS:
         check_opening(split, opening)
+    return _task_by_id(task_id)
+
+
+def _task_by_id(task_id: str):
+    """task_by_id without the seal: for the tasks layer and the suites' own tests."""
+    split = task_id.partition("-")[0]
     if split in compositions.TASK_SPLITS:
-        for task in compositions.split_tasks(split):
+        for task in compositions._split_tasks(split):
             if task.task_id == task_id:
                 return task
         raise ValueError(f"no task {task_id!r} in split {split}")
-    return eight_families.task_by_id(task_id)
+    return eight_families._task_by_id(task_id)
