@@ -110,5 +110,29 @@ def _run_reproduce(args) -> int:
                         precision=args.precision, adapt_threads=args.adapt_threads, allow_dirty=args.allow_dirty)
     print()
     print("\n".join(arm_table(summary)))
+    for line in _place_lines(args, summary):
+        print(line)
     print(f"\nreport: {Path(args.output) / 'REPORT.md'}")
     return 0
+
+
+def _place_lines(args, summary: dict) -> list[str]:
+    """Where this run falls among the committed draws of the headline as a distribution, and why its
+    numbers depend on the CPU (only for the headline preset; nothing without a committed study)."""
+    from glm53_flash.core.receipts import cpu_description
+    from glm53_flash.core.runtime import resolve_device
+    from glm53_flash.experiments.headline_distribution import place_user_run
+    from glm53_flash.model.precision import resolve_precision
+
+    if args.preset != "headline":
+        return []
+    precision = resolve_precision(args.precision, str(resolve_device(args.device))).name
+    placed = place_user_run(args.output, precision)
+    if not placed:
+        return []
+    cpu = cpu_description()
+    return ["", "Where this run falls among the committed draws (results/headline-distribution):",
+            *[f"- {line}" for line in placed],
+            f"These numbers depend on the CPU's arithmetic ({precision} on {cpu['model']}, family {cpu['family']} model "
+            f"{cpu['model_number']}): another CPU or precision gives another draw from the same distribution. "
+            f"This run's stages took {summary['demo_seconds']:.0f} s."]

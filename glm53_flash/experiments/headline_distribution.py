@@ -23,6 +23,7 @@ from glm53_flash.core.receipts import provenance, read_json, sha256_json, write_
 PLAN_FILE = "distribution-plan.json"
 SUMMARY_FILE = "distribution.json"
 PRECISIONS = ("fp32", "bf16")
+RECEIPT_MAX_BYTES = 64 * 1024 * 1024
 # The original's published result (seed-core 9.4): 16 of 24 confirm tasks after RL.
 ORIGINAL_CONFIRM_AFTER = 16
 
@@ -155,16 +156,43 @@ def run_distribution(output: str | Path, plan: DistributionPlan = DEFAULT_PLAN, 
                       sealed=sealed)
     if not sealed:
         return None
+    return write_summary(out)
+
+
+def write_summary(out: str | Path) -> dict:
+    """OUT/distribution.json, OUT/REPORT.md and the chart, from the receipts in OUT."""
+    from glm53_flash.report.distribution import build_distribution_report
+
+    out = Path(out)
     summary = distribution_summary(out)
     write_json(out / SUMMARY_FILE, summary)
+    build_distribution_report(out)
     return summary
 
 
 # --------------------------------------------------------------------------- analysis (receipts only)
 
 
+def _read(path: Path) -> dict:
+    """A receipt at `path`, or its gzip-compressed copy at `path`.gz (how the committed results keep them)."""
+    if path.is_file():
+        return read_json(path)
+    packed = path.with_name(path.name + ".gz")
+    if packed.is_file():
+        import gzip
+        import json
+
+        with gzip.open(packed, "rb") as handle:
+            return json.loads(handle.read(RECEIPT_MAX_BYTES))
+    raise FileNotFoundError(f"{path} is missing (nor is there {packed.name})")
+
+
+def _exists(path: Path) -> bool:
+    return path.is_file() or path.with_name(path.name + ".gz").is_file()
+
+
 def _greedy_solved(run_dir: Path, split: str, name: str) -> int:
-    return int(read_json(run_dir / split / f"{name}-greedy.json")["summary"]["tasks_solved"])
+    return int(_read(run_dir / split / f"{name}-greedy.json")["summary"]["tasks_solved"])
 
 
 def read_draws(out: Path, plan: DistributionPlan) -> list[dict]:
@@ -179,11 +207,11 @@ def read_draws(out: Path, plan: DistributionPlan) -> list[dict]:
                     continue
                 rl_seeds = read_json(meta_path)["plan"]["rl_seeds"]
                 names = ["before", *(f"rl-{s}" for s in rl_seeds)]
-                if not all((run_dir / split / f"{n}-greedy.json").is_file()
+                if not all(_exists(run_dir / split / f"{n}-greedy.json")
                            for split in ("confirm", "holdout") for n in names):
                     continue
                 for rl_seed in rl_seeds:
-                    exact = read_json(run_dir / f"rl-{rl_seed}" / "training-receipt.json")["exact_training_rollouts"]
+                    exact = _read(run_dir / f"rl-{rl_seed}" / "training-receipt.json")["exact_training_rollouts"]
                     rows.append({
                         "precision": precision, "arm": arm, "pretrain_seed": seed, "rl_seed": rl_seed,
                         "confirm_before": _greedy_solved(run_dir, "confirm", "before"),
@@ -310,6 +338,79 @@ def demo_place(summary: dict, arm: str, precision: str, confirm_after: list[int]
             f"quartiles {c['q1']:g}-{c['q3']:g}, range {c['min']}-{c['max']} of {c['n']}")
 
 
+def committed_summary() -> dict | None:
+    """results/headline-distribution/distribution.json of the checkout, or None (outside a checkout, or
+    before the study is committed)."""
+    from glm53_flash.evaluation.ledger import repository_root
+
+    root = repository_root()
+    path = None if root is None else root / "results" / "headline-distribution" / SUMMARY_FILE
+    return read_summary(path) if path is not None and path.is_file() else None
+
+
+def place_user_run(out: str | Path, precision: str, summary: dict | None = None) -> list[str]:
+    """Sentences placing a `glm53 reproduce` run in OUT (its arms' confirm after RL and exact training
+    rollouts per RL seed) among the committed draws of the same precision; [] without a committed study."""
+    summary = committed_summary() if summary is None else summary
+    if summary is None:
+        return []
+    out = Path(out)
+    lines = []
+    for arm in summary["plan"]["arms"]:
+        run_dir = out / arm
+        if not (run_dir / "plan.json").is_file():
+            continue
+        seeds = read_json(run_dir / "plan.json")["plan"]["rl_seeds"]
+        if not all(_exists(run_dir / "confirm" / f"rl-{s}-greedy.json") for s in seeds):
+            continue
+        confirm = [_greedy_solved(run_dir, "confirm", f"rl-{s}") for s in seeds]
+        exact = [int(_read(run_dir / f"rl-{s}" / "training-receipt.json")["exact_training_rollouts"]) for s in seeds]
+        lines.append(demo_place(summary, arm, precision, confirm, exact))
+    return lines
+
+
+# What the committed study keeps of each run (besides its sealed greedy receipts, gzipped).
+EXPORTED = ("plan.json", "pretrain/selection-dev.json", "rl-*/selection-dev.json", "rl-*/training-receipt.json")
+
+
+def export(runs: str | Path, results: str | Path, plan: DistributionPlan = DEFAULT_PLAN,
+           receipts: bool = False) -> list[Path]:
+    """Copy into `results` what the committed study keeps of the runs in `runs`: each run's plan, dev
+    selections and RL training receipts; with `receipts`, its sealed splits' greedy receipts (gzipped,
+    byte-identical inside, so the ledger's sha256 vouches for them) and the study's summary, report and
+    chart. Checkpoints, metrics and sampled receipts stay behind (their sha256 are in the ledger)."""
+    import gzip
+    import shutil
+
+    runs, results = Path(runs), Path(results)
+    written = []
+    for run in distribution_runs(runs, plan):
+        if not (run.directory / "plan.json").is_file():
+            continue
+        target = results / run.directory.relative_to(runs)
+        patterns = EXPORTED + (("confirm/*-greedy.json", "holdout/*-greedy.json") if receipts else ())
+        for pattern in patterns:
+            for source in sorted(run.directory.glob(pattern)):
+                destination = target / source.relative_to(run.directory)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                if source.parent.name in ("confirm", "holdout"):
+                    destination = destination.with_name(destination.name + ".gz")
+                    with open(source, "rb") as raw, open(destination, "wb") as handle, \
+                            gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0, compresslevel=9) as packed:
+                        shutil.copyfileobj(raw, packed)
+                else:
+                    shutil.copyfile(source, destination)
+                written.append(destination)
+    if receipts:
+        from glm53_flash.report.distribution import CHART_FILE
+
+        for name in (SUMMARY_FILE, "REPORT.md", CHART_FILE):
+            if (runs / name).is_file():
+                shutil.copyfile(runs / name, results / name)
+                written.append(results / name)
+    return written
+
+
 def read_summary(path: str | Path) -> dict:
     data = read_json(path)
     if not isinstance(data, dict) or "cells" not in data or "draws" not in data:
@@ -317,7 +418,7 @@ def read_summary(path: str | Path) -> dict:
     return data
 
 
-__all__ = ["DEFAULT_PLAN", "DistributionPlan", "PLAN_FILE", "SUMMARY_FILE", "demo_place", "describe",
-           "distribution_runs", "distribution_summary", "place_of", "plan_power", "read_draws", "read_summary",
-           "run_distribution", "state_plan"]
+__all__ = ["DEFAULT_PLAN", "DistributionPlan", "PLAN_FILE", "SUMMARY_FILE", "committed_summary", "demo_place",
+           "describe", "distribution_runs", "distribution_summary", "export", "place_of", "place_user_run",
+           "plan_power", "read_draws", "read_summary", "run_distribution", "state_plan", "write_summary"]
 

@@ -1,0 +1,189 @@
+"""The headline as a distribution: its chart, REPORT.md and the README's headline block, built only from
+distribution.json (experiments/headline_distribution.py, itself built from the runs' receipts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glm53_flash.core.receipts import write_text
+from glm53_flash.report.format import format_p
+from glm53_flash.report.tables import markdown_table
+
+CHART_FILE = "distribution.png"
+# One colour per arm across every chart of the project (report/figures.py names the palette).
+ARM_COLOURS = {"faithful": "tab:orange", "ours": "tab:blue"}
+PRECISION_MARKERS = {"fp32": "o", "bf16": "D"}
+ARM_NAMES = {"faithful": "faithful (the original's recipe)", "ours": "ours (our defaults)"}
+
+
+def _cell(summary: dict, arm: str, precision: str) -> dict | None:
+    return summary["cells"].get(f"{arm}/{precision}")
+
+
+def _cells(summary: dict) -> list[tuple[str, str, dict]]:
+    plan = summary["plan"]
+    return [(arm, precision, cell) for arm in plan["arms"] for precision in plan["precisions"]
+            if (cell := _cell(summary, arm, precision)) is not None]
+
+
+def distribution_figure(summary: dict):
+    """Confirm (of 24) and holdout (of 96) after RL, one point per draw (pretraining seed x RL seed),
+    a box per arm and precision, the original's 16/24 as a dashed line."""
+    from glm53_flash.report.figures import REFERENCE, pyplot, style
+
+    plt = pyplot()
+    cells = _cells(summary)
+    with style():
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+        for ax, key, total, title in ((axes[0], "confirm_after", 24, "confirm split after RL (of 24 tasks)"),
+                                      (axes[1], "holdout_after", 96, "holdout split after RL (of 96 tasks)")):
+            for position, (arm, precision, _) in enumerate(cells):
+                values = [r[key] for r in summary["draws"] if r["arm"] == arm and r["precision"] == precision]
+                ax.boxplot([values], positions=[position], widths=0.5, showfliers=False,
+                           medianprops={"color": "black"}, boxprops={"color": "0.4"}, whiskerprops={"color": "0.4"},
+                           capprops={"color": "0.4"})
+                offsets = [((i * 37) % 11 - 5) * 0.03 for i in range(len(values))]  # a fixed jitter
+                ax.scatter([position + o for o in offsets], values, s=18, alpha=0.75, color=ARM_COLOURS.get(arm),
+                           marker=PRECISION_MARKERS.get(precision, "o"), zorder=3)
+            ax.set_xticks(range(len(cells)), [f"{arm}\n{precision}" for arm, precision, _ in cells])
+            ax.set_ylim(-0.5, total + 0.5)
+            ax.set_ylabel("tasks solved (greedy)")
+            ax.set_title(title)
+            if key == "confirm_after":
+                ax.axhline(16, color=REFERENCE, linestyle="--", linewidth=1.5)
+        handles = [plt.Line2D([], [], color=ARM_COLOURS[a], marker="o", linestyle="", label=ARM_NAMES[a])
+                   for a in summary["plan"]["arms"]]
+        handles += [plt.Line2D([], [], color="0.3", marker=PRECISION_MARKERS[p], linestyle="", label=p)
+                    for p in summary["plan"]["precisions"]]
+        handles.append(plt.Line2D([], [], color=REFERENCE, linestyle="--", label="the original's published 16/24"))
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def write_chart(summary: dict, path: str | Path) -> Path:
+    from glm53_flash.report.figures import save_png
+
+    fig = distribution_figure(summary)
+    save_png(fig, path)
+    return Path(path)
+
+
+def cell_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per arm and precision: draws, confirm and holdout after RL (median, quartiles, range), how
+    often RL took off, and where the original's 16/24 falls."""
+    rule = summary["plan"]["takeoff_min_exact"]
+    rows = []
+    for arm, precision, cell in _cells(summary):
+        c, h, place = cell["confirm_after"], cell["holdout_after"], cell["original_place"]
+        rows.append([arm, precision, f"{len(cell['pretrain_seeds'])} x {cell['draws'] // max(len(cell['pretrain_seeds']), 1)}",
+                     f"{c['median']:g} ({c['q1']:g}-{c['q3']:g}; {c['min']}-{c['max']})",
+                     f"{h['median']:g} ({h['q1']:g}-{h['q3']:g}; {h['min']}-{h['max']})",
+                     f"{cell['took_off']} of {cell['draws']}",
+                     f"{place['above']} above, {place['equal']} equal, {place['below']} below"])
+    columns = ["arm", "precision", "draws (pretraining x RL seeds)", "confirm after RL /24: median (quartiles; range)",
+               "holdout after RL /96", f"RL took off (>= {rule} exact rollouts)", "draws vs the original's 16/24"]
+    return columns, rows
+
+
+def _effect(test: dict, unit: str, scale: float = 1.0) -> str:
+    if test["mean"] is None:
+        return "not run"
+    low, high = test["interval"] if test["interval"] else (None, None)
+    interval = "" if low is None else f", 95% interval {scale * low:+.2f} to {scale * high:+.2f}"
+    return f"{scale * test['mean']:+.2f} {unit}{interval}"
+
+
+def primary_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    rows = []
+    for name, test in summary["primary"].items():
+        unit = "of a seed's RL runs" if name.startswith("takeoff") else "tasks"
+        rows.append([name, str(len(test["seeds"])), _effect(test, unit),
+                     "n/a" if test["p"] is None else format_p(test["p"]),
+                     "n/a" if test.get("p_holm") is None else format_p(test["p_holm"]),
+                     "holds" if test.get("holds") else "not shown"])
+    return ["comparison (second - first)", "pretraining seeds", "mean difference over seeds", "sign-flip p",
+            "Holm p", "result"], rows
+
+
+def statements(summary: dict) -> list[str]:
+    """The three plain sentences: what holds, what does not, what varies with the CPU."""
+    primary = summary["primary"]
+    held = [name for name, t in primary.items() if t.get("holds")]
+    not_shown = [name for name, t in primary.items() if t.get("p_holm") is not None and not t.get("holds")]
+    untested = [name for name, t in primary.items() if t.get("p_holm") is None]
+    alpha = summary["plan"]["alpha"]
+    n = len(summary["plan"]["pretrain_seeds"])
+    first = ("**Holds** (Holm over the primary family, at pretraining seeds): " + "; ".join(
+        f"{name} ({_effect(primary[name], 'tasks' if 'confirm' in name else 'of the RL runs')}, Holm p "
+        f"{format_p(primary[name]['p_holm'])})" for name in held) + "." if held else
+             f"**Holds:** nothing in the primary family at alpha {alpha} after Holm.")
+    second = ("**Not shown:** " + "; ".join(f"{name} (Holm p {format_p(primary[name]['p_holm'])})" for name in not_shown)
+              + "." if not_shown else "**Not shown:** nothing.")
+    if untested:
+        second += " Not yet run: " + "; ".join(untested) + "."
+    cells = {f"{a}/{p}": c for a, p, c in _cells(summary)}
+    varies = []
+    for arm in summary["plan"]["arms"]:
+        parts = [f"{p} {cells[f'{arm}/{p}']['took_off']} of {cells[f'{arm}/{p}']['draws']}"
+                 for p in summary["plan"]["precisions"] if f"{arm}/{p}" in cells]
+        if parts:
+            varies.append(f"{arm}: RL took off in " + ", ".join(parts))
+    third = ("**Varies with the CPU's arithmetic:** the same seeds give other results in fp32 and in bf16 ("
+             + "; ".join(varies) + f" draws over {n} pretraining seeds), so one run is one draw from these "
+             f"distributions.")
+    return [first, second, third]
+
+
+def headline_block(summary: dict, chart: str) -> list[str]:
+    """The README's headline: the chart, one table, three sentences (at most 40 lines)."""
+    columns, rows = cell_rows(summary)
+    return [f"![confirm and holdout after RL, every draw]({chart})", "", *markdown_table(columns, rows), "",
+            *[f"- {s}" for s in statements(summary)]]
+
+
+def build_distribution_report(out: str | Path) -> Path:
+    """OUT/REPORT.md and OUT/distribution.png from OUT/distribution.json."""
+    from glm53_flash.core.receipts import read_json
+    from glm53_flash.experiments.headline_distribution import SUMMARY_FILE, power_lines, DistributionPlan
+
+    out = Path(out)
+    summary = read_json(out / SUMMARY_FILE)
+    write_chart(summary, out / CHART_FILE)
+    plan = DistributionPlan.from_dict(summary["plan"])
+    columns, rows = primary_rows(summary)
+    seed_rows = []
+    for row in sorted(summary["draws"], key=lambda r: (r["precision"], r["arm"], r["pretrain_seed"], r["rl_seed"])):
+        seed_rows.append([row["precision"], row["arm"], row["pretrain_seed"], row["rl_seed"], row["confirm_before"],
+                          row["confirm_after"], row["holdout_before"], row["holdout_after"],
+                          row["exact_training_rollouts"], "yes" if row["took_off"] else "no"])
+    lines = [
+        "# The headline as a distribution", "",
+        f"The original's experiment (`glm53 reproduce --preset {plan.preset}`) at {len(plan.pretrain_seeds)} "
+        f"pretraining seeds, each with its {summary['power'].get('rl_seeds', 3)} RL seeds, both arms, in "
+        f"{' and '.join(plan.precisions)}. Built from the runs' receipts (`distribution.json`).", "",
+        f"![every draw]({CHART_FILE})", "",
+        *markdown_table(*cell_rows(summary)), "",
+        *[f"- {s}" for s in statements(summary)], "",
+        "## The plan, stated before the first run", "",
+        *[f"- {note}" for note in plan.notes],
+        f"- RL took off: at least {plan.takeoff_min_exact} exact training rollouts of 1,536", "",
+        *power_lines(plan, summary["power"]), "",
+        "## Primary comparisons (paired by pretraining seed, Holm over the family)", "",
+        *markdown_table(columns, rows), "",
+        "## Secondary", "",
+        *markdown_table(["comparison (second - first)", "pretraining seeds", "mean difference", "sign-flip p"],
+                        [[name, str(len(t["seeds"])), _effect(t, "tasks"),
+                          "n/a" if t["p"] is None else format_p(t["p"])] for name, t in summary["secondary"].items()]),
+        "",
+        "## Every draw", "",
+        *markdown_table(["precision", "arm", "pretraining seed", "RL seed", "confirm before", "confirm after",
+                         "holdout before", "holdout after", "exact training rollouts", "took off"], seed_rows), "",
+    ]
+    path = out / "REPORT.md"
+    write_text(path, "\n".join(lines))
+    return path
+
+
+__all__ = ["ARM_COLOURS", "CHART_FILE", "build_distribution_report", "cell_rows", "distribution_figure",
+           "headline_block", "primary_rows", "statements", "write_chart"]
