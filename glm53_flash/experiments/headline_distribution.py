@@ -374,18 +374,19 @@ EXPORTED = ("plan.json", "pretrain/selection-dev.json", "rl-*/selection-dev.json
 
 
 def export(runs: str | Path, results: str | Path, plan: DistributionPlan = DEFAULT_PLAN,
-           receipts: bool = False) -> list[Path]:
+           receipts: bool = False, only: str | Path | None = None) -> list[Path]:
     """Copy into `results` what the committed study keeps of the runs in `runs`: each run's plan, dev
     selections and RL training receipts; with `receipts`, its sealed splits' greedy receipts (gzipped,
     byte-identical inside, so the ledger's sha256 vouches for them) and the study's summary, report and
-    chart. Checkpoints, metrics and sampled receipts stay behind (their sha256 are in the ledger)."""
+    chart. Checkpoints, metrics and sampled receipts stay behind (their sha256 are in the ledger).
+    `only`: one run directory (its files only, not the study's summary)."""
     import gzip
     import shutil
 
     runs, results = Path(runs), Path(results)
     written = []
     for run in distribution_runs(runs, plan):
-        if not (run.directory / "plan.json").is_file():
+        if not (run.directory / "plan.json").is_file() or (only is not None and run.directory != Path(only)):
             continue
         target = results / run.directory.relative_to(runs)
         patterns = EXPORTED + (("confirm/*-greedy.json", "holdout/*-greedy.json") if receipts else ())
@@ -401,7 +402,7 @@ def export(runs: str | Path, results: str | Path, plan: DistributionPlan = DEFAU
                 else:
                     shutil.copyfile(source, destination)
                 written.append(destination)
-    if receipts:
+    if receipts and only is None:
         from glm53_flash.report.distribution import CHART_FILE
 
         for name in (SUMMARY_FILE, "REPORT.md", CHART_FILE):
