@@ -1,0 +1,188 @@
+"""Docs whose figures are generated: every number a doc shows comes from a block that `glm53 docs build`
+renders from committed summaries, and `glm53 docs check` verifies.
+
+A generated block sits between two markers and holds exactly what its renderer returns:
+
+    <!-- generated: headline -->
+    ...rendered markdown...
+    <!-- /generated -->
+
+`RENDERERS` names every block (a function of the checkout's root returning markdown). Outside blocks, a
+doc may hold numbers only inside code (`make test`, `--steps 300`, fenced examples) or link targets;
+anything else that looks like a figure is a problem for `check`, so a measured number cannot be typed
+into prose by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+DOCS = ("README.md", "docs/ARCHITECTURE.md", "docs/BENCHMARKS.md", "docs/STUDIES.md", "docs/TUTORIAL.md",
+        "docs/VERIFIER.md", "docs/GLM_MAPPING.md")
+START = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$")
+END = "<!-- /generated -->"
+# A number in prose: digits not part of a word (bf16, x86, glm53) or of a version-like token.
+NUMBER = re.compile(r"(?<![\w.\-/])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?(?![\w.]*\w)")
+
+
+# --------------------------------------------------------------------------- renderers
+
+
+def _read(root: Path, relative: str):
+    path = root / relative
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def render_model_facts(root: Path) -> str:
+    """The model in one sentence, from the flash preset's config and its parameter count."""
+    import torch
+
+    from glm53_flash.model.config import ModelConfig
+    from glm53_flash.model.lm import GLM53Flash
+
+    cfg = ModelConfig()
+    with torch.device("meta"):
+        counts = GLM53Flash(cfg).parameter_counts()
+    rhythm = ", ".join(["linear"] * (cfg.sparse_every - 1) + ["sparse"])
+    return (f"A {counts['total']:,}-parameter byte-level model ({counts['active']:,} active per token): "
+            f"{cfg.layers} layers in a {rhythm} attention rhythm, {cfg.experts} routed experts (top "
+            f"{cfg.top_k}) plus one shared expert, {cfg.streams} residual streams, a tied head, a "
+            f"{cfg.vocab_size}-token byte vocabulary and a context of {cfg.max_sequence_length} bytes.")
+
+
+def render_headline(root: Path) -> str:
+    """The headline as a distribution: chart, one table, three sentences (results/headline-distribution)."""
+    from glm53_flash.report.distribution import headline_block
+
+    summary = _read(root, "results/headline-distribution/distribution.json")
+    if summary is None:
+        return "The headline study (`results/headline-distribution/`) has not been committed yet."
+    return "\n".join(headline_block(summary, "results/headline-distribution/distribution.png"))
+
+
+RENDERERS: dict[str, Callable[[Path], str]] = {
+    "model-facts": render_model_facts,
+    "headline": render_headline,
+}
+
+
+def register(name: str, renderer: Callable[[Path], str]) -> None:
+    """Add a block renderer (a doc module or a study registers its own)."""
+    if not re.fullmatch(r"[a-z0-9-]+", name):
+        raise ValueError(f"a block name is lower-case words joined by '-', got {name!r}")
+    RENDERERS[name] = renderer
+
+
+# --------------------------------------------------------------------------- reading and writing docs
+
+
+def segments(text: str) -> list[tuple[str | None, list[str]]]:
+    """The doc as [(block name or None for prose, lines)], in order; markers belong to their block."""
+    lines = text.split("\n")
+    out: list[tuple[str | None, list[str]]] = []
+    prose: list[str] = []
+    i = 0
+    while i < len(lines):
+        match = START.match(lines[i])
+        if not match:
+            prose.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and lines[j] != END:
+            if START.match(lines[j]):
+                raise ValueError(f"line {j + 1}: a generated block starts inside block {match.group(1)!r}")
+            j += 1
+        if j == len(lines):
+            raise ValueError(f"line {i + 1}: block {match.group(1)!r} has no {END}")
+        out.append((None, prose))
+        prose = []
+        out.append((match.group(1), lines[i + 1:j]))
+        i = j + 1
+    out.append((None, prose))
+    return out
+
+
+def rendered(name: str, root: Path) -> list[str]:
+    if name not in RENDERERS:
+        raise ValueError(f"unknown generated block {name!r}; known: {', '.join(sorted(RENDERERS))}")
+    return RENDERERS[name](root).rstrip("\n").split("\n")
+
+
+def build_text(text: str, root: Path) -> str:
+    out: list[str] = []
+    for name, lines in segments(text):
+        out += lines if name is None else [f"<!-- generated: {name} -->", *rendered(name, root), END]
+    return "\n".join(out)
+
+
+def numbers_in_prose(lines: list[str], first_line: int = 1) -> list[tuple[int, str]]:
+    """(line number, text) of every number outside code, link targets and HTML comments."""
+    found, fenced = [], False
+    for offset, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        visible = re.sub(r"`[^`]*`", " ", line)
+        visible = re.sub(r"\]\([^)]*\)", "] ", visible)
+        visible = re.sub(r"<!--.*?-->|<[^>]+>", " ", visible)
+        visible = re.sub(r"^\s*(?:\d+\.|[-*])\s", " ", visible)  # list markers
+        found += [(first_line + offset, m.group(0)) for m in NUMBER.finditer(visible)]
+    return found
+
+
+def check_text(text: str, root: Path, doc: str = "doc") -> list[str]:
+    """Problems of one doc: a block that is not its rendering, an unknown block, a number in prose, a
+    hand-written binding comment."""
+    problems = []
+    line = 1  # the doc's line number of the segment's first line
+    for name, lines in segments(text):
+        if name is None:
+            for number, shown in numbers_in_prose(lines, line):
+                problems.append(f"{doc}:{number}: {shown!r} outside a generated block (put it in one, or in code)")
+            problems += [f"{doc}:{line + k}: a hand-written binding comment" for k, content in enumerate(lines)
+                         if "<!-- cells" in content]
+            line += len(lines)
+            continue
+        try:
+            if lines != rendered(name, root):
+                problems.append(f"{doc}:{line}: block {name!r} is not what `glm53 docs build` renders")
+        except ValueError as error:
+            problems.append(f"{doc}:{line}: {error}")
+        line += len(lines) + 2
+    return problems
+
+
+def build(root: Path, docs=DOCS) -> list[str]:
+    """Rewrite every generated block of `docs`; returns the docs that changed."""
+    from glm53_flash.core.receipts import write_text
+
+    changed = []
+    for doc in docs:
+        path = root / doc
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        new = build_text(text, root)
+        if new != text:
+            write_text(path, new)
+            changed.append(doc)
+    return changed
+
+
+def check(root: Path, docs=DOCS) -> list[str]:
+    problems = []
+    for doc in docs:
+        path = root / doc
+        if path.is_file():
+            problems += check_text(path.read_text(), root, doc)
+    return problems
+
+
+__all__ = ["DOCS", "RENDERERS", "build", "build_text", "check", "check_text", "numbers_in_prose", "register",
+           "rendered", "segments"]
