@@ -345,7 +345,7 @@ def _target(path: Path, within: str | Path | None) -> tuple[int, str]:
     if not stat.S_ISREG(info.st_mode):
         os.close(directory)
         what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-        raise UnsafeFileError(f"{path} is {what}; refusing to write through it (a regular file or a new name is "
+        raise UnsafeFileError(f"{path} is {what}; refusing to write through it (only a regular file or a new name is "
                               "written)")
     return directory, path.name
 
