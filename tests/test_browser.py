@@ -315,6 +315,37 @@ def test_presenter_view_shows_current_next_and_notes(browser, deck_html, tmp_pat
     assert errors(browser) == []
 
 
+# Markup a hostile receipt would plant if the escaping failed: a script, an event handler, a style
+# attribute and a javascript: link. Each one, run, changes the page's title or the text's colour.
+INJECTED = ("<script>document.title = 'pwned by a script'</script>"
+            "<img id='injected-image' src='data:,' onerror=\"document.title = 'pwned by a handler'\">"
+            "<p id='injected-style' style='color: rgb(255, 0, 0)'>styled</p>"
+            "<a id='injected-link' href=\"javascript:document.title = 'pwned by a link'\">link</a>")
+
+
+def test_markup_that_got_past_the_escaping_runs_nothing(browser, deck_html, checkpoint, tmp_path):
+    """The content security policy alone (the escaping assumed broken: the markup is put into the deck
+    as it is): served with the policy header and opened as a file with its <meta> policy, the page's own
+    script runs and nothing planted does."""
+    tampered = deck_html.replace('<div class="body">', '<div class="body">' + INJECTED, 1)
+    path = tmp_path / "deck.html"
+    path.write_text(tampered)
+    srv = serve(tampered, tmp_path / "notes", checkpoint)
+    try:
+        for url in (srv.launch_url, path.as_uri()):
+            browser.get(url)
+            wait(browser, lambda d: counter(d).startswith("1 / "))  # the deck's own script ran
+            browser.find_element(By.ID, "injected-link").click()
+            title = browser.execute_script("return document.title")
+            colour = browser.execute_script(
+                "return getComputedStyle(document.getElementById('injected-style')).color")
+            assert "pwned" not in title and colour != "rgb(255, 0, 0)", (url, title, colour)
+            refused = [e["message"] for e in errors(browser) if "Content Security Policy" in e["message"]]
+            assert refused, url  # the browser says what it refused
+    finally:
+        stop(srv)
+
+
 class _Quiet(SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass

@@ -116,3 +116,82 @@ def test_a_corrupt_plan_is_refused_before_anything_runs(content, tmp_path, capsy
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and "glm53 reproduce: error:" in err, err
     assert sorted(p.name for p in (out / "ours").iterdir()) == ["plan.json"]  # nothing written
+
+
+# --------------------------------------------------------------------------- hostile files: writes and reads
+
+
+def test_every_write_refuses_a_link_and_leaves_no_half_file(tmp_path):
+    """write_text / write_json / write_bytes, which every command writes through: a target that is a
+    symbolic link (or not a regular file) is refused in one line and what it points to is untouched; a
+    write that fails leaves the old file and no temporary one."""
+    from glm53_flash.core.receipts import UnsafeFileError, write_bytes, write_json, write_text
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "receipt.json").symlink_to(victim)
+    (tmp_path / "a-directory").mkdir()
+    for write, name in ((write_json, "receipt.json"), (write_text, "a-directory")):
+        with pytest.raises(UnsafeFileError, match="symbolic link|not a regular file") as refused:
+            write(tmp_path / name, {"x": 1} if write is write_json else "x")
+        assert str(tmp_path / name) in str(refused.value) and "\n" not in str(refused.value)
+    assert victim.read_text() == "keep me"
+    target = write_text(tmp_path / "report.md", "old")
+    with pytest.raises(TypeError):
+        write_bytes(target, "not bytes")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-directory", "receipt.json", "report.md", "victim.txt"]
+
+
+def test_a_write_stays_inside_its_output_directory(tmp_path):
+    """An output directory whose path runs through a link inside the directory it must stay in is refused
+    (core.receipts.write_bytes with `within`), and so is a path that leaves it."""
+    from glm53_flash.core.receipts import UnsafeFileError, write_text
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "charts").symlink_to(outside)
+    for path in (run / "charts" / "x.png", run / ".." / "outside" / "x.png"):
+        with pytest.raises(UnsafeFileError):
+            write_text(path, "x", within=run)
+    assert list(outside.iterdir()) == []
+    assert write_text(run / "new" / "x.md", "x", within=run).read_text() == "x"
+
+
+def test_inputs_are_regular_files_within_their_caps(tmp_path, monkeypatch):
+    import os
+
+    from glm53_flash.core import receipts
+
+    fifo = tmp_path / "receipt.json"
+    os.mkfifo(fifo)
+    with pytest.raises(receipts.UnsafeFileError, match="not a regular file"):
+        receipts.read_json(fifo)  # refused, not waited on
+    big = tmp_path / "big.json"
+    big.write_text("[" + "0," * 600 + "0]")
+    monkeypatch.setitem(receipts.READ_LIMITS, "json", 1000)
+    with pytest.raises(receipts.UnsafeFileError, match="read up to"):
+        receipts.read_json(big)
+    link = tmp_path / "rows.jsonl"
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("")
+    link.symlink_to(victim)
+    with pytest.raises(receipts.UnsafeFileError, match="symbolic link"):
+        receipts.append_text(link, "{}\n")
+    assert victim.read_text() == ""
+
+
+def test_a_run_lock_is_never_taken_through_a_link(tmp_path):
+    from glm53_flash.core.receipts import UnsafeFileError
+    from glm53_flash.train.rundir import LOCK_FILE, RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (run / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        RunLock(run).acquire()
+    assert victim.read_text() == "keep me"

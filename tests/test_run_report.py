@@ -53,3 +53,80 @@ def test_what_is_not_a_run_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "holds no training-receipt.json" in err and "glm53 analyze" in err and len(err.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- hostile run directories
+
+
+def _rl_run(directory, **fields):
+    """A small RL run directory (no training): its receipt with `fields`, and two metrics rows."""
+    directory.mkdir()
+    receipt = {"status": "complete", "algorithm": "RLOO", "group_size": 4, "groups": 2, "updated_groups": 1,
+               "exact_training_rollouts": 3, "reward_mode": "binary", "elapsed_seconds": 1.0, **fields}
+    (directory / "training-receipt.json").write_text(json.dumps(receipt))
+    (directory / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"last_group": 1, "mean_reward": 0.0}, {"last_group": 2, "mean_reward": 0.5})))
+    return directory
+
+
+@pytest.mark.parametrize("name", ["report.md", "report-curves.png"])
+def test_a_report_never_writes_through_a_symbolic_link(tmp_path, capsys, name):
+    """report.md or report-curves.png planted as a link to another file: the command refuses in one line
+    and the other file keeps its bytes (before, it was overwritten with the report)."""
+    run = _rl_run(tmp_path / "run")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (run / name).symlink_to(victim)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and name in err and len(err.splitlines()) == 1
+    assert victim.read_text() == "keep me" and (run / name).is_symlink()
+
+
+def test_receipt_values_are_escaped_in_a_report(tmp_path):
+    """Values a receipt chose cannot add lines, tags, handlers or links to report.md."""
+    hostile = "x\n# injected <script>alert(1)</script> <img src=x onerror=alert(1)> [click](javascript:alert(1)) a|b"
+    run = _rl_run(tmp_path / "run", device=hostile, status=hostile, reward_mode=hostile)
+    assert main(["report", str(run)]) == 0
+    text = (run / "report.md").read_text()
+    assert not any(line.startswith("# injected") for line in text.splitlines())
+    for raw in ("<script", "<img", "](javascript:", "a|b"):
+        assert raw not in text, raw
+    evaluation = tmp_path / "eval.json"
+    evaluation.write_text(json.dumps({"split": hostile, "checkpoint": hostile, "inference": {"greedy": True},
+                                      "summary": {"tasks_total": hostile}, "by_family": {hostile: {hostile: hostile}},
+                                      "episodes": []}))
+    assert main(["report", str(evaluation)]) == 0
+    text = (tmp_path / "eval.report.md").read_text()
+    assert not any(line.startswith("# injected") for line in text.splitlines())
+    assert "<script" not in text and "<img" not in text and "](javascript:" not in text
+
+
+def test_markdown_cells_stay_in_their_cell_and_make_no_markup():
+    from glm53_flash.report.tables import html_from_markdown, markdown_table
+
+    values = ["a|b", "a\\|b", "x\ny\r\nz", "<script>alert(1)</script>", "[c](javascript:alert(1))", "![i](x)",
+              "<= 15 min", "`((x)\\n)`", "**bold**"]
+    lines = markdown_table(["value"], [[v] for v in values])
+    assert len(lines) == 2 + len(values)
+    for line, value in zip(lines[2:], values):
+        assert line.count("|") - line.count("\\|") == 2, line  # one cell: only the row's own two pipes
+        assert "<script" not in line and "](" not in line
+    assert lines[-3:] == ["| <= 15 min |", "| `((x)\\n)` |", "| **bold** |"]  # ordinary cells are unchanged
+    html = html_from_markdown(lines)
+    assert "<script" not in html and "&lt;script&gt;" in html and "<td>a|b</td>" in html
+
+
+def test_a_metrics_file_past_its_cap_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
+    """The size cap alone: a sparse metrics.jsonl larger than READ_LIMITS["jsonl"] (lowered here to 1 MiB,
+    the file 64 MiB of holes) is one line naming its size and the cap, from its size alone."""
+    from glm53_flash.core import receipts
+
+    monkeypatch.setitem(receipts.READ_LIMITS, "jsonl", 2**20)
+    run = _rl_run(tmp_path / "run")
+    with open(run / "metrics.jsonl", "r+b") as handle:
+        handle.truncate(64 * 2**20)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.jsonl is 64.0 MiB" in err and "1.0 MiB" in err and len(err.splitlines()) == 1
+    assert not (run / "report.md").exists()

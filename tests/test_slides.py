@@ -296,3 +296,36 @@ def test_text_problems_sees_a_clipped_title_and_overlapping_labels():
     figures.pyplot().close(fig)
     assert any(p.startswith("outside: 'a title") for p in problems)
     assert "overlap: 'here' / 'here too'" in problems
+
+
+def test_a_hostile_confirm_receipt_is_escaped_on_the_example_slide(tmp_path):
+    """A confirm receipt whose verdict counts are markup (not numbers) shows them as text on the slide."""
+    from types import SimpleNamespace
+
+    from glm53_flash.report.slides import slide_example
+
+    hostile = "<script>window.pwned = 1</script>"
+    confirm = tmp_path / "confirm"
+    confirm.mkdir()
+    for name, passed in (("before-greedy.json", False), ("rl-7-greedy.json", True)):
+        episode = {"task_id": "confirm-double-000", "prompt": "def f(x):\n", "generated_completion": "    return x\n",
+                   "evaluation": {"passed": passed, "status": "passed" if passed else "failed",
+                                  "tests_passed": hostile, "tests_total": "<img src=x onerror=alert(1)>"}}
+        (confirm / name).write_text(json.dumps({"episodes": [episode]}))
+    (slide,) = slide_example(SimpleNamespace(run=tmp_path, summary=SimpleNamespace(rl_seeds=["7"])))
+    body = slide.html()
+    assert "<script" not in body and "<img" not in body and html.escape(hostile) in body
+
+
+def test_the_deck_carries_its_policy_and_no_inline_style(deck):
+    """The file itself (opened from file://, where no server sends a header) allows only its own script
+    and stylesheet; charts carry presentation attributes, not style attributes."""
+    from glm53_flash.report.page_policy import source_hash
+
+    policy = html.unescape(re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)"', deck).group(1))
+    scripts = re.findall(r"<script>(.*?)</script>", deck, flags=re.S)
+    styles = re.findall(r"<style[^>]*>(.*?)</style>", deck, flags=re.S)
+    assert "unsafe-inline" not in policy and len(scripts) == len(styles) == 1
+    assert f"script-src {source_hash(scripts[0])}" in policy and f"style-src {source_hash(styles[0])}" in policy
+    assert deck.index("Content-Security-Policy") < deck.index("<style>")
+    assert not re.search(r"<[^>]+\sstyle=", deck) and "data-grow=" in deck

@@ -225,6 +225,57 @@ def test_without_policy_stdin_is_closed_and_no_socket_or_pipe_can_be_made(verifi
     assert "No module named" in unchecked(verifier, "return B['__import__']('http.client')").message  # no file can be opened
 
 
+def test_without_policy_a_candidate_cannot_reach_the_next_through_its_standard_descriptors():
+    """The worker's layer alone (policy off): one candidate sets O_APPEND | O_NONBLOCK on fd 1 and takes
+    an exclusive lock on it; a later one passes only if it sees either. Every child gets a /dev/null of
+    its own as fds 0-2, so the later one fails exactly as it does in a fresh pool."""
+    task = task_of("double")
+    setter = ("import_ = B['__import__']\nf, os = import_('fcntl'), import_('os')\n"
+              "f.fcntl(1, f.F_SETFL, os.O_APPEND | os.O_NONBLOCK)\nf.flock(1, f.LOCK_EX)\nreturn 0")
+    reader = ("import_ = B['__import__']\nf, os = import_('fcntl'), import_('os')\n"
+              "left = f.fcntl(0, f.F_GETFL) & (os.O_APPEND | os.O_NONBLOCK)\n"
+              "try:\n    f.flock(2, f.LOCK_EX | f.LOCK_NB)\nexcept B['OSError']:\n    left = 1\n"
+              "return x * 2 if left else 0")
+    with Verifier(workers=1, cpu_seconds=CPU_SECONDS, wall_seconds=WALL_SECONDS) as pool:
+        alone = pool._evaluate_unchecked(task, program(task, ESCAPE + "\n" + reader))
+        assert alone.status == "failed", alone
+        for _ in range(2):
+            pool._evaluate_unchecked(task, program(task, ESCAPE + "\n" + setter))
+            after = pool._evaluate_unchecked(task, program(task, ESCAPE + "\n" + reader))
+            assert (after.status, after.tests_passed, after.message) == (alone.status, alone.tests_passed,
+                                                                         alone.message), after
+
+
+def test_an_address_dependent_program_gets_the_same_verdict_in_every_fresh_pool():
+    """Policy on: a generator's text holds its address. The worker runs with address-space
+    randomisation off and does the same work before every fork, so the address, and every verdict
+    built on it, is the same in every fresh pool and after any other candidates."""
+    task = task_of("double")
+    probe = program(task, "return str((y for y in [x]))[-16:]")  # the address, whole in the message
+    honest = program(task, "return x * 3")
+    messages = set()
+    for before in range(4):
+        with Verifier(workers=1) as pool:
+            if pool.isolation["layers"].get("fixed_addresses") is False:
+                pytest.skip(f"this host keeps addresses random: {pool.isolation['notes']}")
+            results = pool.evaluate_many([(task, honest)] * before + [(task, probe)])
+            messages.add(results[-1].message)
+    assert len(messages) == 1 and "0x" in messages.pop()
+
+
+def test_a_result_message_is_clipped_to_its_limit(verifier):
+    """Policy off, a child writes its own result frame with a 590,000-character message: the verdict
+    keeps at most MESSAGE_CHARS of it (honest messages are shorter)."""
+    for frame in ("{\"s\":\"invalid\",\"m\":\"" + "A" * 590_000 + "\"}",
+                  "{\"s\":\"ran\",\"c\":[[0,\"" + "B" * 590_000 + "\"],[0,\"x\"],[0,\"x\"]]}"):
+        result = unchecked(verifier, f"B['__import__']('os').write(3, {frame!r}.encode())\n"
+                                     "B['__import__']('os')._exit(0)")
+        assert not result.passed and len(result.message) <= 256, (result.status, len(result.message))
+    from glm53_flash.verifier.evaluation import MESSAGE_CHARS, Evaluation
+
+    assert MESSAGE_CHARS == 256 and len(Evaluation.invalid("C" * 10_000, 3).message) == MESSAGE_CHARS
+
+
 def test_without_policy_sleeping_hits_the_wall_clock_deadline(verifier):
     start = time.monotonic()
     result = unchecked(verifier, "B['__import__']('time').sleep(30)\nreturn x * 2")

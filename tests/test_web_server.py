@@ -60,6 +60,46 @@ def test_pages_embed_the_run_token_and_loopback_is_the_default(server):
     assert status == 200 and json.loads(body)["edits"] == {}
 
 
+def test_pages_run_only_their_own_scripts_and_styles(server):
+    """The second layer under escaping: each page's policy allows exactly the package's own script and
+    stylesheet (by sha256), no 'unsafe-inline', no style attribute; every other answer allows none."""
+    import re
+
+    from glm53_flash.report.page_policy import source_hash
+
+    for path in ("/", "/playground"):
+        _, headers, body = parse_reply(raw_reply(server, request_bytes(server, "GET", path)))
+        (policy,) = headers["content-security-policy"]
+        assert "unsafe-inline" not in policy and "unsafe-hashes" not in policy and "frame-ancestors 'none'" in policy
+        page = body.decode()
+        scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+        styles = re.findall(r"<style>(.*?)</style>", page, flags=re.S)
+        directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+        assert scripts and directives["script-src"] == " ".join(source_hash(t) for t in scripts)
+        assert styles and directives["style-src"] == " ".join(source_hash(t) for t in styles)
+        assert not re.search(r"<[^>]+\sstyle=", page) and not re.search(r"<[^>]+\son[a-z]+=", page)
+    _, headers, _ = parse_reply(raw_reply(server, request_bytes(server, "GET", "/api/feedback")))
+    (policy,) = headers["content-security-policy"]
+    assert "script-src" not in policy and "style-src" not in policy and policy.startswith("default-src 'none'")
+
+
+def test_a_page_policy_comes_from_the_package_never_from_the_deck_served(deck_html, checkpoint, tmp_path):
+    """A deck with a script that got past the escaping: the page's policy allows the package's deck.js
+    and not that script."""
+    from glm53_flash.report.page_policy import source_hash
+    from glm53_flash.report.slides import deck_assets
+
+    injected = "document.title = 'pwned'"
+    tampered = deck_html.replace("</main>", f"<script>{injected}</script></main>", 1)
+    srv = serve(tampered, tmp_path / "notes", checkpoint)
+    try:
+        _, headers, _ = parse_reply(raw_reply(srv, request_bytes(srv, "GET", "/")))
+        (policy,) = headers["content-security-policy"]
+        assert source_hash(deck_assets()[1]) in policy and source_hash(injected) not in policy
+    finally:
+        stop(srv)
+
+
 def test_every_read_and_write_needs_the_launch_token(server):
     assert post_json(server, "/api/feedback", NOTE)[0] == 200
     secret = b"say the seed count out loud"

@@ -10,7 +10,6 @@ alternating order, and pairs each round's figures with the first count's."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.core.receipts import provenance, read_json, write_json
 from glm53_flash.core.runtime import ThreadGovernor
 from glm53_flash.model import GLM53Flash
 from glm53_flash.model.config import ModelConfig
@@ -189,7 +188,7 @@ def compare_spin_counts(spin_counts: list[int], rounds: int = 2, output: str | N
                 if done.returncode != 0:
                     raise RuntimeError(f"the child with GOMP_SPINCOUNT={count} failed ({done.returncode})"
                                        + (f": {done.stderr.strip()[-800:]}" if quiet else ""))
-                children[count].append(json.loads(path.read_text()))
+                children[count].append(read_json(path))
     reference = spin_counts[0]
     per_count = {}
     for count in spin_counts:
@@ -251,7 +250,7 @@ def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, 
     seconds = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f"the pretraining child failed ({code}): {log.read_text().strip()[-800:]}")
-    receipt = json.loads((out / "training-receipt.json").read_text())
+    receipt = read_json(out / "training-receipt.json")
     spin_waits = receipt["provenance"].get("spin_waits") or ""
     return {"wall_seconds": seconds, "final_weights_sha256": receipt["checkpoints"][-1]["weights_sha256"],
             "spin_waits": spin_waits, "restarted": "restarted when" in spin_waits,  # what the last process said

@@ -14,14 +14,13 @@ With `busy`, the same stage in fp32 instead: quiet, then beside one CPU-bound pr
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.core.receipts import provenance, read_jsonl, write_json
 from glm53_flash.benchmarks.common import bench_precisions, print_table
 
 # name -> (precision, beside a busy process, adaptive threads)
@@ -49,7 +48,7 @@ def _one(cfg) -> dict:
     start = time.perf_counter()
     receipt = train_rl(cfg)
     seconds = time.perf_counter() - start
-    rows = [json.loads(line) for line in (Path(cfg.output) / METRICS_FILE).read_text().splitlines() if line]
+    rows = read_jsonl(Path(cfg.output) / METRICS_FILE)
     rollout = sum(r["rollout_seconds"] for r in rows)
     positions = sum(r["update_positions"] for r in rows)
     return {"precision": receipt["precision"], "wall_seconds": seconds, "elapsed_seconds": receipt["elapsed_seconds"],

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from glm53_flash.core.options import add_arguments, config_record, from_arguments
+from glm53_flash.core.receipts import read_json
 from glm53_flash.commands.train import add_no_progress_alias
 
 
@@ -15,7 +16,7 @@ def register(sub) -> None:
     from glm53_flash.experiments.config import (
         GeneralisationStudyConfig, PretrainingDataStudyConfig, PretrainSwitchesStudyConfig, RLChoicesStudyConfig,
         RLSwitchesStudyConfig,
-    )
+   )
 
     experiment = sub.add_parser("experiment", help="research studies (resumable, planned, with receipts)")
     studies = experiment.add_subparsers(dest="study", metavar="STUDY")
@@ -98,7 +99,7 @@ def _existing_plan(out: Path, draft: dict) -> dict | None:
 
     path = out / PLAN_FILE
     if path.is_file():
-        existing = json.loads(path.read_text())
+        existing = read_json(path)
         if existing.get("plan_sha256") == plan_hash(draft):
             return existing
     return None
@@ -122,7 +123,7 @@ def _start_study(cfg, out: Path, plan: dict) -> bool:
     from glm53_flash.experiments.study import pending_units, prepare_study
 
     resuming = prepare_study(out, plan, cfg.force)
-    recorded = json.loads((out / "plan.json").read_text())
+    recorded = read_json(out / "plan.json")
     lines = plan_power_lines(recorded)
     for line in lines:
         print(line, file=sys.stderr)
@@ -288,7 +289,7 @@ def _run_rl_phases(cfg, out: Path, plan: dict, opening=None) -> int:
     confirm = [u for u in plan["units"] if u["phase"] == "confirm"]
     if confirm:
         selection_path = out / SELECTION_FILE
-        selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+        selection = read_json(selection_path) if selection_path.exists() else None
         if selection is None or selection.get("plan_sha256") != plan["plan_sha256"]:  # none yet, or stale
             selection = select_candidate(plan, load_receipts(out, plan["plan_sha256"])) | {
                 "plan_sha256": plan["plan_sha256"], "provenance": provenance(sys.argv)}
@@ -408,7 +409,7 @@ def _run_pretrain_switches_phases(cfg, out: Path, plan: dict, opening) -> int:
         return ran  # another shard's dev runs are not done yet: no decision, no sealed split
     receipts = load_receipts(out, plan["plan_sha256"])
     selection_path = out / SELECTION_FILE
-    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    selection = read_json(selection_path) if selection_path.exists() else None
     if selection is None or selection.get("plan_sha256") != plan["plan_sha256"]:
         effects = pretrain_switches.main_effects(plan, receipts, "dev")
         selection = pretrain_switches.decision(plan, effects) | {"plan_sha256": plan["plan_sha256"],

@@ -1,5 +1,8 @@
-"""Receipts: provenance for every run (git commit, argv, versions, machine, the math environment) and
-atomic JSON writing."""
+"""Receipts: provenance for every run (git commit, argv, versions, machine, the math environment), and
+the one way commands write and read files that may be hostile: writes go to a new temporary file
+(O_CREAT | O_EXCL | O_NOFOLLOW) in the target's directory and are renamed over it, never through a
+symbolic link and, given `within`, never outside that directory; reads are capped by READ_LIMITS
+and take regular files only."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -205,34 +210,194 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+# The most bytes a command reads from one file, by kind; a larger file is refused before any is read.
+# Receipts, summaries and plans are JSON; metrics, rollouts and note histories are JSON lines, read one
+# line at a time; text is markdown and HTML.
+READ_LIMITS = {"json": 256 * 2**20, "jsonl": 2**30, "text": 16 * 2**20}
+
+
+class UnsafeFileError(ValueError):
+    """A file a command refuses to write or read: a symbolic link, not a regular file, outside the
+    directory it must stay in, or larger than its cap."""
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
+
+
+def _open_for_reading(path: Path, kind: str) -> tuple[int, int]:
+    """(fd, cap): `path` opened for reading once it is known to be a regular file within its cap."""
+    cap = READ_LIMITS[kind]
+    # O_NONBLOCK: opening a FIFO does not wait for a writer (it is then refused as not a regular file)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file; only regular files are read")
+        if info.st_size > cap:
+            raise UnsafeFileError(f"{path} is {_size(info.st_size)}; a {kind} input is read up to {_size(cap)}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, cap
+
+
+def read_bytes(path: str | Path, kind: str = "text") -> bytes:
+    """The bytes of the regular file at `path`, at most READ_LIMITS[kind] of them (a larger file, or one
+    that grows past the cap while it is read, raises UnsafeFileError)."""
+    path = Path(path)
+    fd, cap = _open_for_reading(path, kind)
+    chunks, total = [], 0
+    try:
+        while chunk := os.read(fd, min(1 << 20, cap + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise UnsafeFileError(f"{path} grew past {_size(cap)} while it was read; a {kind} input is read "
+                                      f"up to {_size(cap)}")
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path, kind: str = "text") -> str:
+    """The UTF-8 text of the file at `path`, within READ_LIMITS[kind] (see read_bytes)."""
+    return read_bytes(path, kind).decode("utf-8")
+
+
 def read_json(path: str | Path, error: type[Exception] = ValueError, corrupt: str = "{path} is not valid JSON"):
-    """The JSON value in the file at `path`; `error(corrupt.format(path=path) + " (reason)")` when it
-    does not parse. (A missing file is the caller's message to give.)"""
+    """The JSON value in the file at `path`, within READ_LIMITS["json"]; `error(corrupt.format(path=path) +
+    " (reason)")` when it does not parse. (A missing file is the caller's message to give.)"""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_bytes(path, "json"))
     except (json.JSONDecodeError, UnicodeDecodeError) as reason:
         raise error(f"{corrupt.format(path=path)} ({reason})") from None
+
+
+def read_jsonl(path: str | Path) -> list:
+    """The JSON value of every non-blank line of the file at `path`, read one line at a time, within
+    READ_LIMITS["jsonl"]. A line that does not parse raises ValueError naming the file and the line."""
+    path = Path(path)
+    fd, cap = _open_for_reading(path, "jsonl")
+    rows, total = [], 0
+    with os.fdopen(fd, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            total += len(line)
+            if total > cap:
+                raise UnsafeFileError(f"{path} grew past {_size(cap)} while it was read; a jsonl input is read "
+                                      f"up to {_size(cap)}")
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except (json.JSONDecodeError, UnicodeDecodeError) as reason:
+                    raise ValueError(f"{path} line {number} is not valid JSON ({reason})") from None
+    return rows
 
 
 def sha256_json(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write text atomically: a temporary file in the same directory, then rename (readers never see
-    half a file, and an interrupted write leaves the old one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _output_directory(directory: Path, within: str | Path | None) -> int:
+    """An open descriptor of `directory`, created if missing. Given `within`, the directory must lie
+    inside it (lexically: no `..` out of it) and is reached from it one component at a time without
+    following a symbolic link, so no link inside `within` can send a write elsewhere."""
+    if within is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    root = Path(within)
+    relative = os.path.relpath(os.path.abspath(directory), os.path.abspath(root))
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        raise UnsafeFileError(f"{directory} is outside {root}; a command writes only inside its output directory")
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    reached = root
+    for part in () if relative == os.curdir else Path(relative).parts:
+        reached = reached / part
+        try:
+            os.mkdir(part, dir_fd=fd)
+        except FileExistsError:
+            pass
+        try:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            raise UnsafeFileError(f"{reached} is a symbolic link or not a directory; a command writes only into "
+                                  f"real directories inside {root}") from None
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _target(path: Path, within: str | Path | None) -> tuple[int, str]:
+    """(directory fd, file name) of an output path whose name, if it exists, is a regular file."""
+    if path.name in ("", os.curdir, os.pardir):
+        raise UnsafeFileError(f"{path} names no file")
+    directory = _output_directory(path.parent, within)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; receipts and reports are meant to be shared
-        os.replace(tmp, path)
+        info = os.lstat(path.name, dir_fd=directory)
+    except FileNotFoundError:
+        return directory, path.name
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        os.close(directory)
         raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(directory)
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise UnsafeFileError(f"{path} is {what}; refusing to write through it (only a regular file or a new name is "
+                              "written)")
+    return directory, path.name
+
+
+def write_bytes(path: str | Path, data: bytes, *, within: str | Path | None = None) -> Path:
+    """Write bytes atomically without following links: a new temporary file (O_CREAT | O_EXCL |
+    O_NOFOLLOW, mode 0644) in the target's directory, renamed over the target, so readers never see half
+    a file and an interrupted write leaves the old one. Refuses (UnsafeFileError) a target that is a
+    symbolic link or not a regular file and, given `within`, a target outside that directory or
+    reached through a symbolic link below it."""
+    path = Path(path)
+    directory, name = _target(path, within)
+    try:
+        temporary = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), 0o644)  # not the umask's: receipts and reports are meant to be shared
+                handle.write(data)
+            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
+    return path
+
+
+def write_text(path: str | Path, text: str, *, within: str | Path | None = None) -> Path:
+    """Write UTF-8 text atomically (see write_bytes)."""
+    return write_bytes(path, text.encode("utf-8"), within=within)
+
+
+def append_text(path: str | Path, text: str, *, within: str | Path | None = None, sync: bool = False) -> Path:
+    """Append UTF-8 text to a regular file (created if missing) without following a link (O_NOFOLLOW;
+    the same refusals as write_bytes); `sync` flushes it to disk before returning."""
+    path = Path(path)
+    directory, name = _target(path, within)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                     dir_fd=directory)
+    finally:
+        os.close(directory)
+    with os.fdopen(fd, "ab") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file; refusing to append to it")
+        handle.write(text.encode("utf-8"))
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     return path
 
 
@@ -269,6 +434,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: str | Path, payload, indent: int = 2) -> Path:
-    """Write JSON atomically (see write_text), keys sorted."""
-    return write_text(path, json.dumps(payload, indent=indent, sort_keys=True) + "\n")
+def write_json(path: str | Path, payload, indent: int = 2, *, within: str | Path | None = None) -> Path:
+    """Write JSON atomically (see write_bytes), keys sorted."""
+    return write_text(path, json.dumps(payload, indent=indent, sort_keys=True) + "\n", within=within)

@@ -11,9 +11,10 @@ across families), as JSON and a markdown table. Works on the original's receipts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
+
+from glm53_flash.core.receipts import read_json
 
 from glm53_flash.core.stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_floor, sign_flip_p
 from glm53_flash.tasks import FAMILIES, family_order, parse_families, suite_of
@@ -27,10 +28,7 @@ def load_receipt(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"receipt {path} does not exist")
-    try:
-        receipt = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"receipt {path} is not valid JSON ({error})") from None
+    receipt = read_json(path, corrupt="receipt {path} is not valid JSON")
     if not isinstance(receipt, dict) or not isinstance(receipt.get("episodes"), list) or not receipt["episodes"]:
         raise ValueError(f"receipt {path} has no episodes; is it an evaluation receipt?")
     return receipt

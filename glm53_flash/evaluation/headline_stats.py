@@ -22,11 +22,11 @@ assumptions).
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.core.stats import (
     equivalence_test, holm, minimum_detectable_difference, minimum_equivalence_margin, sign_flip_p,
     two_level_comparison, wilson_interval,
@@ -140,13 +140,13 @@ def read_analysis(out: Path) -> tuple[AnalysisPlan, str]:
     current one with a note that it was stated after the run."""
     path = Path(out) / ANALYSIS_FILE
     if path.is_file():
-        recorded = json.loads(path.read_text())
+        recorded = read_json(path)
         return AnalysisPlan.from_dict(recorded["analysis"]), recorded.get("stated", "before the run")
     return HEADLINE_ANALYSIS, "after the run: its directory holds no analysis plan, so these settings are today's"
 
 
 def _greedy(directory: Path, split: str, name: str) -> dict:
-    return json.loads((directory / split / f"{name}-greedy.json").read_text())
+    return read_json(directory / split / f"{name}-greedy.json")
 
 
 def _solved(receipt: dict) -> tuple[int, int]:

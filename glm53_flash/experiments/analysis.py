@@ -17,7 +17,7 @@ import numpy as np
 
 from glm53_flash.core import stats
 from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
-from glm53_flash.core.receipts import provenance, write_json, write_text
+from glm53_flash.core.receipts import provenance, read_json, write_json, write_text
 from glm53_flash.report import figures, study_charts
 from glm53_flash.report.format import format_interval, format_p, format_signed
 from glm53_flash.report.tables import markdown_table
@@ -471,7 +471,7 @@ def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
     apply_holm(screen_rows, key="pooled_p", out_key="holm_p")
 
     selection_path = out / "selection.json"
-    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    selection = read_json(selection_path) if selection_path.exists() else None
     if selection is not None and selection.get("plan_sha256") != plan["plan_sha256"]:
         raise ValueError(f"{selection_path} was made for another plan; rerun `glm53 experiment rl-choices` to redo it")
     candidates = {r["arm"] for r in confirm.get("candidate", {}).values()}
@@ -712,7 +712,7 @@ def analyze(directory: str | Path, force: bool = False, argv: list[str] | None =
     plan_path = out / PLAN_FILE
     if not plan_path.is_file():
         raise FileNotFoundError(f"{out} has no {PLAN_FILE}: not a study directory written by `glm53 experiment`")
-    plan = json.loads(plan_path.read_text())
+    plan = read_json(plan_path)
     if plan.get("study") not in ANALYZERS:
         raise ValueError(f"{plan_path}: unknown study {plan.get('study')!r}; known: {', '.join(ANALYZERS)}")
     if rerun_of is not None and plan.get("study") not in RERUN_STUDIES:
@@ -798,7 +798,7 @@ def study_times(results: Path) -> dict:
 
     rows = []
     for plan_path in sorted(Path(results).glob(f"*/{PLAN_FILE}")):
-        plan = json.loads(plan_path.read_text())
+        plan = read_json(plan_path)
         record = time_record(plan, load_receipts(plan_path.parent, plan["plan_sha256"]))
         rows.append([plan_path.parent.name, f"{record['stated_minutes']}", str(record["workers"]),
                      f"{record['run_minutes_per_worker']}",

@@ -35,6 +35,7 @@ import shutil
 import time
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.experiments import generalisation as gen
 from glm53_flash.tasks import compositions
 
@@ -520,12 +521,10 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
-    import json
-
     from glm53_flash.report import study_charts
 
     selection_path = Path(out) / "selection.json"
-    selection = json.loads(selection_path.read_text()) if selection_path.exists() else None
+    selection = read_json(selection_path) if selection_path.exists() else None
     if selection is not None and selection.get("plan_sha256") != plan["plan_sha256"]:
         selection = None
     summary = compute(plan, receipts, selection)

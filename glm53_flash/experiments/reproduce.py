@@ -8,7 +8,6 @@ into the output directory and is skipped when rerun, so an interrupted run conti
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -350,7 +349,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
         with _timed(stages, "select_pretrain"):
             run_selection(plan.select_pretrain, out / "pretrain")
         save_stage_times()
-    start_checkpoint = json.loads(selection_path.read_text())["selected"]["checkpoint"]
+    start_checkpoint = read_json(selection_path)["selected"]["checkpoint"]
     _log(f"[{run.arm}] selected {start_checkpoint}")
 
     # 3-4. RL for each seed, then selection of its checkpoint on dev (trained families)
@@ -366,7 +365,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
             with _timed(stages, f"select_rl_{seed}"):
                 run_selection(plan.select_rl, run_dir)
         save_stage_times()
-        rl_selected[seed] = json.loads(selection.read_text())["selected"]["checkpoint"]
+        rl_selected[seed] = read_json(selection)["selected"]["checkpoint"]
         _log(f"[{run.arm}] RL seed {seed}: selected {rl_selected[seed]}")
     if not sealed:
         return None
@@ -437,7 +436,7 @@ def strong_test_summary(out: Path, plan: ReproducePlan, split: str = "confirm") 
     k = sealed_stages(plan)[split][1].samples
     arms = {}
     for arm in checkpoint_names(plan):
-        greedy, sampled = (json.loads(path.read_text())["summary"] for path in receipt_pair(out / split, arm, k))
+        greedy, sampled = (read_json(path)["summary"] for path in receipt_pair(out / split, arm, k))
         if "tasks_solved_strong" not in greedy or "exact_rollouts_strong" not in sampled:
             return None
         arms[arm] = {
@@ -483,7 +482,7 @@ def split_results(out: Path, plan: ReproducePlan, split: str) -> dict:
             interference[family] = {"before_exact": row["before_exact"], "after_exact": row["after_exact"],
                                     "rollouts": row["rollouts"], "rate_difference": row["rate_difference"],
                                     "ci": [low, high], "significant_drop": high < 0}
-        selection = json.loads((out / arm / "selection-dev.json").read_text())
+        selection = read_json(out / arm / "selection-dev.json")
         seeds[str(seed)] = {
             "selected_checkpoint": selection["selected"]["checkpoint"],
             "greedy_trained": greedy["overall"], "greedy_by_family": greedy["by_family"],
@@ -498,17 +497,17 @@ def build_summary(out: Path) -> RunSummary:
     """One run's paired statistics for every RL seed on each sealed split, computed only from the
     receipts in `out` (report/summary.py's RunSummary: the confirm split's at the top, the holdout
     split's under `holdout`)."""
-    meta = json.loads((out / "plan.json").read_text())
+    meta = read_json(out / "plan.json")
     plan = ReproducePlan.from_dict(meta["plan"])
     trained = list(parse_families(plan.families))
     untrained = [f for f in FAMILY_NAMES if f not in trained]
-    pre_selection = json.loads((out / "pretrain" / "selection-dev.json").read_text())
-    selections = [pre_selection] + [json.loads((out / f"rl-{s}" / "selection-dev.json").read_text())
+    pre_selection = read_json(out / "pretrain" / "selection-dev.json")
+    selections = [pre_selection] + [read_json(out / f"rl-{s}" / "selection-dev.json")
                                     for s in plan.rl_seeds]
     last_selection = max(s["provenance"]["created_utc"] for s in selections)
     first_opened = {}
     for split in sealed_stages(plan):
-        receipts = [json.loads(p.read_text()) for p in _receipt_paths(out, plan, split)]
+        receipts = [read_json(p) for p in _receipt_paths(out, plan, split)]
         first_opened[split] = min(r["provenance"]["created_utc"] for r in receipts)
     return RunSummary(
         schema_version=SUMMARY_SCHEMA, preset=meta["preset"], arm=meta.get("arm"), plan=plan,

@@ -19,9 +19,9 @@ opened (docs/STUDIES.md, "Reruns"):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.experiments import generalisation as gen
 
 # Points of strong pass@1 within which the rerun's RL effect must lie of the first's to reproduce its
@@ -405,7 +405,7 @@ def read_plan(directory: str | Path) -> dict:
     path = Path(directory) / PLAN_FILE
     if not path.is_file():
         raise FileNotFoundError(f"--rerun-of {directory}: no {PLAN_FILE}; give the first study's directory")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 def load(directory: Path) -> tuple[dict, list[dict]]:

@@ -14,12 +14,12 @@ over the comparisons. Nothing here opens a sealed split.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.experiments import generalisation as gen
 from glm53_flash.train.config import RLConfig
 
@@ -61,7 +61,7 @@ def source_runs(source: Path, seeds=None) -> tuple[dict, dict]:
     if not path.is_file():
         raise FileNotFoundError(f"--source {source}: no {PLAN_FILE}; give an `{gen.STUDY}` or `{ps.STUDY}` study "
                                 "directory")
-    plan = json.loads(path.read_text())
+    plan = read_json(path)
     if plan.get("study") not in (gen.STUDY, ps.STUDY):
         raise ValueError(f"--source {source} is a {plan.get('study')!r} study; give an `{gen.STUDY}` or `{ps.STUDY}` "
                          "study directory")

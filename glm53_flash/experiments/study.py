@@ -10,12 +10,11 @@ two-threaded run), and a receipt is written atomically only when its unit has fi
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from glm53_flash.core.receipts import peak_rss_bytes, provenance, sha256_json, utc_now, write_json
+from glm53_flash.core.receipts import peak_rss_bytes, provenance, read_json, sha256_json, utc_now, write_json
 from glm53_flash.train.rundir import holds_a_run
 
 PLAN_FILE = "plan.json"
@@ -57,7 +56,7 @@ def prepare_study(out: Path, plan: dict, force: bool) -> bool:
     plan["plan_sha256"] = plan_hash(plan)
     plan_path = out / PLAN_FILE
     if plan_path.exists():
-        existing = json.loads(plan_path.read_text())
+        existing = read_json(plan_path)
         if existing.get("plan_sha256") == plan["plan_sha256"]:
             return True
         if not force:
@@ -128,7 +127,7 @@ def pending_units(out: Path, units: list[dict], plan_sha256: str | None = None) 
         path = receipt_path(out, unit["key"])
         if not path.exists():
             pending.append(unit)
-        elif plan_sha256 is not None and json.loads(path.read_text()).get("plan_sha256") != plan_sha256:
+        elif plan_sha256 is not None and read_json(path).get("plan_sha256") != plan_sha256:
             raise ValueError(f"{path} belongs to a different plan; remove it (or rerun with --force)")
     return pending
 
@@ -202,7 +201,7 @@ def load_receipts(out: Path, plan_sha256: str | None = None) -> list[dict]:
     directory = Path(out) / RUNS_DIR
     if not directory.is_dir():
         return []
-    receipts = [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
+    receipts = [read_json(path) for path in sorted(directory.glob("*.json"))]
     return [r for r in receipts if plan_sha256 is None or r.get("plan_sha256") == plan_sha256]
 
 

@@ -1,15 +1,18 @@
 """REPORT.md of a two-arm headline directory (`glm53 reproduce`), built only from its summary.json,
-which is built only from the runs' receipts. Each run keeps its own REPORT.md (ARM/REPORT.md)."""
+which is built only from the runs' receipts. Each run keeps its own REPORT.md (ARM/REPORT.md). Values
+are escaped for markdown (tables cell by cell, prose line by line: tables.markdown_document), the
+inputs read within core.receipts.READ_LIMITS and REPORT.md written inside the directory only."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from glm53_flash.core.receipts import read_json, write_text
 
 from glm53_flash.evaluation.headline_stats import ORIGINAL_CONFIRM, power_lines
 from glm53_flash.evaluation.ledger import first_lines
 from glm53_flash.report.format import format_p
-from glm53_flash.report.tables import markdown_table
+from glm53_flash.report.tables import markdown_document, markdown_table
 
 ARM_TITLES = {"faithful": "faithful (every original switch)", "ours": "ours (our defaults)"}
 
@@ -355,12 +358,12 @@ def precision_sentence(summary: dict) -> str:
 
 def build_headline_report(out: str | Path) -> Path:
     out = Path(out)
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_json(out / "summary.json")
     stage_rows = []
     for path in sorted(out.iterdir()):
         plan = path / "plan.json"
         if plan.is_file():
-            seconds = json.loads(plan.read_text()).get("stage_seconds", {})
+            seconds = read_json(plan).get("stage_seconds", {})
             stage_rows.append([path.name, f"{sum(seconds.values()):.0f}"])
     from glm53_flash.evaluation.ledger_verify import unvouched_receipts
 
@@ -423,6 +426,4 @@ def build_headline_report(out: str | Path) -> Path:
         "",
         *markdown_table(["run", "seconds"], stage_rows),
     ]
-    path = out / "REPORT.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_text(out / "REPORT.md", markdown_document(lines) + "\n", within=out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from glm53_flash.core.receipts import provenance, sha256_file
+from glm53_flash.core.receipts import provenance, read_json, sha256_file
 
 # The budget: the earliest checkpoint at which every kind of dev task is measurable, its greedy pass
 # rate inside this band (outcomes near the middle carry the most information per pass/fail unit).
@@ -23,12 +23,12 @@ def _sha256_json(value) -> str:
 def budget_summary(training_receipt: str | Path, evaluations: list[str | Path]) -> dict:
     """Per evaluated checkpoint: its step, tokens seen, training loss, and the greedy dev result overall,
     under the strong set and per kind (with units); the rows sorted by step."""
-    training = json.loads(Path(training_receipt).read_text())
+    training = read_json(Path(training_receipt))
     curve = {row["step"]: row for row in training["training_curve"]}
     seen = {c["weights_sha256"]: c["step"] for c in training["checkpoints"]}
     rows = []
     for path in evaluations:
-        receipt = json.loads(Path(path).read_text())
+        receipt = read_json(Path(path))
         if not receipt.get("inference", {}).get("greedy"):
             raise ValueError(f"{path} is not a greedy evaluation receipt")
         step = seen.get(receipt.get("checkpoint_sha256"))

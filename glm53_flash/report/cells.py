@@ -26,11 +26,12 @@ bind by hand, mark as a setting or remove).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from glm53_flash.core.receipts import read_json, read_text, write_text
 
 DOCS = ("README.md", "docs/BENCHMARKS.md", "docs/STUDIES.md", "docs/TUTORIAL.md")
 BINDING = re.compile(r"<!--\s*cells:\s*(.*?)-->", re.S)
@@ -91,7 +92,7 @@ def figures_in(text: str, line: int = 0) -> list[Figure]:
 
 def blocks(path: Path) -> list[Block]:
     """The doc's blocks with their figures and bindings (fenced code is skipped)."""
-    lines = path.read_text().splitlines()
+    lines = read_text(path).splitlines()
     result: list[Block] = []
     i, fenced = 0, False
     while i < len(lines):
@@ -305,7 +306,7 @@ def check_doc(root: Path, doc: str) -> list[str]:
             path = root / name
             if not path.is_file():
                 raise FileNotFoundError(f"{name} is not in the repository")
-            cache[name] = json.loads(path.read_text())
+            cache[name] = read_json(path)
         return cache[name]
 
     for block in blocks(root / doc):
@@ -387,7 +388,7 @@ def shown_index(root: Path, files: list[str]) -> dict[str, list[tuple[str, str, 
     """Every way a cell of `files` can be shown -> [(file, path, format)]."""
     index: dict[str, list[tuple[str, str, str]]] = {}
     for name in files:
-        data = json.loads((root / name).read_text())
+        data = read_json(root / name)
         for path, value in _leaves(data):
             for spec in FORMATS:
                 for prefix in ("", "+", "abs:"):
@@ -448,7 +449,7 @@ def bind(root: Path, doc: str, files: list[str] | None = None) -> dict:
     section, and `files`. Returns counts: blocks bound, entries, unresolved ('?'), ambiguous (a figure
     several different cells show)."""
     path = root / doc
-    text_lines = path.read_text().splitlines()
+    text_lines = read_text(path).splitlines()
     insertions, counts = [], {"blocks": 0, "entries": 0, "unresolved": 0, "ambiguous": []}
     section_marker: list[str] = []
     indexes: dict[tuple, dict] = {}
@@ -485,14 +486,14 @@ def bind(root: Path, doc: str, files: list[str] | None = None) -> dict:
         insertions.append((block.start - 1 + len(block.lines), comment))
     for after, comment in reversed(insertions):
         text_lines[after:after] = comment.splitlines()
-    path.write_text("\n".join(text_lines) + "\n")
+    write_text(path, "\n".join(text_lines) + "\n")
     return counts
 
 
 def insert_bindings(path: Path, bindings: dict[int, str]) -> None:
     """Write binding comments after the blocks that start at the given lines (1-based): {line: comment
     body, the files on its first line and an entry per line}."""
-    lines = path.read_text().splitlines()
+    lines = read_text(path).splitlines()
     by_start = {block.start: block for block in blocks(path)}
     for start in sorted(bindings, reverse=True):
         block = by_start[start]
@@ -500,7 +501,7 @@ def insert_bindings(path: Path, bindings: dict[int, str]) -> None:
             raise ValueError(f"{path}:{start} already has a binding")
         at = block.start - 1 + len(block.lines)
         lines[at:at] = ("<!-- cells: " + bindings[start].strip() + "\n-->").splitlines()
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def candidates(root: Path, files: list[str], shown: str) -> list[tuple[str, str, str]]:

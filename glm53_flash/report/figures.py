@@ -3,7 +3,8 @@ reference lines that stay inside the axis, error bars from the receipts' interva
 PNG files for REPORT.md and inline SVG for the deck (text kept as text, so a browser can measure it).
 
 Every chart function takes plain numbers (computed elsewhere: report/headline.py, the studies'
-analysis) and returns a matplotlib Figure; nothing here reads a file or computes a statistic.
+analysis) and returns a matplotlib Figure; nothing here reads a file or computes a statistic, and
+save_png writes only through core.receipts.write_bytes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import io
 import re
 from contextlib import contextmanager
+from pathlib import Path
 
 # Smallest text on any chart, in points. A deck chart is drawn at 72 points per inch and shown at
 # least at its natural size, so this is also its smallest text in CSS pixels.
@@ -98,14 +100,65 @@ def smallest_text_pt(fig) -> float:
     return min(sizes) if sizes else MIN_FONT_PT
 
 
-def save_png(fig, path, dpi: int = PNG_DPI) -> None:
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+def save_png(fig, path, dpi: int = PNG_DPI, *, within=None) -> None:
+    """The figure as a PNG file, written atomically and never through a symbolic link (and, given
+    `within`, only inside that directory: core.receipts.write_bytes)."""
+    from glm53_flash.core.receipts import write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
     pyplot().close(fig)
+    write_bytes(path, buffer.getvalue(), within=within)
+
+
+# The SVG properties matplotlib writes in style attributes, each also a presentation attribute; and the
+# elements that draw strokes, which take the defaults of matplotlib's `*{...}` style element.
+PRESENTATION_ATTRIBUTES = frozenset((
+    "clip-path", "color", "dominant-baseline", "fill", "fill-opacity", "fill-rule", "font-family", "font-size",
+    "font-stretch", "font-style", "font-variant", "font-weight", "letter-spacing", "opacity", "stroke",
+    "stroke-dasharray", "stroke-dashoffset", "stroke-linecap", "stroke-linejoin", "stroke-miterlimit",
+    "stroke-opacity", "stroke-width", "text-anchor", "visibility"))
+_SHAPES = re.compile(r"<(path|use|rect|line|polyline|polygon|circle|ellipse)\b([^>]*?)(/?)>")
+
+
+def _declarations(text: str, where: str) -> dict[str, str]:
+    found = {}
+    for declaration in filter(None, (part.strip() for part in text.split(";"))):
+        name, _, value = declaration.partition(":")
+        name = name.strip()
+        if name not in PRESENTATION_ATTRIBUTES:
+            raise ValueError(f"{where} sets {name!r}, which has no SVG presentation attribute "
+                             f"({', '.join(sorted(PRESENTATION_ATTRIBUTES))})")
+        found[name] = value.strip()
+    return found
+
+
+def _without_inline_styles(text: str) -> str:
+    """The SVG with every style attribute as presentation attributes and matplotlib's style element
+    (defaults for every element) as attributes of each shape that sets none of its own: the same
+    drawing, with nothing a content security policy must allow as inline style."""
+    defaults = {}
+    for rule in re.findall(r"<style[^>]*>(.*?)</style>", text, flags=re.S):
+        star = re.fullmatch(r"\s*\*\s*\{([^}]*)\}\s*", rule)
+        if star is None:
+            raise ValueError(f"matplotlib wrote a style element other than one '*' rule: {rule!r}")
+        defaults.update(_declarations(star.group(1), "matplotlib's style element"))
+    text = re.sub(r"<style[^>]*>.*?</style>", "", text, flags=re.S)
+    text = re.sub(r'\sstyle="([^"]*)"', lambda m: "".join(f' {name}="{value}"' for name, value in
+                                                          _declarations(m.group(1), "a style attribute").items()), text)
+
+    def shape(match):
+        missing = "".join(f' {name}="{value}"' for name, value in defaults.items()
+                          if not re.search(rf"\s{name}=", match.group(2)))
+        return f"<{match.group(1)}{match.group(2)}{missing}{match.group(3)}>"
+
+    return _SHAPES.sub(shape, text) if defaults else text
 
 
 def to_svg(fig, prefix: str) -> str:
     """Inline SVG (no XML prologue, no fixed size: the page sizes it), ids prefixed to stay unique in a
-    page holding several charts. Deterministic: no date, fixed hash salt."""
+    page holding several charts, styles as presentation attributes (no inline style for the page's
+    content security policy to allow). Deterministic: no date, fixed hash salt."""
     buffer = io.StringIO()
     with pyplot().rc_context({"svg.fonttype": "none", "svg.hashsalt": "glm53-figures"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
@@ -113,6 +166,7 @@ def to_svg(fig, prefix: str) -> str:
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = _without_inline_styles(text)
     width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', text).group(1)
     text = re.sub(r'(<svg[^>]*?)\swidth="[\d.]+pt" height="[\d.]+pt"', r"\1", text, count=1)
     text = re.sub(r'\sxmlns(:xlink)?="[^"]*"', "", text)  # inline in HTML: the parser knows both namespaces

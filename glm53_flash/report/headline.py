@@ -1,14 +1,17 @@
-"""REPORT.md and charts for `glm53 reproduce`, built only from the receipts in the run directory."""
+"""REPORT.md and charts for `glm53 reproduce`, built only from the receipts in the run directory. Every
+value from them is escaped for markdown (tables by markdown_table, values in prose by `md`, and every
+prose line again by markdown_document), the receipts are
+read within core.receipts.READ_LIMITS and the files are written inside the run directory only."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json, read_jsonl, write_text
 from glm53_flash.evaluation.ledger import first_lines, report_rows
 from glm53_flash.report.summary import RunSummary
 from glm53_flash.report import figures
-from glm53_flash.report.tables import markdown_table
+from glm53_flash.report.tables import MarkdownLine, markdown_document, markdown_escape as md, markdown_table
 from glm53_flash.report.format import format_interval, format_p, format_signed
 
 # The original's published confirmation numbers (seed-README "Result"), for side-by-side comparison.
@@ -22,7 +25,7 @@ ORIGINAL = {
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []
 
 
 # --------------------------------------------------------------------------- chart data (numbers only)
@@ -72,7 +75,7 @@ def selection_chart_data(out: Path | None, summary: RunSummary) -> dict:
     for seed in summary.rl_seeds:
         path = out / f"rl-{seed}" / "selection-dev.json" if out is not None else None
         if path is not None and path.is_file():
-            checkpoints = json.loads(path.read_text())["checkpoints"]
+            checkpoints = read_json(path)["checkpoints"]
             rl[seed] = [(e["step"], e["score"][0]) for e in checkpoints]
     return {
         "pretrain": [(e["step"], e["score"][0]) for e in summary.pretrain_selection["checkpoints"]],
@@ -211,7 +214,6 @@ def draw_learning(data: dict, size=(11, 4)):
 
 def make_charts(out: Path, summary: RunSummary) -> dict[str, str]:
     charts = out / "charts"
-    charts.mkdir(exist_ok=True)
     figures_by_name = {
         "learning_curves": ("learning-curves.png", draw_learning, learning_chart_data(out, summary)),
         "selection_curves": ("dev-selection.png", draw_selection, selection_chart_data(out, summary)),
@@ -222,7 +224,7 @@ def make_charts(out: Path, summary: RunSummary) -> dict[str, str]:
     for key, (name, draw, data) in figures_by_name.items():
         if data is None:
             continue
-        figures.save_png(draw(data), charts / name)
+        figures.save_png(draw(data), charts / name, within=out)
         paths[key] = f"charts/{name}"
     return paths
 
@@ -232,8 +234,8 @@ def metric_rows(results: dict, seeds: list[str], k: int) -> list[tuple[str, str,
     per seed). Confirm's table sets them beside the original's counts; holdout's has none."""
     def counts(key: str, what: str, total: str) -> tuple[str, list[str]]:
         rows = [results[s][key] for s in seeds]
-        return (f"{rows[0]['before_' + what]}/{rows[0][total]}",
-                [f"{r['after_' + what]}/{r[total]}" for r in rows])
+        return (md(f"{rows[0]['before_' + what]}/{rows[0][total]}"),
+                [md(f"{r['after_' + what]}/{r[total]}") for r in rows])
 
     return [("greedy pass@1, trained families", "greedy_trained", *counts("greedy_trained", "solved", "tasks")),
             (f"sampled pass@{k}, trained families", "sampled_trained_solved",
@@ -245,7 +247,7 @@ def metric_rows(results: dict, seeds: list[str], k: int) -> list[tuple[str, str,
 
 def gains_cells(results: dict, seeds: list[str]) -> list[str]:
     """Greedy gains / losses on the trained families and their McNemar p (pooled over tasks), per seed."""
-    return [f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})"
+    return [md(f"{g['gains']} / {g['losses']} ({format_p(g['mcnemar_p'])})")
             for g in (results[s]["greedy_trained"] for s in seeds)]
 
 
@@ -260,7 +262,7 @@ def unit_cells(results: dict, seeds: list[str]) -> list[str]:
     for g in (results[s]["greedy_trained"] for s in seeds):
         units = g.get("units")
         cells.append("" if units is None else
-                     f"{units['better']} / {units['worse']} of {units['units']} ({format_p(units['sign_flip_p'])})")
+                     md(f"{units['better']} / {units['worse']} of {units['units']} ({format_p(units['sign_flip_p'])})"))
     return cells
 
 
@@ -292,13 +294,13 @@ def holdout_lines(summary: RunSummary) -> list[str]:
     columns = ["holdout metric", "before RL", *[f"after (seed {s})" for s in seeds]]
     openings = first_lines(holdout.ledger)
     opened = (f"The ledger records {len(openings)} opening(s) of the holdout split for this plan"
-              + (f", the first at {openings[0]['utc']} (commit {openings[0]['commit'][:7]})" if openings else "")
+              + (f", the first at {md(openings[0]['utc'])} (commit {md(openings[0]['commit'][:7])})" if openings else "")
               + ("; each later one was a reopening with its reason (table below)." if len(openings) > 1 else "."))
     strong = holdout.strong_tests or {}
-    false_passes = ", ".join(f"{name} {r['greedy']['false_passes']}" for name, r in strong.items())
+    false_passes = ", ".join(md(f"{name} {r['greedy']['false_passes']}") for name, r in strong.items())
     return ["## Holdout split (sealed until this plan first opened it)", "",
             ("Opened after all selection" if holdout.opened_after_selection else
-             "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {holdout.first_opened_utc}). "
+             "WARNING: a holdout receipt predates a selection receipt") + f" (first receipt {md(holdout.first_opened_utc)}). "
             + opened, "", *markdown_table(columns, rows), "",
             *([f"Greedy false passes (pass the three cases, fail the strong set): {false_passes}.", ""] if strong else []),
             *ledger_table(holdout.ledger, "holdout")]
@@ -315,7 +317,7 @@ def goal_lines(summary: RunSummary) -> list[str]:
     return [
         f"Goal 1, greedy confirm pass@1 on the trained families >= {target}/24 with no losses: "
         + (f"**reached on {len(met)} of {len(seeds)} seeds**" if met else f"**not reached on any of {len(seeds)} seeds**")
-        + (f" ({', '.join(met)})." if met else "."),
+        + (f" ({md(', '.join(met))})." if met else "."),
         "",
         f"Goal 2, no untrained family drops by more than its confidence interval allows: "
         f"**{'met' if len(clean) == len(seeds) else 'not met'}** ({len(clean)} of {len(seeds)} seeds clean).",
@@ -335,7 +337,7 @@ def confirm_history(summary: RunSummary) -> str:
     if len(openings) <= 1:
         return (f"The ledger records one opening of the confirm split for this plan ({len(lines)} receipts); "
                 "nothing else has evaluated on it for this plan.")
-    reasons = "; ".join(dict.fromkeys(line["reopen"] for line in lines if line["reopen"]))  # in the ledger's order
+    reasons = md("; ".join(dict.fromkeys(str(line["reopen"]) for line in lines if line["reopen"])))  # ledger order
     return (f"The ledger records {len(openings)} openings of the confirm split for this plan (reopened: "
             f"{reasons or 'no reason recorded'}): its numbers are no longer from an untouched split.")
 
@@ -379,25 +381,25 @@ def build_report(out: str | Path) -> Path:
     summary = load_summary(out / "summary.json")
     charts = make_charts(out, summary)
     seeds = summary.rl_seeds
-    trained = ", ".join(summary.trained_families)
+    trained = md(", ".join(summary.trained_families))
     plan = summary.plan
     k = plan.confirm_sampled.samples
     lines = [
-        f"# Headline experiment ({summary.preset} preset)",
+        f"# Headline experiment ({md(summary.preset)} preset)",
         "",
         "Every number below is read from the receipts in this directory (`summary.json` is computed from "
         "them by `glm53 reproduce`).",
         "",
-        f"Pipeline: pretrain the `{plan.pretrain.preset}` model for {plan.pretrain.steps} steps -> select a "
-        f"checkpoint on dev ({summary.pretrain_selection['rule']}; selected "
-        f"`{Path(summary.pretrain_selection['selected']).name}`) -> RLOO on {trained} with "
-        f"{plan.rl.groups} groups x {plan.rl.group_size} samples for each of {len(seeds)} seeds -> select each "
+        f"Pipeline: pretrain the `{md(plan.pretrain.preset)}` model for {md(plan.pretrain.steps)} steps -> select a "
+        f"checkpoint on dev ({md(summary.pretrain_selection['rule'])}; selected "
+        f"`{md(Path(summary.pretrain_selection['selected']).name)}`) -> RLOO on {trained} with "
+        f"{md(plan.rl.groups)} groups x {md(plan.rl.group_size)} samples for each of {len(seeds)} seeds -> select each "
         f"RL run's checkpoint on dev -> open the confirm split.",
         "",
-        summary.precision_line,
+        md(summary.precision_line),
         "",
         ("The confirm split was opened only after all selection was done (first confirm receipt "
-         f"{summary.first_confirm_utc}, last selection receipt {summary.last_selection_utc})."
+         f"{md(summary.first_confirm_utc)}, last selection receipt {md(summary.last_selection_utc)})."
          if summary.confirm_opened_after_selection else
          "WARNING: a confirm receipt predates a selection receipt; the confirm split was not held out."),
         "",
@@ -412,7 +414,7 @@ def build_report(out: str | Path) -> Path:
         "",
         *strong_test_lines(summary),
         *holdout_lines(summary),
-        f"![per-seed greedy]({charts['per_seed']})",
+        MarkdownLine(f"![per-seed greedy]({charts['per_seed']})"),
         "",
         "## Per seed",
         "",
@@ -423,13 +425,14 @@ def build_report(out: str | Path) -> Path:
         t = s["sampled_trained"]
         verdict = "no losses" if g["losses"] == 0 else f"{g['losses']} losses"
         lines += [
-            f"### seed {seed} (selected `{Path(s['selected_checkpoint']).name}`)",
+            f"### seed {md(seed)} (selected `{md(Path(s['selected_checkpoint']).name)}`)",
             "",
-            f"- greedy pass@1 on the trained families: {g['before_solved']}/{g['tasks']} -> {g['after_solved']}/"
-            f"{g['tasks']}, {g['gains']} gains and {verdict}, exact McNemar p = {format_p(g['mcnemar_p'])} (pooled "
-            f"over tasks)" + ("." if "units" not in g else
-                              f"; over its {g['units']['units']} units, {g['units']['better']} better and "
-                              f"{g['units']['worse']} worse, exact sign-flip p = {format_p(g['units']['sign_flip_p'])}."),
+            "- greedy pass@1 on the trained families: "
+            + md(f"{g['before_solved']}/{g['tasks']} -> {g['after_solved']}/{g['tasks']}, {g['gains']} gains and {verdict}")
+            + f", exact McNemar p = {format_p(g['mcnemar_p'])} (pooled over tasks)"
+            + ("." if "units" not in g else
+               "; over its " + md(f"{g['units']['units']} units, {g['units']['better']} better and {g['units']['worse']} worse")
+               + f", exact sign-flip p = {format_p(g['units']['sign_flip_p'])}."),
             f"- sampled exact rate on the trained families: {100 * t['before_rate']:.1f}% -> "
             f"{100 * t['after_rate']:.1f}% ({format_signed(t['rate_difference'], scale=100)} points, 95% "
             f"task-bootstrap CI {format_interval(t['rate_difference_ci'], scale=100)}).",
@@ -437,11 +440,11 @@ def build_report(out: str | Path) -> Path:
         drops = [f for f, v in s["untrained_interference"].items() if v["significant_drop"]]
         parts = []
         for family, v in s["untrained_interference"].items():
-            parts.append(f"{family} {v['before_exact']}->{v['after_exact']}/{v['rollouts']} "
+            parts.append(md(f"{family} {v['before_exact']}->{v['after_exact']}/{v['rollouts']}") + " "
                          f"(CI {format_interval(v['ci'], scale=100)})")
         lines.append("- untrained families (exact sampled completions, CI of the rate change in points): "
                      + "; ".join(parts) + ".")
-        lines.append("- interference: " + (f"RL lowered {', '.join(drops)}: the 95% bootstrap CI of the rate "
+        lines.append("- interference: " + (f"RL lowered {md(', '.join(drops))}: the 95% bootstrap CI of the rate "
                                             "change lies below zero (a description over the family's tasks, not "
                                             "a test; no multiplicity control)." if drops else
                                             "no untrained family dropped by more than its confidence interval "
@@ -452,12 +455,12 @@ def build_report(out: str | Path) -> Path:
         "",
         *[line for key, alt in (("learning_curves", "learning curves"), ("selection_curves", "dev selection"),
                                 ("family_bars", "per family")) if key in charts
-          for line in (f"![{alt}]({charts[key]})", "")],
+          for line in (MarkdownLine(f"![{alt}]({charts[key]})"), "")],
         "## Time per stage (seconds, this machine)",
         "",
         "| stage | seconds |",
         "|---|---:|",
-        *[f"| {name} | {seconds:.0f} |" for name, seconds in sorted(summary.stage_seconds.items(),
+        *[f"| {md(name)} | {seconds:.0f} |" for name, seconds in sorted(summary.stage_seconds.items(),
                                                                      key=lambda kv: _stage_order(kv[0]))],
         f"| **total** | {sum(summary.stage_seconds.values()):.0f} |",
         "",
@@ -465,13 +468,11 @@ def build_report(out: str | Path) -> Path:
         "",
         f"Confirm tasks differ from training tasks only by a random 7-letter function name; the descriptions, "
         f"bodies and the three hidden tests are the same in every split and in pretraining. The statistics "
-        f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {summary.seeds[seeds[0]]['greedy_trained']['tasks']} "
-        f"trained-family tasks" + (f" in {summary.seeds[seeds[0]]['greedy_trained']['units']['units']} units (a "
+        f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {md(summary.seeds[seeds[0]]['greedy_trained']['tasks'])} "
+        f"trained-family tasks" + (f" in {md(summary.seeds[seeds[0]]['greedy_trained']['units']['units'])} units (a "
                                    f"family and its description: tasks of one unit differ only in the function "
                                    f"name, so they are not independent)"
                                    if "units" in summary.seeds[seeds[0]]['greedy_trained'] else "")
         + f"; sampled ones use {k} samples per task.",
     ]
-    path = out / "REPORT.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_text(out / "REPORT.md", markdown_document(lines) + "\n", within=out)

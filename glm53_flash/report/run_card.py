@@ -2,15 +2,19 @@
 (training-receipt.json + metrics.jsonl: loss, validation loss, learning rate, gradient norm, tokens/s),
 an RL run (reward, loss, gradient norm, entropy, the share of groups without signal, the reward-hacking
 rate) or one evaluation receipt (its summary and per-family table). Writes PATH/report.md (an
-evaluation receipt: RECEIPT.report.md) and, for runs, the curves as report-curves.png beside it."""
+evaluation receipt: RECEIPT.report.md) and, for runs, the curves as report-curves.png beside it.
+
+The run's files may be hostile: they are read within core.receipts.READ_LIMITS, every value from them
+is escaped for markdown, and the outputs are written inside the output directory only, never through a
+symbolic link (core.receipts.write_bytes)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json, read_jsonl, write_text
 from glm53_flash.report.figures import save_png, style
-from glm53_flash.report.tables import markdown_table
+from glm53_flash.report.tables import markdown_escape, markdown_table
 
 RECEIPT = "training-receipt.json"
 METRICS = "metrics.jsonl"
@@ -46,16 +50,20 @@ def run_kind(path: Path) -> str:
 
 def _read(path: Path):
     try:
-        return json.loads(path.read_text())
+        return read_json(path)
     except (OSError, ValueError) as error:
         raise NotARun(f"{path} cannot be read as JSON ({error})") from None
 
 
 def metric_rows(directory: Path) -> list[dict]:
+    """The rows of the run's metrics.jsonl (none when it has none), read within READ_LIMITS["jsonl"]."""
     path = directory / METRICS
-    if not path.is_file():
+    if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        return [row for row in read_jsonl(path) if isinstance(row, dict)]
+    except (OSError, ValueError) as error:
+        raise NotARun(f"{path} cannot be read as JSON lines ({error})") from None
 
 
 def curves(rows: list[dict], kind: str) -> dict[str, tuple[list, list]]:
@@ -69,7 +77,7 @@ def curves(rows: list[dict], kind: str) -> dict[str, tuple[list, list]]:
     return found
 
 
-def draw_curves(series: dict, kind: str, path: Path) -> None:
+def draw_curves(series: dict, kind: str, path: Path, within: Path | None = None) -> None:
     titles = dict(CURVES[kind])
     with style() as plt:
         fig, axes = plt.subplots(len(series), 1, figsize=(7.5, 2.4 * len(series)), squeeze=False)
@@ -78,7 +86,7 @@ def draw_curves(series: dict, kind: str, path: Path) -> None:
             ax.set_title(titles[field], loc="left")
             ax.set_xlabel(X_AXIS[kind][1])
         fig.tight_layout()
-        save_png(fig, path)
+        save_png(fig, path, within=within)
         plt.close(fig)
 
 
@@ -103,8 +111,9 @@ def build_run_report(path: str | Path, output: str | Path | None = None) -> Path
     rows = metric_rows(path)
     series = curves(rows, kind)
     title = "Pretraining run" if kind == "pretraining" else "RL run"
-    lines = [f"# {title}: {path.name}", "",
-             f"Built by `glm53 report` from `{RECEIPT}` and `{METRICS}` of {path} (nothing else is read).", ""]
+    lines = [f"# {title}: {markdown_escape(path.name)}", "",
+             f"Built by `glm53 report` from `{RECEIPT}` and `{METRICS}` of {markdown_escape(path)} (nothing else is "
+             "read).", ""]
     facts = [["status", str(receipt.get("status"))], ["commit", str(receipt.get("provenance", {}).get("git_commit"))],
              ["device", str(receipt.get("device"))], ["elapsed", f"{receipt.get('elapsed_seconds', 0):.1f} s"]]
     if kind == "pretraining":
@@ -127,13 +136,11 @@ def build_run_report(path: str | Path, output: str | Path | None = None) -> Path
         lines += ["## Checkpoints", "", *markdown_table([X_AXIS[kind][1], "weights sha256 (first 16)"], checkpoints), ""]
     if series:
         picture = out / "report-curves.png"
-        draw_curves(series, kind, picture)
+        draw_curves(series, kind, picture, within=out)
         lines += ["## Curves", "", *_summary_lines(series, kind), "", f"![curves]({picture.name})", ""]
     else:
         lines += ["No metrics rows yet: the run has not finished a step.", ""]
-    report = out / "report.md"
-    report.write_text("\n".join(lines))
-    return report
+    return write_text(out / "report.md", "\n".join(lines), within=out)
 
 
 def _evaluation_report(path: Path, output: str | Path | None) -> Path:
@@ -141,9 +148,9 @@ def _evaluation_report(path: Path, output: str | Path | None) -> Path:
     summary = receipt["summary"]
     inference = receipt.get("inference", {})
     mode = "greedy pass@1" if inference.get("greedy") else f"sampled, {inference.get('samples_per_task')} per task"
-    lines = [f"# Evaluation: {path.name}", "",
-             f"Built by `glm53 report` from {path}: split `{receipt.get('split')}`, {mode}, checkpoint "
-             f"`{receipt.get('checkpoint')}`.", ""]
+    lines = [f"# Evaluation: {markdown_escape(path.name)}", "",
+             f"Built by `glm53 report` from {markdown_escape(path)}: split `{markdown_escape(receipt.get('split'))}`, "
+             f"{markdown_escape(mode)}, checkpoint `{markdown_escape(receipt.get('checkpoint'))}`.", ""]
     keys = [k for k in ("tasks_total", "tasks_solved", "pass_at_1", "tests_passed", "tests_total", "valid_programs",
                         "tasks_solved_strong", "false_passes", "exact_rollouts") if k in summary]
     lines += markdown_table(["measure", "value"], [[k, f"{summary[k]:.4g}" if isinstance(summary[k], float)
@@ -155,9 +162,7 @@ def _evaluation_report(path: Path, output: str | Path | None) -> Path:
                                                      [[name, *(str(row.get(c, "")) for c in columns)]
                                                       for name, row in families.items()]), ""]
     report = Path(output) if output else path.with_suffix(".report.md")
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    return report
+    return write_text(report, "\n".join(lines), within=report.parent)
 
 
 __all__ = ["NotARun", "build_run_report", "curves", "metric_rows", "run_kind"]

@@ -8,8 +8,9 @@ drawn here from the same numbers (report/headline.py's chart data and drawing fu
 text stays readable on a 1280x800 screen. Numbers about the miniature come from
 ModelConfig and GLM53Flash.parameter_counts(); numbers about the released model come from
 RELEASED below, each with its source. The output embeds its CSS, script and charts (no network
-fetch), so it opens from file:// as well as from `glm53 serve`. The build is deterministic: the
-same inputs give the same bytes.
+fetch), so it opens from file:// as well as from `glm53 serve`, and carries its content security
+policy (report/page_policy.py: only its own script and stylesheet run; every value from a receipt is
+escaped as well). The build is deterministic: the same inputs give the same bytes.
 
 One function per slide (`SLIDES` lists them in order); each takes the `Inputs` and returns its
 slides (none, one or more). Every slide has speaker notes, shown under the slide (key S) and in the
@@ -18,16 +19,17 @@ presenter view (key P or `?presenter`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.train.plan import ReproducePlan
 from glm53_flash.report import figures
 from glm53_flash.report.format import format_interval, format_p, format_signed
 from glm53_flash.report.headline import (confirm_history, ORIGINAL, draw_family_changes, draw_greedy, draw_panels, family_chart_data, goal_lines,
                        greedy_chart_data, learning_chart_data, loss_panel, result_table, reward_panel,
                        selection_chart_data, selection_panel)
+from glm53_flash.report.page_policy import content_security_policy
 from glm53_flash.report.summary import RunSummary
 from glm53_flash.report.tables import esc, html_from_markdown, html_table
 
@@ -47,7 +49,7 @@ RELEASED = {
     "vocab": "154,880 (byte-level BPE)",
     "context": "1,048,576",
     "position": "NoPE in the sparse layers",
-    "bpe_example_tokens": 4,  # "def increment(x):" -> def, increment, (x, ): (original README)
+    "bpe_example_tokens": 4,  # "def increment(x):" -> def, increment, (x,): (original README)
 }
 RELEASED_SOURCE_PATH = "docs/GLM_MAPPING.md"
 RELEASED_SOURCE = ("the released GLM-5.3-Flash config.json and Hugging Face Transformers glm5_next code, "
@@ -105,7 +107,7 @@ def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tup
         stacked = True
     elif slide_id in ("research-rl-choices", "research-rl-choices-compositions"):
         plan = directory / "plan.json"
-        split = json.loads(plan.read_text())["design"]["confirm_split"] if plan.is_file() else "confirmation"
+        split = read_json(plan)["design"]["confirm_split"] if plan.is_file() else "confirmation"
         prefix = slide_id.removeprefix("research-")  # each study's charts keep element ids of their own
         made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), f"{prefix}-screen",
                  "dev greedy pass@1 of every RL arm per screening seed"),
@@ -133,11 +135,12 @@ ROW_CHARACTERS = 80
 
 def chart(fig, name: str, alt: str) -> str:
     """A figure as inline SVG in a <figure>. On a slide whose body fills the window (Slide.fill) the
-    figure takes the space left to it, growing with its height/width ratio beside other figures, and
-    the drawing scales to the largest size that fits (text scales with it)."""
+    figure takes the space left to it, growing with its height/width ratio beside other figures
+    (data-grow, which deck.js sets as its flex-grow: the page allows no inline style), and the drawing
+    scales to the largest size that fits (text scales with it)."""
     width, height = fig.get_size_inches()
     # flex-grow in hundredths: grow factors summing below 1 would leave part of the space unused
-    return (f'<figure class="chart" style="flex-grow: {100 * height / width:.1f}" role="img" aria-label="{esc(alt)}">'
+    return (f'<figure class="chart" data-grow="{100 * height / width:.1f}" role="img" aria-label="{esc(alt)}">'
             f"{figures.to_svg(fig, name)}</figure>")
 
 
@@ -201,8 +204,6 @@ class Inputs:
     def load(cls, runs: str | Path) -> "Inputs":
         """The headline's slides describe one run: a one-arm directory's, or a two-arm directory's
         `ours` arm (the two-arm summary is kept for the slide that compares the arms)."""
-        from glm53_flash.core.receipts import read_json
-
         runs = Path(runs)
         run = headline_dir(runs)
         top = read_json(run / "summary.json")
@@ -254,8 +255,8 @@ def example_completion(run: Path, summary: RunSummary) -> dict | None:
     before_path, after_path = run / "confirm" / "before-greedy.json", run / "confirm" / f"rl-{seed}-greedy.json"
     if not (before_path.is_file() and after_path.is_file()):
         return None
-    before = {e["task_id"]: e for e in json.loads(before_path.read_text())["episodes"]}
-    after = {e["task_id"]: e for e in json.loads(after_path.read_text())["episodes"]}
+    before = {e["task_id"]: e for e in read_json(before_path)["episodes"]}
+    after = {e["task_id"]: e for e in read_json(after_path)["episodes"]}
     for task_id, episode in after.items():
         if episode["evaluation"]["passed"] and task_id in before and not before[task_id]["evaluation"]["passed"]:
             return {"seed": seed, "task_id": task_id, "prompt": episode["prompt"],
@@ -306,7 +307,7 @@ def slide_arms(x: Inputs) -> list[Slide]:
         first = next(iter(holdout["rows"].values()))
         better = [n for n, r in holdout["rows"].items() if r["ours_better"]]
         worse = [n for n, r in holdout["rows"].items() if r["faithful_better"]]
-        lines.append(f"Ours vs faithful on holdout ({first['tasks']} tasks are {first['units']} units; sign-flip over "
+        lines.append(f"Ours vs faithful on holdout ({esc(first['tasks'])} tasks are {esc(first['units'])} units; sign-flip over "
                      "units, Holm over checkpoints): "
                      + (f"ours better {esc(', '.join(map(checkpoint_label, better)))}" if better else
                         "ours not shown better")
@@ -316,7 +317,7 @@ def slide_arms(x: Inputs) -> list[Slide]:
 
     if both:
         after = both["ours_minus_faithful_after"]
-        lines.append(f"Units and {after['seeds']['n']} pretraining seeds together, ours minus faithful after RL: "
+        lines.append(f"Units and {esc(after['seeds']['n'])} pretraining seeds together, ours minus faithful after RL: "
                      f"{100 * after['mean_difference']:+.1f} points, <strong>{esc(after['verdict'])}</strong>; RL's gain "
                      f"{gain(both['rl_gain_faithful'])} (faithful), {gain(both['rl_gain_ours'])} (ours).")
     power = x.arms.get("power")
@@ -367,8 +368,8 @@ def slide_example(x: Inputs) -> list[Slide]:
     columns = []
     for when in ("before", "after"):
         verdict = example[f"{when}_eval"]
-        columns.append(f"<div><h3>{when} RL: {esc(verdict['status'])} {verdict['tests_passed']}/"
-                       f"{verdict['tests_total']}</h3>" + code(example["prompt"] + example[when]) + "</div>")
+        columns.append(f"<div><h3>{when} RL: {esc(verdict['status'])} {esc(verdict['tests_passed'])}/"
+                       f"{esc(verdict['tests_total'])}</h3>" + code(example["prompt"] + example[when]) + "</div>")
     return [Slide(
         "example", "One confirm task, before and after RL",
         f"<p>Confirm task <code>{esc(example['task_id'])}</code>, greedy, seed {esc(example['seed'])}:</p>"
@@ -576,7 +577,7 @@ def study_slides(x: Inputs) -> list[Slide]:
                 f"<code>glm53 slides build</code>.</p>",
                 "No numbers are shown for a study that has not been run."))
             continue
-        study = json.loads(path.read_text())
+        study = read_json(path)
         headline = study.get("headline_table", {})
         table = html_table(headline.get("columns", []), headline.get("rows", []))
         answers = "".join(f"<p>{esc(answer)}</p>" for answer in study.get("answers", []))
@@ -648,10 +649,21 @@ def build_deck(runs: str | Path) -> str:
     return render(slides)
 
 
+def deck_assets() -> tuple[str, str]:
+    """(the deck's stylesheet, its script): the only style and script its pages allow."""
+    return (ASSETS / "deck.css").read_text(encoding="utf-8"), (ASSETS / "deck.js").read_text(encoding="utf-8")
+
+
+def deck_policy(header: bool = True) -> str:
+    """The deck's content security policy: its own script and stylesheet, nothing inline else."""
+    css, script = deck_assets()
+    return content_security_policy([script], [css], header=header)
+
+
 def render(slides: list[Slide]) -> str:
-    css = (ASSETS / "deck.css").read_text()
-    script = (ASSETS / "deck.js").read_text()
+    css, script = deck_assets()
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{esc(deck_policy(header=False))}\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta name=\"glm53-token\" content=\"{TOKEN_PLACEHOLDER}\">"
             "<title>glm53_flash: the course</title>"

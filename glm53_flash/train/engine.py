@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
+from glm53_flash.core.receipts import append_text, read_json, read_jsonl, write_text
 from glm53_flash.core.runtime import (BusyHint, ShortSpinRestart, fused_optimizer_supported, restart_allowed,
                                       restart_pays)
 from glm53_flash.train.config import SCHEDULES, STUDY_LEARNING_RATE
@@ -320,10 +321,7 @@ class MetricsSink:
 
     def write(self, row: dict, step: int) -> None:
         if self.jsonl_path is not None:
-            import json
-
-            with open(self.jsonl_path, "a") as handle:
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
+            append_text(self.jsonl_path, json.dumps(row, sort_keys=True) + "\n")
         numbers = {self.prefix + self.tag(k): float(v) for k, v in row.items()
                    if k not in UNLOGGED and isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.writer is not None:
@@ -484,12 +482,9 @@ class Trainer(abc.ABC):
     def cut_jsonl(self, name: str, key: str) -> list[dict]:
         """Rows of `name` with `key` <= position, rewritten as the file (rows an interrupted run wrote
         after its checkpoint are recomputed); rank 0 only."""
-        from glm53_flash.core.receipts import write_text
-
         path = self.out / name
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line]
-        kept = [r for r in rows if r[key] <= self.position]
-        write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        kept = [r for r in read_jsonl(path) if r[key] <= self.position]
+        write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), within=self.out)
         return kept
 
     # -- receipts ------------------------------------------------------------------------------
@@ -509,7 +504,7 @@ class Trainer(abc.ABC):
         }
         receipt.update(self.receipt_fields())
         receipt.update(extra or {})
-        write_json(self.out / self.RECEIPT_FILE, receipt)
+        write_json(self.out / self.RECEIPT_FILE, receipt, within=self.out)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.session_start
@@ -586,7 +581,7 @@ class Trainer(abc.ABC):
                 self.governor = None
                 if ctx.is_main:
                     self.write_receipt("complete", self.elapsed(), self.final_fields())
-                    result = json.loads((self.out / self.RECEIPT_FILE).read_text())
+                    result = read_json(self.out / self.RECEIPT_FILE)
         except AlreadyFinished as done:
             result = done.receipt
         finally:

@@ -12,7 +12,6 @@ lock, checkpoints, resume and receipts.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from dataclasses import replace
@@ -22,7 +21,7 @@ import torch
 
 from glm53_flash.data.batches import IGNORE_INDEX, pretraining_rows, rows_to_batch
 from glm53_flash.model import GLM53Flash
-from glm53_flash.core.receipts import write_json
+from glm53_flash.core.receipts import read_json, write_json, write_text
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import resolve_precision
 from glm53_flash.train.config import SCHEDULES, PretrainConfig  # noqa: F401 - re-exported
@@ -158,7 +157,7 @@ class Pretrainer(Trainer):
         if self.ctx.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_json(self.out / RUN_FILE, self.run_record())
-            (self.out / METRICS_FILE).write_text("")
+            write_text(self.out / METRICS_FILE, "", within=self.out)
             self.save_checkpoint_at(0, 0.0)
         self.ctx.barrier()
 
@@ -181,7 +180,7 @@ class Pretrainer(Trainer):
         step, path = saved[-1]
         run_path = self.out / RUN_FILE
         if run_path.is_file():
-            recorded = json.loads(run_path.read_text())
+            recorded = read_json(run_path)
             changes_length = recorded.get("steps", cfg.steps) != cfg.steps
             check_resume_config(self.out, recorded, self.run_record(), config_defaults(PretrainConfig),
                                 allowed=LENGTH_FIELDS if changes_length else ())

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from glm53_flash.core.receipts import write_json
+from glm53_flash.core.receipts import append_text, read_json, read_jsonl, write_json, write_text
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.evaluation.sampling import generate, mask_logits
 from glm53_flash.evaluation.stop import coding_stop
@@ -388,12 +388,12 @@ class RLTrainer(Trainer):
             write_json(self.out / RUN_FILE, self.run_record())
             write_json(self.out / SCHEDULE_FILE, [t.task_id for t in self.schedule])
             for name in (ROLLOUTS_FILE, METRICS_FILE):
-                (self.out / name).write_text("")
+                write_text(self.out / name, "", within=self.out)
             self.save_checkpoint_at(0, 0.0)
         self.ctx.barrier()
 
     def _resume(self, saved) -> None:
-        recorded = json.loads((self.out / RUN_FILE).read_text())
+        recorded = read_json(self.out / RUN_FILE)
         if self.adapted and isinstance(recorded.get("prompts_per_update"), int):
             # left at its default: the run's own groups per update, whatever the number of ranks now
             self.cfg.prompts_per_update = recorded["prompts_per_update"]
@@ -426,7 +426,7 @@ class RLTrainer(Trainer):
 
     def receipt_fields(self) -> dict:
         cfg = self.cfg
-        rows = [json.loads(line) for line in (self.out / ROLLOUTS_FILE).read_text().splitlines() if line]
+        rows = read_jsonl(self.out / ROLLOUTS_FILE)
         return {
             "algorithm": "RLOO",
             "initial_checkpoint": str(cfg.initial_checkpoint), "initial_checkpoint_sha256": self.initial_sha256,
@@ -601,30 +601,30 @@ class RLTrainer(Trainer):
         return {"reward": f"{row['mean_reward']:.3f}", "exact": self.exact_last}
 
     def _log(self, groups, stats, lr, rollout_seconds, seconds) -> dict:
-        lengths, caps = [], 0
-        with open(self.out / ROLLOUTS_FILE, "a") as handle:
-            for g in groups:
-                evals = g["evaluations"]
-                row = {
-                    "group": g["group"], "task_id": g["task"].task_id, "family": g["task"].family,
-                    "rewards": g["rewards"], "advantages": g["advantages"],
-                    "reward_spread": max(g["rewards"]) - min(g["rewards"]),
-                    "updated": g["policy_loss"] is not None, "policy_loss": g["policy_loss"],
-                    "gradient_norm": g.get("gradient_norm"),
-                    "exact_rollouts": sum(e.passed for e in evals),
-                    "reward_cases": g["reward_cases"],
-                    "reward_hacks": sum(v is False for v in g["strong_passed"]),
-                    "valid_rollouts": sum(e.status in ("passed", "failed") for e in evals),
-                    "token_cap_hits": sum(c.hit_cap for c in g["completions"]),
-                    "seconds": seconds / len(groups),
-                    "samples": [{"completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
-                                 "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "reward": r,
-                                 "evaluation": e.to_dict(), "strong_passed": strong}
-                                for c, e, r, strong in zip(g["completions"], evals, g["rewards"], g["strong_passed"])],
-                }
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
-                lengths.extend(len(c.token_ids) for c in g["completions"])
-                caps += row["token_cap_hits"]
+        lengths, caps, lines = [], 0, []
+        for g in groups:
+            evals = g["evaluations"]
+            row = {
+                "group": g["group"], "task_id": g["task"].task_id, "family": g["task"].family,
+                "rewards": g["rewards"], "advantages": g["advantages"],
+                "reward_spread": max(g["rewards"]) - min(g["rewards"]),
+                "updated": g["policy_loss"] is not None, "policy_loss": g["policy_loss"],
+                "gradient_norm": g.get("gradient_norm"),
+                "exact_rollouts": sum(e.passed for e in evals),
+                "reward_cases": g["reward_cases"],
+                "reward_hacks": sum(v is False for v in g["strong_passed"]),
+                "valid_rollouts": sum(e.status in ("passed", "failed") for e in evals),
+                "token_cap_hits": sum(c.hit_cap for c in g["completions"]),
+                "seconds": seconds / len(groups),
+                "samples": [{"completion": c.text, "token_ids": list(c.token_ids), "tokens": len(c.token_ids),
+                             "hit_token_cap": c.hit_cap, "finish_reason": c.finish_reason, "reward": r,
+                             "evaluation": e.to_dict(), "strong_passed": strong}
+                            for c, e, r, strong in zip(g["completions"], evals, g["rewards"], g["strong_passed"])],
+            }
+            lines.append(json.dumps(row, sort_keys=True) + "\n")
+            lengths.extend(len(c.token_ids) for c in g["completions"])
+            caps += row["token_cap_hits"]
+        append_text(self.out / ROLLOUTS_FILE, "".join(lines), within=self.out)
         rewards = [r for g in groups for r in g["rewards"]]
         metrics = {
             "update": len(self.metrics_rows) + 1, "first_group": groups[0]["group"], "last_group": groups[-1]["group"],

@@ -23,15 +23,16 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import json
 import os
 import shlex
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from glm53_flash.core.receipts import UnsafeFileError, read_json
 from glm53_flash.core.runtime import ShortSpinRestart
 
 LOCK_FILE = ".lock"
@@ -61,8 +62,18 @@ class RunLock:
             self.created = True
         while True:
             # O_CLOEXEC: a program this process executes does not inherit the lock (a forked child
-            # that does not exec, such as a verifier worker, shares it until it exits).
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # that does not exec, such as a verifier worker, shares it until it exits). O_NOFOLLOW and
+            # a regular file only: the lock file is truncated and written, never through a link.
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            except OSError as error:
+                if error.errno != errno.ELOOP:
+                    raise
+                raise UnsafeFileError(f"{self.path} is a symbolic link; a run's lock file must be a regular "
+                                      "file") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise UnsafeFileError(f"{self.path} is not a regular file; a run's lock file must be one")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
@@ -158,7 +169,7 @@ def finished_receipt(path: str | Path, length: tuple[str, int] | None = None,
     those saved with `weights_sha256`), its last checkpoint must be the newest saved one. A receipt
     left `complete` from before an extension killed after its new checkpoint is thus not finished."""
     try:
-        receipt = json.loads(Path(path).read_text())
+        receipt = read_json(path)
     except (OSError, ValueError):
         return None
     if not isinstance(receipt, dict) or receipt.get("status") != "complete":

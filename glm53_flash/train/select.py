@@ -7,12 +7,11 @@ so selection never prefers more training without evidence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from glm53_flash.core.options import config_record
-from glm53_flash.core.receipts import provenance, write_json
+from glm53_flash.core.receipts import provenance, read_json, write_json
 from glm53_flash.tasks import DEV_SPLITS, MAX_NEW_TOKENS, parse_families, split_tasks, suite_of
 from glm53_flash.train.checkpoint import list_checkpoints, load_checkpoint
 from glm53_flash.train.config import SelectConfig
@@ -55,7 +54,7 @@ def run_families(run_dir: Path) -> str:
     """The families an RL run trained on ('' = all); pretraining runs use all."""
     receipt = run_dir / "training-receipt.json"
     if receipt.is_file():
-        families = json.loads(receipt.read_text()).get("families", "all")
+        families = read_json(receipt).get("families", "all")
         if isinstance(families, list):
             return ",".join(families)
     return ""

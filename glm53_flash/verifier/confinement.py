@@ -8,6 +8,8 @@ refuse to run below full isolation.
 
 The layers, in the order the worker and its zygote apply them (worker.py calls these functions):
 
+0. `exec_with_fixed_addresses` (worker, first): address-space randomisation off, so no verdict can
+   depend on where memory happens to be (see its docstring).
 1. `enter_namespaces` (worker, before any request): new network, mount, IPC, UTS and PID namespaces,
    and a new user namespace. As root the non-user namespaces come first (root needs no user
    namespace for them) and the user namespace comes after the uid drop, from the zygote; without
@@ -57,7 +59,8 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 # The layers that make up "full" isolation, in report order.
 LAYERS = ("unprivileged_uid", "user_namespace", "network_namespace", "mount_namespace", "pid_namespace",
-          "ipc_namespace", "no_capabilities", "not_dumpable", "private_workdir", "no_new_privs", "seccomp")
+          "ipc_namespace", "no_capabilities", "not_dumpable", "private_workdir", "no_new_privs", "seccomp",
+          "fixed_addresses")
 
 # ------------------------------------------------------------------------------------------------
 # The seccomp filter. x86-64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl).
@@ -283,6 +286,52 @@ def hash_seed() -> int | None:
     if sys.flags.ignore_environment or seed in (None, "random"):
         return None
     return int(seed)
+
+
+# ------------------------------------------------------------------------------------------------
+# Layer 0: a fixed address layout (the worker, first of all)
+# ------------------------------------------------------------------------------------------------
+ADDR_NO_RANDOMIZE = 0x0040000
+_PERSONALITY_QUERY = 0xFFFFFFFF
+
+
+def _personality(persona: int) -> int:
+    function = libc().personality
+    function.restype = ctypes.c_int
+    return function(ctypes.c_ulong(persona))
+
+
+def addresses_fixed() -> bool:
+    """Whether this process runs with address-space randomisation off (ADDR_NO_RANDOMIZE)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    persona = _personality(_PERSONALITY_QUERY)
+    return persona != -1 and bool(persona & ADDR_NO_RANDOMIZE)
+
+
+def exec_with_fixed_addresses(argv: list[str]) -> str:
+    """Turn address-space randomisation off and execute `argv` again in this process (the layout is
+    chosen at exec). Returns only when that cannot be done, with the reason.
+
+    Why: an object's address reaches a candidate through its text (`str` of a generator or a
+    function), the hash of an identity-hashed object (so a set's order) and exception messages.
+    With a fixed layout and a worker that does the same work before every fork, each child starts
+    from the same memory, so those addresses, and every verdict that depends on them, are a function
+    of the program (and of the interpreter build and the worker's environment), the same in every
+    pool. The cost: a candidate knows where the interpreter's memory is, which matters only to an
+    exploit of the interpreter itself, and the kernel layers confine the child all the same."""
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    persona = _personality(_PERSONALITY_QUERY)
+    if persona == -1 or _personality(persona | ADDR_NO_RANDOMIZE) == -1:
+        return f"the kernel refused personality(ADDR_NO_RANDOMIZE) ({os.strerror(ctypes.get_errno())})"
+    if not addresses_fixed():
+        return "personality(ADDR_NO_RANDOMIZE) did not take effect"
+    try:
+        os.execv(sys.executable, argv)
+    except OSError as exc:
+        return f"could not execute {sys.executable} again ({exc.strerror})"
+    return "exec returned"  # not reached
 
 
 # ------------------------------------------------------------------------------------------------

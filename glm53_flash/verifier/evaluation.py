@@ -10,11 +10,16 @@ from dataclasses import asdict, dataclass
 
 STATUSES = ("passed", "failed", "invalid", "limit")
 _REPR_CHARS = 60
+# A verdict's message is at most this long: the longest honest one is a case number and a limit's or an
+# exception's text (the child clips that to worker.MESSAGE_CHARS, 200); anything longer (a child with
+# the policy bypassed writes its own result frame) is cut here.
+MESSAGE_CHARS = 256
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One verdict. For invalid and limit, tests_passed is 0 and pass_fraction 0.0."""
+    """One verdict. For invalid and limit, tests_passed is 0 and pass_fraction 0.0; the message holds
+    at most MESSAGE_CHARS characters."""
 
     status: str
     passed: bool
@@ -26,6 +31,8 @@ class Evaluation:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        if type(self.message) is not str or len(self.message) > MESSAGE_CHARS:
+            object.__setattr__(self, "message", str(self.message)[:MESSAGE_CHARS])
 
     def to_dict(self) -> dict:
         return asdict(self)

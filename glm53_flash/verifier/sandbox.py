@@ -157,7 +157,7 @@ class Verifier:
         self._cases_cache: dict[int, tuple] = {}
         self._worker_config = json.dumps({
             "cpu": self.limits.cpu_seconds, "wall": self.limits.wall_seconds,
-            "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": self._owner,
+            "mem": self.limits.memory_bytes, "out": self.limits.output_bytes, "parent": f"{self._owner:010d}",
             "kernel": bool(kernel_layers),
         })
         self._limits_dict = json.loads(self._worker_config)
@@ -472,9 +472,12 @@ class Verifier:
 
     def _start(self, worker: _Worker, job: _Job) -> _Run:
         """Two fresh pipes; the request goes into one now (most fit the pipe's buffer); the child's
-        ends go to the zygote, which forks a child on them once the previous one has ended."""
+        ends and a fresh /dev/null go to the zygote, which forks a child on them once the previous one has ended."""
         request_r, request_w = os.pipe()
         result_r, result_w = os.pipe()
+        # The child's fds 0-2: a file description of its own, so nothing one candidate sets on them
+        # (O_APPEND, O_NONBLOCK, a lock) is there for the next.
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.set_blocking(request_w, False)
             os.set_blocking(result_r, False)
@@ -483,7 +486,7 @@ class Verifier:
                 pending = pending[os.write(request_w, pending):]
             except BlockingIOError:
                 pass
-            socket.send_fds(worker.channel, [wire.RUN_REQUEST], [request_r, result_w])
+            socket.send_fds(worker.channel, [wire.RUN_REQUEST], [request_r, result_w, null])
         except BaseException:
             for fd in (request_w, result_r):
                 os.close(fd)
@@ -491,6 +494,7 @@ class Verifier:
         finally:
             os.close(request_r)
             os.close(result_w)
+            os.close(null)
         if not pending:
             os.close(request_w)
             request_w = None
@@ -500,7 +504,9 @@ class Verifier:
     def _spawn(self) -> _Worker:
         if self._closed:  # close() from another thread (e.g. atexit) while a batch was running
             raise RuntimeError("this Verifier was closed during an evaluation")
-        env = {key: os.environ[key] for key in ("PATH", "LD_LIBRARY_PATH") if key in os.environ}
+        # No PATH (the worker runs no program by name): the worker's memory, and so the addresses a
+        # candidate can see, must not depend on the caller's shell.
+        env = {key: os.environ[key] for key in ("LD_LIBRARY_PATH",) if key in os.environ}
         # Resolve every library symbol when the worker starts: lazily bound, each symbol a child
         # calls first would be looked up again in every child, writing to shared pages.
         env["LD_BIND_NOW"] = "1"
@@ -511,7 +517,9 @@ class Verifier:
         env["PYTHONHASHSEED"] = str(HASH_SEED)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = json.loads(self._worker_config)
-        config["channel"] = theirs.fileno()
+        # Fixed width, like "parent": the worker's memory before its first fork, and so every address
+        # a candidate can see, must not depend on a process id or a descriptor number.
+        config["channel"] = f"{theirs.fileno():010d}"
         # -s -S: no user site, no site-packages (the worker needs only the standard library); the only
         # PYTHON* variable is the hash seed above. New session: a terminal Ctrl-C reaches the
         # parent only, which then stops the workers in order (see _kill_worker).

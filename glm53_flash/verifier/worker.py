@@ -1,9 +1,10 @@
 """The sandbox worker (launcher, zygote, child) and the value wire format it shares with the caller.
 
-Run as a script (`python -s -S worker.py CONFIG`, PYTHONHASHSEED fixed), the launcher creates the namespaces
-(confinement.py) and forks the zygote, which is PID 1 of the new PID namespace and talks to the
-caller over a Unix socket. Per candidate the caller makes two fresh pipes, writes the request into
-one, and passes the child's ends to the zygote (`SCM_RIGHTS`); the zygote forks a child on them,
+Run as a script (`python -s -S worker.py CONFIG`, PYTHONHASHSEED fixed), the launcher executes itself
+again with address-space randomisation off, creates the namespaces (confinement.py) and forks the
+zygote, which is PID 1 of the new PID namespace and talks to the caller over a Unix socket. Per
+candidate the caller makes two fresh pipes, writes the request into one, and passes the child's ends
+and a /dev/null opened for that child to the zygote (`SCM_RIGHTS`); the zygote forks a child on them,
 enforces the wall clock, reaps it and sends back its wait status. The child confines itself, reads
 its own request, runs it and writes the raw results, which the caller reads and judges. Neither the
 launcher nor the zygote ever reads a request or a result, so no child starts from a state that held
@@ -402,11 +403,13 @@ def run_candidate(source: str, entry_point: str, encoded_cases: list) -> dict:
     return {"s": "ran", "c": results}
 
 
-def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
+def confine(request_fd: int, result_fd: int, null_fd: int, limits: dict, lock) -> None:
     """Lock the current (child) process down before it reads its request or runs candidate code.
 
-    The child leads its own process group and dies with the zygote. fds 0-2 become a write-only
-    /dev/null (stdin reads fail), the result pipe moves to fd 3 and the request pipe to fd 4, every
+    The child leads its own process group and dies with the zygote. fds 0-2 become `null_fd`, a
+    write-only /dev/null the caller opened for this child alone (stdin reads fail; no other child
+    shares its file description, so its flags, offset or locks reach no later candidate), the
+    result pipe moves to fd 3 and the request pipe to fd 4, every
     other descriptor is closed, and RLIMIT_NOFILE=4 (a child that closes its own fds gets slots
     back, but the filter refuses every open, socket and pipe-making call that would use them).
     Inherited from the zygote (limit_zygote): caps on address space, file size (0: no file writes),
@@ -424,8 +427,9 @@ def confine(request_fd: int, result_fd: int, limits: dict, lock) -> None:
     # Move both pipes above the target numbers first, so neither dup2 overwrites the other.
     high_result = fcntl.fcntl(result_fd, fcntl.F_DUPFD, 10)
     high_request = fcntl.fcntl(request_fd, fcntl.F_DUPFD, 10)
+    high_null = fcntl.fcntl(null_fd, fcntl.F_DUPFD, 10)
     for fd in (0, 1, 2):
-        os.dup2(_DEVNULL[0], fd)
+        os.dup2(high_null, fd)
     os.dup2(high_result, 3)
     os.dup2(high_request, 4)
     os.closerange(5, _OPEN_MAX[0])
@@ -479,9 +483,6 @@ def _max_fd() -> int:
         return 1024
 
 
-_DEVNULL = []  # one write-only /dev/null descriptor, opened by the worker, shared by every child
-
-
 _SIGNAL_REASONS = {
     _signal.SIGPROF: "CPU time limit",
     _signal.SIGXCPU: "CPU time limit",
@@ -516,11 +517,11 @@ def describe_limit(status: int, timed_out: bool, overflow: bool, payload: bytes,
     return None
 
 
-def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
+def _child(request_fd: int, result_fd: int, null_fd: int, limits: dict, lock) -> None:
     """The forked child: confine, read its own request, run it, write the raw results, exit."""
     status = 70
     try:
-        confine(request_fd, result_fd, limits, lock)
+        confine(request_fd, result_fd, null_fd, limits, lock)
         chunks = []
         while True:
             chunk = os.read(4, 65536)
@@ -543,7 +544,8 @@ def _child(request_fd: int, result_fd: int, limits: dict, lock) -> None:
 # sends back the exit status. It never reads a request or a result.
 # ----------------------------------------------------------------------------------------------------
 STATUS = struct.Struct("=iB")  # the zygote's report per candidate: raw wait status (-1: no fork), timed out
-RUN_REQUEST = b"r"             # caller -> zygote, with two descriptors: fork a child on them
+RUN_REQUEST = b"r"             # caller -> zygote, with RUN_DESCRIPTORS descriptors: fork a child on them
+RUN_DESCRIPTORS = 3            # the request pipe's read end, the result pipe's write end, a fresh /dev/null
 
 
 def _zygote(channel: _socket.socket, limits: dict, report, lock, workdir: str) -> None:
@@ -571,29 +573,29 @@ def _zygote(channel: _socket.socket, limits: dict, report, lock, workdir: str) -
 
 def _serve_one(channel: _socket.socket, limits: dict, lock) -> bool:
     try:
-        message, fds = _receive_fds(channel, 16, 2)
+        message, fds = _receive_fds(channel, 16, RUN_DESCRIPTORS)
     except OSError:
         return False
-    if message != RUN_REQUEST or len(fds) != 2:
+    if message != RUN_REQUEST or len(fds) != RUN_DESCRIPTORS:
         for fd in fds:
             os.close(fd)
         return False  # the caller closed the channel (orderly shutdown) or broke the protocol
-    request_fd, result_fd = fds
+    request_fd, result_fd, null_fd = fds
     blocked = (_signal.SIGTERM, _signal.SIGINT)
     _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
     try:
         pid = os.fork()
     except OSError:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
-        os.close(request_fd)
-        os.close(result_fd)
+        for fd in fds:
+            os.close(fd)
         channel.sendall(STATUS.pack(-1, 0))
         return True
     if pid == 0:
         channel.close()
-        _child(request_fd, result_fd, limits, lock)
-    os.close(request_fd)
-    os.close(result_fd)
+        _child(request_fd, result_fd, null_fd, limits, lock)
+    for fd in fds:
+        os.close(fd)
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, blocked)
     status, timed_out = _wait_child(pid, float(limits["wall"]), reap_orphans=not lock.available)
     channel.sendall(STATUS.pack(status, timed_out))
@@ -707,17 +709,24 @@ def _raise_exit(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str]) -> int:
-    """The launcher: set up the namespaces, fork the zygote, wait for it. It never sees a request."""
+    """The launcher: fix the address layout, set up the namespaces, fork the zygote, wait for it. It
+    never sees a request."""
+    fixed = ""
+    if not confinement.addresses_fixed():
+        fixed = confinement.exec_with_fixed_addresses([sys.executable, *sys.orig_argv[1:]])  # returns on failure
     limits = loads(argv[1])
     confinement.die_with_parent()
     if os.getppid() != int(limits["parent"]):
         return 0  # the parent died before we could ask to die with it
     _signal.signal(_signal.SIGTERM, _raise_exit)
     channel = _socket.socket(fileno=int(limits["channel"]))
-    _DEVNULL.append(os.open(os.devnull, os.O_WRONLY))
     _warm_up()
     confine_kernel = bool(limits.get("kernel", True))
     report = confinement.Isolation()
+    if fixed:
+        report.refused("fixed_addresses", fixed)
+    else:
+        report.reached("fixed_addresses", "address-space randomisation off")
     lock = confinement.ChildLock(enabled=confine_kernel)
     confinement.enter_namespaces(report, enabled=confine_kernel)
     # No process of our uid may trace us or read our /proc files. (After the namespaces: writing our

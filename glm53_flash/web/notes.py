@@ -10,11 +10,10 @@ no note is ever lost to a later write. Notes live in their own directory, outsid
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
-from glm53_flash.core.receipts import utc_now, write_json
+from glm53_flash.core.receipts import append_text, read_json, read_jsonl, utc_now, write_json
 
 MAX_KEY_CHARS = 200
 MAX_TEXT_CHARS = 20_000
@@ -118,7 +117,7 @@ class NotesStore:
         """The stored document; the empty skeleton when the file is missing or unreadable."""
         document = empty_document(kind)
         try:
-            stored = json.loads(self.path(kind).read_text())
+            stored = read_json(self.path(kind))
         except (OSError, ValueError):
             return document
         if isinstance(stored, dict):
@@ -144,11 +143,8 @@ class NotesStore:
             history = self.history_path(kind)
             if history.exists() and history.stat().st_size + len(line.encode()) > HISTORY_MAX_BYTES:
                 history.replace(self.directory / f"{kind}.history.1.jsonl")
-            with open(history, "a", encoding="utf-8") as handle:
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
-            write_json(self.path(kind), document)
+            append_text(history, line, within=self.directory, sync=True)
+            write_json(self.path(kind), document, within=self.directory)
         return document
 
     def history(self, kind: str) -> list[dict]:
@@ -156,5 +152,5 @@ class NotesStore:
         rows = []
         for path in (self.directory / f"{kind}.history.1.jsonl", self.history_path(kind)):
             if path.exists():
-                rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+                rows += read_jsonl(path)
         return rows

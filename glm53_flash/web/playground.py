@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import json
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+from glm53_flash.core.receipts import read_json
 from glm53_flash.data.tokenizer import MAX_PROMPT_CHARS, PromptError, check_prompt  # noqa: F401 - the shared rules
 from glm53_flash.tasks import frozen_tasks, task_by_id
 from glm53_flash.verifier.evaluation import short_repr
@@ -42,17 +42,17 @@ def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
         demo = demo / "ours"
     best, best_score = None, None
     plan_path = demo / "plan.json"
-    seeds = json.loads(plan_path.read_text())["plan"]["rl_seeds"] if plan_path.exists() else []
+    seeds = read_json(plan_path)["plan"]["rl_seeds"] if plan_path.exists() else []
     for seed in seeds:
         selection = demo / f"rl-{seed}" / "selection-dev.json"
         if selection.exists():
-            chosen = json.loads(selection.read_text())["selected"]
+            chosen = read_json(selection)["selected"]
             if best_score is None or tuple(chosen["score"]) > best_score:
                 best, best_score = chosen["checkpoint"], tuple(chosen["score"])
     if best is None:
         selection = demo / "pretrain" / "selection-dev.json"
         if selection.exists():
-            best = json.loads(selection.read_text())["selected"]["checkpoint"]
+            best = read_json(selection)["selected"]["checkpoint"]
     if best is None:
         return None
     path = Path(best)

@@ -46,7 +46,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from glm53_flash.report.slides import TOKEN_PLACEHOLDER
+from glm53_flash.report.page_policy import content_security_policy
+from glm53_flash.report.slides import TOKEN_PLACEHOLDER, deck_policy
 from glm53_flash.web import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS
 from glm53_flash.web.notes import NoteError, NotesStore
 from glm53_flash.web.playground import Playground, PlaygroundError
@@ -66,12 +67,20 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cross-Origin-Resource-Policy": "same-origin",
     "Cache-Control": "no-store",
-    "Content-Security-Policy": ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                                "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                                "frame-ancestors 'none'"),
+    # Every response: no script or style at all. A page replaces it with its own policy, which allows
+    # exactly its own script and stylesheet (page_policies).
+    "Content-Security-Policy": content_security_policy(),
 }
 _SECURITY_HEADER_BYTES = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
 log = logging.getLogger(__name__)
+
+
+def playground_policy(page: str) -> str:
+    """The playground page's content security policy: the script and the style element of its asset
+    file, nothing inline else."""
+    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+    styles = re.findall(r"<style>(.*?)</style>", page, flags=re.S)
+    return content_security_policy(scripts, styles)
 
 
 def is_loopback(host: str) -> bool:
@@ -332,10 +341,13 @@ class SlideServer:
         names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
         self.allowed_hosts = {f"{name}:{bound_port}" for name in names} | set(allowed_hosts)
         self.allowed_origins = {f"http://{h}" for h in self.allowed_hosts}
+        playground_page = (ASSETS / "playground.html").read_text(encoding="utf-8")
         self.pages = {
             "/": deck_html.replace(TOKEN_PLACEHOLDER, self.token),
-            "/playground": (ASSETS / "playground.html").read_text().replace(TOKEN_PLACEHOLDER, self.token),
+            "/playground": playground_page.replace(TOKEN_PLACEHOLDER, self.token),
         }
+        # Computed from the package's own assets, never from the deck served (which holds receipt values).
+        self.page_policies = {"/": deck_policy(), "/playground": playground_policy(playground_page)}
         protocol = type("SlideServerProtocol", (GuardedH11Protocol,),
                         {"slide_server": self, "header_timeout": header_timeout, "body_timeout": body_timeout,
                          "max_connections": max_connections})
@@ -547,7 +559,8 @@ class Guard:
 
 def build_app(server: SlideServer):
     async def page(request: Request) -> Response:
-        response = Response(server.pages[request.url.path], media_type="text/html; charset=utf-8")
+        response = Response(server.pages[request.url.path], media_type="text/html; charset=utf-8",
+                            headers={"Content-Security-Policy": server.page_policies[request.url.path]})
         if request.scope["state"]["authenticated_by"] == "query":
             # Jupyter's convention: the token from the URL moves into a cookie the page's scripts cannot read
             response.set_cookie(server.cookie_name, server.token, httponly=True, samesite="strict", path="/")

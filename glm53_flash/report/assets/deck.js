@@ -190,6 +190,11 @@
     document.getElementById("presenter").hidden = false;
     setInterval(tick, 1000);
   }
+  // Each chart's share of a filled slide's height (slides.py's data-grow): set here, through the DOM,
+  // because the page's content security policy allows no style attribute.
+  Array.prototype.forEach.call(document.querySelectorAll("figure[data-grow]"), function (figure) {
+    figure.style.flexGrow = figure.getAttribute("data-grow");
+  });
   applyEdits();
   show(indexFromLocation());
   status(served ? "" : "opened as a file: notes stay in this browser");
