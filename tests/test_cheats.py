@@ -1,20 +1,26 @@
 """The cheat suite and the strict set: the wrong programs are real programs the verifier judges as the
-suite computes; the strict set lets no kind of them through on more than 1% of tasks (a fixed sample)
-where the strong set let some through; it extends the strong set with long inputs on which each
-predicate holds and fails."""
+suite computes; the strict set lets no kind of them through on more than 1% of tasks (a fixed sample
+here, every task split in the slow test against the committed receipt) where the strong set let some
+through; it extends the strong set with long inputs on which each predicate holds and fails; the
+committed receipt and `glm53 tasks summary` show what the suite measures."""
 
 from __future__ import annotations
 
 import builtins
+import json
+from pathlib import Path
 
 import pytest
 
+from glm53_flash.cli import main
 from glm53_flash.tasks import cheats, compositions, grammar, strict
 from glm53_flash.tasks.families import CodingTask
 from glm53_flash.tasks.grammar import BOOL, LIST, REFERENCE_BUILTINS, STR
 from glm53_flash.verifier import Verifier
 from glm53_flash.verifier.policy import check_policy
 
+ROOT = Path(__file__).resolve().parents[1]
+RECEIPT = json.loads((ROOT / "results/tasks/cheats.json").read_text())
 SUITE = compositions.suite()
 DEV, RL = SUITE.split(compositions.DEV_SPLIT), SUITE.split(compositions.RL_SPLIT)
 SAMPLE = DEV[::10] + RL[::10]  # 101 behaviours of every type
@@ -105,3 +111,40 @@ def test_strict_sets_add_long_inputs_on_which_each_predicate_holds_and_fails():
 @pytest.mark.slow
 def test_the_strict_sets_are_pinned():
     assert {split: strict.split_sha256(split) for split in compositions.TASK_SPLITS} == strict.PINNED_SHA256
+
+
+def test_the_committed_receipt_is_what_the_cheat_suite_gives_on_a_sample(measured):
+    assert RECEIPT["version"] == compositions.VERSION and RECEIPT["strict_version"] == strict.VERSION
+    assert {split: row["strict_sha256"] for split, row in RECEIPT["splits"].items()} == strict.PINNED_SHA256
+    for split, entries in ((compositions.DEV_SPLIT, DEV), (compositions.RL_SPLIT, RL)):
+        bits = RECEIPT["splits"][split]["let_through"]
+        for position in range(0, len(entries), 10):
+            sets = measured[entries[position].index]
+            for name in cheats.SETS:
+                for kind in cheats.KINDS:
+                    assert (bits[name][kind][position] == "1") == (kind in sets[name]), (split, position, name, kind)
+        assert RECEIPT["splits"][split]["rates"] == cheats.rates(bits, len(entries))
+    assert RECEIPT["table"] == cheats.table(RECEIPT)
+    for row in RECEIPT["splits"].values():  # every split within the bound on the strict set
+        assert all(row["rates"]["strict"][kind]["rate"] <= cheats.BOUND for kind in cheats.KINDS)
+    assert RECEIPT["families"] == json.loads(json.dumps(cheats.measure_families()))
+
+
+@pytest.mark.slow
+def test_the_full_measurement_is_the_committed_receipt():
+    fresh = json.loads(json.dumps(cheats.measurement()))
+    committed = {key: value for key, value in RECEIPT.items() if key != "provenance"}
+    assert fresh == committed
+
+
+def test_tasks_summary_shows_the_cheat_suite(capsys):
+    from glm53_flash.commands.tasks import _cheat_rates, committed_cheats
+
+    assert main(["tasks", "summary", "--suite", "families"]) == 0
+    out = capsys.readouterr().out
+    assert "cheat suite (results/tasks/cheats.json)" in out and "strong set" in out and "near miss" in out
+    assert main(["tasks", "summary", "--suite", "families", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cheat_suite"]["rates"] == RECEIPT["families"]["rates"]
+    shown = _cheat_rates(committed_cheats(), "compositions")  # what the compositions summary adds
+    assert shown["all"] == RECEIPT["all"] and set(shown["splits"]) == set(compositions.TASK_SPLITS)
+    assert shown["splits"][compositions.DEV_SPLIT]["rates"]["strict"]["any"]["rate"] <= cheats.BOUND
