@@ -2,7 +2,7 @@
 suite computes; the strict set lets no kind of them through on more than 1% of tasks (a fixed sample
 here, every task split in the slow test against the committed receipt) where the strong set let some
 through; it extends the strong set with long inputs on which each predicate holds and fails; the
-committed receipt and `glm53 tasks summary` show what the suite measures."""
+committed receipt, `glm53 tasks summary` and docs/VERIFIER.md show what the suite measures."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from glm53_flash.cli import main
+from glm53_flash.report.cells import check_doc
 from glm53_flash.tasks import cheats, compositions, grammar, strict
 from glm53_flash.tasks.families import CodingTask
 from glm53_flash.tasks.grammar import BOOL, LIST, REFERENCE_BUILTINS, STR
@@ -148,3 +149,8 @@ def test_tasks_summary_shows_the_cheat_suite(capsys):
     shown = _cheat_rates(committed_cheats(), "compositions")  # what the compositions summary adds
     assert shown["all"] == RECEIPT["all"] and set(shown["splits"]) == set(compositions.TASK_SPLITS)
     assert shown["splits"][compositions.DEV_SPLIT]["rates"]["strict"]["any"]["rate"] <= cheats.BOUND
+
+
+def test_the_verifier_doc_shows_the_receipts_table():
+    assert not check_doc(ROOT, "docs/VERIFIER.md", generated_only=True)
+    assert "cells-table: results/tasks/cheats.json table" in (ROOT / "docs/VERIFIER.md").read_text()
