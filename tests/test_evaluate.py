@@ -237,6 +237,38 @@ def test_unbiased_pass_at_k_matches_brute_force_enumeration():
     assert unbiased_pass_at_k([0, 8, 2], 8)["8"] == pytest.approx(2 / 3)
 
 
+def test_a_compositions_evaluation_also_counts_false_passes_on_the_strict_set(verifier):
+    from glm53_flash.tasks import compositions, strict
+
+    by_unit = {e.unit: e for e in compositions.suite().split(compositions.DEV_SPLIT)}
+    right, off_by_one, wrong = (
+        compositions.make_task(by_unit[unit], compositions.DEV_SPLIT, random.Random(0),
+                               f"{compositions.DEV_SPLIT}-b{by_unit[unit].index:04d}-000")
+        for unit in ("int:mul(7)", "str:head(5)>contains('o')", "int:atmost(5)"))
+    model = ScriptedModel({right.prompt: right.reference_completion,
+                           off_by_one.prompt: '\n    return "o" in text[:6]\n',  # passes the strong set too
+                           wrong.prompt: "\n    return x * 5\n"})
+    tasks = [right, off_by_one, wrong]
+    receipt = evaluate_greedy(model, tasks, verifier=verifier, max_new_tokens=64)
+    s = receipt["summary"]
+    assert (s["tasks_solved"], s["tasks_solved_strong"], s["false_passes"]) == (2, 2, 0)
+    assert (s["tasks_solved_strict"], s["false_passes_strict"], s["pass_at_1_strict"]) == (1, 1, 1 / 3)
+    assert [e["strict_passed"] for e in receipt["episodes"]] == [True, False, False]
+    assert receipt["pass_at_k_strict"] == {"1": 1 / 3} and "strict tests: pass@1 1/3" in format_summary(receipt)
+    assert receipt["inference"]["strict_tests"] == strict.strict_cases_record(tasks)
+    assert sum(row["solved_strict"] for row in receipt["by_kind"].values()) == 1
+    # sampled: per sample, and the strict rollouts never exceed the strong ones
+    three = [[Evaluation.from_cases(3, 3)] * 2, [Evaluation.from_cases(0, 3)] * 2]
+    completions = [[Completion("x", (1,), False, (0.0,), "parse")] * 2] * 2
+    strong = [[Evaluation.from_cases(60, 60)] * 2, [Evaluation.from_cases(0, 60)] * 2]
+    sampled = sampled_receipt(tasks[:2], completions, three, {}, strong_evaluations=strong,
+                              strict_passed=[[True, False], [False, False]])
+    assert (sampled["summary"]["exact_rollouts_strict"], sampled["summary"]["false_pass_rollouts_strict"]) == (1, 1)
+    assert sampled["episodes"][0]["samples"][1]["strict_passed"] is False and sampled["pass_at_k_strict"]["2"] == 0.5
+    # the families suite has no strict set: its receipts are as before
+    assert "pass_at_k_strict" not in greedy_receipt(tasks[:1], completions[0][:1], three[0][:1], {})
+
+
 def test_greedy_receipt_counts_limit_as_valid_and_invalid_as_not():
     tasks = frozen_tasks("confirm", 1, ("increment", "double", "square"))
     completions = [Completion("x", (4,), i == 2, (0.0,), "cap" if i == 2 else "parse") for i in range(3)]

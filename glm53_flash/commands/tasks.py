@@ -1,13 +1,18 @@
 """`glm53 tasks summary`: what each split of a task suite holds (tasks, distinct behaviours,
-structures, the split's sha256), and `glm53 tasks show`: one task's prompt and reference. Neither
-judges anything, so a sealed split's counts and hashes can be printed without opening it; `show`
-refuses a sealed split's tasks (their text is what the seal protects)."""
+structures, the split's sha256) and how many tasks the cheat suite's wrong programs pass per case set
+(read from the committed receipt `CHEATS_RECEIPT`); `glm53 tasks cheats`: measure the cheat suite and
+write that receipt; `glm53 tasks show`: one task's prompt and reference. None judges a model, so a
+sealed split's counts and hashes can be printed without opening it; `show` refuses a sealed split's
+tasks (their text is what the seal protects)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from glm53_flash.tasks import SEALED_SPLITS, SUITES
+
+CHEATS_RECEIPT = "results/tasks/cheats.json"
 
 
 def register(sub) -> None:
@@ -27,6 +32,16 @@ def register(sub) -> None:
     summary.add_argument("--output", default=None, metavar="FILE",
                          help="also write the summary as a receipt (with provenance) to FILE")
     summary.set_defaults(func=_run_summary)
+    cheats = commands.add_parser(
+        "cheats", help="measure how many tasks the cheat suite's wrong programs pass, per case set (about a minute)",
+        description="For every task of the compositions suite's task splits and every family of the original "
+                    "suite: which kinds of wrong program (a lookup of the reward inputs, the reference on small "
+                    "inputs only, a constant, the argument, near misses) pass its reward cases, its strong set and "
+                    "its strict set. Sealed splits are reported as counts only.")
+    cheats.add_argument("--output", default=None, metavar="FILE",
+                        help=f"write the receipt (with provenance) to FILE (the committed one: {CHEATS_RECEIPT})")
+    cheats.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    cheats.set_defaults(func=_run_cheats)
     budget = commands.add_parser(
         "budget", help="a pretraining run's before-RL dev pass rate, checkpoint by checkpoint",
         description="Summarise a pretraining run and one greedy `glm53 eval` receipt per checkpoint on a dev split "
@@ -51,8 +66,9 @@ def _run_summary(args) -> int:
         from glm53_flash.core.receipts import provenance, write_json
 
         write_json(args.output, {**summary, "provenance": provenance()})
+    cheats = committed_cheats()
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({**summary, "cheat_suite": _cheat_rates(cheats, args.suite)}, indent=2))
         return 0
     if args.suite == "compositions":
         print(f"compositions suite v{summary['version']}: {summary['behaviours']:,} distinct behaviours, "
@@ -63,6 +79,62 @@ def _run_summary(args) -> int:
     for name, row in summary["splits"].items():
         print(f"{name:32} {'yes' if row['sealed'] else 'no':>6} {row['tasks']:>6} {row['behaviours']:>10} "
               f"{row['structures']:>10}  {row['sha256'][:16]}")
+    print()
+    if cheats is None:
+        print(f"cheat suite: no receipt at {CHEATS_RECEIPT} (glm53 tasks cheats --output {CHEATS_RECEIPT})")
+        return 0
+    print(f"cheat suite ({CHEATS_RECEIPT}): tasks on which a wrong program of each kind passes every case of a set "
+          f"(at most {100 * cheats['bound']:.0f}% on the strict set)")
+    _print_table(cheats["table"], None if args.suite == "compositions" else "families suite")
+    return 0
+
+
+def committed_cheats() -> dict | None:
+    """The cheat suite's committed receipt of the checkout this package is in (None when there is none)."""
+    path = Path(__file__).resolve().parents[2] / CHEATS_RECEIPT
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _cheat_rates(receipt: dict | None, suite: str) -> dict | None:
+    """What `tasks summary --json` shows of the cheat suite: per split (and over all) the rates per case
+    set and kind; for the families suite its own."""
+    if receipt is None:
+        return None
+    if suite == "families":
+        return {"tasks": receipt["families"]["tasks"], "rates": receipt["families"]["rates"]}
+    return {"strict_version": receipt["strict_version"], "bound": receipt["bound"],
+            "splits": {name: {"tasks": row["tasks"], "rates": row["rates"]} for name, row in receipt["splits"].items()},
+            "all": receipt["all"]}
+
+
+def _print_table(table: dict, only: str | None = None) -> None:
+    """The cheat table as fixed-width text; `only` keeps the rows of one block (named by its first cell)."""
+    rows, keep = [], only is None
+    for row in table["rows"]:
+        if row[0]:
+            keep = only is None or row[0].startswith(only)
+        if keep:
+            rows.append(row)
+    widths = [max(len(str(r[i])) for r in [table["columns"], *rows]) for i in range(len(table["columns"]))]
+    for row in [table["columns"], *rows]:
+        print("  ".join(str(cell).ljust(width) if i < 2 else str(cell).rjust(width)
+                        for i, (cell, width) in enumerate(zip(row, widths))))
+
+
+def _run_cheats(args) -> int:
+    from glm53_flash.tasks import cheats
+
+    receipt = cheats.measurement()
+    if args.output:
+        from glm53_flash.core.receipts import provenance, write_json
+
+        write_json(args.output, {**receipt, "provenance": provenance()})
+    if args.json:
+        print(json.dumps(receipt, indent=2))
+        return 0
+    _print_table(receipt["table"])
+    if args.output:
+        print(f"wrote {args.output}")
     return 0
 
 

@@ -4,10 +4,13 @@ Receipt keys match the original's evaluate / evaluate_passk receipts (seed-core 
 `pass_at_k` (the unbiased estimator for every k <= samples), `timing`, `provenance`, the strong
 tests (every program is also judged on its family's strong test set, `tasks.strong_cases`: per
 episode or sample `strong_tests_passed` / `strong_tests_total`; pass rates under the strong set and
-the false passes, programs that pass the three cases but not the strong set) and `sealed_opening`
-(the ledger opening a sealed split was evaluated under, None otherwise). Tasks run in batches
-through the cached sampler, and each batch is judged by one sandboxed `evaluate_many` call (the
-three-case verdicts and the strong ones together; a program's strong cases run in one execution).
+the false passes, programs that pass the three cases but not the strong set), on a compositions split
+the strict set too (tasks/strict.py: a program that passes the three cases and the strong set is
+judged once more on it; `strict_passed`, pass rates and false passes under it beside the strong
+ones, `inference.strict_tests`) and `sealed_opening` (the ledger opening a sealed split was evaluated
+under, None otherwise). Tasks run in batches through the cached sampler, and each batch is judged by
+one sandboxed `evaluate_many` call (the three-case verdicts and the strong ones together; a program's
+strong cases run in one execution), then its strong passes on their strict sets.
 
 A sealed split (final, confirm, holdout) is evaluated only under an opening from
 `ledger.require_open`: passed as `opening=`, or the one granted last in this process.
@@ -23,7 +26,7 @@ from glm53_flash.evaluation.config import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, Eva
 from glm53_flash.evaluation.sampling import DEFAULT_BATCH_ROWS, Completion, generate
 from glm53_flash.core.stats import pass_at_k
 from glm53_flash.evaluation.stop import coding_stop
-from glm53_flash.tasks import EVAL_SPLITS, families_of, family_order, strong_cases_record, strong_task, suite_of
+from glm53_flash.tasks import EVAL_SPLITS, families_of, family_order, strict, strong_cases_record, strong_task, suite_of
 from glm53_flash.data.tokenizer import ByteTokenizer
 
 SCHEMA_VERSION = "1.0"
@@ -94,10 +97,14 @@ def by_kind(episodes: Sequence[dict]) -> dict:
             row["rollouts"] = row.get("rollouts", 0) + len(episode["samples"])
             if "passed_samples_strong" in episode:
                 row["exact_rollouts_strong"] = row.get("exact_rollouts_strong", 0) + episode["passed_samples_strong"]
+            if "passed_samples_strict" in episode:
+                row["exact_rollouts_strict"] = row.get("exact_rollouts_strict", 0) + episode["passed_samples_strict"]
         else:
             row["solved"] = row.get("solved", 0) + int(episode["evaluation"]["passed"])
             if "strong_passed" in episode:
                 row["solved_strong"] = row.get("solved_strong", 0) + int(episode["strong_passed"])
+            if "strict_passed" in episode:
+                row["solved_strict"] = row.get("solved_strict", 0) + int(episode["strict_passed"])
     for kind, row in rows.items():
         row["units"] = len(units[kind])
     return dict(sorted(rows.items()))
@@ -126,15 +133,17 @@ def evaluate_greedy(
     `adapt_threads`: on the CPU, a ThreadGovernor follows the free cores during decoding (the receipt's
     timing says how often it changed the count)."""
     inference = {"greedy": True, "max_new_tokens": max_new_tokens, "seed": seed, "families": families_field(tasks),
-                 "stop": stop, "batch_rows": batch_rows, "strong_tests": strong_cases_record(tasks)}
+                 "stop": stop, "batch_rows": batch_rows, "strong_tests": strong_cases_record(tasks),
+                 **_strict_record(tasks)}
     opening = ledger.opening_for(split_of(tasks), opening)  # a sealed split refused before the model is touched
     resolved = _resolve_precision(model, precision, inference)
-    completions, evaluations, strong, timing = _run(
+    completions, evaluations, strong, strict_rows, timing = _run(
         model, tasks, samples=1, temperature=0.0, top_k=None, top_p=None, max_new_tokens=max_new_tokens, stop=stop,
         seed=seed, verifier=verifier, batch_rows=batch_rows, progress=progress, sealed=opening is not None,
         precision=resolved, adapt_threads=adapt_threads)
     receipt = greedy_receipt(tasks, [c[0] for c in completions], [e[0] for e in evaluations], inference,
-                             strong_evaluations=[e[0] for e in strong])
+                             strong_evaluations=[e[0] for e in strong],
+                             strict_passed=None if strict_rows is None else [row[0] for row in strict_rows])
     return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening, resolved)
 
 
@@ -169,15 +178,22 @@ def evaluate_sampled(
     inference = {"samples_per_task": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
                  "seed": seed, "families": families_field(tasks), "stop": stop, "top_k": top_k, "top_p": top_p,
                  "batch_rows": batch_rows, "seed_scheme": "sha256(seed, task_id, sample) -> Gumbel-max stream",
-                 "strong_tests": strong_cases_record(tasks)}
+                 "strong_tests": strong_cases_record(tasks), **_strict_record(tasks)}
     opening = ledger.opening_for(split_of(tasks), opening)  # a sealed split refused before the model is touched
     resolved = _resolve_precision(model, precision, inference)
-    completions, evaluations, strong, timing = _run(
+    completions, evaluations, strong, strict_rows, timing = _run(
         model, tasks, samples=samples, temperature=temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, stop=stop, seed=seed, verifier=verifier, batch_rows=batch_rows,
         progress=progress, sealed=opening is not None, precision=resolved, adapt_threads=adapt_threads)
-    receipt = sampled_receipt(tasks, completions, evaluations, inference, strong_evaluations=strong)
+    receipt = sampled_receipt(tasks, completions, evaluations, inference, strong_evaluations=strong,
+                              strict_passed=strict_rows)
     return _finish(receipt, model, checkpoint, checkpoint_sha256, timing, opening, resolved)
+
+
+def _strict_record(tasks: Sequence) -> dict:
+    """The inference settings' `strict_tests` (tasks/strict.py) when every task has a strict set; else none."""
+    tasks = list(tasks)
+    return {"strict_tests": strict.strict_cases_record(tasks)} if tasks and all(map(strict.applies, tasks)) else {}
 
 
 def _resolve_precision(model, precision: str | None, inference: dict):
@@ -263,7 +279,9 @@ def task_batches(tasks: Sequence, samples: int, batch_rows: int) -> list[list[in
 def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, stop, seed, verifier, batch_rows,
          progress, sealed, precision=None, adapt_threads=False):
     """Generate and judge every task; returns completions[t][s], evaluations[t][s] (the three cases),
-    strong[t][s] (the strong set), timing. On a sealed split the progress bar shows no results."""
+    strong[t][s] (the strong set), strict[t][s] (passed the three cases, the strong set and the strict
+    set; None when the tasks have no strict set), timing. On a sealed split the progress bar shows no
+    results."""
     import torch
 
     from glm53_flash.verifier import Verifier
@@ -282,6 +300,8 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)
     strong: list[list | None] = [None] * len(tasks)
+    with_strict = all(map(strict.applies, tasks))
+    strict_rows: list[list | None] = [None] * len(tasks)
     generation_seconds = verification_seconds = 0.0
     bar = _progress_bar(len(tasks) * samples, progress)
     own_verifier = verifier is None
@@ -306,11 +326,19 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
                 pairs = [(task, task.prompt + completion.text)
                          for task, rows in zip(batch_tasks, generated) for completion in rows]
                 judged = verifier.evaluate_many(pairs + [(strong_task(task), source) for task, source in pairs])
+                # a program that passes both on a task with a strict set: once more, on that set
+                again = [k for k in range(len(pairs))
+                         if with_strict and judged[k].passed and judged[len(pairs) + k].passed]
+                strict_judged = dict(zip(again, verifier.evaluate_many(
+                    [(strict.strict_task(pairs[k][0]), pairs[k][1]) for k in again]) if again else []))
                 verification_seconds += time.perf_counter() - start
                 for position, i in enumerate(batch):
                     completions[i] = generated[position]
                     evaluations[i] = judged[position * samples:(position + 1) * samples]
                     strong[i] = judged[len(pairs) + position * samples:len(pairs) + (position + 1) * samples]
+                    if with_strict:
+                        strict_rows[i] = [k in strict_judged and strict_judged[k].passed
+                                          for k in range(position * samples, (position + 1) * samples)]
                 if bar and not sealed:
                     solved = sum(any(e.passed for e in row) for row in evaluations if row is not None)
                     bar.set_postfix(solved=f"{solved}/{sum(row is not None for row in evaluations)}")
@@ -326,7 +354,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     timing["rollouts_per_second"] = timing["rollouts"] / max(timing["total_seconds"], 1e-9)
     if governor is not None:
         timing["thread_changes"], timing["threads_at_end"] = governor.changes, threads_at_end
-    return completions, evaluations, strong, timing
+    return completions, evaluations, strong, (strict_rows if with_strict else None), timing
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -361,12 +389,16 @@ def _valid(evaluation) -> bool:
 
 
 def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluations: Sequence,
-                   inference: dict, strong_evaluations: Sequence | None = None) -> dict:
+                   inference: dict, strong_evaluations: Sequence | None = None,
+                   strict_passed: Sequence[bool] | None = None) -> dict:
     """summary, by_family, episodes and pass_at_k of a greedy run, in the original's layout; with
-    `strong_evaluations` (each program judged on its strong set) also the strong results."""
+    `strong_evaluations` (each program judged on its strong set) also the strong results; with
+    `strict_passed` (each program passed its three cases, strong set and strict set) the strict ones."""
     strong = None if strong_evaluations is None else list(strong_evaluations)
     if strong is not None and len(strong) != len(evaluations):
         raise ValueError(f"{len(strong)} strong evaluations for {len(evaluations)} evaluations")
+    if strict_passed is not None and len(strict_passed) != len(evaluations):
+        raise ValueError(f"{len(strict_passed)} strict verdicts for {len(evaluations)} evaluations")
     episodes, by_family = [], {}
     for i, (task, completion, evaluation) in enumerate(zip(tasks, completions, evaluations, strict=True)):
         episode = {
@@ -386,6 +418,12 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
             episode.update(_strong_fields(strong[i]), strong_passed=solved_strong)
             family["solved_strong"] = family.get("solved_strong", 0) + int(solved_strong)
             family["false_passes"] = family.get("false_passes", 0) + int(evaluation.passed and not solved_strong)
+        if strict_passed is not None:
+            solved_strict = bool(strict_passed[i])
+            episode["strict_passed"] = solved_strict
+            family["solved_strict"] = family.get("solved_strict", 0) + int(solved_strict)
+            false_pass = int(evaluation.passed and not solved_strict)
+            family["false_passes_strict"] = family.get("false_passes_strict", 0) + false_pass
         episodes.append(episode)
     solved = sum(e.passed for e in evaluations)
     tests_passed = sum(e.tests_passed for e in evaluations)
@@ -410,20 +448,32 @@ def greedy_receipt(tasks: Sequence, completions: Sequence[Completion], evaluatio
             strong_tests_total=sum(e.tests_total for e in strong),
         )
         receipt["pass_at_k_strong"] = {"1": summary["pass_at_1_strong"]}
+    if strict_passed is not None:
+        solved_strict = sum(e["strict_passed"] for e in episodes)
+        summary.update(tasks_solved_strict=solved_strict, pass_at_1_strict=solved_strict / len(episodes),
+                       false_passes_strict=solved - solved_strict)
+        receipt["pass_at_k_strict"] = {"1": summary["pass_at_1_strict"]}
     receipt["by_kind"] = by_kind(episodes)
     return receipt
 
 
 def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]], evaluations: Sequence[Sequence],
-                    inference: dict, strong_evaluations: Sequence[Sequence] | None = None) -> dict:
+                    inference: dict, strong_evaluations: Sequence[Sequence] | None = None,
+                    strict_passed: Sequence[Sequence[bool]] | None = None) -> dict:
     """summary, by_family, episodes and the unbiased pass@k of a sampled run (original layout + pass_at_k);
-    with `strong_evaluations` also the strong results (pass_at_k_strong, false-pass rollouts)."""
-    episodes, by_family, passed_counts, strong_counts = [], {}, [], []
+    with `strong_evaluations` also the strong results (pass_at_k_strong, false-pass rollouts); with
+    `strict_passed` (per task and sample: passed the three cases, the strong set and the strict set)
+    the strict ones."""
+    episodes, by_family, passed_counts, strong_counts, strict_counts = [], {}, [], [], []
     samples = len(completions[0]) if completions else 0
     strong_rows = [None] * len(evaluations) if strong_evaluations is None else list(strong_evaluations)
     if len(strong_rows) != len(evaluations):
         raise ValueError(f"{len(strong_rows)} rows of strong evaluations for {len(evaluations)} tasks")
-    for task, rows, judged, strong in zip(tasks, completions, evaluations, strong_rows, strict=True):
+    strict_rows = [None] * len(evaluations) if strict_passed is None else list(strict_passed)
+    if len(strict_rows) != len(evaluations):
+        raise ValueError(f"{len(strict_rows)} rows of strict verdicts for {len(evaluations)} tasks")
+    for task, rows, judged, strong, strict_row in zip(tasks, completions, evaluations, strong_rows, strict_rows,
+                                                      strict=True):
         if len(rows) != samples or len(judged) != samples or (strong is not None and len(strong) != samples):
             raise ValueError(f"task {task.task_id} has {len(rows)} completions and {len(judged)} evaluations; "
                              f"expected {samples} of each")
@@ -457,6 +507,14 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
             family["exact_rollouts_strong"] = family.get("exact_rollouts_strong", 0) + passed_strong
             family["false_pass_rollouts"] = family.get("false_pass_rollouts", 0) + passed - passed_strong
             family.setdefault("_strong_counts", []).append(passed_strong)
+        if strict_row is not None:
+            for row, verdict in zip(sample_rows, strict_row, strict=True):
+                row["strict_passed"] = bool(verdict)
+            passed_strict = sum(row["strict_passed"] for row in sample_rows)
+            strict_counts.append(passed_strict)
+            episode.update(passed_samples_strict=passed_strict, solved_at_k_strict=passed_strict > 0)
+            family["exact_rollouts_strict"] = family.get("exact_rollouts_strict", 0) + passed_strict
+            family["false_pass_rollouts_strict"] = family.get("false_pass_rollouts_strict", 0) + passed - passed_strict
         episodes.append(episode)
     for family in by_family.values():
         family["pass_at_k"] = unbiased_pass_at_k(family.pop("_counts"), samples)
@@ -491,6 +549,11 @@ def sampled_receipt(tasks: Sequence, completions: Sequence[Sequence[Completion]]
             strong_tests_total=sum(e.tests_total for e in flat_strong),
         )
         receipt["pass_at_k_strong"] = unbiased_pass_at_k(strong_counts, samples)
+    if strict_passed is not None:
+        summary.update(tasks_solved_at_k_strict=sum(count > 0 for count in strict_counts),
+                       exact_rollouts_strict=sum(strict_counts),
+                       false_pass_rollouts_strict=sum(passed_counts) - sum(strict_counts))
+        receipt["pass_at_k_strict"] = unbiased_pass_at_k(strict_counts, samples)
     receipt["by_kind"] = by_kind(episodes)
     return receipt
 
@@ -540,6 +603,14 @@ def format_summary(receipt: dict) -> str:
             head += (f"\nstrong tests: pass@1 {receipt['pass_at_k_strong']['1']:.3f}  exact rollouts "
                      f"{s['exact_rollouts_strong']}/{s['rollouts_total']}  false-pass rollouts "
                      f"{s['false_pass_rollouts']}")
+    if "pass_at_k_strict" in receipt:
+        if receipt["inference"].get("greedy"):
+            head += (f"\nstrict tests: pass@1 {s['tasks_solved_strict']}/{s['tasks_total']} = "
+                     f"{s['pass_at_1_strict']:.3f}  false passes {s['false_passes_strict']}")
+        else:
+            head += (f"\nstrict tests: pass@1 {receipt['pass_at_k_strict']['1']:.3f}  exact rollouts "
+                     f"{s['exact_rollouts_strict']}/{s['rollouts_total']}  false-pass rollouts "
+                     f"{s['false_pass_rollouts_strict']}")
     if "units" in s:
         kinds = receipt.get("by_kind") or {}
         if len(kinds) > 1:

@@ -5,6 +5,9 @@
 - `grammar.py`, `compositions.py`: the compositions suite, thousands of distinct behaviours from a
   typed grammar, split by structure (compositions.pretrain, .rl, .dev, and the sealed
   .unseen_structures and .new_constants).
+- `strict.py`: the compositions suite's strict sets (the strong set plus long inputs chosen per
+  behaviour), on which evaluation also counts false passes; `cheats.py`: the cheat suite, wrong programs
+  per task and how many tasks each case set lets them pass on (results/tasks/cheats.json).
 - `splits.py`: every split by name (its suite, sealed or not, its tasks). The tasks know nothing of the
   verifier: the sampler's parse stop rule is evaluation/stop.py.
 
