@@ -127,3 +127,34 @@ def test_the_page_without_the_token_is_refused(browser, server):  # noqa: F811
     browser.get(server.url + "playground")
     assert "launch token" in browser.find_element(By.TAG_NAME, "body").text
     assert body_attribute(browser, "data-ready") is None
+
+
+def test_a_learner_judges_their_own_function_with_their_own_tests(viewport, server):
+    """A function and two rows written in the page: the sandboxed verifier passes one row and fails the other."""
+    browser = viewport
+    browser.get(server.url + "playground?token=" + server.token)
+    wait(browser, lambda d: body_attribute(d, "data-ready") == "true")
+    errors(browser)  # what earlier tests left in the browser's log
+    browser.find_element(By.CSS_SELECTOR, "#task option[value='']").click()
+    assert browser.find_element(By.ID, "tests").is_displayed() and browser.find_element(By.ID, "judge").is_displayed()
+    prompt, tests = browser.find_element(By.ID, "prompt"), browser.find_element(By.ID, "tests")
+    prompt.clear()
+    prompt.send_keys("def double(x):\n    return x + x\n")
+    tests.clear()
+    tests.send_keys("3 -> 6\n'ab' -> 'abba'")
+    browser.find_element(By.ID, "judge").click()
+    wait(browser, lambda d: body_attribute(d, "data-finished") == "true", 60)
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert "1/2 of your tests passed" in verdict, verdict
+    rows = browser.find_elements(By.CSS_SELECTOR, "#cases tbody tr")
+    assert [r.get_attribute("class") for r in rows] == ["pass", "fail"]
+    assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == ["3", "'ab'"]
+    browser.save_screenshot(str(ARTIFACTS / "playground-own-tests.png"))
+    # a row that is not `arguments -> expected` is one line of error, never a failure of the server
+    tests.clear()
+    tests.send_keys("3 => 6")
+    browser.find_element(By.ID, "judge").click()
+    wait(browser, lambda d: body_attribute(d, "data-finished") == "true", 60)
+    assert browser.find_element(By.ID, "error").text == "tests row 1: write `arguments -> expected`, got '3 => 6'"
+    logged = errors(browser)  # the refused request (400) is the only thing the browser reports
+    assert len(logged) == 1 and "/api/judge" in logged[0]["message"] and "400" in logged[0]["message"]

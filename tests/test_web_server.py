@@ -836,3 +836,31 @@ def test_a_lone_surrogate_in_a_body_is_a_400_with_nothing_written(server, path):
     status, reply = request(server, "POST", path, b'{"feedback": "\xff"}')  # raw bytes that are not UTF-8
     assert status == 400
     assert notes_files(server) == before
+
+
+def test_a_learners_own_tests_are_judged_by_the_verifier_with_the_rewards_policy(server):
+    """POST /api/judge: a learner's function and rows; each row judged alone; bad input is one line, 400."""
+    status, body = post_json(server, "/api/judge", {"source": "def double(x):\n    return x + x\n",
+                                                     "tests": "3 -> 6\n'ab' -> 'abba'\n# a comment\n[1] -> [1, 1]"})
+    verdict = json.loads(body)
+    assert status == 200 and verdict["own_tests"] is True and verdict["entry_point"] == "double"
+    assert [c["passed"] for c in verdict["cases"]] == [True, False, True]
+    assert verdict["evaluation"]["tests_passed"] == 2 and verdict["evaluation"]["status"] == "failed"
+    # the reward's static policy applies: an import is refused before anything runs
+    status, body = post_json(server, "/api/judge", {"source": "import os\ndef f(x):\n    return os.sep\n",
+                                                     "tests": "1 -> 1"})
+    assert status == 200 and json.loads(body)["evaluation"]["status"] == "invalid"
+    for payload, words in [({"source": "def f(x):\n    return x\n", "tests": "1 => 1"}, "tests row 1"),
+                           ({"source": "def f(x):\n    return x\n", "tests": "open('x') -> 1"}, "Python literals"),
+                           ({"source": "x = 1", "tests": "1 -> 1"}, "must define one"),
+                           ({"source": "def f(x):\n    return x\n", "tests": "\n".join(["1 -> 1"] * 21)}, "at most 20"),
+                           ({"source": "def f(x):\n    return x\n"}, "tests must be a string"),
+                           ({"source": "def f(x):\n    return x\n", "tests": "1 -> 1", "extra": 1}, "unknown fields")]:
+        status, body = post_json(server, "/api/judge", payload)
+        assert status == 400 and words in json.loads(body)["error"] and "\n" not in json.loads(body)["error"], payload
+    assert post_json(server, "/api/judge", {"source": "def f(x):\n    return x\n", "tests": "1 -> 1"}, token=False)[0] == 403
+    # with the model: the completion is judged on the learner's rows
+    status, body = post_json(server, "/api/generate", {"prompt": "def f(x):\n    return x\n", "tests": "1 -> 1",
+                                                        "max_new_tokens": 4})
+    events = _events(body)
+    assert status == 200 and events[-1]["type"] == "verdict" and events[-1]["own_tests"] is True

@@ -16,6 +16,9 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+import ast
+import re
+
 from glm53_flash.core.receipts import read_json
 from glm53_flash.data.tokenizer import MAX_PROMPT_CHARS, PromptError, check_prompt  # noqa: F401 - the shared rules
 from glm53_flash.tasks import frozen_tasks, task_by_id
@@ -24,6 +27,9 @@ from glm53_flash.verifier.evaluation import short_repr
 MAX_NEW_TOKENS = 96
 PLAYGROUND_SPLIT = "dev"  # tasks offered by the picker: the dev split, never the confirm split
 PLAYGROUND_PER_FAMILY = 4  # the whole dev split as checkpoint selection reads it (`glm53 select` default)
+MAX_TEST_ROWS = 20  # a learner's own tests: rows per request
+MAX_ROW_CHARS = 400
+MAX_SOURCE_CHARS = 4000  # a learner's own function, judged without the model
 NO_CHECKPOINT_HELP = ("no checkpoint to load: `make demo` (glm53 reproduce --preset headline --output runs/demo) "
                       "makes one, or start the server with --checkpoint DIR")
 
@@ -57,6 +63,54 @@ def default_checkpoint(demo_dir: str | Path = "runs/demo") -> Path | None:
         return None
     path = Path(best)
     return path if path.is_dir() else None
+
+
+def parse_test_rows(text) -> tuple:
+    """A learner's tests, one row per line, `ARGUMENTS -> EXPECTED` with Python literals
+    (`3, 4 -> 7`, `'abc' -> 'cba'`, `[1, 2] -> 3`), as the verifier's Cases. Blank lines and lines
+    starting with # are skipped; anything else that is not a row is a PlaygroundError naming the row."""
+    from glm53_flash.tasks import Case
+
+    if not isinstance(text, str):
+        raise PlaygroundError("tests must be a string: one `arguments -> expected` row per line")
+    rows = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)
+            if line.strip() and not line.strip().startswith("#")]
+    if not rows:
+        raise PlaygroundError("tests: write at least one row, `arguments -> expected` (e.g. `3, 4 -> 7`)")
+    if len(rows) > MAX_TEST_ROWS:
+        raise PlaygroundError(f"tests: at most {MAX_TEST_ROWS} rows, got {len(rows)}")
+    cases = []
+    for number, row in rows:
+        if len(row) > MAX_ROW_CHARS:
+            raise PlaygroundError(f"tests row {number}: longer than {MAX_ROW_CHARS} characters")
+        arguments, arrow, expected = row.rpartition("->")
+        if not arrow or not arguments.strip() or not expected.strip():
+            raise PlaygroundError(f"tests row {number}: write `arguments -> expected`, got {row!r}")
+        try:
+            values = ast.literal_eval(f"({arguments.strip()},)")
+            result = ast.literal_eval(expected.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise PlaygroundError(f"tests row {number}: arguments and expected must be Python literals "
+                                  f"(numbers, strings, lists, tuples, booleans, None), got {row!r}") from None
+        cases.append(Case(arguments=tuple(values), expected=result,
+                          list_arguments=tuple(isinstance(v, list) for v in values)))
+    return tuple(cases)
+
+
+def entry_point_of(source: str) -> str:
+    """The function a learner's program defines last at the top level (`def name(`): the one the tests call."""
+    names = re.findall(r"^def ([A-Za-z_][A-Za-z0-9_]*)\s*\(", source, flags=re.M)
+    if not names:
+        raise PlaygroundError("your tests call a function: the prompt must define one (`def name(...):`)")
+    return names[-1]
+
+
+def own_task(source: str, cases: tuple):
+    """A task made of a learner's own tests, judged like any other (same verifier, same policy)."""
+    from glm53_flash.tasks import CodingTask
+
+    return CodingTask(task_id="playground-your-tests", family="your tests", entry_point=entry_point_of(source),
+                      prompt=source, reference_completion="", cases=cases, split="playground")
 
 
 class RateLimiter:
@@ -137,7 +191,7 @@ class Playground:
             raise PlaygroundError(NO_CHECKPOINT_HELP, 503)
         if not isinstance(body, dict):
             raise PlaygroundError("the body must be a JSON object")
-        unknown = set(body) - {"task_id", "prompt", "temperature", "max_new_tokens", "seed"}
+        unknown = set(body) - {"task_id", "prompt", "temperature", "max_new_tokens", "seed", "tests"}
         if unknown:
             raise PlaygroundError(f"unknown fields: {', '.join(sorted(unknown))}")
         task = None
@@ -170,8 +224,37 @@ class Playground:
                                   f"the model's context of {limit}")
         # The parse stop rule needs the task's own prompt; an edited prompt stops at EOS or the cap.
         stop = "parse" if task is not None and prompt == task.prompt else "eos"
+        if body.get("tests") not in (None, ""):
+            if task is not None:
+                raise PlaygroundError("give either a task_id (its hidden tests) or your own tests, not both")
+            task = own_task(prompt, parse_test_rows(body["tests"]))
+            stop = "parse"  # the program stops once the prompt plus the completion parses
         return {"task": task, "prompt": prompt, "temperature": float(temperature), "max_new_tokens": max_new,
                 "seed": seed, "stop": stop}
+
+    def prepare_judgement(self, body) -> dict:
+        """Validate a request to judge a learner's own function against their own tests (no model needed)."""
+        if not isinstance(body, dict):
+            raise PlaygroundError("the body must be a JSON object")
+        unknown = set(body) - {"source", "tests"}
+        if unknown:
+            raise PlaygroundError(f"unknown fields: {', '.join(sorted(unknown))}")
+        source = body.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise PlaygroundError("source must be the program to judge (a function definition)")
+        if len(source) > MAX_SOURCE_CHARS:
+            raise PlaygroundError(f"source: at most {MAX_SOURCE_CHARS} characters, got {len(source)}")
+        return {"task": own_task(source, parse_test_rows(body.get("tests"))), "source": source}
+
+    def judge(self, request: dict) -> dict:
+        """The verdict of a learner's program on their own tests (each row judged alone too)."""
+        if self.verifier is None:
+            from glm53_flash.verifier import Verifier
+
+            self.verifier = Verifier(workers=1)
+        verdict = self.verdict(request["task"], request["source"])
+        verdict["own_tests"] = True
+        return verdict
 
     def acquire(self) -> None:
         """Take the single generation slot, or refuse with 429 (busy or over the per-minute limit)."""
@@ -212,6 +295,7 @@ class Playground:
             verdict = self.verdict(task, request["prompt"] + completion.text)
             # with an edited prompt part of the program is the user's text, not the model's
             verdict["prompt_edited"] = request["prompt"] != task.prompt
+            verdict["own_tests"] = task.split == "playground"
             yield verdict
 
     def verdict(self, task, source: str) -> dict:

@@ -595,6 +595,20 @@ def build_app(server: SlideServer):
             raise RequestRefused(400, str(error)) from None
         return GenerationStream(playground, prepared, stopping=lambda: server.stopping)
 
+    async def judge(request: Request) -> Response:
+        server.check_write(request)
+        body = await server.read_json(request, stored=False)
+        playground = server.playground
+        try:
+            prepared = playground.prepare_judgement(body)
+            playground.acquire()
+        except PlaygroundError as error:
+            raise RequestRefused(error.status, str(error)) from None
+        try:
+            return JSONResponse(await run_in_threadpool(playground.judge, prepared))
+        finally:
+            playground.release()
+
     async def not_found(request: Request, exc: HTTPException) -> Response:
         message = "not found" if exc.status_code == 404 else exc.detail
         return server.error(exc.status_code, message, headers=exc.headers)
@@ -606,6 +620,7 @@ def build_app(server: SlideServer):
         Route("/api/text-edits", notes_route("text-edits"), methods=["GET", "POST"]),
         Route("/api/playground", describe, methods=["GET"]),
         Route("/api/generate", generate, methods=["POST"]),
+        Route("/api/judge", judge, methods=["POST"]),
     ]
     async def refused(request: Request, exc: RequestRefused) -> Response:
         return server.error(exc.status, str(exc))
