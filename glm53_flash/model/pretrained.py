@@ -7,6 +7,11 @@ fields plus `model_type`, `architectures`, `torch_dtype`, the special token ids,
 conventional names of the sizes (`hidden_size`, `num_hidden_layers`, ...: glm53_flash/hf.py reads them) and a
 description of the tokenizer; configs written before those keys existed still load. Directories are written atomically (a temporary sibling, then one
 rename), and metadata.json records the sha256 of every other file, checked on load.
+
+Loading is bounded: every size is checked before anything is read, hashed or allocated
+(`MAX_FILE_BYTES` and `file_cap`; the config's sizes against ModelConfig's bounds and the memory the
+machine has free; the weights' header, every tensor's name, shape and extent, against the model the
+config describes, built on the meta device) and only then is the model built and its weights read.
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer", "torch_dtype", "dtype", "tie_word_embeddings",
                     "transformers_version", *TOKEN_KEYS,
                     *CONVENTIONAL_KEYS.values())
-MAX_CONFIG_BYTES = 1 << 16  # a config.json is about 1 KB
+# The most bytes each file of a saved model may have, checked before it is read or hashed; the weights'
+# and any other listed file's bound follows from the config (`file_cap`).
+MAX_FILE_BYTES = {CONFIG_FILE: 1 << 16, METADATA_FILE: 1 << 20, CARD_FILE: 1 << 16}
+MAX_CONFIG_BYTES = MAX_FILE_BYTES[CONFIG_FILE]
+MAX_WEIGHTS_HEADER_BYTES = 1 << 24  # safetensors' JSON header (about 20 KB for the flash model)
+# safetensors dtypes a saved model's tensors may have, with their sizes in bytes.
+WEIGHT_DTYPES = {"F32": 4, "BF16": 2, "F16": 2}
+# Older names of tensors, with how the current tensor's shape reads in them (moe.py converts them on load):
+# routed experts' up-projection was expert_up [E, D, 2H], now expert_gate_up [E, 2H, D].
+OLDER_TENSOR_NAMES = {"expert_gate_up": ("expert_up", lambda shape: (shape[0], shape[2], shape[1]))}
 
 
 class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete or corrupt."""
+    """A checkpoint directory is missing, incomplete, corrupt or larger than its config allows."""
 
 
 def tokenizer_description() -> dict:
@@ -125,8 +139,31 @@ def save_pretrained(model, directory: str | Path, metadata: dict | None = None) 
     return directory
 
 
+def _size(path: Path, cap: int, directory: Path) -> int:
+    size = path.stat().st_size
+    if size > cap:
+        raise CheckpointError(f"checkpoint {directory}: {path.name} has {size:,} bytes, more than the {cap:,} "
+                              "a saved model of its config may have")
+    return size
+
+
+def weights_cap(config: ModelConfig) -> int:
+    """The most bytes model.safetensors of `config` may have: its header, and every parameter in float32."""
+    return 8 + MAX_WEIGHTS_HEADER_BYTES + 4 * config.approximate_parameters()
+
+
+def file_cap(name: str, config: ModelConfig) -> int:
+    """The most bytes a listed file named `name` of a saved model of `config` may have: MAX_FILE_BYTES's,
+    the weights' (`weights_cap`), or for any other file (a trainer state: the weights and two AdamW
+    moments, with room for the rest) three times the weights'."""
+    if name in MAX_FILE_BYTES:
+        return MAX_FILE_BYTES[name]
+    return weights_cap(config) if name == WEIGHTS_FILE else 3 * weights_cap(config) + (1 << 20)
+
+
 def read_metadata(directory: str | Path, verify: bool = True) -> dict:
-    """metadata.json of a saved model, after checking every listed file exists and matches its hash."""
+    """metadata.json of a saved model, after checking every listed file exists, has no more bytes than
+    `file_cap` allows (before it is hashed) and matches its hash."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
@@ -138,32 +175,36 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
             raise CheckpointError(f"{directory} is a run directory, not a checkpoint: give one of its checkpoints "
                                   f"({listed}), e.g. {directory / inside[-1]}")
         raise CheckpointError(f"checkpoint {directory} is incomplete: {METADATA_FILE} is missing")
+    _size(meta_path, MAX_FILE_BYTES[METADATA_FILE], directory)
     meta = read_json(meta_path, CheckpointError, f"checkpoint {directory}: {METADATA_FILE} is corrupt")
     files = meta.get("files", {}) if isinstance(meta, dict) else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k
-                                               for k, v in files.items()):
+                                               and k not in ("", ".", "..") for k, v in files.items()):
         raise CheckpointError(f"checkpoint {directory}: {METADATA_FILE} is corrupt "
                               "(expected an object whose 'files' maps file names to sha256 digests)")
     if verify:
-        for name, digest in meta.get("files", {}).items():
-            path = directory / name
-            if not path.is_file():
+        for name in files:
+            if not (directory / name).is_file():
                 raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
-            if sha256_file(path) != digest:
+        config = load_config(directory) if set(files) - set(MAX_FILE_BYTES) else None
+        for name in files:  # every size first: nothing is hashed before all are known to be bounded
+            _size(directory / name, file_cap(name, config) if config is not None else MAX_FILE_BYTES[name], directory)
+        for name, digest in files.items():
+            if sha256_file(directory / name) != digest:
                 raise CheckpointError(f"checkpoint {directory}: {name} is corrupt (sha256 mismatch)")
     return meta
 
 
 def load_config(directory: str | Path) -> ModelConfig:
-    path = Path(directory) / CONFIG_FILE
-    if not Path(directory).is_dir():
+    directory = Path(directory)
+    path = directory / CONFIG_FILE
+    if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
-    if not path.is_file() and not (Path(directory) / METADATA_FILE).is_file():
+    if not path.is_file() and not (directory / METADATA_FILE).is_file():
         read_metadata(directory, verify=False)  # names the checkpoints of a run directory, or says what is missing
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory} is incomplete: {CONFIG_FILE} is missing")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes")
+    _size(path, MAX_CONFIG_BYTES, directory)
     try:
         document = json.loads(path.read_text())
         if not isinstance(document, dict):
@@ -187,6 +228,81 @@ def load_config(directory: str | Path) -> ModelConfig:
         raise CheckpointError(f"checkpoint {directory}: {CONFIG_FILE} is corrupt ({error})") from None
 
 
+def expected_tensors(model_class, config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor a saved `model_class(config)` holds, from the model built on the meta
+    device (no memory is allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        return {name: tuple(t.shape) for name, t in model_class(config).state_dict().items()}
+
+
+def read_weights_header(directory: Path, config: ModelConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name -> (dtype, shape) from model.safetensors' header, read alone (at most MAX_WEIGHTS_HEADER_BYTES),
+    after checking that every tensor's bytes lie inside the file and match its dtype and shape."""
+    path = directory / WEIGHTS_FILE
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {WEIGHTS_FILE} is missing")
+    size = _size(path, weights_cap(config), directory)
+    bad = f"checkpoint {directory}: {WEIGHTS_FILE} cannot be read"
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < length <= min(MAX_WEIGHTS_HEADER_BYTES, size - 8):
+            raise CheckpointError(f"{bad} (its header length {length} is not within the file and "
+                                  f"{MAX_WEIGHTS_HEADER_BYTES:,} bytes)")
+        try:
+            header = json.loads(handle.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise CheckpointError(f"{bad} (its header is not JSON: {error})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{bad} (its header is not a JSON object)")
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            ok = (dtype in WEIGHT_DTYPES and all(isinstance(n, int) and n >= 0 for n in shape)
+                  and isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= size - 8 - length)
+            count = 1
+            for n in shape:
+                count *= n
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok or end - start != count * WEIGHT_DTYPES[dtype]:
+            raise CheckpointError(f"{bad} (tensor {name!r:.80}: {str(entry):.120} is not a {'/'.join(WEIGHT_DTYPES)} "
+                                  "tensor whose bytes lie inside the file)")
+        tensors[name] = (dtype, shape)
+    return tensors
+
+
+def check_weights(directory: Path, config: ModelConfig, expected: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor of model.safetensors' header against `expected` (name -> shape; older names accepted),
+    before the model is built: one CheckpointError line naming what differs."""
+    found = read_weights_header(directory, config)
+    older = {}
+    for name, shape in expected.items():
+        prefix, _, leaf = name.rpartition(".")
+        if leaf in OLDER_TENSOR_NAMES and name not in found:
+            old_leaf, reshape = OLDER_TENSOR_NAMES[leaf]
+            older[f"{prefix}.{old_leaf}" if prefix else old_leaf] = (name, reshape(shape))
+    wanted = {name: shape for name, shape in expected.items()}
+    for old, (name, shape) in older.items():
+        if old in found:
+            del wanted[name]
+            wanted[old] = shape
+    missing = sorted(set(wanted) - set(found))
+    unexpected = sorted(set(found) - set(wanted))
+    shapes = [f"{name} {list(found[name][1])} (the config needs {list(shape)})"
+              for name, shape in wanted.items() if name in found and found[name][1] != shape]
+    if missing or unexpected or shapes:
+        details = "; ".join(filter(None, (f"missing {missing[:3]}" if missing else "",
+                                          f"unexpected {[n[:60] for n in unexpected[:3]]}" if unexpected else "",
+                                          f"shapes {'; '.join(shapes[:2])}" if shapes else "")))
+        raise CheckpointError(f"checkpoint {directory}: weights do not match the config ({details})")
+
+
 def load_weights(model, directory: str | Path):
     """Load WEIGHTS_FILE of `directory` into `model` (built from the directory's config); each way the
     files and the model can disagree is one CheckpointError line."""
@@ -207,3 +323,25 @@ def load_weights(model, directory: str | Path):
         raise CheckpointError(f"checkpoint {directory}: weights do not match the config "
                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model
+
+
+def load_model(model_class, directory: str | Path, device="cpu", verify: bool = True, available: int | None = None):
+    """(model, metadata) from a saved model or a training checkpoint, every bound checked before the next
+    step reads or allocates: config.json (capped) and its sizes; metadata.json and every listed file's size,
+    then their hashes; the memory the model and its weights take against what the machine has free
+    (`available` bytes, default /proc/meminfo's MemAvailable); the weights' header against the model the
+    config describes; only then the model is built and the weights read."""
+    from glm53_flash.core.runtime import check_fits
+
+    directory = Path(directory)
+    config = load_config(directory)
+    meta = read_metadata(directory, verify=verify)
+    try:  # the model, and the weights as read from the file before they are copied into it
+        check_fits(config.model_bytes() + weights_cap(config) - MAX_WEIGHTS_HEADER_BYTES,
+                   f"checkpoint {directory}: building its model and reading its weights",
+                   "load it on a machine with more free memory", available)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    check_weights(directory, config, expected_tensors(model_class, config))
+    model = load_weights(model_class(config), directory)
+    return model.to(device), meta
