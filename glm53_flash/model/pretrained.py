@@ -1,14 +1,23 @@
-"""Saved models beside the model: config.json, model.safetensors and metadata.json in one directory.
+"""Saved models beside the model: config.json, model.safetensors, metadata.json and the files that let
+any Hugging Face tool load the directory, written and read here.
 
 `GLM53Flash.save_pretrained(directory)` and `GLM53Flash.from_pretrained(directory)` use this file, and
 so do training checkpoints (train/checkpoint.py adds the trainer state), so any checkpoint a run
 wrote loads with `from_pretrained`. config.json follows the Hugging Face convention: the model's
-fields plus `model_type`, `architectures`, `torch_dtype`, the special token ids, the tied head, the
-conventional names of the sizes (`hidden_size`, `num_hidden_layers`, ...: glm53_flash/hf.py reads them) and a
-description of the tokenizer; configs written before those keys existed still load. Directories are written atomically (a temporary sibling, then one
-rename), and metadata.json records the sha256 of every other file, checked on load.
+fields plus `model_type`, `architectures`, `auto_map`, `torch_dtype`, the special token ids, the tied
+head, the conventional names of the sizes (`hidden_size`, `num_hidden_layers`, ...: glm53_flash/hf.py
+reads them) and a description of the tokenizer; configs written before those keys existed still load.
+Beside it: the remote-code modules `auto_map` names (each a few lines that import the installed
+glm53_flash package, so `trust_remote_code=True` works in a Python that never imported it, and a
+Python without the package gets one line saying what to install), tokenizer_config.json and
+special_tokens_map.json, generation_config.json and the model card (README.md, with the Hub's
+metadata header). Directories are written atomically (a temporary sibling, then one rename), or file
+by file into a directory that exists (Transformers' trainers make theirs first), metadata.json last.
 
-Loading is bounded: every size is checked before anything is read, hashed or allocated
+metadata.json records the sha256 of the files loading reads (config, weights, code; a training
+checkpoint's trainer state), checked on load; the card and the tokenizer's files are not hashed,
+since other tools rewrite them by convention (a trainer saves its tokenizer there, push_to_hub writes
+a card). Loading is bounded: every size is checked before anything is read, hashed or allocated
 (`MAX_FILE_BYTES` and `file_cap`; the config's sizes against ModelConfig's bounds and the memory the
 machine has free; the weights' header, every tensor's name, shape and extent, against the model the
 config describes, built on the meta device) and only then is the model built and its weights read.
@@ -17,30 +26,49 @@ config describes, built on the meta device) and only then is the model built and
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from glm53_flash.model.config import ModelConfig
-from glm53_flash.core.receipts import atomic_directory, read_json, sha256_file, write_json
+from glm53_flash.core.receipts import atomic_directory, read_json, sha256_file, write_json, write_text
 from glm53_flash.data.tokenizer import ByteTokenizer
+from glm53_flash.model.config import ModelConfig
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 METADATA_FILE = "metadata.json"
 CARD_FILE = "README.md"  # the model card
+GENERATION_CONFIG_FILE = "generation_config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 MODEL_TYPE = "glm53_flash"
-ARCHITECTURE = "GLM53Flash"
+ARCHITECTURE = "GLM53FlashForCausalLM"  # the Transformers class (glm53_flash/hf.py)
+# The remote-code layout: module file -> the glm53_flash.hf class it serves; config.json's auto_map names them.
+CODE_FILES = {"configuration_glm53_flash.py": "GLM53FlashConfig", "modeling_glm53_flash.py": "GLM53FlashForCausalLM",
+              "tokenization_glm53_flash.py": "GLM53FlashTokenizer"}
+AUTO_MAP = {"AutoConfig": "configuration_glm53_flash.GLM53FlashConfig",
+            "AutoModel": "modeling_glm53_flash.GLM53FlashForCausalLM",
+            "AutoModelForCausalLM": "modeling_glm53_flash.GLM53FlashForCausalLM",
+            "AutoTokenizer": ["tokenization_glm53_flash.GLM53FlashTokenizer", None]}
+# The special tokens' names (what a Transformers tokenizer decodes them to), by ByteTokenizer id.
+SPECIAL_TOKENS = {"pad_token": ("<pad>", ByteTokenizer.pad_id), "bos_token": ("<bos>", ByteTokenizer.bos_id),
+                  "eos_token": ("<eos>", ByteTokenizer.eos_id), "sep_token": ("<sep>", ByteTokenizer.sep_id)}
+# Ids generation never picks: they mark structure, not content (the sampler's mask).
+SUPPRESSED_IDS = (ByteTokenizer.pad_id, ByteTokenizer.bos_id, ByteTokenizer.sep_id)
 # The conventional (Hugging Face) names of ModelConfig fields, which config.json carries too.
 CONVENTIONAL_KEYS = {"dim": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                      "max_sequence_length": "max_position_embeddings", "experts": "num_local_experts",
                      "top_k": "num_experts_per_tok", "expert_hidden": "moe_intermediate_size"}
 # Keys config.json carries besides the ModelConfig fields (written from them; older files lack them).
 TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
-DESCRIPTIVE_KEYS = ("model_type", "architectures", "tokenizer", "torch_dtype", "dtype", "tie_word_embeddings",
-                    "transformers_version", *TOKEN_KEYS,
+DESCRIPTIVE_KEYS = ("model_type", "architectures", "auto_map", "tokenizer", "torch_dtype", "dtype",
+                    "tie_word_embeddings", "transformers_version", "_name_or_path", *TOKEN_KEYS,
                     *CONVENTIONAL_KEYS.values())
 # The most bytes each file of a saved model may have, checked before it is read or hashed; the weights'
 # and any other listed file's bound follows from the config (`file_cap`).
-MAX_FILE_BYTES = {CONFIG_FILE: 1 << 16, METADATA_FILE: 1 << 20, CARD_FILE: 1 << 16}
+MAX_FILE_BYTES = {CONFIG_FILE: 1 << 16, METADATA_FILE: 1 << 20, CARD_FILE: 1 << 16, GENERATION_CONFIG_FILE: 1 << 16,
+                  TOKENIZER_CONFIG_FILE: 1 << 16, SPECIAL_TOKENS_FILE: 1 << 16, **{name: 1 << 16 for name in CODE_FILES}}
 MAX_CONFIG_BYTES = MAX_FILE_BYTES[CONFIG_FILE]
 MAX_WEIGHTS_HEADER_BYTES = 1 << 24  # safetensors' JSON header (about 20 KB for the flash model)
 # safetensors dtypes a saved model's tensors may have, with their sizes in bytes.
@@ -54,6 +82,9 @@ class CheckpointError(ValueError):
     """A checkpoint directory is missing, incomplete, corrupt or larger than its config allows."""
 
 
+# ----------------------------------------------------------------------------------- documents
+
+
 def tokenizer_description() -> dict:
     tokenizer = ByteTokenizer()
     return {"type": "bytes", "byte_offset": tokenizer.byte_offset, "vocab_size": tokenizer.vocab_size,
@@ -61,25 +92,45 @@ def tokenizer_description() -> dict:
                             "sep": tokenizer.sep_id}}
 
 
-def config_document(config: ModelConfig) -> dict:
-    """config.json's content: the Hugging Face keys (model type, architecture, dtype, special token ids,
-    tied head, and the conventional names of the sizes), then every ModelConfig field by its own name."""
+def config_document(config: ModelConfig, dtype: str = "float32") -> dict:
+    """config.json's content: the Hugging Face keys (model type, architecture, auto_map, dtype, special
+    token ids, tied head, and the conventional names of the sizes), then every ModelConfig field by its
+    own name."""
     tokenizer = ByteTokenizer()
     fields = config.to_dict()
-    return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], "tokenizer": tokenizer_description(),
-            "torch_dtype": "float32", "tie_word_embeddings": True, "bos_token_id": tokenizer.bos_id,
-            "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id,
+    return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], "auto_map": AUTO_MAP,
+            "tokenizer": tokenizer_description(), "torch_dtype": dtype, "tie_word_embeddings": True,
+            "bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id,
             **{conventional: fields[ours] for ours, conventional in CONVENTIONAL_KEYS.items()}, **fields}
 
 
-def write_model_files(directory: Path, model) -> dict[str, str]:
-    """config.json and model.safetensors into an (already temporary) directory; their hashes."""
-    from safetensors.torch import save_file
+def tokenizer_documents(config: ModelConfig) -> dict[str, dict]:
+    """tokenizer_config.json and special_tokens_map.json: the byte tokenizer by its Transformers class,
+    its special tokens' names, left padding (what batched generation needs) and the model's context."""
+    names = {key: name for key, (name, _) in SPECIAL_TOKENS.items()}
+    settings = {"tokenizer_class": CODE_FILES["tokenization_glm53_flash.py"],
+                "auto_map": {"AutoTokenizer": AUTO_MAP["AutoTokenizer"]}, **names, "padding_side": "left",
+                "truncation_side": "left", "model_max_length": config.max_sequence_length, "add_bos_token": True,
+                "clean_up_tokenization_spaces": False, "model_input_names": ["input_ids", "attention_mask"]}
+    return {TOKENIZER_CONFIG_FILE: settings, SPECIAL_TOKENS_FILE: names}
 
-    write_json(directory / CONFIG_FILE, config_document(model.config))
-    state = {key: value.detach().contiguous().cpu() for key, value in model.state_dict().items()}
-    save_file(state, str(directory / WEIGHTS_FILE))
-    return {CONFIG_FILE: sha256_file(directory / CONFIG_FILE), WEIGHTS_FILE: sha256_file(directory / WEIGHTS_FILE)}
+
+def generation_document() -> dict:
+    """generation_config.json: the special ids, and PAD/BOS/SEP never generated (the sampler's mask)."""
+    return {"bos_token_id": ByteTokenizer.bos_id, "eos_token_id": ByteTokenizer.eos_id,
+            "pad_token_id": ByteTokenizer.pad_id, "suppress_tokens": list(SUPPRESSED_IDS), "use_cache": True}
+
+
+def code_module(class_name: str) -> str:
+    """A remote-code module: `class_name` from the installed glm53_flash package, or one ImportError line
+    naming what to install."""
+    return (f'"""{class_name} for Transformers\' trust_remote_code=True: the code of this checkpoint is the\n'
+            'installed glm53_flash package (pip install \'glm53_flash[hf]\'); this module only imports it."""\n\n'
+            'try:\n'
+            f'    from glm53_flash.hf import {class_name}  # noqa: F401\n'
+            'except ImportError as error:\n'
+            '    raise ImportError(f"this checkpoint\'s code is the glm53_flash package with its hf extra, which this "\n'
+            '                      f"Python cannot import ({error}); install it: pip install \'glm53_flash[hf]\'") from None\n')
 
 
 STAGES = {
@@ -88,19 +139,25 @@ STAGES = {
                           "(`glm53 pretrain`)",
     "pre_rl": "the checkpoint an RL run starts from, before any update",
     "executable_reward_rl": "post-trained with RLOO whose only reward is running hidden unit tests (`glm53 rl`)",
+    "saved_by_transformers": "saved through Transformers' `save_pretrained` (for example by a TRL trainer's "
+                             "checkpoint) after whatever training that code ran",
 }
+CARD_HEADER = ("---", "license: mit", "library_name: transformers", "pipeline_tag: text-generation", "tags:",
+               "- glm53_flash", "- custom_code", "- byte-level", "---", "")
 
 
 def model_card(config: ModelConfig, metadata: dict, counts: dict) -> str:
-    """README.md of a saved model: what it is, what it was trained on and how far, the figures its
-    run recorded at this checkpoint, and its limits, from its config and metadata alone."""
+    """README.md of a saved model: the Hub's metadata header, what it is, what it was trained on and how
+    far, the figures its run recorded at this checkpoint, and its limits, from its config and metadata alone."""
     stage = metadata.get("stage")
     figures = [(label, metadata[key]) for key, label in (
         ("step", "pretraining step"), ("group", "RL groups trained"), ("seed", "seed"),
         ("tokens_seen", "training tokens seen"), ("training_loss", "training loss at this step"),
         ("mean_reward", "mean reward of the last update"), ("source_checkpoint", "RL started from"),
-        ("source_sha256", "its weights' sha256")) if metadata.get(key) is not None]
+        ("source_sha256", "its weights' sha256"), ("loaded_from", "loaded from"),
+        ("loaded_sha256", "the loaded weights' sha256")) if metadata.get(key) is not None]
     lines = [
+        *CARD_HEADER,
         f"# glm53_flash model ({stage or 'saved model'})", "",
         f"A {counts['total']:,}-parameter byte-level language model ({counts['active']:,} active per token): "
         f"{config.layers} layers ({', '.join(sorted(set(config.attention_pattern)))} attention), "
@@ -109,9 +166,11 @@ def model_card(config: ModelConfig, metadata: dict, counts: dict) -> str:
         "", f"Trained: {STAGES.get(stage, 'see metadata.json')}.", "",
         *(["| figure | value |", "|---|---|", *[f"| {label} | {value} |" for label, value in figures], ""]
           if figures else []),
-        "Load it with `glm53_flash.GLM53Flash.from_pretrained(DIR)`, or, with the `hf` extra, "
-        "`import glm53_flash.hf` and `transformers.AutoModelForCausalLM.from_pretrained(DIR)`. "
-        "The run's training receipt (training-receipt.json beside its checkpoints) holds the whole curve.", "",
+        "Load it with `glm53_flash.GLM53Flash.from_pretrained(DIR)`, or with Transformers: "
+        "`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` and `AutoTokenizer` the same way "
+        "(the code is the glm53_flash package: `pip install 'glm53_flash[hf]'`; after `import glm53_flash.hf` "
+        "the flag is not needed). The run's training receipt (training-receipt.json beside its checkpoints) "
+        "holds the whole curve.", "",
         "Limits: a miniature trained on generated tasks (tiny Python functions of a fixed grammar); it is not a "
         "general code model, and its results describe that benchmark only. Its outputs are programs to run in "
         "the project's sandboxed verifier, never in-process.", "",
@@ -119,12 +178,38 @@ def model_card(config: ModelConfig, metadata: dict, counts: dict) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------------- writing
+
+
+def write_model_files(directory: Path, model, state: dict | None = None) -> dict[str, str]:
+    """Every file of a saved model but the card and metadata.json into an (already temporary) directory:
+    config.json, model.safetensors (`state`, or the model's own state dict), the remote-code modules,
+    the tokenizer's files and generation_config.json. Returns the sha256 of those loading reads."""
+    from safetensors.torch import save_file
+
+    state = model.state_dict() if state is None else state
+    tensors = {key: value.detach().contiguous().cpu() for key, value in state.items()}
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.is_floating_point()}
+    write_json(directory / CONFIG_FILE, config_document(model.config, dtypes.pop() if len(dtypes) == 1 else "float32"))
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    for name, class_name in CODE_FILES.items():
+        write_text(directory / name, code_module(class_name))
+    for name, document in tokenizer_documents(model.config).items():
+        write_json(directory / name, document)
+    write_json(directory / GENERATION_CONFIG_FILE, generation_document())
+    return {name: sha256_file(directory / name) for name in (CONFIG_FILE, WEIGHTS_FILE, *CODE_FILES)}
+
+
 def write_card(directory: Path, model, metadata: dict) -> str:
     """README.md (the model card) into an (already temporary) directory; its hash."""
-    from glm53_flash.core.receipts import write_text
-
     write_text(directory / CARD_FILE, model_card(model.config, metadata, model.parameter_counts()))
     return sha256_file(directory / CARD_FILE)
+
+
+def _metadata(model, metadata: dict | None, files: dict[str, str]) -> dict:
+    meta = dict(metadata or {})
+    meta.update(weights_sha256=files[WEIGHTS_FILE], files=files, parameter_counts=model.parameter_counts())
+    return meta
 
 
 def save_pretrained(model, directory: str | Path, metadata: dict | None = None) -> Path:
@@ -132,11 +217,34 @@ def save_pretrained(model, directory: str | Path, metadata: dict | None = None) 
     directory = Path(directory)
     with atomic_directory(directory, "model") as tmp:
         files = write_model_files(tmp, model)
-        files[CARD_FILE] = write_card(tmp, model, dict(metadata or {}))
-        meta = dict(metadata or {})
-        meta.update(weights_sha256=files[WEIGHTS_FILE], files=files, parameter_counts=model.parameter_counts())
-        write_json(tmp / METADATA_FILE, meta)
+        write_card(tmp, model, dict(metadata or {}))
+        write_json(tmp / METADATA_FILE, _metadata(model, metadata, files))
     return directory
+
+
+def save_into(model, directory: str | Path, metadata: dict | None = None, state: dict | None = None) -> Path:
+    """Write `model` into `directory`, made if missing, as Transformers' `save_pretrained` does (a trainer
+    makes its checkpoint directory, then saves the model, the tokenizer and its own state there): every
+    file is written to a temporary directory inside it and renamed into place, metadata.json last, so a
+    reader sees the old metadata (whose hashes then refuse the new files) or the new, never half a file.
+    `state` replaces the model's state dict (same names and shapes). A card already there (another
+    tool's) is kept."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".save.", suffix=".tmp", dir=directory))
+    try:
+        files = write_model_files(tmp, model, state)
+        if not (directory / CARD_FILE).exists():
+            write_card(tmp, model, dict(metadata or {}))
+        write_json(tmp / METADATA_FILE, _metadata(model, metadata, files))
+        for path in sorted(tmp.iterdir(), key=lambda p: p.name == METADATA_FILE):
+            os.replace(path, directory / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+# ----------------------------------------------------------------------------------- reading
 
 
 def _size(path: Path, cap: int, directory: Path) -> int:
