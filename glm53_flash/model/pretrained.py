@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -247,6 +248,20 @@ def save_into(model, directory: str | Path, metadata: dict | None = None, state:
 # ----------------------------------------------------------------------------------- reading
 
 
+def _missing(directory: Path) -> CheckpointError:
+    """'does not exist', naming a sibling whose trailing number is the same (checkpoint-300 for checkpoint-0300)."""
+    message = f"checkpoint directory {directory} does not exist"
+    match = re.fullmatch(r"(.*?)(\d+)", directory.name)
+    if match and directory.parent.is_dir():
+        prefix, number = match.group(1), int(match.group(2))
+        same = sorted(p for p in directory.parent.iterdir()
+                      if p.is_dir() and p.name.startswith(prefix) and p.name[len(prefix):].isdigit()
+                      and int(p.name[len(prefix):]) == number and p.name != directory.name)
+        if same:
+            message += f"; did you mean {same[0]}?"
+    return CheckpointError(message)
+
+
 def _size(path: Path, cap: int, directory: Path) -> int:
     size = path.stat().st_size
     if size > cap:
@@ -274,7 +289,7 @@ def read_metadata(directory: str | Path, verify: bool = True) -> dict:
     `file_cap` allows (before it is hashed) and matches its hash."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+        raise _missing(directory)
     meta_path = directory / METADATA_FILE
     if not meta_path.is_file():
         inside = sorted(p.name for p in directory.iterdir() if p.is_dir() and (p / METADATA_FILE).is_file())
@@ -307,7 +322,7 @@ def load_config(directory: str | Path) -> ModelConfig:
     directory = Path(directory)
     path = directory / CONFIG_FILE
     if not directory.is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+        raise _missing(directory)
     if not path.is_file() and not (directory / METADATA_FILE).is_file():
         read_metadata(directory, verify=False)  # names the checkpoints of a run directory, or says what is missing
     if not path.is_file():
