@@ -2,6 +2,7 @@
 nothing written, within seconds (no unbounded allocation)."""
 
 import json
+import os
 import shutil
 import time
 
@@ -195,3 +196,125 @@ def test_a_run_lock_is_never_taken_through_a_link(tmp_path):
     with pytest.raises(UnsafeFileError, match="symbolic link"):
         RunLock(run).acquire()
     assert victim.read_text() == "keep me"
+
+
+# ----------------------------------------------------------------------------------- bounded loaders
+# Each attacker test reproduces one way a small hostile checkpoint made the loaders allocate, read or hash
+# without bound before refusing; a guard makes the unbounded step fail the test at once (instead of
+# allocating gigabytes or hashing a terabyte on the test machine).
+
+
+def _refuse_real_builds(monkeypatch):
+    """GLM53Flash may be built on the meta device only (what a bounded loader does before the checks pass)."""
+    original = GLM53Flash.__init__
+
+    def guarded(self, *args, **kwargs):
+        assert torch.get_default_device().type == "meta", "the model was built before its checkpoint was checked"
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GLM53Flash, "__init__", guarded)
+
+
+def _hostile_checkpoint(directory, weights: bytes = b"x" * 64, **config):
+    """A checkpoint of about a kilobyte: `config` over the tiny preset's config.json, `weights` as
+    model.safetensors, metadata.json listing both with their true hashes."""
+    from glm53_flash.model.pretrained import config_document
+
+    directory.mkdir()
+    document = dict(config_document(ModelConfig.preset("tiny")), **config)
+    for ours, conventional in (("dim", "hidden_size"), ("layers", "num_hidden_layers"), ("heads", "num_attention_heads"),
+                               ("max_sequence_length", "max_position_embeddings"), ("experts", "num_local_experts"),
+                               ("top_k", "num_experts_per_tok"), ("expert_hidden", "moe_intermediate_size")):
+        document[conventional] = document[ours]
+    (directory / "config.json").write_text(json.dumps(document))
+    (directory / "model.safetensors").write_bytes(weights)
+    files = {name: sha256_file(directory / name) for name in ("config.json", "model.safetensors")}
+    (directory / "metadata.json").write_text(json.dumps({"files": files, "weights_sha256": files["model.safetensors"]}))
+    return directory
+
+
+def test_rope_tables_count_so_a_kilobyte_checkpoint_cannot_ask_for_gigabytes(tmp_path, monkeypatch, capsys):
+    """dim 2048 over one head and a context of 2^20: few parameters, but RoPE tables of 2^20 x 2048 (8 GiB
+    of float64 angles alone) that no estimate counted; now the config's memory bound refuses it first."""
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.model.pretrained import CheckpointError
+
+    _refuse_real_builds(monkeypatch)
+    directory = _hostile_checkpoint(tmp_path / "rope", dim=2048, heads=1, layers=1, experts=1, top_k=1,
+                                    expert_hidden=8, max_sequence_length=1 << 20, sparse_window=8, sparse_stride=8)
+    with pytest.raises(CheckpointError, match=r"RoPE tables.*GiB\), more than this code builds"):
+        load_pretrained(directory)
+    code = main(["generate", "--checkpoint", str(directory), "--prompt", "def f(x):"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "RoPE tables" in err  # the Auto classes: tests/test_hf.py
+
+
+def test_a_model_under_the_parameter_cap_is_checked_against_its_weights_and_the_free_memory_before_it_is_built(
+        tmp_path, monkeypatch):
+    """3.2e9 parameters (under MAX_PARAMETERS, 4e9) in a kilobyte: the weights' header is read and every
+    tensor's name and shape held against the config before the model is built, and the memory it needs
+    against what the machine has free."""
+    import safetensors.torch
+
+    from glm53_flash.core import runtime
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.model.pretrained import CheckpointError
+
+    _refuse_real_builds(monkeypatch)
+    tensors = {"embedding.weight": torch.zeros(4, 8)}
+    directory = _hostile_checkpoint(tmp_path / "big", weights=safetensors.torch.save(tensors), dim=16384, heads=128,
+                                    layers=3, experts=1, top_k=1, expert_hidden=8, vocab_size=260)
+    assert 3e9 < ModelConfig.from_dict({k: v for k, v in json.loads((directory / "config.json").read_text()).items()
+                                         if k in ModelConfig.__dataclass_fields__}).approximate_parameters() < 4e9
+    monkeypatch.setattr(runtime, "available_memory_bytes", lambda: 1 << 40)  # a machine with a terabyte free
+    with pytest.raises(CheckpointError, match=r"weights do not match the config \(missing"):
+        load_pretrained(directory)
+    monkeypatch.setattr(runtime, "available_memory_bytes", lambda: 1 << 30)
+    with pytest.raises(CheckpointError, match=r"needs about 2\d\.\d GiB, more than the 1\.0 GiB this machine has free"):
+        load_pretrained(directory)
+
+
+def test_a_sparse_metadata_json_is_refused_before_it_is_read(saved, tmp_path, monkeypatch):
+    """A 16 GiB sparse metadata.json was read whole; now its size is checked first."""
+    from pathlib import Path
+
+    from glm53_flash.model.lm import load_pretrained
+    from glm53_flash.model.pretrained import CheckpointError
+
+    directory = tmp_path / "ckpt"
+    shutil.copytree(saved, directory)
+    os.truncate(directory / "metadata.json", 16 << 30)
+    read_text = Path.read_text
+
+    def bounded_read(self, *args, **kwargs):
+        assert self.stat().st_size < 1 << 27, f"{self.name} ({self.stat().st_size} bytes) was read whole"
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", bounded_read)
+    with pytest.raises(CheckpointError, match=r"metadata.json has 17,179,869,184 bytes, more than the 1,048,576"):
+        load_pretrained(directory)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "trainer-state.pt"])
+def test_a_listed_sparse_terabyte_is_refused_before_it_is_hashed(name, saved, tmp_path, monkeypatch):
+    """A listed 1 TiB sparse file was hashed (22 CPU-s and counting); now every listed file's size is held
+    against its cap (model/pretrained.py file_cap) before any is hashed."""
+    from glm53_flash.model import pretrained
+    from glm53_flash.model.lm import load_pretrained
+
+    directory = tmp_path / "ckpt"
+    shutil.copytree(saved, directory)
+    (directory / name).touch()
+    os.truncate(directory / name, 1 << 40)
+    meta = json.loads((directory / "metadata.json").read_text())
+    meta["files"][name] = "0" * 64
+    (directory / "metadata.json").write_text(json.dumps(meta))
+    hash_file = pretrained.sha256_file
+
+    def bounded_hash(path, *args, **kwargs):
+        assert os.stat(path).st_size < 1 << 30, f"{path} was hashed"
+        return hash_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(pretrained, "sha256_file", bounded_hash)
+    with pytest.raises(pretrained.CheckpointError, match=rf"{name} has 1,099,511,627,776 bytes, more than the"):
+        load_pretrained(directory)

@@ -157,7 +157,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         pretrain(tiny_cfg(tmp_path / "x", steps=5, checkpoints=(6,)))
     with pytest.raises(ValueError, match="does not divide across 3 ranks"):
         tiny_cfg(tmp_path / "y", batch_size=4).validate(world_size=3)
-    with pytest.raises(ValueError, match="different learning_rate"):
+    with pytest.raises(ValueError, match=r"different learning_rate \(--learning-rate 0.0003 there, --learning-rate 0.001"):
         pretrain(tiny_cfg(out, steps=2, checkpoints=(2,), resume=True, learning_rate=1e-3))
 
 
@@ -349,6 +349,46 @@ def test_resume_with_more_steps_extends_a_constant_schedule_or_refuses(tmp_path)
         pretrain(tiny_cfg(cosine, steps=6, checkpoints=(), schedule="cosine", resume=True))
     assert "\n" not in str(error.value)
     assert json.loads((cosine / "run.json").read_text())["steps"] == 3
+
+
+@pytest.mark.slow
+def test_resume_with_only_the_output_continues_with_the_runs_own_settings(tmp_path, capsys):
+    """`glm53 pretrain --output DIR --resume` takes the run's recorded settings, as nanoGPT's
+    init_from='resume' does (it was refused for the defaults it did not give); a flag given that differs
+    is refused naming it and both values; --steps alone extends the run with its own settings."""
+    from glm53_flash.cli import main
+
+    out = tmp_path / "run"
+    started = ["pretrain", "--preset", "tiny", "--steps", "2", "--checkpoints", "1", "--batch-size", "4",
+               "--sequence-length", "128", "--learning-rate", "1e-3", "--stream-mode", "delta", "--output", str(out),
+               "--quiet"]
+    assert main(started) == 0
+    capsys.readouterr()
+    assert main(["pretrain", "--output", str(out), "--resume", "--quiet"]) == 0  # nothing left: the receipt as it was
+    assert main(["pretrain", "--output", str(out), "--resume", "--steps", "3", "--quiet"]) == 0
+    receipt = json.loads((out / "training-receipt.json").read_text())
+    assert (receipt["steps"], receipt["preset"], receipt["batch_size"], receipt["learning_rate"]) == (3, "tiny", 4, 1e-3)
+    assert receipt["config"]["stream_mode"] == "delta" and [c["step"] for c in receipt["checkpoints"]] == [0, 1, 2, 3]
+    capsys.readouterr()
+    assert main(["pretrain", "--output", str(out), "--resume", "--batch-size", "8", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different batch_size (--batch-size 4 there, --batch-size 8 here)" in err
+    assert main(["pretrain", "--output", str(out), "--resume", "--stream-mode", "sinkhorn", "--quiet"]) == 2
+    assert "different model_overrides" in capsys.readouterr().err
+
+
+def test_a_checkpoint_path_without_its_zero_padding_names_the_one_that_exists(tmp_path, capsys):
+    from glm53_flash import GLM53Flash, ModelConfig
+    from glm53_flash.cli import main
+
+    GLM53Flash(ModelConfig.preset("tiny")).save_pretrained(tmp_path / "checkpoint-0300")
+    for path in (tmp_path / "checkpoint-300", tmp_path / "checkpoint-00300"):
+        with pytest.raises(CheckpointError, match=rf"{path} does not exist; did you mean {tmp_path / 'checkpoint-0300'}\?"):
+            load_checkpoint(path)
+    assert main(["generate", "--checkpoint", str(tmp_path / "checkpoint-300"), "--prompt", "def f(x):"]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match=r"checkpoint-301 does not exist$"):
+        load_checkpoint(tmp_path / "checkpoint-301")
 
 
 def test_resuming_a_finished_run_leaves_its_receipt_as_the_training_process_wrote_it(tmp_path):

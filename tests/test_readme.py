@@ -34,7 +34,7 @@ def test_the_readme_loads_a_trained_checkpoint_tokenizes_and_generates(tmp_path,
     exec(compile(readme_block("load-and-generate"), "README.md", "exec"), namespace)  # noqa: S102 - our README
     assert namespace["completion"].finish_reason in ("eos", "cap")
     document = json.loads((tmp_path / "my-model" / "config.json").read_text())
-    assert document["model_type"] == "glm53_flash" and document["architectures"] == ["GLM53Flash"]
+    assert document["model_type"] == "glm53_flash" and document["architectures"] == ["GLM53FlashForCausalLM"]
     assert document["tokenizer"]["vocab_size"] == 260
 
 

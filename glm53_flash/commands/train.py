@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from glm53_flash.model.config import BALANCE_LOSS_MODES, LINEAR_ROPE_MODES, STREAM_MODES, ModelConfig
-from glm53_flash.core.options import add_arguments, from_arguments
+from glm53_flash.core.options import add_arguments, from_arguments, given_options
 
 
 # The ModelConfig fields `glm53 pretrain` may override (ablations); each is a flag of its own,
@@ -86,10 +86,12 @@ def run_select(args: argparse.Namespace) -> int:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from glm53_flash.train.pretrain import PretrainConfig, TrainingDiverged, pretrain
+    from glm53_flash.train.pretrain import PretrainConfig, TrainingDiverged, pretrain, resumed_config
 
     overrides = {name: getattr(args, name) for name in MODEL_OVERRIDE_FIELDS if getattr(args, name) is not None}
     cfg = from_arguments(PretrainConfig, args, model_overrides=overrides)
+    # --resume continues with the run's own settings: the flags given are those to hold it to
+    cfg = resumed_config(cfg, given_options(args) | ({"model_overrides"} if overrides else set()))
     try:
         receipt = pretrain(cfg)
     except TrainingDiverged as error:

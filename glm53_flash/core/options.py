@@ -9,6 +9,7 @@ CLI flags, the config built from parsed flags and the config recorded in receipt
         progress: bool = option(True, help="progress bar")          # --no-progress
 
     add_arguments(parser, MyConfig); config = from_arguments(MyConfig, args); config_record(config)
+    given_options(args)   # the fields whose flag was on the command line (a resume takes the rest from the run)
 
 Adding a knob is one edit: a field here is a flag, a config value and a receipt entry. A knob added
 after plans were recorded whose default does what those plans did is `neutral=True`: a plan's
@@ -27,6 +28,22 @@ from dataclasses import MISSING
 from glm53_flash.core.argtypes import parse_int_list
 
 _NO_FLAG = "no_flag"
+_GIVEN = "_given_options"  # the parsed namespace's set of fields whose flag was on the command line
+
+
+def _recording(action_class):
+    """`action_class` that also notes its field in the namespace's given set (`given_options`)."""
+
+    class Recording(action_class):
+        def __call__(self, parser, namespace, values, option_string=None):
+            setattr(namespace, _GIVEN, getattr(namespace, _GIVEN, frozenset()) | {self.dest})
+            super().__call__(parser, namespace, values, option_string)
+
+    return Recording
+
+
+_STORE, _STORE_TRUE, _STORE_FALSE = (_recording(argparse._StoreAction), _recording(argparse._StoreTrueAction),
+                                     _recording(argparse._StoreFalseAction))
 
 
 def option(default=MISSING, *, help: str, choices=None, parse=None, metavar: str | None = None,
@@ -98,15 +115,20 @@ def add_arguments(parser: argparse.ArgumentParser, config_type, defaults: dict |
         help_text = meta["help"] + ("" if not has_default else f" (default: {shown})")
         if kind is bool:
             if default:
-                parser.add_argument("--no-" + field.name.replace("_", "-"), dest=field.name, action="store_false",
+                parser.add_argument("--no-" + field.name.replace("_", "-"), dest=field.name, action=_STORE_FALSE,
                                     default=True, help=f"turn off: {meta['help']}")
             else:
-                parser.add_argument(flag_name(field), dest=field.name, action="store_true", default=False,
+                parser.add_argument(flag_name(field), dest=field.name, action=_STORE_TRUE, default=False,
                                     help=meta["help"])
             continue
         parse = meta["parse"] or (_int_list_flag if kind is tuple else kind)
-        parser.add_argument(flag_name(field), dest=field.name, type=parse, choices=meta["choices"],
+        parser.add_argument(flag_name(field), dest=field.name, action=_STORE, type=parse, choices=meta["choices"],
                             default=default, required=not has_default, metavar=meta["metavar"], help=help_text)
+
+
+def given_options(args: argparse.Namespace) -> frozenset[str]:
+    """The fields (added by `add_arguments`) whose flag was on the command line, whatever its value."""
+    return getattr(args, _GIVEN, frozenset())
 
 
 def from_arguments(config_type, args: argparse.Namespace, **values):

@@ -14,11 +14,14 @@ import math
 from dataclasses import dataclass
 
 # Largest sizes a config may ask for (far above any model this code is meant for; a config beyond them
-# is corrupt or hostile) and the largest total: checked before a single tensor is allocated.
+# is corrupt or hostile) and the largest totals: checked before a single tensor is allocated. The bytes
+# count every parameter and buffer in float32 and the RoPE tables' construction (`model_bytes`); loaders
+# also hold them against the memory the machine has free (model/pretrained.py).
 SIZE_BOUNDS = {"vocab_size": 1 << 20, "dim": 1 << 14, "layers": 1024, "heads": 1024, "expert_hidden": 1 << 16,
                "experts": 1024, "top_k": 1024, "streams": 64, "sparse_window": 1 << 20, "sparse_stride": 1 << 20,
                "max_sequence_length": 1 << 20, "sparse_every": 1024, "linear_chunk": 1 << 20}
 MAX_PARAMETERS = 4_000_000_000
+MAX_MODEL_BYTES = 4 * MAX_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,28 @@ class ModelConfig:
         if self.approximate_parameters() > MAX_PARAMETERS:
             raise ValueError(f"invalid ModelConfig: about {self.approximate_parameters():.3g} parameters, more than "
                              f"this code builds ({MAX_PARAMETERS:.0e})")
+        if self.model_bytes() > MAX_MODEL_BYTES:
+            raise ValueError(f"invalid ModelConfig: building it takes about {self.model_bytes() / 2**30:.1f} GiB "
+                             f"(of which the RoPE tables, max_sequence_length x head dimension, "
+                             f"{self.rope_bytes() / 2**30:.1f} GiB), more than this code builds "
+                             f"({MAX_MODEL_BYTES / 2**30:.1f} GiB)")
 
     def approximate_parameters(self) -> int:
         """An upper estimate of the parameter count from the shapes alone (no allocation)."""
         per_layer = 4 * self.dim * self.dim + (self.experts + 1) * 3 * self.dim * self.expert_hidden \
             + self.experts * self.dim + 4 * self.streams * self.streams * self.dim
         return self.vocab_size * self.dim + self.layers * per_layer
+
+    def rope_bytes(self) -> int:
+        """The RoPE tables' peak while they are built (model/rope.py): cos and sin [max_sequence_length,
+        head_dim] in float32, kept, and the float64 angles and values they are rounded from."""
+        positions = self.max_sequence_length * (self.dim // max(self.heads, 1))
+        return 2 * 4 * positions + 10 * positions
+
+    def model_bytes(self) -> int:
+        """An upper estimate of the memory the model takes once built, in float32: every parameter and
+        every buffer (the RoPE tables, with their construction's peak), from the shapes alone."""
+        return 4 * self.approximate_parameters() + self.rope_bytes()
 
     def training_bytes(self, batch_size: int, sequence_length: int) -> int:
         """An upper estimate of the memory one fp32 training step needs on the CPU (weights, gradients,
@@ -102,7 +121,7 @@ class ModelConfig:
         process's start): 0.51 MB per token at 8 x 64, 8 x 192 and 32 x 192; this charges 0.59."""
         tokens = batch_size * sequence_length
         sparse_layers = sum(self.is_sparse_layer(i) for i in range(self.layers))
-        weights = 4 * 4 * self.approximate_parameters()
+        weights = 4 * 4 * self.approximate_parameters() + self.rope_bytes()
         activations = tokens * self.layers * self.dim * 256
         scores = batch_size * sparse_layers * self.heads * sequence_length * sequence_length * 12
         logits = tokens * self.vocab_size * 12
@@ -118,7 +137,7 @@ class ModelConfig:
         sparse_layers = sum(self.is_sparse_layer(i) for i in range(self.layers))
         linear_layers = self.layers - sparse_layers
         tokens = rows * length
-        weights = 4 * self.approximate_parameters()
+        weights = self.model_bytes()
         cache = 4 * rows * (linear_layers * self.heads * self.head_dim * (self.head_dim + 1)
                             + sparse_layers * 2 * self.dim * length + self.streams * self.dim)
         streams = tokens * self.dim * 4 * self.streams

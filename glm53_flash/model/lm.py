@@ -20,7 +20,7 @@ from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, LinearAttentio
 from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
 from glm53_flash.model.norm import RMSNorm
 from glm53_flash.model.precision import product_dtype
-from glm53_flash.model.pretrained import load_config, load_weights, read_metadata, save_pretrained
+from glm53_flash.model.pretrained import load_model, save_pretrained
 from glm53_flash.model.rope import RotaryEmbedding
 from glm53_flash.model.sparse_attention import SparseAttention, SparseKV
 from glm53_flash.model.streams import StreamConnection
@@ -389,8 +389,6 @@ __all__ = ["GLM53Flash", "ModelOutput", "ModelCache", "HybridBlock", "LinearStat
 
 
 def load_pretrained(directory, device="cpu", verify: bool = True) -> tuple[GLM53Flash, dict]:
-    """(model, metadata) from a saved model or a training checkpoint, hashes verified (model/pretrained.py
-    reads and checks the files; the model is built here)."""
-    meta = read_metadata(directory, verify=verify)
-    model = load_weights(GLM53Flash(load_config(directory)), directory)
-    return model.to(device), meta
+    """(model, metadata) from a saved model or a training checkpoint, hashes verified; model/pretrained.py
+    checks every size, hash and tensor shape before the model is built."""
+    return load_model(GLM53Flash, directory, device=device, verify=verify)

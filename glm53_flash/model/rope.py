@@ -16,9 +16,11 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        # Each frequency serves a pair of adjacent channels: [P, d/2] -> [P, d].
-        self.register_buffer("cos", angles.cos().repeat_interleave(2, dim=-1).float(), persistent=False)
-        self.register_buffer("sin", angles.sin().repeat_interleave(2, dim=-1).float(), persistent=False)
+        # Each frequency serves a pair of adjacent channels: [P, d/2] -> [P, d]. Rounded to float32 before
+        # the pairs are repeated (the same values; the float64 copy is half the size):
+        # ModelConfig.rope_bytes counts this construction.
+        self.register_buffer("cos", angles.cos().float().repeat_interleave(2, dim=-1), persistent=False)
+        self.register_buffer("sin", angles.sin().float().repeat_interleave(2, dim=-1), persistent=False)
 
     def forward(self, x: torch.Tensor, position: int = 0) -> torch.Tensor:
         """Rotate x [B, H, T, d] whose first time step sits at absolute `position`."""

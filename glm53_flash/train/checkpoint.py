@@ -42,7 +42,7 @@ def save_checkpoint(directory: str | Path, model: GLM53Flash, metadata: dict,
     refuses to replace an existing one. `GLM53Flash.from_pretrained` loads it."""
     with atomic_directory(directory, "checkpoint") as tmp:
         files = write_model_files(tmp, model)
-        files[CARD_FILE] = write_card(tmp, model, metadata)
+        write_card(tmp, model, metadata)  # not hashed: other tools rewrite a card by convention
         if trainer_state is not None:
             torch.save(dict(trainer_state, parameter_layout=PARAMETER_LAYOUT), tmp / TRAINER_FILE)
             files[TRAINER_FILE] = sha256_file(tmp / TRAINER_FILE)

@@ -47,6 +47,30 @@ RESUME_FIELDS = ("preset", "steps", "batch_size", "sequence_length", "learning_r
                  "tasks", "warmup", "schedule", "weight_decay", "decay_all_parameters", "model_overrides",
                  "checkpoints")
 LENGTH_FIELDS = ("steps", "checkpoints")
+MAX_RUN_FILE_BYTES = 1 << 20  # run.json is a few hundred bytes
+
+
+def resumed_config(cfg: PretrainConfig, given: frozenset[str] | set[str]) -> PretrainConfig:
+    """`--resume` as `glm53 pretrain --output DIR --resume` means it: every run-shaping field
+    (RESUME_FIELDS) whose flag is not in `given` takes the value DIR's run.json recorded, so the run
+    continues with its own settings; a given flag that differs is then refused by the resume check,
+    naming it (`--steps` may change the length where the schedule allows). Without run.json (nothing to
+    resume yet) `cfg` is returned as it is."""
+    path = Path(cfg.output) / RUN_FILE
+    if not cfg.resume or not path.is_file():
+        return cfg
+    if path.stat().st_size > MAX_RUN_FILE_BYTES:
+        raise ValueError(f"--resume: {path} has more than {MAX_RUN_FILE_BYTES:,} bytes; it is not a run record")
+    recorded = read_json(path, ValueError, "--resume: {path} is corrupt")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"--resume: {path} is corrupt (not a JSON object)")
+    taken = {name: recorded[name] for name in RESUME_FIELDS if name not in given and name in recorded}
+    if "checkpoints" in taken:
+        steps = taken.get("steps", cfg.steps)  # a new --steps keeps the checkpoints that still lie within it
+        taken["checkpoints"] = tuple(step for step in taken["checkpoints"] if step <= steps)
+    if "model_overrides" in taken and not isinstance(taken["model_overrides"], dict):
+        raise ValueError(f"--resume: {path} is corrupt (model_overrides is not an object)")
+    return replace(cfg, **taken)
 
 
 def schedule(cfg: PretrainConfig) -> Schedule:
@@ -333,4 +357,4 @@ def _tuples(value):
     return value
 
 
-__all__ = ["PretrainConfig", "pretrain", "learning_rate_at", "parameter_groups", "TrainingDiverged"]
+__all__ = ["PretrainConfig", "pretrain", "learning_rate_at", "parameter_groups", "resumed_config", "TrainingDiverged"]

@@ -148,8 +148,17 @@ def check_resume_config(out: str | Path, recorded: dict, current: dict, defaults
                        if k not in allowed and (k in recorded or k in defaults)
                        and recorded.get(k, defaults.get(k)) != v)
     if differing:
-        raise ValueError(f"--resume: {out} was started with different {', '.join(differing)}; "
-                         "use the same flags or a new --output")
+        values = "; ".join(f"{_flag(k, recorded.get(k, defaults.get(k)))} there, {_flag(k, current[k])} here"
+                           for k in differing)
+        raise ValueError(f"--resume: {out} was started with different {', '.join(differing)} ({values}); "
+                         "leave the flag out to continue with the run's own, or choose a new --output")
+
+
+def _flag(name: str, value) -> str:
+    """A config field's value as the command line spells it."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return f"--{name.replace('_', '-')} {value}"
 
 
 class AlreadyFinished(Exception):
