@@ -130,3 +130,44 @@ def test_a_metrics_file_past_its_cap_is_refused_before_it_is_read(tmp_path, caps
     err = capsys.readouterr().err
     assert "metrics.jsonl is 64.0 MiB" in err and "1.0 MiB" in err and len(err.splitlines()) == 1
     assert not (run / "report.md").exists()
+
+
+def _eval_receipt(path, checkpoint, solved, total=32):
+    path.write_text(json.dumps({"split": "dev", "checkpoint": str(checkpoint), "inference": {"greedy": True},
+                                "summary": {"tasks_total": total, "tasks_solved": solved}, "episodes": []}))
+
+
+def test_an_rl_report_card_explains_its_curves_and_names_the_dev_pass_rates(tmp_path, monkeypatch):
+    """A header row on every table, the dev pass rate before RL (beside the initial checkpoint) and after
+    (in the run), a sentence per curve, and the groups without signal drawn as bars."""
+    from glm53_flash.report import run_card
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "tiny" / "checkpoint-0300").mkdir(parents=True)
+    _eval_receipt(tmp_path / "runs" / "tiny" / "dev.json", "runs/tiny/checkpoint-0300", 12)
+    rl_dir = tmp_path / "runs" / "tiny-rl"
+    rl_dir.mkdir()
+    _eval_receipt(rl_dir / "dev.json", "runs/tiny-rl/checkpoint-0016", 20)
+    receipt = {"status": "complete", "algorithm": "RLOO", "group_size": 8, "groups": 16, "updated_groups": 10,
+               "initial_checkpoint": "runs/tiny/checkpoint-0300", "exact_training_rollouts": 40, "checkpoints": []}
+    (rl_dir / "training-receipt.json").write_text(json.dumps(receipt))
+    rewards = [0.1, 0.2, 0.1, 0.3, 0.9, 0.1, 0.4, 0.5, 0.5, 0.6, 0.7, 0.6, 0.7, 0.8, 0.7, 0.8]
+    (rl_dir / "metrics.jsonl").write_text("\n".join(json.dumps(
+        {"last_group": g + 1, "mean_reward": r, "loss": -0.1 * r, "zero_variance_fraction": float(g % 3 == 0)})
+        for g, r in enumerate(rewards)))
+    assert main(["report", "runs/tiny-rl"]) == 0
+    text = (rl_dir / "report.md").read_text()
+    assert "| fact | value |" in text and "|  |  |" not in text
+    assert "| before RL, dev pass rate | 12/32 tasks (checkpoint-0300; dev.json) |" in text
+    assert "| dev pass rate | 20/32 tasks (checkpoint-0016; dev.json) |" in text
+    assert ("- mean reward rose: 0.175 on average over the first quarter of the run, 0.75 over the last. Its largest "
+            "fall between two updates is 0.8, at group 6.") in text
+    assert "so a spike marks an update with large advantages, not a failure" in text
+    assert "- groups without signal: 50% of the groups in the first quarter of the run, 50% in the last" in text
+    drawn = {}
+    monkeypatch.setattr(run_card, "save_png", lambda fig, path, within=None: drawn.setdefault("fig", fig))
+    run_card.build_run_report(rl_dir)
+    axes = drawn["fig"].axes
+    assert [a.get_title(loc="left") for a in axes][-1] == "groups without signal"
+    assert len(axes[-1].patches) == len(run_card.binned(list(range(16)), [0.0] * 16)[0]) and not axes[-1].lines
+    assert len(axes[0].lines) == 2 and axes[0].get_legend() is not None  # each update, and its running mean

@@ -26,6 +26,30 @@ CURVES = {
            ("entropy", "entropy of the sampled tokens"), ("zero_variance_fraction", "groups without signal")),
 }
 X_AXIS = {"pretraining": ("step", "step"), "rl": ("last_group", "group")}
+# Curves that count (a share of the update's groups): drawn as bars over bins of updates, not as a line.
+BARS = {"zero_variance_fraction"}
+BINS = 16
+# Noisy per-update curves drawn with a running mean over them.
+SMOOTHED = {"mean_reward", "loss"}
+# What a reader should know to read each curve (one sentence, placed after the measured reading).
+MEANING = {
+    "loss": "The training loss is the mean cross-entropy per target byte (nats); lower means the model predicts "
+            "the corpus better.",
+    "val_loss": "The validation loss is the same on held-out text; a gap that widens against the training loss "
+                "means memorising.",
+    "lr": "The learning rate follows the schedule the run was given.",
+    "grad_norm": "The gradient norm is measured before clipping; isolated spikes are single hard batches.",
+    "tokens_per_second": "Throughput in tokens per second: it depends on the machine, not on learning.",
+    "mean_reward": "The mean reward is the share of sampled programs that passed the hidden tests (with penalties "
+                   "for invalid ones); it moves with which task each group drew, so compare stretches, not points.",
+    "policy_loss": "",
+    "entropy": "The entropy of the sampled tokens: falling entropy means the policy grows more certain.",
+    "zero_variance_fraction": "A group whose samples all get the same reward has no advantage to learn from "
+                              "(RLOO subtracts the mean of the others), so it contributes no gradient.",
+}
+MEANING["loss_rl"] = ("The policy loss is minus the advantage-weighted log-likelihood of the samples; its sign "
+                      "and size follow the advantages of each update's groups, so a spike marks an update with "
+                      "large advantages, not a failure.")
 
 
 class NotARun(ValueError):
@@ -77,17 +101,65 @@ def curves(rows: list[dict], kind: str) -> dict[str, tuple[list, list]]:
     return found
 
 
+def binned(xs: list, ys: list, bins: int = BINS) -> tuple[list, list, list]:
+    """(bin starts, bin ends, mean of ys) over at most `bins` consecutive bins of equal size."""
+    size = max(1, -(-len(xs) // bins))
+    starts, ends, means = [], [], []
+    for i in range(0, len(xs), size):
+        chunk = ys[i:i + size]
+        starts.append(xs[i])
+        ends.append(xs[min(i + size, len(xs)) - 1])
+        means.append(sum(chunk) / len(chunk))
+    return starts, ends, means
+
+
 def draw_curves(series: dict, kind: str, path: Path, within: Path | None = None) -> None:
     titles = dict(CURVES[kind])
     with style() as plt:
         fig, axes = plt.subplots(len(series), 1, figsize=(7.5, 2.4 * len(series)), squeeze=False)
         for ax, (field, (xs, ys)) in zip(axes[:, 0], series.items()):
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
+            if field in BARS:
+                starts, ends, means = binned(xs, ys)
+                widths = [max(1, end - start + 1) for start, end in zip(starts, ends)]
+                ax.bar(starts, means, width=widths, align="edge", color="tab:gray", edgecolor="white")
+                ax.set_ylim(0, 1)
+                ax.set_ylabel("share")
+            elif field in SMOOTHED and len(ys) >= 8:
+                window = max(2, len(ys) // 8)
+                means = [sum(ys[max(0, i - window + 1):i + 1]) / len(ys[max(0, i - window + 1):i + 1])
+                         for i in range(len(ys))]
+                ax.plot(xs, ys, color="tab:blue", alpha=0.35, linewidth=1, label="each update")
+                ax.plot(xs, means, color="tab:blue", linewidth=2, label=f"mean of the last {window} updates")
+                ax.legend(loc="best", frameon=False)
+            else:
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
             ax.set_title(titles[field], loc="left")
             ax.set_xlabel(X_AXIS[kind][1])
         fig.tight_layout()
         save_png(fig, path, within=within)
         plt.close(fig)
+
+
+def reading(field: str, xs: list, ys: list, kind: str) -> str:
+    """One sentence on a curve: how it moved from its first quarter to its last, where it fell most, and
+    what the curve means."""
+    x_name = X_AXIS[kind][1]
+    quarter = max(1, len(ys) // 4)
+    first, last = sum(ys[:quarter]) / quarter, sum(ys[-quarter:]) / quarter
+    title = dict(CURVES[kind])[field]
+    if field in BARS:
+        text = (f"{title}: {100 * first:.0f}% of the groups in the first quarter of the run, {100 * last:.0f}% in "
+                f"the last (bars: each a bin of consecutive updates).")
+    else:
+        trend = "rose" if last > first * 1.02 + 1e-12 else "fell" if last < first * 0.98 - 1e-12 else "stayed level"
+        text = f"{title} {trend}: {first:.4g} on average over the first quarter of the run, {last:.4g} over the last."
+        if len(ys) >= 4 and field in ("mean_reward", "loss", "val_loss"):
+            drops = [(ys[i] - ys[i + 1], xs[i + 1]) for i in range(len(ys) - 1)]
+            worst, at = max(drops) if field == "mean_reward" else min(drops)
+            if field == "mean_reward" and worst > 0.25 * (max(ys) - min(ys) or 1):
+                text += f" Its largest fall between two updates is {worst:.3g}, at {x_name} {at}."
+    meaning = MEANING["loss_rl"] if (kind == "rl" and field == "loss") else MEANING.get(field, "")
+    return f"{text} {meaning}".strip()
 
 
 def _summary_lines(series: dict, kind: str) -> list[str]:
@@ -129,7 +201,10 @@ def build_run_report(path: str | Path, output: str | Path | None = None) -> Path
         hacking = receipt.get("reward_hacking")
         if isinstance(hacking, dict) and hacking.get("rate") is not None:
             facts.append(["reward-hacking rate", f"{hacking['rate']:.3f} of rewarded rollouts fail the strong tests"])
-    lines += markdown_table(["", ""], facts) + [""]
+    evaluations = evaluation_rows(path, receipt, kind)
+    if evaluations:
+        facts += evaluations
+    lines += markdown_table(["fact", "value"], facts) + [""]
     checkpoints = [[str(c.get("step", c.get("group"))), str(c.get("weights_sha256", ""))[:16]]
                    for c in receipt.get("checkpoints", [])]
     if checkpoints:
@@ -137,10 +212,47 @@ def build_run_report(path: str | Path, output: str | Path | None = None) -> Path
     if series:
         picture = out / "report-curves.png"
         draw_curves(series, kind, picture, within=out)
-        lines += ["## Curves", "", *_summary_lines(series, kind), "", f"![curves]({picture.name})", ""]
+        lines += ["## Curves", "", *_summary_lines(series, kind), "", f"![curves]({picture.name})", "",
+                  *[f"- {markdown_escape(reading(field, xs, ys, kind))}" for field, (xs, ys) in series.items()], ""]
     else:
         lines += ["No metrics rows yet: the run has not finished a step.", ""]
     return write_text(out / "report.md", "\n".join(lines), within=out)
+
+
+def _eval_receipts(directory: Path) -> list[tuple[Path, dict]]:
+    """The evaluation receipts (JSON files with episodes and a summary) directly inside `directory`."""
+    found = []
+    if not directory.is_dir():
+        return found
+    for candidate in sorted(directory.glob("*.json")):
+        if candidate.name == RECEIPT or candidate.is_symlink():
+            continue
+        try:
+            data = read_json(candidate)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "episodes" in data and isinstance(data.get("summary"), dict):
+            found.append((candidate, data))
+    return found
+
+
+def evaluation_rows(path: Path, receipt: dict, kind: str) -> list[list[str]]:
+    """Fact rows for the evaluation receipts beside the run (`glm53 eval ... --output RUN/dev.json`); for an
+    RL run, also those beside its initial checkpoint's run that evaluated that checkpoint (before RL)."""
+    rows = []
+    places = [("", path)]
+    if kind == "rl" and receipt.get("initial_checkpoint"):
+        places.insert(0, ("before RL, ", Path(str(receipt["initial_checkpoint"])).parent))
+    for prefix, directory in places:
+        for receipt_path, data in _eval_receipts(directory):
+            if prefix and Path(str(data.get("checkpoint", ""))).name != Path(str(receipt["initial_checkpoint"])).name:
+                continue
+            summary = data["summary"]
+            solved, total = summary.get("tasks_solved"), summary.get("tasks_total")
+            checkpoint = Path(str(data.get("checkpoint", ""))).name
+            rows.append([f"{prefix}{data.get('split')} pass rate",
+                         f"{solved}/{total} tasks ({checkpoint}; {receipt_path.name})"])
+    return rows
 
 
 def _evaluation_report(path: Path, output: str | Path | None) -> Path:
