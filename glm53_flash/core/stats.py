@@ -670,6 +670,71 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
                       "a direction needs both levels"}
 
 
+def group_means(differences: dict, group: dict) -> dict:
+    """`differences[seed][unit]` -> `{seed: {group: the mean of its units' differences}}`, each unit's group
+    read from `group` (unit -> group): the table a comparison over groups takes, units that are not
+    independent (the behaviours of one structure group) counted once, as their group."""
+    out = {}
+    for seed, values in differences.items():
+        sums: dict = {}
+        for unit, value in values.items():
+            if unit not in group:
+                raise ValueError(f"unit {unit!r} has no group")
+            entry = sums.setdefault(group[unit], [0.0, 0])
+            entry[0] += value
+            entry[1] += 1
+        out[seed] = {key: total / count for key, (total, count) in sums.items()}
+    return out
+
+
+def crossed_comparison(differences: dict, alpha: float = 0.05) -> dict:
+    """The grand mean of `differences[seed][unit]` (every seed covering the same units) tested with seeds and
+    units both random at once, as draws from their populations: the two-way random-effects model without
+    replication, d = mean + seed + unit + residual. The variance of the grand mean, var_seed / S + var_unit / U
+    + var_residual / (S U), is estimated from the mean squares, a negative component counting as zero:
+    (max(MS_seed, MS_res) + max(MS_unit, MS_res) - MS_res) / (S U); the t-test and its (1 - alpha) interval
+    take Satterthwaite's degrees of freedom for that sum. Needs two seeds and two units."""
+    alpha = _open_unit("alpha", alpha)
+    if not isinstance(differences, dict) or len(differences) < 2:
+        raise ValueError("differences must map at least two seeds to {unit: difference}")
+    seeds = list(differences)
+    units = sorted(differences[seeds[0]])
+    for key in seeds:
+        if sorted(differences[key]) != units:
+            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    if len(units) < 2:
+        raise ValueError("need at least two units")
+    table = np.array([[float(differences[key][u]) for u in units] for key in seeds])  # [S, U]
+    n_seeds, n_units = table.shape
+    mean = float(table.mean())
+    seed_means, unit_means = table.mean(axis=1), table.mean(axis=0)
+    df_seed, df_unit, df_residual = n_seeds - 1, n_units - 1, (n_seeds - 1) * (n_units - 1)
+    ms_seed = float(n_units * ((seed_means - mean) ** 2).sum() / df_seed)
+    ms_unit = float(n_seeds * ((unit_means - mean) ** 2).sum() / df_unit)
+    residual = table - seed_means[:, None] - unit_means[None, :] + mean
+    ms_residual = float((residual ** 2).sum() / df_residual)
+    # the mean squares in the estimate, with their signs and degrees of freedom (a component below zero is
+    # dropped with the residual's share that it would have cancelled)
+    terms = [(1.0, ms, df) for ms, df in ((ms_seed, df_seed), (ms_unit, df_unit)) if ms > ms_residual]
+    terms.append((1.0 - len(terms), ms_residual, df_residual))
+    combined = sum(sign * ms for sign, ms, _ in terms)
+    error = math.sqrt(combined / (n_seeds * n_units)) if combined > 0 else 0.0
+    if error == 0.0:
+        df, p, interval = None, (1.0 if mean == 0.0 else 0.0), [mean, mean]
+    else:
+        df = combined ** 2 / sum((sign * ms) ** 2 / d for sign, ms, d in terms if sign)
+        p = min(1.0, 2.0 * student_t_cdf(-abs(mean) / error, df))
+        half = student_t_quantile(1.0 - alpha / 2.0, df) * error
+        interval = [mean - half, mean + half]
+    return {"mean": mean, "se": error, "df": df, "t_test_p": p, "interval": interval, "alpha": alpha,
+            "seeds": n_seeds, "units": n_units,
+            "variance_components": {"seed": max(ms_seed - ms_residual, 0.0) / n_units,
+                                    "unit": max(ms_unit - ms_residual, 0.0) / n_seeds, "residual": ms_residual},
+            "method": "seeds and units both random (two-way random-effects ANOVA without replication): the grand "
+                      "mean's variance from the mean squares, negative components at zero; t-test on "
+                      "Satterthwaite's degrees of freedom"}
+
+
 def detectable_differences(differences: dict, alpha: float = 0.05, power: float = 0.8) -> dict:
     """What the data of a two_level_comparison (the same `differences[seed][unit]`) could have shown: at
     each level, the smallest true difference its test detects with `power` at `alpha` given the spread
@@ -739,10 +804,12 @@ def format_p(value: float) -> str:
 
 __all__ = [
     "bootstrap_ci",
+    "crossed_comparison",
     "detectable_differences",
     "equivalence_test",
     "factorial_effects",
     "format_p",
+    "group_means",
     "holm",
     "mcnemar_exact",
     "minimum_detectable_difference",
