@@ -725,7 +725,23 @@ def test_the_crossed_comparison_takes_both_seeds_and_units_as_random():
     assert rows["df"] == pytest.approx(2) and rows["t_test_p"] == pytest.approx(t_test_p([1.0, 2.0, 4.0]))
     flat = crossed_comparison({"s1": {"u1": 0.5, "u2": 0.5}, "s2": {"u1": 0.5, "u2": 0.5}})
     assert flat["t_test_p"] == 0.0 and flat["interval"] == [0.5, 0.5] and flat["df"] is None
-    with pytest.raises(ValueError, match="at least two seeds"):
+    with pytest.raises(ValueError, match="at least 2 seeds"):
         crossed_comparison({"s1": {"u1": 1.0, "u2": 2.0}})
     with pytest.raises(ValueError, match="covers other units"):
         crossed_comparison({"s1": {"u1": 1.0, "u2": 2.0}, "s2": {"u1": 1.0}})
+
+
+def test_holm_verdicts_adjust_each_level_over_the_family():
+    from glm53_flash.core.stats import holm, holm_verdicts
+
+    def comparison(mean, unit_p, seed_p):
+        return {"units": {"mean": mean, "sign_flip_p": unit_p}, "seeds": {"mean": mean, "t_test_p": seed_p}}
+
+    family = [comparison(0.02, 0.001, 0.004), comparison(0.03, 0.01, 0.03), comparison(-0.01, 0.002, None)]
+    verdicts = holm_verdicts(family, alpha=0.05)
+    assert [v["units"] for v in verdicts] == holm([0.001, 0.01, 0.002])
+    assert [v["seeds"] for v in verdicts] == holm([0.004, 0.03, 1.0])
+    # 0.004 x 3 and 0.03 x 2 at the seeds: the first holds, the second (0.06) does not; no seed test, no verdict
+    assert [v["verdict"] for v in verdicts] == ["better", "not shown", "not shown"]
+    assert holm_verdicts([comparison(-0.02, 0.001, 0.004)])[0]["verdict"] == "worse"
+    assert holm_verdicts([]) == []

@@ -625,6 +625,20 @@ def minimum_equivalence_margin(n: int, sd: float, alpha: float = 0.05, power: fl
     return quantiles * float(sd) / math.sqrt(n)
 
 
+def _seeds_and_units(differences: dict, minimum: int = 1) -> tuple[list, list]:
+    """The seeds of `differences[seed][unit]` (at least `minimum`) and its units, sorted; every seed must
+    cover the same units."""
+    if not isinstance(differences, dict) or len(differences) < minimum or not differences:
+        raise ValueError("differences must map each seed to {unit: difference}"
+                         + (f", at least {minimum} seeds" if minimum > 1 else ""))
+    seeds = list(differences)
+    units = sorted(differences[seeds[0]])
+    for key in seeds:
+        if sorted(differences[key]) != units:
+            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    return seeds, units
+
+
 def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: int = 10_000,
                          seed: int = 0) -> dict:
     """A paired comparison at both levels that vary: `differences[seed][unit]` is the difference of one
@@ -633,13 +647,7 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
     difference averaged over units, a t-test over seeds (the exact sign-flip p beside it; its floor is
     2/2^n). "better"/"worse" needs both levels significant at `alpha` with the same sign; otherwise
     "not shown". Every seed must cover the same units."""
-    if not isinstance(differences, dict) or not differences:
-        raise ValueError("differences must map each seed to {unit: difference}")
-    seeds = list(differences)
-    units = sorted(differences[seeds[0]])
-    for key in seeds:
-        if sorted(differences[key]) != units:
-            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    seeds, units = _seeds_and_units(differences)
     if not units:
         raise ValueError("no units to compare")
     per_unit = [float(np.mean([differences[k][u] for k in seeds])) for u in units]
@@ -695,13 +703,7 @@ def crossed_comparison(differences: dict, alpha: float = 0.05) -> dict:
     (max(MS_seed, MS_res) + max(MS_unit, MS_res) - MS_res) / (S U); the t-test and its (1 - alpha) interval
     take Satterthwaite's degrees of freedom for that sum. Needs two seeds and two units."""
     alpha = _open_unit("alpha", alpha)
-    if not isinstance(differences, dict) or len(differences) < 2:
-        raise ValueError("differences must map at least two seeds to {unit: difference}")
-    seeds = list(differences)
-    units = sorted(differences[seeds[0]])
-    for key in seeds:
-        if sorted(differences[key]) != units:
-            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    seeds, units = _seeds_and_units(differences, minimum=2)
     if len(units) < 2:
         raise ValueError("need at least two units")
     table = np.array([[float(differences[key][u]) for u in units] for key in seeds])  # [S, U]
@@ -733,6 +735,25 @@ def crossed_comparison(differences: dict, alpha: float = 0.05) -> dict:
             "method": "seeds and units both random (two-way random-effects ANOVA without replication): the grand "
                       "mean's variance from the mean squares, negative components at zero; t-test on "
                       "Satterthwaite's degrees of freedom"}
+
+
+def holm_verdicts(comparisons: Sequence[dict], alpha: float = 0.05) -> list[dict]:
+    """Holm over a family of two_level_comparison results, at each level separately: per comparison its
+    adjusted p over units (the sign-flip test's) and over seeds (the t-test's; none counts as 1), and its
+    verdict after the correction: "better" or "worse" when both adjusted p are below alpha and both levels'
+    means have that sign, else "not shown"."""
+    comparisons = list(comparisons)
+    if not comparisons:
+        return []
+    units = holm([c["units"]["sign_flip_p"] for c in comparisons])
+    seeds = holm([1.0 if c["seeds"]["t_test_p"] is None else c["seeds"]["t_test_p"] for c in comparisons])
+    out = []
+    for c, unit_p, seed_p in zip(comparisons, units, seeds):
+        same = np.sign(c["units"]["mean"]) == np.sign(c["seeds"]["mean"]) != 0
+        verdict = ("better" if c["units"]["mean"] > 0 else "worse") if unit_p < alpha and seed_p < alpha and same \
+            else "not shown"
+        out.append({"units": unit_p, "seeds": seed_p, "verdict": verdict, "comparisons": len(comparisons)})
+    return out
 
 
 def detectable_differences(differences: dict, alpha: float = 0.05, power: float = 0.8) -> dict:
@@ -811,6 +832,7 @@ __all__ = [
     "format_p",
     "group_means",
     "holm",
+    "holm_verdicts",
     "mcnemar_exact",
     "minimum_detectable_difference",
     "minimum_detectable_effect",
