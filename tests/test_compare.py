@@ -112,32 +112,44 @@ def test_markdown_has_one_row_per_family_and_overall():
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| family")]
     assert [r.split(" | ")[0] for r in rows] == ["| double", "| square", "| **all**"]
     assert rows[0].endswith("| 0/16 | 8/16 |")
-    assert "units (behaviours)" in text and "McNemar p (tasks pooled)" in text
+    assert "units (distinct functions on the families suite" in text and "McNemar p (tasks pooled)" in text
 
 
-def test_the_unit_is_the_behaviour_not_the_task():
-    # 32 holdout tasks of one family carry two descriptions: two units, whatever the number of tasks
-    tasks = frozen_tasks("holdout", 32, ("double",))
+def test_the_unit_is_the_function_not_the_task_nor_the_description():
+    # 32 holdout tasks of one family carry two descriptions of one function: one unit, whatever the number of
+    # tasks, and two families are two units that cannot show anything (the sign-flip floor is 2/2^2)
+    tasks = frozen_tasks("holdout", 32, ("double", "even"))
     units = {episode_unit({"family": t.family, "prompt": t.prompt, "task_id": t.task_id}) for t in tasks}
-    assert units == {"double:0", "double:1"} and {t.unit for t in tasks} == units
-    solved = {t.task_id for t in tasks if t.unit == "double:0"}  # one unit solved everywhere
+    assert units == {"double", "even"} == {t.unit for t in tasks}
+    solved = {t.task_id for t in tasks if t.family == "double"}  # one function solved everywhere
     result = compare_receipts(greedy(tasks, set()), greedy(tasks, solved))["overall"]
-    assert result["gains"] == len(solved) > 10 and result["mcnemar_p"] < 1e-3  # pooled over tasks
+    assert result["gains"] == 32 and result["mcnemar_p"] < 1e-3  # pooled over tasks
     unit = result["units"]
     assert (unit["units"], unit["better"], unit["worse"], unit["same"]) == (2, 1, 0, 1)
-    assert unit["sign_flip_p"] == 1.0 and unit["sign_flip_floor"] == 0.5  # two units cannot show anything
+    assert unit["sign_flip_p"] == 1.0 and unit["sign_flip_floor"] == 0.5
     assert unit["rate_difference"] == pytest.approx(0.5)
 
 
-def test_units_recorded_in_a_receipt_win_over_the_prompt():
-    tasks = frozen_tasks("dev", 2, ("double",))
-    receipt = greedy(tasks, set())
-    for i, episode in enumerate(receipt["episodes"]):
-        episode["unit"] = f"behaviour-{i}"
-    after = greedy(tasks, {tasks[0].task_id})
-    for i, episode in enumerate(after["episodes"]):
-        episode["unit"] = f"behaviour-{i}"
-    assert compare_receipts(receipt, after)["overall"]["units"]["units"] == len(tasks)
+@pytest.mark.slow
+def test_a_recorded_unit_gives_way_to_the_suites_unit():
+    """A families receipt that recorded a family and its description as the unit (as receipts did before the
+    unit was the function) still counts one unit per family; a compositions task's unit is its behaviour's
+    structure group, read from the suite by its id; a task of neither suite keeps its recorded unit."""
+    from glm53_flash.tasks import compositions, split_tasks
+
+    tasks = frozen_tasks("dev", 4, ("double",))
+    receipts = [greedy(tasks, solved) for solved in (set(), {tasks[0].task_id})]
+    for receipt in receipts:
+        for episode, task in zip(receipt["episodes"], tasks):
+            episode["unit"] = f"double:{task.prompt.count('Double')}"
+    assert compare_receipts(*receipts)["overall"]["units"]["units"] == 1
+    dev = split_tasks(compositions.DEV_SPLIT)[:40]
+    groups = compositions.structure_groups(t.task_id for t in dev)
+    assert len(set(groups.values())) < len(dev)  # some behaviours share a group
+    episodes = [{"task_id": t.task_id, "family": t.family, "unit": t.unit} for t in dev]
+    assert [episode_unit(e) for e in episodes] == [groups[t.task_id] for t in dev]
+    assert episode_unit({"task_id": "other-task-1", "family": "x", "unit": "mine"}) == "mine"
+    assert episode_unit({"task_id": "other-task-1", "family": "x"}) == "other-task-1"
 
 
 def test_cli_compare_prints_and_writes(tmp_path, capsys):

@@ -216,6 +216,7 @@ def test_each_split_is_pinned_and_a_change_is_refused(monkeypatch):
         compositions._split_tasks.cache_clear()
 
 
+@pytest.mark.slow
 def test_tasks_summary_command(capsys):
     assert main(["tasks", "summary", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -223,15 +224,36 @@ def test_tasks_summary_command(capsys):
     for split, row in summary["splits"].items():
         assert {"tasks", "behaviours", "structures", "sha256", "sealed"} <= set(row)
         assert row["sealed"] == (split in compositions.SEALED)
+        assert row["structure_groups"] <= row["structures"]
+        if split in compositions.EVALUATION:  # the power a paired comparison has over the split's groups
+            assert row["power"]["units"] == row["structure_groups"] < row["behaviours"]
     assert main(["tasks", "summary", "--suite", "families", "--json"]) == 0
     families = json.loads(capsys.readouterr().out)
-    assert families["splits"]["holdout"]["behaviours"] == 16 and families["splits"]["holdout"]["sealed"]
+    # eight families, each one function whichever description a task carries: 8 units of 64 tasks
+    assert families["splits"]["holdout"]["units"] == 8 and families["splits"]["holdout"]["tasks"] == 64
+    assert families["splits"]["holdout"]["sealed"] and families["unit"].startswith("a distinct function")
     assert main(["tasks", "summary"]) == 0 and "distinct behaviours" in capsys.readouterr().out
     task = split_tasks(DEV_SPLIT)[0]
     assert main(["tasks", "show", task.task_id]) == 0 and task.prompt in capsys.readouterr().out
     sealed = split_tasks(UNSEEN_SPLIT)[0]
     assert main(["tasks", "show", sealed.task_id]) == 2
     assert "sealed split" in capsys.readouterr().err
+
+
+def test_a_tasks_structure_group_comes_from_the_suite_by_its_id():
+    """Every task's group is its behaviour's entry's, read from the id alone (no sealed split opened); an id
+    that names no task of the suite is refused in one line."""
+    for split in (DEV_SPLIT, UNSEEN_SPLIT):
+        tasks = split_tasks(split)
+        groups = compositions.structure_groups(t.task_id for t in tasks)
+        by_unit = {entry.unit: entry.group for entry in ENTRIES}
+        assert groups == {t.task_id: by_unit[t.unit] for t in tasks}
+        assert set(groups.values()) == {entry.group for entry in BY_SPLIT[split]}
+    task = split_tasks(DEV_SPLIT)[0]
+    moved = task.task_id.replace(DEV_SPLIT, UNSEEN_SPLIT)  # a behaviour of dev named as one of another split
+    for bad in (moved, "dev-double-000", f"{DEV_SPLIT}-bxyz-000", f"{DEV_SPLIT}-b{len(ENTRIES):04d}-000"):
+        with pytest.raises(ValueError, match="is no task of the compositions suite"):
+            compositions.structure_group(bad)
 
 
 @pytest.mark.parametrize("split", compositions.SEALED)

@@ -122,8 +122,8 @@ def test_generated_tables_and_text_must_be_as_generated(tmp_path):
 
 
 @pytest.mark.parametrize("edit", [
-    ("before RL -0.9 points (p 1)", "before RL +0.9 points (p 1)"),  # a sign in generated text
-    ("seeds p 0.292)", "seeds p 0.0292)"),  # a p-value in generated text
+    ("before RL -1.0 points (p 1)", "before RL +1.0 points (p 1)"),  # a sign in generated text
+    ("seeds p 0.287)", "seeds p 0.0287)"),  # a p-value in generated text
     ("(exact sign-flip p = 0.00391;", "(exact sign-flip p = 0.0391;"),  # a hand-bound sentence
     ("| GLM-style faithful miniature | 60,924 | 0/2000 (0.0%) | 1218/2000", "| GLM-style faithful miniature | "
      "60,924 | 1218/2000 | 0/2000 (0.0%)"),  # two columns of a generated table

@@ -301,6 +301,9 @@ def test_rl_analysis_on_synthetic_receipts(tmp_path):
     assert [row[1] for row in summary["headline_table"]["rows"]] == ["temp-low", "temp-low", "baseline", "temp-low"]
     assert "final split (opened by no other step" in summary["answers"][1]
     assert summary["answers"][2].startswith("Answer: temp-low beats the baseline")
+    # every task of a family computes one function: the ten tasks of each split are one unit
+    assert summary["units"] == {"dev": {"tasks": 10, "units": 1}, "final": {"tasks": 10, "units": 1}}
+    assert "the 10 dev tasks are 1 unit and the 10 final tasks are 1 unit" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_rl_selection_follows_the_planned_rule():
@@ -441,3 +444,75 @@ def test_a_report_sets_the_plans_stated_time_beside_the_time_the_runs_took(tmp_p
     report = (tmp_path / "REPORT.md").read_text()
     assert (f"Time: the plan stated {stated} min with 2 worker(s) before the first run; the runs took 2.0 min per "
             f"worker ({round(2.0 / stated, 2)}x the statement); 4.0 min of wall time") in report
+
+
+def _compositions_receipt(phase, arm, seed, split, passed: dict, role=None):
+    outcomes = [{"task_id": t, "family": "int", "passed": p, "status": "passed" if p else "failed",
+                 "pass_fraction": float(p), "completion": ""} for t, p in passed.items()]
+    key = f"{phase}-{role or arm}-seed-{seed}" if phase != "reference" else f"pretrained-{split}"
+    solved = sum(passed.values())
+    return {"key": key, "phase": phase, "arm": arm, "role": role, "seed": seed, "elapsed_seconds": 2.0,
+            "training": {"updated_groups": 5, "exact_training_rollouts": 3, "rollouts": 1024},
+            "evaluation": {"split": split, "outcomes": outcomes,
+                           "summary": {"pass_at_1": solved / len(passed), "tasks_solved": solved,
+                                       "tasks_total": len(passed)}}}
+
+
+@pytest.mark.slow
+def test_a_compositions_rl_analysis_tests_over_structure_groups_and_training_seeds(tmp_path):
+    """On the compositions suite every comparison is made over structure groups (each the mean of its
+    behaviours) and training seeds: the candidate solves every behaviour of half the groups the baseline
+    fails, on every seed but one, and the confirmation's result is stated after Holm over its one
+    comparison, with the seeds and groups both random beside it; the comparisons with the checkpoint are
+    Holm-adjusted over two."""
+    from glm53_flash.core.stats import crossed_comparison, group_means
+    from glm53_flash.tasks import compositions
+
+    plan = rl_choices.build_plan("ckpt", "a" * 64, ["baseline", "temp-high"], [1, 2], list(range(11, 21)), 60, None,
+                                 1, None, None, suite="compositions")
+    dev = rl_choices.eval_task_ids("compositions", compositions.DEV_SPLIT, 60)
+    unseen = rl_choices.eval_task_ids("compositions", compositions.UNSEEN_SPLIT, 60)
+    groups = compositions.structure_groups(dev + unseen)
+    gaining = {group for ids in (dev, unseen) for group in sorted({groups[t] for t in ids})[::2]}  # every other group
+
+    def base(ids):
+        return {t: i % 4 == 0 for i, t in enumerate(ids)}
+
+    def better(ids, seed):
+        return {t: p or groups[t] in gaining and not (seed == 20 and t == ids[1]) for t, p in base(ids).items()}
+
+    receipts = [_compositions_receipt("reference", "pretrained", None, split, base(ids))
+                for split, ids in ((compositions.DEV_SPLIT, dev), (compositions.UNSEEN_SPLIT, unseen))]
+    for seed in (1, 2):
+        receipts.append(_compositions_receipt("screen", "baseline", seed, compositions.DEV_SPLIT, base(dev)))
+        receipts.append(_compositions_receipt("screen", "temp-high", seed, compositions.DEV_SPLIT, better(dev, seed)))
+    for seed in range(11, 21):
+        receipts.append(_compositions_receipt("confirm", "baseline", seed, compositions.UNSEEN_SPLIT, base(unseen),
+                                              role="baseline"))
+        receipts.append(_compositions_receipt("confirm", "temp-high", seed, compositions.UNSEEN_SPLIT,
+                                              better(unseen, seed), role="candidate"))
+    _write_study(tmp_path, plan, receipts)
+    summary = analysis.analyze(tmp_path)
+    confirmation = summary["confirmation"]
+    differences = {str(s): {t: float(better(unseen, s)[t]) - float(base(unseen)[t]) for t in unseen}
+                   for s in range(11, 21)}
+    by_group = group_means(differences, groups)
+    assert confirmation["groups"]["units"]["n"] == len({groups[t] for t in unseen}) < 60
+    assert confirmation["groups"]["seeds"]["values"] == [pytest.approx(sum(v.values()) / len(v))
+                                                         for v in by_group.values()]
+    assert confirmation["groups"]["crossed"] == crossed_comparison(by_group)
+    assert confirmation["holm"]["comparisons"] == 1 and confirmation["result"] == "better"
+    assert "holm_p" not in confirmation  # no decision over the seeds' pass rates alone
+    answer = next(a for a in summary["answers"] if a.startswith("Confirmation on"))
+    assert "better, shown after Holm over 1 comparison, at groups and RL seeds" in answer
+    assert "from this one pretrained checkpoint" in answer and "with RL seeds and structure groups both random p" in answer
+    assert next(a for a in summary["answers"] if a.startswith("Answer:")).startswith(
+        "Answer: from this one pretrained checkpoint, temp-high beats the baseline on fresh RL seeds")
+    baseline_vs, candidate_vs = summary["versus_pretrained"]
+    assert baseline_vs["result"] == "not shown" and baseline_vs["groups"]["mean_difference"] == 0
+    assert candidate_vs["holm"]["comparisons"] == 2 and candidate_vs["result"] == "better"
+    # the screen flags by the groups' test, Holm across the arms
+    screen = summary["screen_comparisons"][0]
+    assert screen["holm_p"] == screen["groups"]["units"]["sign_flip_p"]  # one arm
+    assert summary["headline_table"]["columns"][6:8] == ["groups p", "RL seeds p"]
+    assert [row[-1] for row in summary["headline_table"]["rows"]] == ["flagged", "better", "not shown", "better"]

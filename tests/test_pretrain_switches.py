@@ -20,6 +20,7 @@ from glm53_flash.experiments import pretrain_switches as ps
 from glm53_flash.experiments.reproduce import ARMS
 from glm53_flash.experiments.study import load_receipts, plan_hash
 from glm53_flash.model.config import ModelConfig
+from glm53_flash.tasks import compositions
 
 TINY = {"preset": "tiny", "steps": 12, "learning_rate": 3e-3, "warmup": 0, "batch_size": 4}
 
@@ -146,6 +147,11 @@ def test_a_real_effect_is_shown_at_both_levels_decides_the_default_and_is_confir
     rows = {row["switch"]: row for row in summary["dev"]["switches"]}
     assert rows["linear_rope"]["verdict"] == "original better"
     assert rows["linear_rope"]["effect"] == pytest.approx(8 / 40, abs=0.02)  # the runs' noise aside
+    # tested over the dev tasks' structure groups (each the mean of its behaviours); behaviours a secondary view
+    dev = gen.task_subset(gen.DEV_SPLIT, 40)
+    groups = compositions.structure_groups(dev)
+    assert rows["linear_rope"]["groups"]["n"] == len(set(groups.values())) and rows["linear_rope"]["behaviours"]["n"] == 40
+    assert set(rows["linear_rope"]["holm"]) == {"groups_p", "runs_p"}
     assert rows["balance_loss"]["verdict"] == rows["decay_all_parameters"]["verdict"] == "not shown"
     assert summary["selection"]["changed"] == {"linear_rope": "rope-before-feature-map"}
     assert summary["selection"]["defaults"]["balance_loss"] == "differentiable"
@@ -179,7 +185,7 @@ def test_a_rerun_of_the_factorial_holds_where_both_agree_and_measures_the_differ
     held = reruns.compare_pretrain_switches(first, a, same, _hand_receipts(same, effect_of_rope=8, sealed_effect=6))
     assert set(held["phases"]) == {"dev", "sealed"} and held["phases"]["dev"]["all_hold"]
     rope = next(r for r in held["phases"]["dev"]["rows"] if r["switch"] == "linear_rope")
-    assert rope["directions"] == {"behaviours": ["+", "+"], "runs": ["+", "+"]}
+    assert rope["directions"] == {"groups": ["+", "+"], "runs": ["+", "+"]}
     # the spread is exactly the rerun's main effect minus the first's (a balanced design), with an interval
     assert rope["spread"]["difference"] == pytest.approx(rope["rerun"]["effect"] - rope["first"]["effect"], abs=1e-12)
     low, high = rope["spread"]["interval"]

@@ -279,14 +279,36 @@ def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
 
 
 def test_a_confirmed_difference_below_the_baseline_is_answered_as_worse():
-    """The temperature-0.20 plan from seed 12 confirmed a difference the other way: its answer says the
-    candidate is worse and the baseline's choice better, never that the candidate beats the baseline."""
+    """The temperature-0.20 plan from seed 12 confirmed a difference the other way, at structure groups and RL
+    seeds after Holm: its answer says the candidate is worse and the baseline's choice better, from this one
+    checkpoint, never that the candidate beats the baseline."""
     summary = json.loads((ROOT / "results" / "rl-choices-temperature-12" / "summary.json").read_text())
-    assert summary["confirmation"]["mean"] < 0 and summary["confirmation"]["holm_p"] < 0.05
+    confirmation = summary["confirmation"]
+    assert confirmation["groups"]["mean_difference"] < 0 and confirmation["result"] == "worse"
     answer = [a for a in summary["answers"] if a.startswith("Answer:")]
     assert answer and "is worse than the baseline" in answer[0] and "beats" not in answer[0]
+    assert "from this one pretrained checkpoint" in answer[0] and "the baseline's choice is the better one" in answer[0]
     question = [a for a in summary["answers"] if a.startswith("Confirmation on")][0]
-    assert "differ from the baseline (two-sided)? yes: temp-low is lower" in question
+    assert "worse, shown after Holm over 1 comparison, at groups and RL seeds" in question
+
+
+def test_the_compositions_study_answers_state_results_only_after_holm_at_the_units_that_vary():
+    """Every generated answer of a committed compositions study that states a result names the Holm
+    correction and the levels it holds at; none calls a per-comparison result shown."""
+    import re
+
+    levels = {"rl-generalisation": "groups and seeds", "rl-generalisation-rerun": "groups and seeds",
+              "rl-switches": "groups and seeds", "rl-switches-rerun": "groups and seeds",
+              "pretrain-switches": "groups and runs", "pretrain-switches-rerun": "groups and runs",
+              "rl-choices-compositions": "groups and RL seeds", "rl-choices-compositions-rerun": "groups and RL seeds",
+              "rl-choices-temperature-11": "groups and RL seeds", "rl-choices-temperature-12": "groups and RL seeds"}
+    for name, named in levels.items():
+        answers = json.loads((ROOT / "results" / name / "summary.json").read_text())["answers"]
+        stated = [a for a in answers if re.search(r"\bshown\b", a)]
+        assert stated, name
+        for answer in stated:
+            assert re.search(rf"shown after Holm over \d+ (comparisons?|directions?), at {named}", answer) or \
+                "confirmed at groups and runs after Holm" in answer, (name, answer)
 
 
 def test_the_committed_study_times_are_what_the_plans_and_receipts_give():

@@ -691,3 +691,57 @@ def test_detectable_differences_come_from_the_spread_each_level_measured():
     # a stricter alpha needs a larger difference; one seed has no spread to plan with
     assert found["seeds"] > detectable_differences(data)["seeds"]
     assert detectable_differences({1: data[0]})["seeds"] is None
+
+
+def test_group_means_count_each_group_once():
+    from glm53_flash.core.stats import group_means
+
+    differences = {1: {"a": 1.0, "b": 0.0, "c": 0.5}, 2: {"a": 0.0, "b": 0.0, "c": -1.0}}
+    assert group_means(differences, {"a": "g", "b": "g", "c": "h"}) == {1: {"g": 0.5, "h": 0.5},
+                                                                        2: {"g": 0.0, "h": -1.0}}
+    with pytest.raises(ValueError, match="unit 'c' has no group"):
+        group_means(differences, {"a": "g", "b": "g"})
+
+
+def test_the_crossed_comparison_takes_both_seeds_and_units_as_random():
+    """A 2 x 3 table worked by hand: mean 3.5; mean squares 13.5 (seeds, 1 df), 6.5 (units, 2 df) and 1.5
+    (residual, 2 df); the grand mean's variance (13.5 + 6.5 - 1.5) / 6 on Satterthwaite's 18.5^2 / (13.5^2 + 6.5^2
+    / 2 + 1.5^2 / 2) = 1.674 degrees of freedom."""
+    from glm53_flash.core.stats import crossed_comparison, student_t_cdf
+
+    table = {"s1": {"u1": 1.0, "u2": 2.0, "u3": 3.0}, "s2": {"u1": 3.0, "u2": 4.0, "u3": 8.0}}
+    result = crossed_comparison(table, alpha=0.05)
+    assert result["mean"] == pytest.approx(3.5)
+    assert result["se"] == pytest.approx(math.sqrt(18.5 / 6))
+    assert result["df"] == pytest.approx(18.5 ** 2 / (13.5 ** 2 + 6.5 ** 2 / 2 + 1.5 ** 2 / 2))
+    assert result["t_test_p"] == pytest.approx(2 * student_t_cdf(-3.5 / math.sqrt(18.5 / 6), result["df"]))
+    assert result["variance_components"] == pytest.approx({"seed": (13.5 - 1.5) / 3, "unit": (6.5 - 1.5) / 2,
+                                                           "residual": 1.5})
+    # seeds that agree add no variance: the test is the t-test over the units' means
+    same = crossed_comparison({"s1": {"u1": 1.0, "u2": 2.0, "u3": 3.0}, "s2": {"u1": 1.0, "u2": 2.0, "u3": 3.0}})
+    assert same["df"] == pytest.approx(2) and same["t_test_p"] == pytest.approx(t_test_p([1.0, 2.0, 3.0]))
+    # and units that agree add none: the t-test over the seeds' means
+    rows = crossed_comparison({"s1": {"u1": 1.0, "u2": 1.0}, "s2": {"u1": 2.0, "u2": 2.0}, "s3": {"u1": 4.0, "u2": 4.0}})
+    assert rows["df"] == pytest.approx(2) and rows["t_test_p"] == pytest.approx(t_test_p([1.0, 2.0, 4.0]))
+    flat = crossed_comparison({"s1": {"u1": 0.5, "u2": 0.5}, "s2": {"u1": 0.5, "u2": 0.5}})
+    assert flat["t_test_p"] == 0.0 and flat["interval"] == [0.5, 0.5] and flat["df"] is None
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        crossed_comparison({"s1": {"u1": 1.0, "u2": 2.0}})
+    with pytest.raises(ValueError, match="covers other units"):
+        crossed_comparison({"s1": {"u1": 1.0, "u2": 2.0}, "s2": {"u1": 1.0}})
+
+
+def test_holm_verdicts_adjust_each_level_over_the_family():
+    from glm53_flash.core.stats import holm, holm_verdicts
+
+    def comparison(mean, unit_p, seed_p):
+        return {"units": {"mean": mean, "sign_flip_p": unit_p}, "seeds": {"mean": mean, "t_test_p": seed_p}}
+
+    family = [comparison(0.02, 0.001, 0.004), comparison(0.03, 0.01, 0.03), comparison(-0.01, 0.002, None)]
+    verdicts = holm_verdicts(family, alpha=0.05)
+    assert [v["units"] for v in verdicts] == holm([0.001, 0.01, 0.002])
+    assert [v["seeds"] for v in verdicts] == holm([0.004, 0.03, 1.0])
+    # 0.004 x 3 and 0.03 x 2 at the seeds: the first holds, the second (0.06) does not; no seed test, no verdict
+    assert [v["verdict"] for v in verdicts] == ["better", "not shown", "not shown"]
+    assert holm_verdicts([comparison(-0.02, 0.001, 0.004)])[0]["verdict"] == "worse"
+    assert holm_verdicts([]) == []

@@ -5,7 +5,7 @@ import pytest
 
 from glm53_flash.tasks import (
     FAMILIES, FAMILY_NAMES, ORIGINAL_SEALED_SPLITS, SEALED_SPLITS, SPLIT_SEEDS, STRONG_EXTRA_MIN, make_task, parse_families,
-    pretraining_task, pretraining_text, strong_cases, strong_task,
+    pretraining_task, pretraining_text, split_units, strong_cases, strong_task,
 )
 # The suite's own module: these tests read every split, sealed ones included (the tasks API asks for an
 # opening: test_the_tasks_api_builds_a_sealed_split_only_for_its_opening).
@@ -210,6 +210,26 @@ def test_strong_cases_catch_programs_that_pass_the_three(family):
     assert run_in_process(task, source) == 3
     strong = strong_task(task)
     assert run_in_process(strong, source) < len(strong.cases)
+
+
+def test_a_family_is_one_function_whichever_description_a_task_carries():
+    """Recomputed from the task functions themselves (each task's reference run on its family's strong
+    inputs): the two descriptions of a family compute the same function and no two families do, so the 24
+    confirm and 96 holdout tasks of the headline's three trained families are 3 units, not 6, and every
+    task's unit is its function's."""
+    from glm53_flash.tasks.families import function_of
+
+    trained = ("increment", "double", "even")
+    for split, per_family in (("confirm", 8), ("holdout", 32)):
+        tasks = frozen_tasks(split, per_family, trained)
+        descriptions = {(t.family, t.prompt.splitlines()[1]) for t in tasks}
+        functions = {function_of(t) for t in tasks}
+        assert len(tasks) == 3 * per_family and len(descriptions) == 6  # both descriptions of every family
+        assert len(functions) == len({t.unit for t in tasks}) == 3
+        assert all(function_of(a) == function_of(b) for a in tasks for b in tasks if a.family == b.family)
+        assert split_units(split, per_family, trained) == 3
+    every = frozen_tasks("dev", 4)
+    assert len({function_of(t) for t in every}) == len(FAMILIES) == len({t.unit for t in every})
 
 
 def test_the_tasks_api_builds_a_sealed_split_only_for_its_opening(tmp_path, monkeypatch):

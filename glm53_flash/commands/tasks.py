@@ -1,4 +1,4 @@
-"""`glm53 tasks summary`: what each split of a task suite holds (tasks, distinct behaviours,
+"""`glm53 tasks summary`: what each split of a task suite holds (tasks, its units of analysis,
 structures, the split's sha256) and how many tasks the cheat suite's wrong programs pass per case set
 (read from the committed receipt `CHEATS_RECEIPT`); `glm53 tasks cheats`: measure the cheat suite and
 write that receipt; `glm53 tasks show`: one task's prompt and reference. None judges a model, so a
@@ -20,11 +20,12 @@ def register(sub) -> None:
                             description="Describe the task suites without judging anything.")
     commands = parser.add_subparsers(dest="tasks_command", metavar="COMMAND", required=True)
     summary = commands.add_parser(
-        "summary", help="per split: tasks, distinct behaviours, structures, the split's sha256",
-        description="Per split of a suite: its tasks, its distinct behaviours (the unit of analysis), its "
-                    "structures (and, for compositions, structure groups), kinds and families, and the sha256 "
-                    "that pins its content. families: the original eight families (a unit is a family and "
-                    "one of its two descriptions); compositions: the typed grammar's behaviours.")
+        "summary", help="per split: tasks, units of analysis, structures, the split's sha256",
+        description="Per split of a suite: its tasks, its units of analysis, its structures (and, for "
+                    "compositions, its distinct behaviours), kinds and families, and the sha256 that pins its "
+                    "content. families: the original eight families (a unit is a distinct function, a family: "
+                    "its two descriptions compute the same one); compositions: the typed grammar's behaviours "
+                    "(a unit is a structure group, whose behaviours are correlated).")
     summary.add_argument("--suite", choices=SUITES, default="compositions", help="the suite (default: compositions)")
     summary.add_argument("--per-family", type=int, default=8,
                          help="tasks per family of the families suite's splits (default 8)")
@@ -75,9 +76,11 @@ def _run_summary(args) -> int:
               f"{summary['structures']:,} structures in {summary['structure_groups']:,} structure groups")
     else:
         print(f"families suite: {len(summary['families'])} families, {summary['per_family']} tasks per family")
-    print(f"{'split':32} {'sealed':>6} {'tasks':>6} {'behaviours':>10} {'structures':>10}  sha256")
+    print(f"units: {summary['unit']}")
+    print(f"{'split':32} {'sealed':>6} {'tasks':>6} {'units':>6} {'structures':>10}  sha256")
     for name, row in summary["splits"].items():
-        print(f"{name:32} {'yes' if row['sealed'] else 'no':>6} {row['tasks']:>6} {row['behaviours']:>10} "
+        units = row["structure_groups"] if args.suite == "compositions" else row["units"]
+        print(f"{name:32} {'yes' if row['sealed'] else 'no':>6} {row['tasks']:>6} {units:>6} "
               f"{row['structures']:>10}  {row['sha256'][:16]}")
     print()
     if cheats is None:

@@ -625,6 +625,20 @@ def minimum_equivalence_margin(n: int, sd: float, alpha: float = 0.05, power: fl
     return quantiles * float(sd) / math.sqrt(n)
 
 
+def _seeds_and_units(differences: dict, minimum: int = 1) -> tuple[list, list]:
+    """The seeds of `differences[seed][unit]` (at least `minimum`) and its units, sorted; every seed must
+    cover the same units."""
+    if not isinstance(differences, dict) or len(differences) < minimum or not differences:
+        raise ValueError("differences must map each seed to {unit: difference}"
+                         + (f", at least {minimum} seeds" if minimum > 1 else ""))
+    seeds = list(differences)
+    units = sorted(differences[seeds[0]])
+    for key in seeds:
+        if sorted(differences[key]) != units:
+            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    return seeds, units
+
+
 def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: int = 10_000,
                          seed: int = 0) -> dict:
     """A paired comparison at both levels that vary: `differences[seed][unit]` is the difference of one
@@ -633,13 +647,7 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
     difference averaged over units, a t-test over seeds (the exact sign-flip p beside it; its floor is
     2/2^n). "better"/"worse" needs both levels significant at `alpha` with the same sign; otherwise
     "not shown". Every seed must cover the same units."""
-    if not isinstance(differences, dict) or not differences:
-        raise ValueError("differences must map each seed to {unit: difference}")
-    seeds = list(differences)
-    units = sorted(differences[seeds[0]])
-    for key in seeds:
-        if sorted(differences[key]) != units:
-            raise ValueError(f"seed {key!r} covers other units than seed {seeds[0]!r}")
+    seeds, units = _seeds_and_units(differences)
     if not units:
         raise ValueError("no units to compare")
     per_unit = [float(np.mean([differences[k][u] for k in seeds])) for u in units]
@@ -668,6 +676,84 @@ def two_level_comparison(differences: dict, *, alpha: float = 0.05, resamples: i
             "method": "units: each unit's difference averaged over seeds, exact sign-flip over units, "
                       "bootstrap CI; seeds: each seed's difference averaged over units, t-test over seeds; "
                       "a direction needs both levels"}
+
+
+def group_means(differences: dict, group: dict) -> dict:
+    """`differences[seed][unit]` -> `{seed: {group: the mean of its units' differences}}`, each unit's group
+    read from `group` (unit -> group): the table a comparison over groups takes, units that are not
+    independent (the behaviours of one structure group) counted once, as their group."""
+    out = {}
+    for seed, values in differences.items():
+        sums: dict = {}
+        for unit, value in values.items():
+            if unit not in group:
+                raise ValueError(f"unit {unit!r} has no group")
+            entry = sums.setdefault(group[unit], [0.0, 0])
+            entry[0] += value
+            entry[1] += 1
+        out[seed] = {key: total / count for key, (total, count) in sums.items()}
+    return out
+
+
+def crossed_comparison(differences: dict, alpha: float = 0.05) -> dict:
+    """The grand mean of `differences[seed][unit]` (every seed covering the same units) tested with seeds and
+    units both random at once, as draws from their populations: the two-way random-effects model without
+    replication, d = mean + seed + unit + residual. The variance of the grand mean, var_seed / S + var_unit / U
+    + var_residual / (S U), is estimated from the mean squares, a negative component counting as zero:
+    (max(MS_seed, MS_res) + max(MS_unit, MS_res) - MS_res) / (S U); the t-test and its (1 - alpha) interval
+    take Satterthwaite's degrees of freedom for that sum. Needs two seeds and two units."""
+    alpha = _open_unit("alpha", alpha)
+    seeds, units = _seeds_and_units(differences, minimum=2)
+    if len(units) < 2:
+        raise ValueError("need at least two units")
+    table = np.array([[float(differences[key][u]) for u in units] for key in seeds])  # [S, U]
+    n_seeds, n_units = table.shape
+    mean = float(table.mean())
+    seed_means, unit_means = table.mean(axis=1), table.mean(axis=0)
+    df_seed, df_unit, df_residual = n_seeds - 1, n_units - 1, (n_seeds - 1) * (n_units - 1)
+    ms_seed = float(n_units * ((seed_means - mean) ** 2).sum() / df_seed)
+    ms_unit = float(n_seeds * ((unit_means - mean) ** 2).sum() / df_unit)
+    residual = table - seed_means[:, None] - unit_means[None, :] + mean
+    ms_residual = float((residual ** 2).sum() / df_residual)
+    # the mean squares in the estimate, with their signs and degrees of freedom (a component below zero is
+    # dropped with the residual's share that it would have cancelled)
+    terms = [(1.0, ms, df) for ms, df in ((ms_seed, df_seed), (ms_unit, df_unit)) if ms > ms_residual]
+    terms.append((1.0 - len(terms), ms_residual, df_residual))
+    combined = sum(sign * ms for sign, ms, _ in terms)
+    error = math.sqrt(combined / (n_seeds * n_units)) if combined > 0 else 0.0
+    if error == 0.0:
+        df, p, interval = None, (1.0 if mean == 0.0 else 0.0), [mean, mean]
+    else:
+        df = combined ** 2 / sum((sign * ms) ** 2 / d for sign, ms, d in terms if sign)
+        p = min(1.0, 2.0 * student_t_cdf(-abs(mean) / error, df))
+        half = student_t_quantile(1.0 - alpha / 2.0, df) * error
+        interval = [mean - half, mean + half]
+    return {"mean": mean, "se": error, "df": df, "t_test_p": p, "interval": interval, "alpha": alpha,
+            "seeds": n_seeds, "units": n_units,
+            "variance_components": {"seed": max(ms_seed - ms_residual, 0.0) / n_units,
+                                    "unit": max(ms_unit - ms_residual, 0.0) / n_seeds, "residual": ms_residual},
+            "method": "seeds and units both random (two-way random-effects ANOVA without replication): the grand "
+                      "mean's variance from the mean squares, negative components at zero; t-test on "
+                      "Satterthwaite's degrees of freedom"}
+
+
+def holm_verdicts(comparisons: Sequence[dict], alpha: float = 0.05) -> list[dict]:
+    """Holm over a family of two_level_comparison results, at each level separately: per comparison its
+    adjusted p over units (the sign-flip test's) and over seeds (the t-test's; none counts as 1), and its
+    verdict after the correction: "better" or "worse" when both adjusted p are below alpha and both levels'
+    means have that sign, else "not shown"."""
+    comparisons = list(comparisons)
+    if not comparisons:
+        return []
+    units = holm([c["units"]["sign_flip_p"] for c in comparisons])
+    seeds = holm([1.0 if c["seeds"]["t_test_p"] is None else c["seeds"]["t_test_p"] for c in comparisons])
+    out = []
+    for c, unit_p, seed_p in zip(comparisons, units, seeds):
+        same = np.sign(c["units"]["mean"]) == np.sign(c["seeds"]["mean"]) != 0
+        verdict = ("better" if c["units"]["mean"] > 0 else "worse") if unit_p < alpha and seed_p < alpha and same \
+            else "not shown"
+        out.append({"units": unit_p, "seeds": seed_p, "verdict": verdict, "comparisons": len(comparisons)})
+    return out
 
 
 def detectable_differences(differences: dict, alpha: float = 0.05, power: float = 0.8) -> dict:
@@ -739,11 +825,14 @@ def format_p(value: float) -> str:
 
 __all__ = [
     "bootstrap_ci",
+    "crossed_comparison",
     "detectable_differences",
     "equivalence_test",
     "factorial_effects",
     "format_p",
+    "group_means",
     "holm",
+    "holm_verdicts",
     "mcnemar_exact",
     "minimum_detectable_difference",
     "minimum_detectable_effect",

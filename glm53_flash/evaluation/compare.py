@@ -1,8 +1,10 @@
 """Paired comparison of two evaluation receipts on the same tasks (replaces the original's analysers).
 
-The unit of analysis is the behaviour (`unit`): tasks that share one (on the families suite a family
-and its description, so 32 holdout tasks of one family are two units) are averaged into one paired
-difference, and the exact sign-flip test over units is the comparison's test (`units`). The task-level
+The unit of analysis is what varies independently (`episode_unit`): on the families suite a distinct
+function, its family (a family's two descriptions compute the same function, so 32 holdout tasks of one
+family are one unit), on the compositions suite a structure group (behaviours of one group are
+correlated). Tasks that share a unit are averaged into one paired difference, and the exact sign-flip
+test over units is the comparison's test (`units`). The task-level
 numbers stay beside it, labelled as pooled over tasks: solved before/after (greedy, or any-of-k when
 sampled) gives gains, losses and the exact McNemar p, which treats tasks as independent; the per-task
 pass rate gives a task-bootstrap CI of the rate difference. Overall and per family (Holm-adjusted
@@ -17,7 +19,7 @@ from pathlib import Path
 from glm53_flash.core.receipts import read_json
 
 from glm53_flash.core.stats import bootstrap_ci, format_p, holm, mcnemar_exact, paired_bootstrap_ci, paired_counts, sign_flip_floor, sign_flip_p
-from glm53_flash.tasks import FAMILIES, family_order, parse_families, suite_of
+from glm53_flash.tasks import FAMILY_NAMES, compositions, family_order, parse_families, suite_of
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20260826  # the original analyser's bootstrap seed
@@ -45,18 +47,20 @@ def receipt_kind(receipt: dict) -> str:
 
 
 def episode_unit(episode: dict) -> str:
-    """The behaviour an episode's task belongs to: its `unit`, or, in receipts written before units
-    were recorded, the family and the index of its description (read from the prompt); the task id
-    when neither is known."""
-    if episode.get("unit"):
-        return episode["unit"]
-    family = next((f for f in FAMILIES if f.name == episode.get("family")), None)
-    prompt = episode.get("prompt") or ""
-    if family is not None:
-        for index, description in enumerate(family.descriptions):
-            if f"# {description}\n" in prompt:
-                return f"{family.name}:{index}"
-    return episode["task_id"]
+    """The unit an episode's task belongs to, derived from the suite (whatever unit the receipt recorded):
+    on the families suite its family, the function both of its descriptions compute; on the compositions
+    suite its behaviour's structure group (compositions.structure_group); otherwise the recorded `unit`,
+    else the task id."""
+    split = episode["task_id"].partition("-")[0]
+    if split in compositions.TASK_SPLITS:
+        return compositions.structure_group(episode["task_id"])
+    try:
+        families_suite = suite_of(split) == "families"
+    except ValueError:
+        families_suite = False
+    if families_suite and episode.get("family") in FAMILY_NAMES:
+        return episode["family"]
+    return episode.get("unit") or episode["task_id"]
 
 
 def task_outcomes(receipt: dict, families: Sequence[str] | None = None) -> dict[str, dict]:
@@ -192,8 +196,9 @@ def compare_receipts(
                      "solved": "pass (greedy) or any of k samples passed (sampled)",
                      "rate": "per-task fraction of passing samples", "ci": "percentile bootstrap over tasks",
                      "family_p_adjustment": "holm",
-                     "unit": "the behaviour: the test is the exact sign-flip over units (`units`); McNemar and "
-                             "the task bootstrap pool tasks and treat them as independent"},
+                     "unit": "what varies independently (a distinct function on the families suite, a structure "
+                             "group on the compositions suite): the test is the exact sign-flip over units "
+                             "(`units`); McNemar and the task bootstrap pool tasks and treat them as independent"},
     }
 
 
@@ -221,7 +226,8 @@ def format_markdown(result: dict) -> str:
         f"## {result['before']['label']} -> {result['after']['label']}",
         "",
         f"{result['kind']} receipts on split `{result['split']}`, {result['tasks']} paired tasks in {units} units "
-        f"(behaviours)" + (f", {k} samples each" if sampled else "") + ".",
+        f"(distinct functions on the families suite, structure groups on the compositions suite)"
+        + (f", {k} samples each" if sampled else "") + ".",
         "",
         f"| family | units | units better / worse | sign-flip p (units) | rate diff (pts, units) | {level}% CI (unit "
         f"bootstrap) | tasks | {solved} before | {solved} after | gains | losses | McNemar p (tasks pooled) | Holm p | "
@@ -240,7 +246,7 @@ def format_markdown(result: dict) -> str:
         if sampled:
             cells += [f"{row['before_exact']}/{row['rollouts']}", f"{row['after_exact']}/{row['rollouts']}"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "A unit is a behaviour (tasks that share one are averaged into one difference); the sign-flip "
+    lines += ["", "A unit is what varies independently (tasks that share one are averaged into one difference); the sign-flip "
               "test over units is the comparison's test (its smallest possible p is 2/2^units). Gains/losses: "
               "tasks that went fail -> pass / pass -> fail" + (" (any of the samples passing)" if sampled else "")
               + "; McNemar pools tasks as if they were independent, which they are not within a unit."]

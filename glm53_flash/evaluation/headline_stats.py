@@ -1,8 +1,8 @@
 """The two-arm headline's statistics, computed only from the runs' receipts and summaries.
 
-What varies independently is a behaviour (a unit: on the families suite a family and one of its two
-descriptions, so the 96 holdout tasks of three families are 6 units) and a seed (pretraining, then
-RL). Every question names its units and seeds, and the plan states its power before it runs
+What varies independently is a distinct function (a unit: on the families suite a family, whose two
+descriptions compute the same function, so the 96 holdout tasks of three families are 3 units) and a
+seed (pretraining, then RL). Every question names its units and seeds, and the plan states its power before it runs
 (`plan_power`: the smallest difference it can detect at each level, under `AnalysisPlan`'s stated
 assumptions).
 
@@ -249,9 +249,9 @@ def arms_on_holdout(out: Path, arms: dict) -> dict | None:
         rows[name]["faithful_better"] = adjusted < 0.05 and rows[name]["unit_rate_difference"] < 0
     for name, adjusted in zip(rows, holm([row["mcnemar_p"] for row in rows.values()])):
         rows[name]["mcnemar_p_holm"] = adjusted  # pooled over tasks, as if they were independent
-    return {"rows": rows, "method": "per checkpoint, the exact sign-flip test over units (behaviours: a family "
-                                    "and its description) on the holdout greedy tasks, Holm-adjusted over the "
-                                    "checkpoints, alpha 0.05; the exact McNemar test pooled over tasks beside it"}
+    return {"rows": rows, "method": "per checkpoint, the exact sign-flip test over units (distinct functions: a "
+                                    "family) on the holdout greedy tasks, Holm-adjusted over the checkpoints, alpha "
+                                    "0.05; the exact McNemar test pooled over tasks beside it"}
 
 
 def over_pretraining_seeds(seeds: dict) -> dict | None:

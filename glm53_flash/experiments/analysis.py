@@ -427,11 +427,48 @@ def _task_pairs(left: dict[int, dict], right: dict[int, dict]) -> list[tuple[flo
     return pairs
 
 
+def _task_differences(left: dict[int, dict], right: dict[int, dict]) -> dict[str, dict[str, float]]:
+    """{seed: {task id: right's pass minus left's}} over the seeds both have."""
+    out = {}
+    for seed in sorted(set(left) & set(right)):
+        a, b = _outcome_map(left[seed]), _outcome_map(right[seed])
+        if set(a) != set(b):
+            raise ValueError(f"seed {seed}: the two arms were evaluated on different tasks")
+        out[str(seed)] = {t: float(b[t]) - float(a[t]) for t in sorted(a)}
+    return out
+
+
+def group_comparison(differences: dict, groups: dict, alpha: float, resamples: int, seed: int) -> dict:
+    """A compositions comparison at the units that vary (`differences[seed][task]`): over structure groups
+    (each the mean of its behaviours) and over seeds (stats.two_level_comparison, the primary), what each level
+    could detect with the spread it measured, with seeds and groups both random at once
+    (stats.crossed_comparison; None below two seeds), and over behaviours as a secondary view."""
+    by_group = stats.group_means(differences, groups)
+    result = stats.two_level_comparison(by_group, alpha=alpha, resamples=resamples, seed=seed)
+    result["crossed"] = stats.crossed_comparison(by_group, alpha) if len(by_group) >= 2 else None
+    result["detectable"] = stats.detectable_differences(by_group, alpha)
+    behaviours = stats.two_level_comparison(differences, alpha=alpha, resamples=resamples, seed=seed)
+    result["behaviours"] = {"mean": behaviours["mean_difference"], **behaviours["units"]}
+    return result
+
+
 def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
-    """Every number of the rl-choices study (no text); `out` holds the study's selection.json."""
+    """Every number of the rl-choices study (no text); `out` holds the study's selection.json. On the
+    compositions suite every comparison is also made at the units that vary (`groups`: structure groups and
+    training seeds, group_comparison), and that is the primary one: Holm over the screen's arms at the groups,
+    the confirmation's result after Holm (one comparison) at groups and seeds, Holm over the two comparisons
+    with the starting checkpoint."""
     design, analysis = plan["design"], plan["analysis"]
     boot = analysis["bootstrap"]
+    alpha = analysis["alpha"]
     reference = {r["evaluation"]["split"]: r["evaluation"]["summary"] for r in receipts if r["phase"] == "reference"}
+    reference_runs = {r["evaluation"]["split"]: r for r in receipts if r["phase"] == "reference"}
+    compositions_suite = design.get("suite", "families") != "families"
+    groups = None
+    if compositions_suite:
+        from glm53_flash.tasks.compositions import structure_groups
+
+        groups = structure_groups({o["task_id"] for r in receipts for o in r["evaluation"].get("outcomes", [])})
     screen: dict[str, dict[int, dict]] = {}
     confirm: dict[str, dict[int, dict]] = {}
     for receipt in receipts:
@@ -467,8 +504,12 @@ def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
                                  seed=boot["seed"] + index, scale=100.0)
         row["pooled_tasks"] = pooled_pair_test(_task_pairs(baseline, screen[arm]), seed=boot["seed"] + index)
         row["pooled_p"] = row["pooled_tasks"]["p"]
+        if compositions_suite:
+            row["groups"] = group_comparison(_task_differences(baseline, screen[arm]), groups, alpha,
+                                             boot["resamples"], boot["seed"] + index)
+            row["groups_p"] = row["groups"]["units"]["sign_flip_p"]
         screen_rows.append(row)
-    apply_holm(screen_rows, key="pooled_p", out_key="holm_p")
+    apply_holm(screen_rows, key="groups_p" if compositions_suite else "pooled_p", out_key="holm_p")
 
     selection_path = out / "selection.json"
     selection = read_json(selection_path) if selection_path.exists() else None
@@ -496,6 +537,12 @@ def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
                              "mcnemar_p": stats.mcnemar_exact(counts["gains"], counts["losses"])})
         row["per_seed"] = per_seed
         row["candidate"] = candidate
+        if compositions_suite:  # the primary test: groups and seeds, one comparison
+            row["groups"] = group_comparison(_task_differences(base_runs, cand_runs), groups, alpha,
+                                             boot["resamples"], boot["seed"])
+            row["holm"] = stats.holm_verdicts([row["groups"]], alpha)[0]
+            row["result"] = row["holm"]["verdict"]
+            del row["holm_p"]
         confirmation = row
 
     # Does RL help at all? Each confirmation run against the starting checkpoint on the same split
@@ -511,8 +558,17 @@ def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
             row = {"name": f"{arm} vs pretrained", "left": "pretrained", "right": arm}
             row |= paired_comparison({s: final_reference["pass_at_1"] for s in runs}, rates(runs),
                                      resamples=boot["resamples"], seed=boot["seed"] + 100 + index, scale=100.0)
+            if compositions_suite:
+                start = {s: reference_runs[design["confirm_split"]] for s in runs}
+                row["groups"] = group_comparison(_task_differences(start, runs), groups, alpha, boot["resamples"],
+                                                 boot["seed"] + 100 + index)
             versus_pretrained.append(row)
-        apply_holm(versus_pretrained)
+        if compositions_suite:
+            for row, adjusted in zip(versus_pretrained, stats.holm_verdicts([r["groups"] for r in versus_pretrained],
+                                                                            alpha)):
+                row["holm"], row["result"] = adjusted, adjusted["verdict"]
+        else:
+            apply_holm(versus_pretrained)
 
     summary = {
         "study": plan["study"], "plan_sha256": plan["plan_sha256"], "checkpoint": design["checkpoint"],
@@ -523,11 +579,139 @@ def compute_rl_choices(out: Path, plan: dict, receipts: list[dict]) -> dict:
         "arms": arms, "screen_comparisons": screen_rows, "selection": selection, "confirmation": confirmation,
         "versus_pretrained": versus_pretrained,
     }
+    if not compositions_suite:  # the units that vary: a family's tasks compute one function
+        for split in (design["screen_split"], design["confirm_split"]):
+            outcomes = next((r["evaluation"]["outcomes"] for r in receipts
+                             if r["evaluation"]["split"] == split and r["evaluation"].get("outcomes")), [])
+            if outcomes:
+                summary.setdefault("units", {})[split] = {"tasks": len(outcomes),
+                                                          "units": len({o["family"] for o in outcomes})}
     return summary
+
+
+def _points(value: float) -> str:
+    """A fraction of the pass rate as signed points: +1.7."""
+    return format_signed(100 * value)
+
+
+def _crossed_text(crossed: dict | None) -> str:
+    if crossed is None:
+        return "with one seed no test takes seeds and groups random at once"
+    low, high = crossed["interval"]
+    return (f"with RL seeds and structure groups both random p {format_p(crossed['t_test_p'])}, "
+            f"{round(100 * (1 - crossed['alpha']))}% CI {_points(low)} to {_points(high)}")
+
+
+def _detectable(detectable: dict) -> str:
+    def points(value):
+        return "nothing" if value is None else f"{100 * value:.1f} points"
+
+    return (f"{points(detectable['units'])} over groups and {points(detectable['seeds'])} over RL seeds with "
+            f"{round(100 * detectable['power'])}% power")
+
+
+def compositions_rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
+    """The answers and headline table of an rl-choices study on the compositions suite: every comparison at
+    structure groups and training (RL) seeds, from one pretrained checkpoint, its result stated only after the
+    study's Holm correction at those levels; the pass rates describe, behaviours are a secondary view."""
+    from glm53_flash.experiments.study import after_holm
+
+    design, alpha = plan["design"], plan["analysis"]["alpha"]
+    screen_rows, confirmation = summary["screen_comparisons"], summary["confirmation"]
+    versus_pretrained = [v for v in summary["versus_pretrained"] if v["n"]]
+    answers = []
+    flagged = [r for r in screen_rows if r.get("holm_p") is not None and r["holm_p"] <= alpha]
+    if screen_rows:
+        best = max(screen_rows, key=lambda r: r["mean"])
+        groups = best["groups"]
+        answers.append(
+            f"Screen ({design['screen_split']}, {best['n']} seed{'s' if best['n'] != 1 else ''} per arm from one "
+            f"pretrained checkpoint; it selects, it does not decide): the best arm was {best['right']}, "
+            f"{format_signed(best['mean'])} points of pass rate over the baseline ({_points(groups['mean_difference'])} "
+            f"over {groups['units']['n']} structure groups, sign-flip p {format_p(groups['units']['sign_flip_p'])}, "
+            f"Holm across {len(screen_rows)} arm{'s' if len(screen_rows) != 1 else ''} {format_p(best.get('holm_p'))})."
+            + (f" After Holm across the arms the groups' test flags "
+               + ", ".join(f"{r['right']} ({_points(r['groups']['mean_difference'])})" for r in flagged)
+               + "; over the screen's few seeds of one checkpoint, only a confirmation on new seeds can back them."
+               if flagged else ""))
+    if confirmation is not None:
+        groups = confirmation["groups"]
+        seeds = groups["seeds"]
+        answers.append(
+            f"Confirmation on {confirmation['n']} fresh RL seeds from this one pretrained checkpoint and the "
+            f"{design['confirm_split']} split (opened by no other step of this study): does {confirmation['candidate']} "
+            f"differ from the baseline (two-sided)? Over {groups['units']['n']} structure groups (each the mean of its "
+            f"behaviours) {_points(groups['mean_difference'])} points: "
+            f"{after_holm(confirmation['result'], confirmation['holm']['comparisons'], 'groups and RL seeds')} "
+            f"(groups p {format_p(confirmation['holm']['units'])}, RL seeds p {format_p(confirmation['holm']['seeds'])}; "
+            f"with the spreads measured it detects {_detectable(groups['detectable'])}); "
+            f"{_crossed_text(groups['crossed'])}. Pass rate {confirmation['left_mean']:.1f}% against "
+            f"{confirmation['right_mean']:.1f}% ({format_signed(confirmation['mean'])} points, {confirmation['wins']} of "
+            f"{confirmation['n']} seeds higher); over behaviours, a secondary view, "
+            f"{_points(groups['behaviours']['mean'])} points (p {format_p(groups['behaviours']['sign_flip_p'])}).")
+        shown = confirmation["result"] != "not shown"
+        crossed = groups["crossed"]
+        both_random = crossed is not None and crossed["t_test_p"] < alpha \
+            and (crossed["mean"] > 0) == (groups["mean_difference"] > 0)
+        untested = [r["right"] for r in flagged if r["right"] != confirmation["candidate"]]
+        others = (f"the screen's other flags ({', '.join(untested)}) were not confirmed." if untested
+                  else "no other arm was flagged.")
+        direction = "beats the baseline" if confirmation["result"] == "better" else "is worse than the baseline"
+        family = after_holm(confirmation["result"], confirmation["holm"]["comparisons"], "groups and RL seeds")
+        if shown:
+            answers.append(
+                f"Answer: from this one pretrained checkpoint, {confirmation['candidate']} {direction} on fresh RL "
+                f"seeds ({family})"
+                + (f", and with RL seeds and structure groups both random (p {format_p(crossed['t_test_p'])})"
+                   if both_random else
+                   f", but not with RL seeds and structure groups both random (p "
+                   f"{format_p(None if crossed is None else crossed['t_test_p'])})")
+                + ("; the baseline's choice is the better one" if confirmation["result"] == "worse" else "")
+                + "; it says nothing of other pretraining seeds' checkpoints; " + others)
+        else:
+            answers.append(f"Answer: from this one pretrained checkpoint, {confirmation['candidate']}"
+                           + (" (fixed in advance)" if design.get("confirm_arm", "screen-winner") != "screen-winner"
+                              else "") + f" is not shown to differ from the baseline on fresh RL seeds ({family})"
+                           + (f"; {', '.join(untested)} (flagged by the screen) was never confirmed."
+                              if untested else "."))
+    for v in versus_pretrained:
+        groups = v["groups"]
+        answers.append(
+            f"Does RL with this recipe beat the starting checkpoint on {design['confirm_split']}? {v['right']}: pass "
+            f"rate {v['right_mean']:.1f}% against {v['left_mean']:.1f}% before RL ({format_signed(v['mean'])} points, "
+            f"{v['wins']} of {v['n']} seeds higher); over {groups['units']['n']} structure groups "
+            f"{_points(groups['mean_difference'])} points: "
+            f"{after_holm(v['result'], v['holm']['comparisons'], 'groups and RL seeds')} (Holm p groups "
+            f"{format_p(v['holm']['units'])}, RL seeds {format_p(v['holm']['seeds'])}); {_crossed_text(groups['crossed'])}.")
+    columns = ["Phase", "Arm", "Baseline %", "Arm %", "Δ pass rate (points)", "Δ over groups (points)", "groups p",
+               "RL seeds p", "Holm p (groups / RL seeds)", "RL seeds and groups random p", "wins/ties/losses",
+               "seeds", "result"]
+
+    def row_cells(phase, r, holm, result, left_label=None):
+        groups = r["groups"]
+        crossed = groups["crossed"]
+        return [phase, r["right"], left_label or f"{r['left_mean']:.1f}", f"{r['right_mean']:.1f}",
+                format_signed(r["mean"]), _points(groups["mean_difference"]), format_p(groups["units"]["sign_flip_p"]),
+                format_p(groups["seeds"]["t_test_p"]), holm, format_p(None if crossed is None else crossed["t_test_p"]),
+                f"{r['wins']}/{r['ties']}/{r['losses']}", r["n"], result]
+
+    table_rows = [row_cells(f"screen ({design['screen_split']})", r, f"{format_p(r.get('holm_p'))} / -",
+                            "flagged" if r in flagged else "-") for r in screen_rows if r["n"]]
+    if confirmation is not None and confirmation["n"]:
+        holm = confirmation["holm"]
+        table_rows.append(row_cells(f"confirm ({design['confirm_split']})", confirmation,
+                                    f"{format_p(holm['units'])} / {format_p(holm['seeds'])}", confirmation["result"]))
+    for v in versus_pretrained:
+        table_rows.append(row_cells(f"RL vs pretrained ({design['confirm_split']})", v,
+                                    f"{format_p(v['holm']['units'])} / {format_p(v['holm']['seeds'])}", v["result"],
+                                    f"{v['left_mean']:.1f} (pretrained)"))
+    return answers, {"columns": columns, "rows": table_rows}
 
 
 def rl_choices_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
     """The study's answers (sentences) and its headline table, formatted from the computed numbers."""
+    if plan["design"].get("suite", "families") != "families":
+        return compositions_rl_choices_answers(plan, summary)
     design, alpha = plan["design"], plan["analysis"]["alpha"]
     screen_rows, confirmation = summary["screen_comparisons"], summary["confirmation"]
     versus_pretrained = summary["versus_pretrained"]
@@ -643,8 +827,16 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         "",
         *markdown_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
         "",
-        (f"Screen rows: test p = sign-flip over (seed, task) pairs, Holm across the arms. Confirmation row: test p = "
-         f"exact sign-flip over training seeds (the primary test). {BOOTSTRAP_NOTE}"),
+        ((f"Screen rows: test p = sign-flip over (seed, task) pairs, Holm across the arms. Confirmation row: test p = "
+          f"exact sign-flip over training seeds (the primary test). {BOOTSTRAP_NOTE}")
+         if design.get("suite", "families") == "families" else
+         ("Every row compares two arms from one pretrained checkpoint at the units that vary: structure groups (each "
+          "the mean of its behaviours; behaviours of one group are correlated) and training (RL) seeds. Screen rows: "
+          "the exact sign-flip test over groups (seeds averaged), Holm across the arms, which flags a candidate and "
+          "decides nothing. The confirmation and the comparisons with the starting checkpoint: a direction needs "
+          "groups and seeds after Holm over the phase's comparisons; `RL seeds and groups random p` takes both as "
+          "random at once (stats.crossed_comparison). Pass rates and their difference describe; wins/ties/losses "
+          "count seeds whose pass rate is higher / equal / lower.")),
         "",
     ]
     for chart in charts.values():
@@ -667,13 +859,20 @@ def _rl_report(plan: dict, summary: dict, charts: dict) -> list[str]:
         mde = confirmation.get("mde")
         lines += ["", (f"Minimum detectable effect at {confirmation['n']} seeds (80% power, from the observed seed-level "
                       f"SD): {'n/a' if mde is None else f'{mde:.1f} points'}."), ""]
-    units_limit = ("- Tasks within a family share their unit tests and differ in name and wording, so task-level "
-                   "tests (McNemar, pooled sign-flip) overstate the evidence; the seed-level test is the primary one."
-                   if design.get("suite", "families") == "families" else
-                   "- Each task is its own behaviour, but behaviours of one structure are alike, so task-level tests "
-                   "(McNemar, pooled sign-flip) overstate the evidence somewhat; the seed-level test is the primary one.")
+    if design.get("suite", "families") == "families":
+        units = summary.get("units") or {}
+        units_limit = ("- The tasks of a family compute one function (its two descriptions compute the same one), so "
+                       + (" and ".join(f"the {u['tasks']} {split} tasks are {u['units']} unit{'s' if u['units'] != 1 else ''}"
+                                   for split, u in units.items())
+                          or "a split's tasks are as many units as it has families")
+                       + "; task-level tests (McNemar, pooled sign-flip) overstate the evidence, and the seed-level "
+                         "test is the primary one.")
+    else:
+        units_limit = ("- Behaviours of one structure group are correlated, so the unit is the group, not the task: "
+                       "task-level tests (McNemar, pooled sign-flip) overstate the evidence.")
     lines += ["## Limits", "", units_limit,
-              "- One pretraining checkpoint and one learning rate; the screen's few seeds only select a candidate.",
+              "- One pretraining checkpoint and one learning rate: the training seeds and the tasks vary here, the "
+              "pretraining seed does not; the screen's few seeds only select a candidate.",
               ""]
     return lines
 

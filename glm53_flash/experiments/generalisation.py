@@ -10,8 +10,10 @@ strong set as the reward, each run's checkpoint again selected on dev. Only when
 compositions (`compositions.unseen_structures`) and seen structures with new constants
 (`compositions.new_constants`), reported separately. Every evaluation is greedy pass@1, judged on the
 task's three cases and on its strong set, so a report can say how many passes are false (reward
-hacking). The unit of analysis is a behaviour (each task is its own) and a pretraining seed; a
-direction is claimed only when both levels show it (stats.two_level_comparison).
+hacking). The units of analysis are a structure group (its behaviours averaged: behaviours of one group
+are correlated) and a pretraining seed; a direction is claimed only when both levels show it
+(stats.two_level_comparison) after Holm over the study's comparisons at each level
+(stats.holm_verdicts). Each behaviour's effect is a secondary view.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def build_plan(*, arms, seeds, rl_seeds, rewards, pretrain: dict, rl: RLConfig, 
     """The study's plan: its design (hashed), units, analysis and power, stated before anything runs,
     and the time it is expected to take on this machine (`speed`: measure_speed's, None for a draft)."""
     from glm53_flash.evaluation.headline_stats import HEADLINE_ANALYSIS, level_power
+    from glm53_flash.tasks.compositions import structure_groups
 
     known = _arms()
     arms, seeds, rl_seeds, rewards = list(arms), list(seeds), list(rl_seeds), list(rewards)
@@ -119,8 +122,8 @@ def build_plan(*, arms, seeds, rl_seeds, rewards, pretrain: dict, rl: RLConfig, 
                "split": split} for split in SEALED_SPLITS for seed in seeds for arm in arms]
     analysis = HEADLINE_ANALYSIS
     power = {f"RL gain on {split}": {"test": "before vs after RL (the mean over RL seeds), units and pretraining "
-                                             "seeds together",
-                                     **level_power(len(ids), len(seeds), analysis)}
+                                             "seeds together", "unit": "structure groups",
+                                     **level_power(len(set(structure_groups(ids).values())), len(seeds), analysis)}
              for split, ids in sealed_ids.items()}
     runs = len(arms) * len(seeds)
     rl_runs = runs * len(rewards) * len(rl_seeds)
@@ -177,8 +180,9 @@ def power_lines(plan: dict) -> list[str]:
     lines = [f"power at alpha {settings['alpha']} and {settings['power']:.0%} (assumed sd: units "
              f"{settings['unit_sd']}, seeds {settings['seed_sd']}, the headline's; this study measures its own):"]
     for name, q in plan["power"].items():
-        lines.append(f"- {name}: {q['units']} behaviours, {q['seeds']} pretraining seeds; smallest detectable "
-                     f"difference {points(q['mdd_units'])} over behaviours, {points(q['mdd_seeds'])} over seeds "
+        unit = q.get("unit", "behaviours")  # a plan stated before the unit was the structure group counted these
+        lines.append(f"- {name}: {q['units']} {unit}, {q['seeds']} pretraining seeds; smallest detectable "
+                     f"difference {points(q['mdd_units'])} over {unit}, {points(q['mdd_seeds'])} over seeds "
                      f"(effect of interest {points(q['effect_of_interest'])}) -> "
                      f"{'can' if q['detectable'] else 'cannot'} detect it")
     return lines
@@ -476,10 +480,14 @@ def _false_pass_share(outcomes_list: list[dict]) -> dict:
 
 
 def compute(plan: dict, receipts: list[dict]) -> dict:
-    """The study's summary from its receipts: per arm, reward and sealed split the RL effect at both
-    levels under the three-case and the strong verdict; the same on dev (where the checkpoints were
-    selected: optimistic, shown for reference); the false passes; the seeds' spread."""
-    from glm53_flash.core.stats import detectable_differences, holm, two_level_comparison
+    """The study's summary from its receipts: per arm, reward and sealed split the RL effect under the
+    three-case and the strong verdict, over structure groups and pretraining seeds (`comparison`, the
+    primary; each group's tasks read from the suite by their ids), Holm over the rows at each level
+    (`holm`, with the verdict after it), and over behaviours as a secondary view (`behaviours`); the same
+    on dev (where the checkpoints were selected: optimistic, shown for reference); the false passes; the
+    seeds' spread."""
+    from glm53_flash.core.stats import detectable_differences, group_means, holm_verdicts, two_level_comparison
+    from glm53_flash.tasks.compositions import structure_groups
 
     design = plan["design"]
     found = _by_unit(receipts)
@@ -496,8 +504,9 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                     _check_sealed_weights(sealed[s], found, design, arm, s, reward)
                 outcomes = {s: {name: sealed_outcomes(sealed[s], name) for name in sealed[s]["evaluations"]}
                             for s in seeds}
-                structure = dict(zip(sealed[seeds[0]]["task_ids"], sealed[seeds[0]]["structures"]))
-                row = {"arm": arm, "reward": reward, "split": split, "seeds": seeds}
+                groups = structure_groups(sealed[seeds[0]]["task_ids"])
+                row = {"arm": arm, "reward": reward, "split": split, "seeds": seeds,
+                       "groups": len(set(groups.values()))}
                 for verdict, strong in (("three", False), ("strong", True)):
                     differences, before, after = {}, [], []
                     for s in seeds:
@@ -507,11 +516,11 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                                                for t in base}
                         before.append(_rate(base, strong))
                         after.append(sum(_rate(run, strong) for run in runs) / len(runs))
-                    by_structure = {s: _means_by(values, structure) for s, values in differences.items()}
-                    comparison = two_level_comparison(differences, alpha=alpha)
-                    row[verdict] = {"before": before, "after": after, "comparison": comparison,
-                                    "detectable": detectable_differences(differences, alpha),
-                                    "by_structure": two_level_comparison(by_structure, alpha=alpha)}
+                    by_group = group_means(differences, groups)
+                    row[verdict] = {"before": before, "after": after,
+                                    "comparison": two_level_comparison(by_group, alpha=alpha),
+                                    "behaviours": two_level_comparison(differences, alpha=alpha),
+                                    "differences": by_group}
                 row["false_passes"] = {
                     "before": _false_pass_share([outcomes[s]["before"] for s in seeds]),
                     "after": _false_pass_share([outcomes[s][f"{reward}-{r}"] for s in seeds for r in design["rl_seeds"]])}
@@ -529,8 +538,9 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                         base = found[("pretrain", arm, s, None, None, None)]["selection"]["outcomes"]
                         runs = [found[("rl", arm, s, reward, r, None)]["selection"]["outcomes"] for r in design["rl_seeds"]]
                         differences[str(s)] = {t: sum(run[t][0] for run in runs) / len(runs) - base[t][0] for t in base}
+                    by_group = group_means(differences, structure_groups(next(iter(differences.values()))))
                     dev.append({"arm": arm, "reward": reward, "seeds": complete,
-                                "comparison": two_level_comparison(differences, alpha=alpha)})
+                                "comparison": two_level_comparison(by_group, alpha=alpha)})
         pretrained = [found[k] for k in found if k[0] == "pretrain" and k[1] == arm]
         if pretrained:
             rates = [r["selection"]["selected"]["pass_at_1"] for r in pretrained]
@@ -538,11 +548,11 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
             sd = (sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) ** 0.5 if len(rates) > 1 else None
             spread[arm] = {"seeds": [r["seed"] for r in pretrained], "dev_pass_at_1": rates, "mean": mean, "sd": sd,
                            "selected_steps": [r["selection"]["selected"]["step"] for r in pretrained]}
-    for verdict in ("three", "strong"):  # beside the planned per-comparison rule: Holm over the comparisons
-        for level in ("units", "seeds"):
-            ps = [row[verdict]["comparison"][level].get("sign_flip_p" if level == "units" else "t_test_p") for row in results]
-            for row, adjusted in zip(results, holm([1.0 if p is None else p for p in ps]) if results else []):
-                row[verdict].setdefault("holm", {})[level] = adjusted
+    for verdict in ("three", "strong"):  # the study's family: its rows under one verdict, Holm at each level
+        for row, adjusted in zip(results, holm_verdicts([row[verdict]["comparison"] for row in results], alpha)):
+            row[verdict]["holm"] = adjusted
+            # what each level could have shown at Holm's first step (alpha / rows), from the spread it measured
+            row[verdict]["detectable"] = detectable_differences(row[verdict].pop("differences"), alpha / len(results))
     return {"study": STUDY, "runs": len(receipts), "sealed": results, "dev": dev, "reward_hacking": hacking,
             "pretraining_on_dev": spread}
 
@@ -562,78 +572,69 @@ def _check_sealed_weights(receipt: dict, found: dict, design: dict, arm: str, se
                              f"not the selected {chosen[:12]}")
 
 
-def _means_by(values: dict, group: dict) -> dict:
-    """{unit: value} -> {group: the mean of its units' values}."""
-    sums: dict = {}
-    for unit, value in values.items():
-        entry = sums.setdefault(group[unit], [0.0, 0])
-        entry[0] += value
-        entry[1] += 1
-    return {key: total / count for key, (total, count) in sums.items()}
+VERBS = {"better": "RL raises it", "worse": "RL lowers it", "not shown": "not shown"}
 
 
-VERBS = {"better": "RL raises it", "worse": "RL lowers it", "not shown": "not shown either way"}
+def _points(value: float) -> str:
+    return f"{100 * value:+.1f}"
+
+
+def _interval(values) -> str:
+    return "n/a" if values is None else f"[{_points(values[0])}, {_points(values[1])}]"
 
 
 def answers(plan: dict, summary: dict) -> list[str]:
-    """One line per (arm, reward, sealed split): the effect under the strong verdict with both levels."""
+    """One line per (arm, reward, sealed split), under the strong verdict: RL's effect over structure groups
+    and pretraining seeds with its result after Holm over the rows at both levels, the per-comparison p
+    beside it, the behaviours as a secondary view, and for a row not shown what its seeds could detect."""
+    from glm53_flash.experiments.study import after_holm
+
     lines = []
     for row in summary["sealed"]:
-        c = row["strong"]["comparison"]
+        result = row["strong"]
+        c, holm, behaviours = result["comparison"], result["holm"], result["behaviours"]
         seeds = c["seeds"]
-        interval = seeds["interval"]
         lines.append(
-            f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: after minus before "
-            f"RL on the strong pass rate {100 * c['mean_difference']:+.1f} points, {VERBS[c['verdict']]} (behaviours: "
-            f"p {c['units']['sign_flip_p']:.3g}, CI {100 * c['units']['interval'][0]:+.1f} to "
-            f"{100 * c['units']['interval'][1]:+.1f}; {seeds['n']} seeds: "
+            f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: after minus "
+            f"before RL on the strong pass rate, over {c['units']['n']} structure groups (each the mean of its "
+            f"behaviours) and {seeds['n']} pretraining seeds, {_points(c['mean_difference'])} points: "
+            f"{after_holm(VERBS[holm['verdict']], holm['comparisons'], 'groups and seeds')} (Holm p groups "
+            f"{holm['units']:.3g}, seeds {holm['seeds']:.3g}; per comparison groups p {c['units']['sign_flip_p']:.3g}, "
+            f"CI {_points(c['units']['interval'][0])} to {_points(c['units']['interval'][1])}; seeds "
             + ("p n/a" if seeds["t_test_p"] is None else
-               f"p {seeds['t_test_p']:.3g}, CI {100 * interval[0]:+.1f} to {100 * interval[1]:+.1f}") + ")"
-            + _holm_caveat(row["strong"], len(summary["sealed"]), plan["analysis"]["settings"]["alpha"])
-            + _detectable_note(row["strong"]))
+               f"p {seeds['t_test_p']:.3g}, CI {_points(seeds['interval'][0])} to {_points(seeds['interval'][1])}")
+            + f"). Over behaviours, a secondary view: {_points(behaviours['mean_difference'])} points (p "
+            f"{behaviours['units']['sign_flip_p']:.3g})" + _detectable_note(result) + ".")
     return lines
 
 
 def _detectable_note(verdict: dict) -> str:
-    """For a row that shows nothing at the seeds, the difference its seeds could have shown (80% power,
-    their measured spread); empty otherwise."""
+    """For a row not shown after Holm, the difference its seeds could have shown (80% power, their measured
+    spread, at Holm's first step); empty otherwise."""
     seeds = (verdict.get("detectable") or {}).get("seeds")
-    if verdict["comparison"]["verdict"] != "not shown" or seeds is None:
+    if verdict["holm"]["verdict"] != "not shown" or seeds is None:
         return ""
-    return f"; with this spread its seeds detect {100 * seeds:.1f} points"
-
-
-def _holm_caveat(verdict: dict, comparisons: int, alpha: float) -> str:
-    """For a direction shown by the planned per-comparison rule, whether it survives Holm over the
-    comparisons at both levels; empty for a row that shows nothing."""
-    holm = verdict.get("holm")
-    if verdict["comparison"]["verdict"] == "not shown" or not holm:
-        return ""
-    failing = [level for level in ("units", "seeds") if holm[level] >= alpha]
-    if not failing:
-        return f"; it holds after Holm over the {comparisons} comparisons"
-    return (f"; per comparison only: after Holm over the {comparisons} comparisons "
-            + ", ".join(f"the {'behaviours' if level == 'units' else 'seeds'}' p is {holm[level]:.3g}"
-                        for level in failing) + ", so it is not shown at that level")
+    return f"; with this spread its seeds detect {100 * seeds:.1f} points at Holm's first step"
 
 
 def headline_table(summary: dict) -> dict:
     """The README's and the deck's table: per arm, reward and sealed split, the strong pass rate before and
-    after RL and RL's effect at both levels."""
-    columns = ["arm", "reward", "sealed split", "strong pass@1 before", "after RL", "effect (points, behaviours CI)",
-               "over seeds (CI)", "seeds", "result"]
+    after RL, RL's effect over structure groups and over seeds, Holm's p at each level and the result after
+    it, and the effect over behaviours as a secondary view."""
+    columns = ["arm", "reward", "sealed split", "strong pass@1 before", "after RL", "effect over groups (points, CI)",
+               "over seeds (CI)", "Holm p (groups / seeds)", "groups / seeds", "result after Holm",
+               "behaviours (secondary: points, CI)"]
     rows = []
     for row in summary["sealed"]:
-        c, values = row["strong"]["comparison"], row["strong"]
-        seeds = c["seeds"]
+        values = row["strong"]
+        c, holm, behaviours = values["comparison"], values["holm"], values["behaviours"]
         rows.append([row["arm"], row["reward"], SHORT_NAMES.get(row["split"], row["split"]),
                      f"{100 * sum(values['before']) / len(values['before']):.1f}%",
                      f"{100 * sum(values['after']) / len(values['after']):.1f}%",
-                     f"{100 * c['mean_difference']:+.1f} [{100 * c['units']['interval'][0]:+.1f}, "
-                     f"{100 * c['units']['interval'][1]:+.1f}]",
-                     "n/a" if seeds["interval"] is None else
-                     f"[{100 * seeds['interval'][0]:+.1f}, {100 * seeds['interval'][1]:+.1f}]",
-                     str(seeds["n"]), c["verdict"]])
+                     f"{_points(c['mean_difference'])} {_interval(c['units']['interval'])}",
+                     _interval(c["seeds"]["interval"]), f"{holm['units']:.3g} / {holm['seeds']:.3g}",
+                     f"{c['units']['n']} / {c['seeds']['n']}", holm["verdict"],
+                     f"{_points(behaviours['mean_difference'])} {_interval(behaviours['units']['interval'])}"])
     return {"columns": columns, "rows": rows}
 
 
@@ -646,44 +647,40 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
              f"{design['rl']['groups']} groups x {design['rl']['group_size']}; precision {design['precision']}.", "",
              "## Power, stated before the runs", "", *power_lines(plan), "",
              "## The sealed splits (each opened once per (arm, seed), after every selection)", "",
-             "| arm | reward | split | verdict | before | after | effect, behaviours | effect, seeds | result | "
-             "structures p | Holm p (behaviours / seeds) | false passes before / after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | reward | split | verdict | before | after | effect, groups | effect, seeds | per comparison | "
+             "Holm p (groups / seeds) | result after Holm | behaviours (secondary) | false passes before / after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def mean(values):
         return sum(values) / len(values)
 
+    def share(entry):
+        return "n/a" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
+
     for row in summary["sealed"]:
         for verdict in ("three", "strong"):
-            c = row[verdict]["comparison"]
+            c, holm, behaviours = row[verdict]["comparison"], row[verdict]["holm"], row[verdict]["behaviours"]
             units, seeds = c["units"], c["seeds"]
             seed_text = "n/a" if seeds["interval"] is None else \
-                f"{100 * seeds['mean']:+.1f} [{100 * seeds['interval'][0]:+.1f}, {100 * seeds['interval'][1]:+.1f}] " \
-                f"p {seeds['t_test_p']:.3g}"
+                f"{_points(seeds['mean'])} {_interval(seeds['interval'])} p {seeds['t_test_p']:.3g}"
             fp = row["false_passes"]
-
-            def share(entry):
-                return "n/a" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
-
-            structures = row[verdict].get("by_structure")
-            holm = row[verdict].get("holm", {})
             lines.append(f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | {verdict} | "
                          f"{100 * mean(row[verdict]['before']):.1f}% | {100 * mean(row[verdict]['after']):.1f}% | "
-                         f"{100 * units['mean']:+.1f} [{100 * units['interval'][0]:+.1f}, "
-                         f"{100 * units['interval'][1]:+.1f}] p {units['sign_flip_p']:.3g} | {seed_text} | "
-                         f"{c['verdict']} | "
-                         + ("n/a" if structures is None else
-                            f"{structures['units']['sign_flip_p']:.3g} ({structures['units']['n']})") + " | "
-                         + (f"{holm['units']:.3g} / {holm['seeds']:.3g}" if holm else "n/a") + " | "
+                         f"{_points(units['mean'])} {_interval(units['interval'])} p {units['sign_flip_p']:.3g} "
+                         f"({units['n']}) | {seed_text} | {c['verdict']} | {holm['units']:.3g} / {holm['seeds']:.3g} | "
+                         f"{holm['verdict']} | {_points(behaviours['mean_difference'])} "
+                         f"{_interval(behaviours['units']['interval'])} p {behaviours['units']['sign_flip_p']:.3g} "
+                         f"({behaviours['units']['n']}) | "
                          + (f"{share(fp['before'])} / {share(fp['after'])}" if verdict == "three" else "") + " |")
     lines += ["", "Effects are points of greedy pass@1 under the row's verdict (after minus before; brackets: 95% "
-                  "intervals). `result` is `better`/`worse` only when behaviours and seeds both show it at alpha, the "
-                  "planned rule, per comparison (unadjusted); Holm's adjustment over the comparisons of each verdict is "
-                  "beside it. Behaviours of one structure are not independent: `structures p` repeats the behaviour-"
-                  "level test over structures (each the mean of its behaviours; their number in brackets), a secondary "
-                  "check. False passes: passes of the three cases that fail the strong set, per pass.", "",
+                  "intervals). The unit is the structure group (each group the mean of its behaviours, their number "
+                  "in brackets): behaviours of one group are correlated. `result after Holm` is `better`/`worse` only "
+                  "when groups and seeds both show it at alpha after Holm over the comparisons of the verdict, at "
+                  "each level; `per comparison` is the same rule without the correction, which claims nothing. The "
+                  "behaviours (each its own unit) are a secondary view. False passes: passes of the three cases "
+                  "that fail the strong set, per pass.", "",
               "## On dev (where every checkpoint was selected: optimistic)", "",
-              "| arm | reward | seeds | effect (three cases) | result |", "|---|---|---|---|---|"]
+              "| arm | reward | seeds | effect over groups (three cases) | per comparison |", "|---|---|---|---|---|"]
     for row in summary["dev"]:
         c = row["comparison"]
         lines.append(f"| {row['arm']} | {row['reward']} | {len(row['seeds'])} | {100 * c['mean_difference']:+.1f} | "

@@ -14,8 +14,9 @@ nothing of it). Pretraining seeds are blocks: every design point runs under ever
 
 A switch's main effect is the mean dev pass rate of its runs at the original's value minus that of its
 runs at ours. It is tested at the two levels that vary independently:
-- behaviours: each behaviour's effect (its mean pass at 1 minus at 0 over the runs), the exact
-  sign-flip test over behaviours;
+- structure groups: each behaviour's effect (its mean pass at 1 minus at 0 over the runs) averaged
+  within its structure group (behaviours of one group are correlated), the exact sign-flip test over
+  groups (each behaviour's effect alone is a secondary view);
 - runs: ordinary least squares over the runs' pass rates with a block per seed and the main effects
   (the interactions left in the residual, which makes the test conservative when they are real), a
   t-test on the coefficient with the residual's degrees of freedom.
@@ -136,6 +137,7 @@ def build_plan(*, seeds, fraction: str, pretrain: dict, dev_tasks: int | None, s
                precision: str, workers: int, speed: dict | None) -> dict:
     """The study's plan: design (hashed), units, analysis, power and time, written before the first run."""
     from glm53_flash.experiments.study import level_power
+    from glm53_flash.tasks.compositions import structure_groups
 
     table = factors()
     names = sorted(table)
@@ -196,8 +198,9 @@ def build_plan(*, seeds, fraction: str, pretrain: dict, dev_tasks: int | None, s
         # stated before the first run, outside the hashed design (as the estimate)
         "power": {f"over runs, at Holm's first step (alpha {ALPHA}/{len(names)})":
                   run_level_power(runs, len(seeds), len(names), alpha_first),
-                  f"over behaviours, at Holm's first step (alpha {ALPHA}/{len(names)})":
-                  level_power(len(dev_ids), "sign-flip", alpha=alpha_first)},
+                  f"over structure groups, at Holm's first step (alpha {ALPHA}/{len(names)})":
+                  {**level_power(len(set(structure_groups(dev_ids).values())), "sign-flip", alpha=alpha_first),
+                   "unit": "structure groups"}},
         "estimate": estimate,
     }
 
@@ -213,8 +216,9 @@ def power_lines(plan: dict) -> list[str]:
                          + f" with {round(100 * level['power'])}% power")
         else:
             mdd = level["mdd_in_sd"]
-            lines.append(f"power, {name}: {level['n']} behaviours (sign-flip): "
-                         + ("nothing" if mdd is None else f"{mdd:.2f} standard deviations of a behaviour's effect")
+            unit = level.get("unit", "behaviours")  # a plan stated before the unit was the structure group counted these
+            lines.append(f"power, {name}: {level['n']} {unit} (sign-flip): "
+                         + ("nothing" if mdd is None else f"{mdd:.2f} standard deviations of a unit's effect")
                          + f" with {round(100 * level['power'])}% power")
     return lines
 
@@ -341,9 +345,13 @@ def run_values(plan: dict, receipts: list[dict], phase: str) -> list[dict] | Non
 
 
 def main_effects(plan: dict, receipts: list[dict], phase: str) -> dict | None:
-    """Every switch's main effect on `phase`'s split (dev or sealed) at both levels, Holm over the
-    switches; None until every run of the phase has its receipt."""
-    from glm53_flash.core.stats import detectable_differences, factorial_effects, holm, sign_flip_p, bootstrap_ci
+    """Every switch's main effect on `phase`'s split (dev or sealed) at both levels, over structure groups
+    (each group's tasks read from the suite by their ids) and over runs, Holm over the switches at each
+    level; each behaviour's effect as a secondary view. None until every run of the phase has its receipt."""
+    from glm53_flash.core.stats import (
+        bootstrap_ci, detectable_differences, factorial_effects, group_means, holm, sign_flip_p,
+    )
+    from glm53_flash.tasks.compositions import structure_groups
 
     design = plan["design"]
     names = sorted(design["factors"])
@@ -353,34 +361,39 @@ def main_effects(plan: dict, receipts: list[dict], phase: str) -> dict | None:
     if runs is None:
         return None
     tasks = sorted(next(iter(found.values())))
+    groups = structure_groups(tasks)
     fitted = factorial_effects(runs, names)
+
+    def level(values: list[float]) -> dict:
+        return {"n": len(values), "mean": sum(values) / len(values), "sign_flip_p": sign_flip_p(values, seed=0),
+                "interval": list(bootstrap_ci(values, level=1 - ALPHA, seed=0)),
+                "positive": sum(d > 0 for d in values), "negative": sum(d < 0 for d in values)}
+
     rows = []
     for index, name in enumerate(names):
         high = [(p, s) for p in points for s in seeds if p[index] == "1"]
         low = [(p, s) for p in points for s in seeds if p[index] == "0"]
         per_behaviour = [sum(found[k][t][0] for k in high) / len(high) - sum(found[k][t][0] for k in low) / len(low)
                          for t in tasks]
-        # the spread a behaviour-level test could work with: each seed's contrast per behaviour
+        per_group = list(group_means({"all": dict(zip(tasks, per_behaviour))}, groups)["all"].values())
+        # the spread a group-level test could work with: each seed's contrast per structure group
         differences = {str(s): {t: (sum(found[(p, s)][t][0] for p in points if p[index] == "1")
                                     - sum(found[(p, s)][t][0] for p in points if p[index] == "0"))
                                 / (len(points) / 2) for t in tasks} for s in seeds}
         rows.append({"switch": name, "ours": design["factors"][name]["ours"],
                      "original": design["factors"][name]["original"],
                      "effect": fitted["effects"][name]["estimate"],
-                     "behaviours": {"n": len(tasks), "mean": sum(per_behaviour) / len(tasks),
-                                    "sign_flip_p": sign_flip_p(per_behaviour, seed=0),
-                                    "interval": list(bootstrap_ci(per_behaviour, level=1 - ALPHA, seed=0)),
-                                    "positive": sum(d > 0 for d in per_behaviour),
-                                    "negative": sum(d < 0 for d in per_behaviour)},
+                     "groups": level(per_group), "behaviours": level(per_behaviour),
                      "runs": fitted["effects"][name],
-                     "detectable_behaviours": detectable_differences(differences, ALPHA / len(names))["units"]})
-    behaviour_p = holm([row["behaviours"]["sign_flip_p"] for row in rows])
+                     "detectable_groups": detectable_differences(group_means(differences, groups),
+                                                                 ALPHA / len(names))["units"]})
+    group_p = holm([row["groups"]["sign_flip_p"] for row in rows])
     run_p = holm([row["runs"]["p"] for row in rows])
-    for row, bp, rp in zip(rows, behaviour_p, run_p):
-        same = (row["behaviours"]["mean"] > 0) == (row["effect"] > 0) and row["effect"] != 0
-        row["holm"] = {"behaviours_p": bp, "runs_p": rp}
+    for row, gp, rp in zip(rows, group_p, run_p):
+        same = (row["groups"]["mean"] > 0) == (row["effect"] > 0) and row["effect"] != 0
+        row["holm"] = {"groups_p": gp, "runs_p": rp}
         row["verdict"] = (("original better" if row["effect"] > 0 else "ours better")
-                          if bp < ALPHA and rp < ALPHA and same else "not shown")
+                          if gp < ALPHA and rp < ALPHA and same else "not shown")
         row["detectable_runs"] = None if fitted["residual_sd"] is None else \
             run_level_power(len(runs), len(seeds), len(names), ALPHA / len(names))["mdd_in_sd"] * fitted["residual_sd"]
     interactions = []
@@ -419,15 +432,15 @@ def confirmation(plan: dict, selection: dict, sealed: dict) -> dict:
     if not names:
         return {"directions": {}, "note": "no direction was shown on dev: nothing to confirm; the sealed split's "
                                           "effects are reported as they are"}
-    behaviour_p = holm([rows[n]["behaviours"]["sign_flip_p"] for n in names])
+    group_p = holm([rows[n]["groups"]["sign_flip_p"] for n in names])
     run_p = holm([rows[n]["runs"]["p"] for n in names])
     out = {}
-    for name, bp, rp in zip(names, behaviour_p, run_p):
+    for name, gp, rp in zip(names, group_p, run_p):
         expected_positive = shown[name] == "original better"
         row = rows[name]
-        same = (row["effect"] > 0) == expected_positive and (row["behaviours"]["mean"] > 0) == expected_positive
-        out[name] = {"dev": shown[name], "sealed_effect": row["effect"], "holm": {"behaviours_p": bp, "runs_p": rp},
-                     "confirmed": bool(same and bp < ALPHA and rp < ALPHA)}
+        same = (row["effect"] > 0) == expected_positive and (row["groups"]["mean"] > 0) == expected_positive
+        out[name] = {"dev": shown[name], "sealed_effect": row["effect"], "holm": {"groups_p": gp, "runs_p": rp},
+                     "confirmed": bool(same and gp < ALPHA and rp < ALPHA)}
     return {"directions": out}
 
 
@@ -436,42 +449,63 @@ def _points(value) -> str:
 
 
 def headline_table(effects: dict) -> dict:
-    columns = ["switch", "ours -> original", "effect (points)", "behaviours CI", "runs CI",
-               "Holm p (behaviours / runs)", "detectable (behaviours / runs)", "result"]
+    """Per switch: its main effect over runs, the mean effect over structure groups with its interval, the
+    runs' interval, Holm's p at each level, what each level could detect, the result after Holm, and the
+    behaviours' mean effect as a secondary view."""
+    columns = ["switch", "ours -> original", "effect over runs (points)", "over groups (points, CI)", "runs CI",
+               "Holm p (groups / runs)", "detectable (groups / runs)", "result after Holm",
+               "behaviours (secondary: points, CI)"]
     rows = []
     for row in effects["switches"]:
-        b, r = row["behaviours"], row["runs"]
+        g, b, r = row["groups"], row["behaviours"], row["runs"]
         rows.append([row["switch"], f"{row['ours']} -> {row['original']}", _points(row["effect"]),
-                     f"[{_points(b['interval'][0])}, {_points(b['interval'][1])}]",
+                     f"{_points(g['mean'])} [{_points(g['interval'][0])}, {_points(g['interval'][1])}]",
                      f"[{_points(r['interval'][0])}, {_points(r['interval'][1])}]",
-                     f"{row['holm']['behaviours_p']:.3g} / {row['holm']['runs_p']:.3g}",
-                     f"{_points(row['detectable_behaviours']).lstrip('+')} / {_points(row['detectable_runs']).lstrip('+')}",
-                     row["verdict"]])
+                     f"{row['holm']['groups_p']:.3g} / {row['holm']['runs_p']:.3g}",
+                     f"{_points(row['detectable_groups']).lstrip('+')} / {_points(row['detectable_runs']).lstrip('+')}",
+                     row["verdict"], f"{_points(b['mean'])} [{_points(b['interval'][0])}, {_points(b['interval'][1])}]"])
     return {"columns": columns, "rows": rows}
 
 
 def answers(summary: dict) -> list[str]:
+    """The study's answers: per switch its dev effect and its result after Holm over the switches at groups
+    and runs; the arms' difference; the defaults the plan's rule chose (selection.json, written before the
+    sealed split was opened: where today's analysis shows otherwise, it says so); the sealed confirmation."""
+    from glm53_flash.experiments.study import after_holm
+
     dev = summary.get("dev")
     if dev is None:
         return ["Not every dev run has finished: no answer yet."]
     lines = []
+    count = len(dev["switches"])
     for row in dev["switches"]:
         lines.append(f"{row['switch']} ({row['ours']} -> {row['original']}): {_points(row['effect'])} points on dev "
-                     f"({row['verdict']}; Holm p behaviours {row['holm']['behaviours_p']:.3g}, runs "
-                     f"{row['holm']['runs_p']:.3g}; detectable {_points(row['detectable_behaviours']).lstrip('+')} "
-                     f"over behaviours, {_points(row['detectable_runs']).lstrip('+')} over runs)")
+                     f"over runs, {_points(row['groups']['mean'])} over {row['groups']['n']} structure groups: "
+                     f"{after_holm(row['verdict'], count, 'groups and runs')} (Holm p groups "
+                     f"{row['holm']['groups_p']:.3g}, runs {row['holm']['runs_p']:.3g}; detectable "
+                     f"{_points(row['detectable_groups']).lstrip('+')} over groups, "
+                     f"{_points(row['detectable_runs']).lstrip('+')} over runs; over behaviours, a secondary view, "
+                     f"{_points(row['behaviours']['mean'])})")
     arms = dev["faithful_minus_ours"]
     if arms is not None:
         lines.append(f"The faithful configuration minus ours on dev, per seed: "
                      f"{', '.join(_points(v) for v in arms['per_seed'])} points (mean {_points(arms['mean'])}).")
     selection = summary["selection"]
     lines.append("Defaults of glm53 pretrain by the plan's rule: " + (
-        "unchanged (no original value shown better on dev)." if not selection["changed"] else
+        "unchanged (no original value better on dev)." if not selection["changed"] else
         "changed: " + ", ".join(f"{k} = {v}" for k, v in selection["changed"].items()) + "."))
+    today = {row["switch"]: row["verdict"] for row in dev["switches"] if row["verdict"] != "not shown"}
+    if today != selection["shown"]:
+        lines.append("The dev decision (selection.json) was written before the sealed split was opened, under the "
+                     "analysis of its time, and showed "
+                     + (", ".join(f"{k} {v}" for k, v in selection["shown"].items()) or "nothing")
+                     + "; this analysis shows " + (", ".join(f"{k} {v}" for k, v in today.items()) or "nothing")
+                     + " on dev. The sealed split confirms the decision's directions.")
     if summary.get("confirmation") is not None:
         directions = summary["confirmation"]["directions"]
         lines.append("On the sealed split: " + ("; ".join(
-            f"{name} {d['dev']}: {'confirmed' if d['confirmed'] else 'not confirmed'} ({_points(d['sealed_effect'])} "
+            f"{name} {d['dev']}: {'confirmed' if d['confirmed'] else 'not confirmed'} at groups and runs after Holm "
+            f"over {len(directions)} direction{'s' if len(directions) != 1 else ''} ({_points(d['sealed_effect'])} "
             f"points)" for name, d in directions.items()) if directions else summary["confirmation"]["note"]) + ".")
     return lines
 
@@ -513,10 +547,11 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
                   + "; ".join(f"{i['name']} {_points(i['estimate'])}" for i in effects["interactions"]) + ".", ""]
     lines += ["## Answers", "", *(f"- {a}" for a in summary["answers"]), "",
               "Points of greedy pass@1 (the three cases): a switch's runs at the original's value minus its runs at "
-              "ours. Behaviours: the exact sign-flip test over behaviours, bootstrap interval; runs: least squares "
-              "with a block per seed, t interval. A direction needs both levels after Holm. `detectable`: the "
-              "smallest effect each level would show at Holm's first step with 80% power, from the spread it "
-              "measured.", ""]
+              "ours. Groups: each behaviour's effect averaged within its structure group (behaviours of one group "
+              "are correlated), the exact sign-flip test over groups, bootstrap interval; runs: least squares with "
+              "a block per seed, t interval. A direction needs both levels after Holm over the switches. "
+              "`detectable`: the smallest effect each level would show at Holm's first step with 80% power, from "
+              "the spread it measured. Behaviours, each its own unit, are a secondary view.", ""]
     return lines
 
 

@@ -7,8 +7,8 @@ pretraining seed; `compare_rl_choices`). The rule was fixed before the rerun's s
 opened (docs/STUDIES.md, "Reruns"):
 
 - a row (arm, reward, sealed split; the strong verdict, the README's) *holds* when both studies give
-  it the same result at each level: at the behaviours and at the seeds, the same direction at alpha
-  or neither;
+  it the same result at each level after their Holm correction over the rows: at the structure groups
+  and at the seeds, the same direction at alpha or neither;
 - the rerun spread is the rerun's seed-level effect minus the first's, Welch's t over the two sets
   of seeds (independent: disjoint seeds), with its 90% interval; the rerun *reproduces* a row's size
   when that interval lies within +- RERUN_MARGIN (two one-sided tests), and `smallest_margin` says
@@ -31,13 +31,12 @@ RERUN_MARGIN = 0.02
 LEVELS = ("units", "seeds")
 
 
-def _direction(comparison: dict, level: str, alpha: float) -> str:
-    """'+', '-' or '0': the level's direction when its test is significant at alpha."""
-    part = comparison[level]
-    p = part["sign_flip_p"] if level == "units" else part["t_test_p"]
-    if p is None or p >= alpha:
+def _direction(result: dict, level: str, alpha: float) -> str:
+    """'+', '-' or '0': a row's direction at `level` (units: structure groups; seeds) when its p after the
+    study's Holm correction over its rows is below alpha."""
+    if result["holm"][level] >= alpha:
         return "0"
-    mean = part["mean"]
+    mean = result["comparison"][level]["mean"]
     return "+" if mean > 0 else "-" if mean < 0 else "0"
 
 
@@ -64,8 +63,9 @@ def _check_designs(first: dict, rerun: dict) -> None:
 
 def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
             margin: float = RERUN_MARGIN) -> dict:
-    """Per (arm, reward, sealed split) under the strong verdict: each study's result, whether it holds,
-    the rerun spread with its equivalence test, and both studies analysed as one."""
+    """Per (arm, reward, sealed split) under the strong verdict: each study's result after its Holm
+    correction (over structure groups and seeds), whether it holds, the rerun spread with its equivalence
+    test, and both studies analysed as one."""
     from glm53_flash.core.stats import welch_comparison
 
     _check_designs(first_plan, rerun_plan)
@@ -83,19 +83,20 @@ def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, reru
     for key, a in first_rows.items():
         if key not in rerun_rows:
             continue
-        ca, cb = a["strong"]["comparison"], rerun_rows[key]["strong"]["comparison"]
-        directions = {level: [_direction(ca, level, alpha), _direction(cb, level, alpha)] for level in LEVELS}
+        ra, rb = a["strong"], rerun_rows[key]["strong"]
+        ca, cb = ra["comparison"], rb["comparison"]
+        directions = {level: [_direction(ra, level, alpha), _direction(rb, level, alpha)] for level in LEVELS}
         spread = (welch_comparison(ca["seeds"]["values"], cb["seeds"]["values"], margin=margin, alpha=alpha)
                   if min(len(ca["seeds"]["values"]), len(cb["seeds"]["values"])) >= 2 else None)
         cp = pooled_rows[key]["strong"]
         rows.append({
             "arm": key[0], "reward": key[1], "split": key[2],
-            "first": {"mean_difference": ca["mean_difference"], "verdict": ca["verdict"], "seeds": a["seeds"],
-                      "holm": a["strong"].get("holm")},
-            "rerun": {"mean_difference": cb["mean_difference"], "verdict": cb["verdict"],
-                      "seeds": rerun_rows[key]["seeds"], "holm": rerun_rows[key]["strong"].get("holm")},
+            "first": {"mean_difference": ca["mean_difference"], "verdict": ra["holm"]["verdict"], "seeds": a["seeds"],
+                      "holm": ra["holm"]},
+            "rerun": {"mean_difference": cb["mean_difference"], "verdict": rb["holm"]["verdict"],
+                      "seeds": rerun_rows[key]["seeds"], "holm": rb["holm"]},
             "directions": directions,
-            "holds": ca["verdict"] == cb["verdict"] and all(d[0] == d[1] for d in directions.values()),
+            "holds": ra["holm"]["verdict"] == rb["holm"]["verdict"] and all(d[0] == d[1] for d in directions.values()),
             "spread": spread,
             "pooled": {"seeds": pooled_rows[key]["seeds"], "comparison": cp["comparison"], "holm": cp.get("holm")},
         })
@@ -103,9 +104,10 @@ def compare(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, reru
             "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
             "alpha": alpha, "margin": margin, "verdict": "strong", "rows": rows,
             "all_hold": bool(rows) and all(r["holds"] for r in rows),
-            "rule": "a row holds when both studies give the same direction (or none) at alpha at the behaviours "
-                    "and at the seeds; it reproduces its size when Welch's 90% interval of the rerun's seed-level "
-                    "effect minus the first's lies within +- the margin (two one-sided tests)"}
+            "rule": "a row holds when both studies give the same result and the same direction (or none) at alpha "
+                    "after their Holm correction over the rows, at the structure groups and at the seeds; it "
+                    "reproduces its size when Welch's 90% interval of the rerun's seed-level effect minus the "
+                    "first's lies within +- the margin (two one-sided tests)"}
 
 
 RL_CHOICES_STUDY = "rl-choices"
@@ -132,9 +134,24 @@ def compare_rl_choices(first_plan: dict, first: dict, rerun_plan: dict, rerun: d
     check_rl_choices_designs(first_plan, rerun_plan)
     alpha = first_plan["analysis"]["alpha"]
 
-    def direction(row) -> str:
+    def directions(row) -> dict:
+        """Per level, the direction after the study's Holm correction: on the compositions suite at the
+        structure groups and the training seeds (the primary comparison), else over the training seeds."""
+        if "holm" in row:
+            return {level: "0" if row["holm"][level] >= alpha else
+                    "+" if row["groups"][level]["mean"] > 0 else "-" for level in LEVELS}
         p = row.get("holm_p")
-        return "0" if p is None or p >= alpha else "+" if row["mean"] > 0 else "-" if row["mean"] < 0 else "0"
+        return {"seeds": "0" if p is None or p >= alpha else "+" if row["mean"] > 0 else "-" if row["mean"] < 0 else "0"}
+
+    def seed_values(row) -> list[float]:
+        return row["groups"]["seeds"]["values"] if "groups" in row else [v / 100 for v in row["differences"]]
+
+    def side(row) -> dict:
+        out = {"mean": row["mean"], "holm_p": row.get("holm_p"), "n": row["n"]}
+        if "groups" in row:
+            out |= {"groups_mean": row["groups"]["mean_difference"], "holm": row["holm"], "result": row["result"],
+                    "crossed_p": None if row["groups"]["crossed"] is None else row["groups"]["crossed"]["t_test_p"]}
+        return out
 
     def confirmations(summary) -> list[dict]:
         rows = [summary["confirmation"]] if summary.get("confirmation") else []
@@ -143,13 +160,11 @@ def compare_rl_choices(first_plan: dict, first: dict, rerun_plan: dict, rerun: d
     rows = []
     for a, b in zip(confirmations(first), confirmations(rerun)):
         same_arms = (a["left"], a["right"]) == (b["left"], b["right"])
-        spread = welch_comparison([v / 100 for v in a["differences"]], [v / 100 for v in b["differences"]],
-                                  margin=margin, alpha=alpha) if same_arms else None
-        rows.append({"name": a["name"], "rerun_name": b["name"],
-                     "first": {"mean": a["mean"], "holm_p": a.get("holm_p"), "n": a["n"]},
-                     "rerun": {"mean": b["mean"], "holm_p": b.get("holm_p"), "n": b["n"]},
-                     "directions": [direction(a), direction(b)],
-                     "holds": same_arms and direction(a) == direction(b), "spread": spread})
+        spread = welch_comparison(seed_values(a), seed_values(b), margin=margin, alpha=alpha) if same_arms else None
+        da, db = directions(a), directions(b)
+        rows.append({"name": a["name"], "rerun_name": b["name"], "first": side(a), "rerun": side(b),
+                     "directions": {level: [da[level], db[level]] for level in da},
+                     "holds": same_arms and da == db and a.get("result") == b.get("result"), "spread": spread})
     return {"study": RL_CHOICES_STUDY,
             "first": {"plan_sha256": first_plan["plan_sha256"], "checkpoint_sha256": first_plan["design"]["checkpoint_sha256"],
                       "candidate": (first.get("confirmation") or {}).get("candidate")},
@@ -158,13 +173,21 @@ def compare_rl_choices(first_plan: dict, first: dict, rerun_plan: dict, rerun: d
             "alpha": alpha, "margin": margin, "rows": rows,
             "all_hold": bool(rows) and all(r["holds"] for r in rows),
             "rule": "a row holds when both studies compare the same arms and give the same direction (or none) at "
-                    "alpha over the training seeds; it reproduces its size when Welch's 90% interval of the rerun's "
-                    "effect minus the first's lies within +- the margin (two one-sided tests)"}
+                    "alpha after their Holm correction, on the compositions suite at the structure groups and at the "
+                    "training seeds (over the training seeds on the families suite); it reproduces its size when "
+                    "Welch's 90% interval of the rerun's seed-level effect minus the first's lies within +- the margin "
+                    "(two one-sided tests)"}
 
 
 def rl_choices_report_lines(comparison: dict, first_name: str) -> list[str]:
     def signed(value):
         return f"{100 * value:+.1f}"
+
+    def result(side):
+        if "holm" in side:  # the compositions suite: over structure groups, after Holm at groups and seeds
+            return (f"{signed(side['groups_mean'])} over groups, {side['result']} (Holm p {side['holm']['units']:.3g} / "
+                    f"{side['holm']['seeds']:.3g})")
+        return f"{side['mean']:+.1f} (Holm p {side['holm_p']:.3g})"
 
     lines = ["", f"## Against the first study (`{first_name}`, checkpoint {comparison['first']['checkpoint_sha256'][:12]})",
              "", f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
@@ -174,14 +197,13 @@ def rl_choices_report_lines(comparison: dict, first_name: str) -> list[str]:
     for row in comparison["rows"]:
         spread = row["spread"]
         lines.append(
-            f"| {row['name']} | {row['first']['mean']:+.1f} (Holm p {row['first']['holm_p']:.3g}) | "
-            f"{row['rerun']['mean']:+.1f} (Holm p {row['rerun']['holm_p']:.3g}) | "
-            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(row['directions'])}) | "
+            f"| {row['name']} | {result(row['first'])} | {result(row['rerun'])} | "
+            f"{'yes' if row['holds'] else 'NO'} ({', '.join('/'.join(d) for d in row['directions'].values())}) | "
             + ("n/a | n/a" if spread is None else
                f"{signed(spread['difference'])} [{signed(spread['interval'][0])}, {signed(spread['interval'][1])}] | "
                f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})") + " |")
-    lines += ["", "`holds` lists the direction over the training seeds at alpha after Holm (`+` higher, `-` lower, `0` "
-                  "not shown) in the first study / the rerun.", ""]
+    lines += ["", "`holds` lists each level's direction after Holm (on the compositions suite: structure groups, then "
+                  "training seeds; `+` higher, `-` lower, `0` not shown) in the first study / the rerun.", ""]
     return lines
 
 
@@ -232,8 +254,9 @@ def compare_rl_switches(first_plan: dict, first: dict, rerun_plan: dict, rerun: 
             "alpha": alpha, "margin": margin, "rows": rows,
             "all_hold": bool(rows) and all(r["holds"] for r in rows),
             "rule": "a row holds when both studies give the same verdict and the same direction (or none) after Holm "
-                    "at the behaviours and at the pretraining seeds; it reproduces its size when Welch's 90% interval "
-                    "of the rerun's seed-level effect minus the first's lies within +- the margin (two one-sided tests)"}
+                    "at the structure groups and at the pretraining seeds; it reproduces its size when Welch's 90% "
+                    "interval of the rerun's seed-level effect minus the first's lies within +- the margin (two "
+                    "one-sided tests)"}
 
 
 def rl_switches_report_lines(comparison: dict, first_name: str) -> list[str]:
@@ -244,7 +267,7 @@ def rl_switches_report_lines(comparison: dict, first_name: str) -> list[str]:
                  f"{', '.join(map(str, comparison['first']['seeds']))})", "",
              f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
              "greedy pass@1 on dev, the flip minus the arm's own.", "",
-             "| arm | switch | first | rerun | holds (behaviours, seeds) | rerun - first, 90% CI | within the margin |",
+             "| arm | switch | first | rerun | holds (groups, seeds) | rerun - first, 90% CI | within the margin |",
              "|---|---|---|---|---|---|---|"]
     for row in comparison["rows"]:
         spread, d = row["spread"], row["directions"]
@@ -300,7 +323,7 @@ def compare_pretrain_switches(first_plan: dict, first_receipts: list[dict], reru
                               rerun_receipts: list[dict], margin: float = RERUN_MARGIN) -> dict:
     """Two pretrain-switches studies on disjoint pretraining seeds, per phase both have finished (dev; the
     sealed split once both opened it) and per switch: each study's verdict and its directions after Holm
-    over behaviours and over runs; the row holds when both agree on all three; the rerun spread
+    over structure groups and over runs; the row holds when both agree on all three; the rerun spread
     (main_effect_spread); and both studies' runs analysed as one factorial (a secondary view)."""
     from glm53_flash.experiments import pretrain_switches as ps
 
@@ -312,7 +335,7 @@ def compare_pretrain_switches(first_plan: dict, first_receipts: list[dict], reru
 
     def directions(row) -> dict:
         out = {}
-        for level, mean, p in (("behaviours", row["behaviours"]["mean"], row["holm"]["behaviours_p"]),
+        for level, mean, p in (("groups", row["groups"]["mean"], row["holm"]["groups_p"]),
                                ("runs", row["effect"], row["holm"]["runs_p"])):
             out[level] = "0" if p >= alpha or not mean else "+" if mean > 0 else "-"
         return out
@@ -345,7 +368,7 @@ def compare_pretrain_switches(first_plan: dict, first_receipts: list[dict], reru
             "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
             "alpha": alpha, "margin": margin, "phases": phases,
             "rule": "a switch holds when both studies give the same verdict and the same direction (or none) after "
-                    "Holm over behaviours and over runs; it reproduces its size when the 90% interval of the "
+                    "Holm over structure groups and over runs; it reproduces its size when the 90% interval of the "
                     "rerun's main effect minus the first's (one least-squares fit over both studies' runs) lies "
                     "within +- the margin"}
 
@@ -360,14 +383,14 @@ def pretrain_switches_report_lines(comparison: dict, first_name: str) -> list[st
              "of greedy pass@1, the original's value minus ours.", ""]
     for phase, result in comparison["phases"].items():
         lines += [f"### {phase}", "",
-                  "| switch | first | rerun | holds (behaviours, runs) | rerun - first, 90% CI | within the margin | "
+                  "| switch | first | rerun | holds (groups, runs) | rerun - first, 90% CI | within the margin | "
                   "both together | result together |", "|---|---|---|---|---|---|---|---|"]
         for row in result["rows"]:
             s, d, both = row["spread"], row["directions"], row["pooled"]
             lines.append(
                 f"| {row['switch']} | {signed(row['first']['effect'])} {row['first']['verdict']} | "
                 f"{signed(row['rerun']['effect'])} {row['rerun']['verdict']} | "
-                f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['behaviours'])}, {'/'.join(d['runs'])}) | "
+                f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['groups'])}, {'/'.join(d['runs'])}) | "
                 f"{signed(s['difference'])} [{signed(s['interval'][0])}, {signed(s['interval'][1])}] | "
                 f"{'yes' if s['equivalent'] else 'no'} (shown within {100 * s['smallest_margin']:.1f}) | "
                 f"{signed(both['effect'])} | {both['verdict']} |")
@@ -423,10 +446,11 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
 
     lines = ["", f"## Against the first study (`{first_name}`, seeds "
                  f"{', '.join(map(str, comparison['first']['seeds']))})", "",
-             f"Rule, fixed before this rerun's sealed splits were opened: {comparison['rule']}; margin "
+             f"Rule (the one fixed before this rerun's sealed splits were opened, its levels now the structure groups "
+             f"and the seeds after each study's Holm correction): {comparison['rule']}; margin "
              f"{100 * comparison['margin']:.1f} points. Strong verdict; effects in points.", "",
-             "| arm | reward | split | first | rerun | holds (behaviours, seeds) | rerun - first, 90% CI | "
-             "within the margin | both together | result together | Holm p together (behaviours / seeds) |",
+             "| arm | reward | split | first | rerun | holds (groups, seeds) | rerun - first, 90% CI | "
+             "within the margin | both together | result together, after Holm | Holm p together (groups / seeds) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in comparison["rows"]:
         spread = row["spread"]
@@ -443,13 +467,13 @@ def report_lines(comparison: dict, first_name: str) -> list[str]:
                f"{'yes' if spread['equivalent'] else 'no'} (shown within {100 * spread['smallest_margin']:.1f})")
             + f" | {signed(both['mean_difference'])}, seeds CI "
             + ("n/a" if seeds_ci is None else f"[{signed(seeds_ci[0])}, {signed(seeds_ci[1])}]")
-            + f" ({len(row['pooled']['seeds'])} seeds) | {both['verdict']} | "
+            + f" ({len(row['pooled']['seeds'])} seeds) | {row['pooled']['holm']['verdict']} | "
             + ("n/a" if not row["pooled"]["holm"] else
                f"{row['pooled']['holm']['units']:.3g} / {row['pooled']['holm']['seeds']:.3g}") + " |")
-    lines += ["", "`holds` lists each level's direction in the first study / the rerun (`+` RL raises the strong pass "
-                  "rate at alpha, `-` lowers it, `0` not shown). `both together` is one analysis over both studies' "
-                  "seeds, a secondary view neither plan made alone; its `result` is the per-comparison rule, Holm's adjustment over "
-                  "the rows beside it.", ""]
+    lines += ["", "`holds` lists each level's direction after Holm in the first study / the rerun (`+` RL raises the "
+                  "strong pass rate at alpha, `-` lowers it, `0` not shown); effects are over structure groups. `both "
+                  "together` is one analysis over both studies' seeds, a secondary view neither plan made alone; its "
+                  "result is after Holm over the rows at both levels.", ""]
     return lines
 
 

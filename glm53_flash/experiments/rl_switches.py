@@ -8,8 +8,9 @@ runs RL with the arm's own switches and with each switch alone set to the other 
 RL seed, with the source study's RL recipe and the original's three-case reward. Every run's last
 checkpoint is evaluated greedy on dev (the same tasks for every run: no checkpoint is selected, so the
 comparison is not biased by a choice made on the tasks it is judged on). Each flip is compared with the
-arm's own run at both levels that vary (behaviours and pretraining seeds, the RL seeds averaged), Holm
-over the comparisons. Nothing here opens a sealed split.
+arm's own run at both levels that vary (structure groups, each the mean of its behaviours, and
+pretraining seeds, the RL seeds averaged), Holm over the comparisons at each level; each behaviour's
+effect is a secondary view. Nothing here opens a sealed split.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers:
     """The study's plan over the source's pretraining seeds (`seeds`, default all of them), refused before
     anything runs when a checkpoint it needs is no longer on disk."""
     from glm53_flash.experiments.study import level_power
+    from glm53_flash.tasks.compositions import structure_groups
 
     source_plan, checkpoints = source_runs(source, seeds)
     design_in = source_plan["design"]
@@ -156,8 +158,8 @@ def build_plan(source: Path, rl_seeds, switches, dev_tasks: int | None, workers:
         # Holm tests the smallest p at alpha / comparisons: the power a single real flip has at worst
         "power": {f"over pretraining seeds, at Holm's first step (alpha 0.05/{comparisons})":
                   level_power(len(seeds), "t", alpha=0.05 / comparisons),
-                  f"over behaviours, at Holm's first step (alpha 0.05/{comparisons})":
-                  level_power(len(dev_ids), "sign-flip", alpha=0.05 / comparisons)},
+                  f"over structure groups, at Holm's first step (alpha 0.05/{comparisons})":
+                  level_power(len(set(structure_groups(dev_ids).values())), "sign-flip", alpha=0.05 / comparisons)},
         "estimate": estimate,
     }
 
@@ -218,7 +220,12 @@ def measure_speed(plan_draft: dict, device: str = "cpu") -> dict:
 
 
 def compute(plan: dict, receipts: list[dict]) -> dict:
-    from glm53_flash.core.stats import detectable_differences, holm, two_level_comparison
+    """Per arm and switch, the flip minus the arm's own run on dev: over structure groups and pretraining
+    seeds (`comparison`, each group's tasks read from the suite by their ids), Holm over the comparisons at
+    each level (`holm`, `verdict`), what each level could have detected at Holm's first step, and over
+    behaviours as a secondary view (`behaviours`)."""
+    from glm53_flash.core.stats import detectable_differences, group_means, holm, two_level_comparison
+    from glm53_flash.tasks.compositions import structure_groups
 
     design, alpha = plan["design"], plan["analysis"]["alpha"]
     found = {(r["arm"], r["seed"], r["variant"], r["rl_seed"]): r["evaluation"]["outcomes"] for r in receipts}
@@ -238,10 +245,12 @@ def compute(plan: dict, receipts: list[dict]) -> dict:
                                        for t in own[0]}
                 own_rates.append(sum(gen._rate(o, False) for o in own) / len(own))
                 flip_rates.append(sum(gen._rate(o, False) for o in flip) / len(flip))
+            by_group = group_means(differences, structure_groups(next(iter(differences.values()))))
             rows.append({"arm": arm, "switch": switch, "own": design["variants"][arm][OWN][switch],
                          "flipped_to": design["variants"][arm][variant][switch], "seeds": seeds,
                          "own_pass_rate": own_rates, "flipped_pass_rate": flip_rates,
-                         "comparison": two_level_comparison(differences, alpha=alpha), "differences": differences})
+                         "comparison": two_level_comparison(by_group, alpha=alpha),
+                         "behaviours": two_level_comparison(differences, alpha=alpha), "differences": by_group})
     if rows:
         unit_p = holm([row["comparison"]["units"]["sign_flip_p"] for row in rows])
         seed_p = holm([1.0 if row["comparison"]["seeds"]["t_test_p"] is None else row["comparison"]["seeds"]["t_test_p"]
@@ -262,25 +271,30 @@ def _points(value) -> str:
 
 
 def answers(summary: dict) -> list[str]:
-    """One line per (arm, switch): the flip's effect on dev, its result after Holm and, when nothing is
-    shown, the smallest difference each level could have shown with the spread it measured."""
+    """One line per (arm, switch): the flip's effect on dev over structure groups, its result after Holm at
+    groups and seeds, the behaviours as a secondary view and, when nothing is shown, the smallest difference
+    each level could have shown with the spread it measured."""
+    from glm53_flash.experiments.study import after_holm
+
     lines = []
     for row in summary["comparisons"]:
         c, d = row["comparison"], row["detectable"]
         lines.append(f"{row['arm']}: {row['switch']} {row['own']} -> {row['flipped_to']}: "
-                     f"{100 * c['mean_difference']:+.1f} points on dev ({row['verdict']}; Holm p behaviours "
-                     f"{row['holm']['units_p']:.3g}, seeds {row['holm']['seeds_p']:.3g}; {len(row['seeds'])} seeds)"
+                     f"{100 * c['mean_difference']:+.1f} points on dev over {c['units']['n']} structure groups: "
+                     f"{after_holm(row['verdict'], len(summary['comparisons']), 'groups and seeds')} (Holm p groups "
+                     f"{row['holm']['units_p']:.3g}, seeds {row['holm']['seeds_p']:.3g}; {len(row['seeds'])} seeds; "
+                     f"over behaviours, a secondary view, {100 * row['behaviours']['mean_difference']:+.1f})"
                      + ("" if row["verdict"] != "not shown" else
                         f"; detectable at Holm's first step: {_points(d['seeds'])} points over seeds, "
-                        f"{_points(d['units'])} over behaviours"))
+                        f"{_points(d['units'])} over groups"))
     return lines
 
 
 def headline_table(summary: dict) -> dict:
     """The README's and the deck's table: per arm and switch, the dev pass rates, the flip's effect at both
     levels with Holm's p, and what each level could have detected."""
-    columns = ["arm", "switch", "own -> flipped", "own pass@1", "flipped", "effect (points, behaviours CI)",
-               "over seeds (CI)", "Holm p (behaviours / seeds)", "detectable (seeds / behaviours)", "seeds", "result"]
+    columns = ["arm", "switch", "own -> flipped", "own pass@1", "flipped", "effect over groups (points, CI)",
+               "over seeds (CI)", "Holm p (groups / seeds)", "detectable (seeds / groups)", "seeds", "result after Holm"]
     rows = []
     for row in summary["comparisons"]:
         c, d = row["comparison"], row["detectable"]
@@ -310,10 +324,18 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
     table = summary["headline_table"]
     lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
-    return lines + ["", "Points of greedy pass@1 on dev (the three cases), each flip minus the arm's own run, the RL "
-                        "seeds averaged; brackets: 95% intervals. A direction needs both levels after Holm. "
-                        "`detectable`: the smallest difference each level would show at Holm's first step with 80% "
-                        "power, from the spread it measured.", ""]
+    lines += ["", "Points of greedy pass@1 on dev (the three cases), each flip minus the arm's own run, the RL "
+                  "seeds averaged, over structure groups (each the mean of its behaviours: behaviours of one group "
+                  "are correlated); brackets: 95% intervals. A direction needs both levels after Holm. `detectable`: "
+                  "the smallest difference each level would show at Holm's first step with 80% power, from the "
+                  "spread it measured.", "", "### Over behaviours (a secondary view)", "",
+              "| arm | switch | effect over behaviours (points, CI) | sign-flip p (behaviours) | behaviours |",
+              "|---|---|---|---|---|"]
+    for row in summary["comparisons"]:
+        units = row["behaviours"]["units"]
+        lines.append(f"| {row['arm']} | {row['switch']} | {100 * units['mean']:+.1f} [{100 * units['interval'][0]:+.1f}, "
+                     f"{100 * units['interval'][1]:+.1f}] | {units['sign_flip_p']:.3g} | {units['n']} |")
+    return lines + [""]
 
 
 def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:

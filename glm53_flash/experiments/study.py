@@ -39,6 +39,13 @@ def level_power(n: int, test: str, alpha: float = 0.05, power: float = 0.8) -> d
             "mdd_in_sd": minimum_detectable_difference(n, 1.0, alpha, power, test)}
 
 
+def after_holm(verdict: str, comparisons: int, levels: str) -> str:
+    """How an answer states a result: a direction only as it holds after the study's Holm correction over
+    its `comparisons` at the `levels` named (e.g. "groups and seeds"), never per comparison."""
+    family = f"Holm over {comparisons} comparison{'s' if comparisons != 1 else ''}, at {levels}"
+    return f"not shown after {family}" if verdict == "not shown" else f"{verdict}, shown after {family}"
+
+
 def power_lines(plan: dict) -> list[str]:
     """The plan's power, as `glm53 experiment` prints it before the first run."""
     lines = []
@@ -207,6 +214,7 @@ def load_receipts(out: Path, plan_sha256: str | None = None) -> list[dict]:
 
 __all__ = [
     "DERIVED_FILES",
+    "after_holm",
     "PLAN_FILE",
     "WORK_DIR",
     "RUNS_DIR",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from glm53_flash.core.receipts import read_json, write_text
+from glm53_flash.core.stats import sign_flip_floor
 
 from glm53_flash.evaluation.headline_stats import ORIGINAL_CONFIRM, power_lines
 from glm53_flash.evaluation.ledger import first_lines
@@ -218,10 +219,10 @@ def readme_statements(summary: dict) -> str | None:
                 else "not shown at either level")
 
     text = "\n".join([
-        f"What varies independently here is a behaviour, not a task: the {confirm_tasks} confirm and "
+        f"What varies independently here is a distinct function, not a task: the {confirm_tasks} confirm and "
         f"{before['tasks']} holdout tasks of the trained families are {confirm_units} and {before['units']} units "
-        f"(a family and one of its two descriptions; the tasks of a unit differ only in a random function name), "
-        f"and the pretraining seed. Every statement below is a test at those levels, generated from "
+        f"(each a family: its two descriptions compute the same function, and its tasks differ only in that "
+        f"description and a random function name), and the pretraining seed. Every statement below is a test at those levels, generated from "
         f"`results/headline/summary.json` (`comparison`, `power`).",
         "",
         f"- **Whether the faithful arm reproduces the original: "
@@ -251,8 +252,13 @@ def readme_statements(summary: dict) -> str | None:
         f"every receipt together: {false_passes}.",
         f"- **What this plan can detect: {'the effect it asks about' if q['detectable'] else 'not the effect it asks about'}.** "
         f"With {q['units']} units and {q['seeds']} pretraining seeds the smallest difference it detects with "
-        f"{round(100 * power['analysis']['power'])}% power is {pts(q['mdd_units'], False)} points over units and "
-        f"{pts(q['mdd_seeds'], False)} over seeds (assumed spreads: its power section), against an effect of "
+        f"{round(100 * power['analysis']['power'])}% power is "
+        + (f"{pts(q['mdd_units'], False)} points over units and {pts(q['mdd_seeds'], False)} over seeds"
+           if q["mdd_units"] is not None else
+           f"{pts(q['mdd_seeds'], False)} points over seeds, and over units there is none (the sign-flip test over "
+           f"{q['units']} units cannot go below p {p(sign_flip_floor(q['units']))}, above alpha "
+           f"{power['analysis']['alpha']})")
+        + f" (assumed spreads: its power section), against an effect of "
         f"interest of {pts(q['effect_of_interest'], False)} points; the smallest equivalence margin it can show is "
         f"{pts(power['questions']['faithful_reproduces_original']['smallest_margin'], False)} points.",
     ])

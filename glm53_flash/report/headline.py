@@ -256,8 +256,8 @@ GAINS_ROW = "greedy tasks gained / lost (McNemar p, tasks pooled)"
 
 
 def unit_cells(results: dict, seeds: list[str]) -> list[str]:
-    """Greedy units (behaviours) better / worse after RL and the exact sign-flip p over units, per seed;
-    '' for a summary that predates units."""
+    """Greedy units (distinct functions: a family) better / worse after RL and the exact sign-flip p over
+    units, per seed; '' for a summary that predates units."""
     cells = []
     for g in (results[s]["greedy_trained"] for s in seeds):
         units = g.get("units")
@@ -469,9 +469,10 @@ def build_report(out: str | Path) -> Path:
         f"Confirm tasks differ from training tasks only by a random 7-letter function name; the descriptions, "
         f"bodies and the three hidden tests are the same in every split and in pretraining. The statistics "
         f"describe this synthetic benchmark, not general coding ability. Greedy statistics use {md(summary.seeds[seeds[0]]['greedy_trained']['tasks'])} "
-        f"trained-family tasks" + (f" in {md(summary.seeds[seeds[0]]['greedy_trained']['units']['units'])} units (a "
-                                   f"family and its description: tasks of one unit differ only in the function "
-                                   f"name, so they are not independent)"
+        f"trained-family tasks" + (f" in {md(summary.seeds[seeds[0]]['greedy_trained']['units']['units'])} units "
+                                   f"(distinct functions: a family's two descriptions compute the same function, "
+                                   f"and its tasks differ only in that description and the function name, so they "
+                                   f"are not independent)"
                                    if "units" in summary.seeds[seeds[0]]['greedy_trained'] else "")
         + f"; sampled ones use {k} samples per task.",
     ]

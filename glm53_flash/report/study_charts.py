@@ -189,7 +189,7 @@ def _two_level_effects(comparisons: list[dict], labels: list[str], size, xlabel:
 
 def draw_rl_switches(summary: dict, size=None):
     """RL-switches study: per arm and switch, the flip's effect on the dev pass rate (points), each
-    pretraining seed's as a dot, with the intervals over behaviours and over seeds."""
+    pretraining seed's as a dot, with the intervals over structure groups and over seeds."""
     rows = summary.get("comparisons") or []
     if not rows:
         return None
@@ -198,13 +198,14 @@ def draw_rl_switches(summary: dict, size=None):
                               [f"{r['arm']}: {r['switch']} -> {r['flipped_to']}" for r in rows], size,
                               "flipped minus own switches, dev pass rate (points)",
                               f"Each RL switch flipped alone\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
-                              "behaviours; thin: over seeds)")
+                              "structure groups; thin: over seeds)")
 
 
 def draw_pretrain_switches(summary: dict, size=None):
     """Pretraining-switches study: each switch's main effect (the original's value minus ours, points of
     the pass rate), on dev and, once opened, on the sealed split: the estimate with its 95% interval over
-    behaviours (thick) and over runs (thin)."""
+    structure groups (thick, around the groups' mean, a tick) and over runs (thin, around the runs' estimate, a
+    dot)."""
     phases = [(name, summary.get(name)) for name in ("dev", "sealed") if summary.get(name)]
     if not phases:
         return None
@@ -215,22 +216,23 @@ def draw_pretrain_switches(summary: dict, size=None):
             color = "tab:blue" if y < len(phases[0][1]["switches"]) else "tab:orange"
             low, high = (100 * v for v in row["runs"]["interval"])
             ax.plot([low, high], [y, y], color=color, lw=1, zorder=1)
-            low, high = (100 * v for v in row["behaviours"]["interval"])
+            low, high = (100 * v for v in row["groups"]["interval"])
             ax.plot([low, high], [y, y], color=color, lw=4, alpha=0.6, zorder=1)
+            ax.scatter([100 * row["groups"]["mean"]], [y], color=color, marker="|", s=120, zorder=3)
             ax.scatter([100 * row["effect"]], [y], color=color, s=36, zorder=3)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_yticks(range(len(rows)), [label for label, _ in rows])
         ax.invert_yaxis()
         runs = phases[0][1]["runs"]
         ax.set(xlabel="original's value minus ours, pass rate (points)",
-               title=f"Each pretraining switch's main effect\n(n={runs} runs; thick: 95% CI over behaviours; "
+               title=f"Each pretraining switch's main effect\n(n={runs} runs; thick: 95% CI over structure groups; "
                      "thin: over runs)")
     return fig
 
 
 def draw_rl_generalisation(summary: dict, size=None):
     """RL-generalisation study: per arm, reward and sealed split, RL's effect on the strong pass rate (points):
-    each pretraining seed's effect as a dot, the mean with its 95% interval over behaviours (thick) and over
+    each pretraining seed's effect as a dot, the mean with its 95% interval over structure groups (thick) and over
     seeds (thin)."""
     rows = [row for row in summary.get("sealed", []) if row.get("strong")]
     if not rows:
@@ -243,4 +245,4 @@ def draw_rl_generalisation(summary: dict, size=None):
                                f"{split_names.get(r['split'], r['split'])}" for r in rows], size,
                               "after RL minus before, strong pass rate (points)",
                               f"RL's effect on the sealed splits\n(dots: pretraining seeds, n={seeds}; thick: 95% CI over "
-                              "behaviours; thin: over seeds)")
+                              "structure groups; thin: over seeds)")

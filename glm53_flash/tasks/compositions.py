@@ -624,6 +624,26 @@ def _split_tasks(split: str) -> tuple[CodingTask, ...]:
     return tasks
 
 
+def structure_group(task_id: str) -> str:
+    """The structure group of a task's behaviour: the unit a paired comparison on this suite tests over
+    (behaviours of one group are correlated). Read from the suite's entries by the behaviour's index in the
+    task id ('<split>-b<NNNN>-<NNN>'), which names a task without showing it, so no sealed split is opened; a
+    one-line error for an id that is no task of the suite."""
+    split, _, rest = task_id.partition("-")
+    index = rest.partition("-")[0]
+    entries = suite().entries
+    if split not in SPLITS or not (index[:1] == "b" and index[1:].isdigit()) \
+            or int(index[1:]) >= len(entries) or entries[int(index[1:])].split != split:
+        raise ValueError(f"{task_id!r} is no task of the {SUITE} suite (ids are '<split>-b<NNNN>-<NNN>' with split "
+                         f"in {', '.join(SPLITS)})")
+    return entries[int(index[1:])].group
+
+
+def structure_groups(task_ids) -> dict[str, str]:
+    """task id -> structure_group(task id), for every id given."""
+    return {task_id: structure_group(task_id) for task_id in task_ids}
+
+
 def pretraining_task(index: int, seed: int = 42) -> CodingTask:
     """Example `index` of the pretraining stream: a pretraining behaviour, description and name drawn
     from one seeded RNG (the original stream's seed formula)."""
@@ -675,8 +695,9 @@ def _check_pin(split: str, items) -> None:
 
 
 def summary() -> dict:
-    """Per split: tasks (or behaviours), distinct behaviours, structures, structure groups, kinds,
-    families, sha256; and the suite's totals."""
+    """Per split: tasks (or behaviours), distinct behaviours, structures, structure groups (the unit of a
+    paired comparison), kinds, families, sha256, and for an evaluation split the power over its groups; and
+    the suite's totals."""
     built = suite()
     splits = {}
     for split in SPLITS:
@@ -693,10 +714,12 @@ def summary() -> dict:
         }
         row["tasks"] = 0 if split == PRETRAIN_SPLIT else len(_split_tasks(split))
         if split in EVALUATION:
-            row["power"] = _unit_power(len(entries))
+            row["power"] = _unit_power(row["structure_groups"])
         splits[split] = row
     return {
         "suite": SUITE, "version": VERSION,
+        "unit": "a structure group: structures that compute a common function for some constants (behaviours of "
+                "one group are correlated, so a paired comparison tests over groups)",
         "behaviours": len(built.entries),
         "structures": len({e.structure for e in built.entries}),
         "structure_groups": len({e.group for e in built.entries}),
@@ -709,9 +732,9 @@ def summary() -> dict:
 
 
 def _unit_power(units: int) -> dict:
-    """What a paired comparison over a split's units detects (exact sign-flip over units, alpha 0.05, 80%
-    power), for two standard deviations of a unit's difference in pass rate: 0.3 (the families suite's
-    arms differed by up to that) and 0.5 (about the largest for pass/fail units)."""
+    """What a paired comparison over a split's units (its structure groups) detects (exact sign-flip over
+    units, alpha 0.05, 80% power), for two standard deviations of a unit's difference in pass rate: 0.3 (the
+    families suite's arms differed by up to that) and 0.5 (about the largest for pass/fail outcomes)."""
     from glm53_flash.core.stats import minimum_detectable_difference
 
     return {"units": units, "alpha": 0.05, "power": 0.8,
@@ -731,5 +754,5 @@ __all__ = [
     "PRETRAIN_SPLIT", "RL_SPLIT", "SEALED", "SEEN", "SEQUENCE_LENGTH", "SPLITS", "STRONG_INPUTS", "SUITE",
     "SuiteChanged", "TASK_SPLITS", "UNSEEN_SPLIT", "UNSEEN_STRUCTURE", "VERSION", "make_task",
     "near_miss_survivors", "pretraining_task", "pretraining_text", "reward_cases", "split_sha256", "split_tasks",
-    "strong_cases", "structures", "suite", "summary",
+    "strong_cases", "structure_group", "structure_groups", "structures", "suite", "summary",
 ]

@@ -96,8 +96,9 @@ _BY_NAME = {f.name: f for f in FAMILIES}
 @dataclass(frozen=True)
 class CodingTask:
     """One task of either suite. `cases` are the hidden cases that give the verdict RL rewards;
-    `unit` names the behaviour (tasks that share it are one unit of analysis: on the original suite a
-    family and its description, on the compositions suite the behaviour); `structure` its shape,
+    `unit` names the behaviour (the function it asks for: on the original suite its family, whose two
+    descriptions compute the same function, `function_of`; on the compositions suite the behaviour, whose
+    structure group is the unit a comparison tests over); `structure` its shape,
     `kind` what it is to a pretrained model (seen, new-constants, unseen-structure), `split` where it
     comes from; `strong_cases` its strong test set (empty here: an original task's is its family's,
     `strong_cases(family)`)."""
@@ -151,7 +152,7 @@ def make_task(family: Family | str, split: str, index: int, seed: int) -> Coding
         prompt=prompt,
         reference_completion=fam.reference_completion,
         cases=fam.cases,
-        unit=f"{fam.name}:{described}",
+        unit=fam.name,
         structure=fam.name,
         kind="seen",
         split=split,
@@ -201,7 +202,8 @@ def _task_by_id(task_id: str) -> CodingTask:
 
 def summary(per_family: int) -> dict:
     """The suite's splits at `per_family` tasks per family: counts and a sha256 of each (sealed splits
-    included: only their counts and hashes leave this module)."""
+    included: only their counts and hashes leave this module). `units` counts the distinct functions the
+    split's tasks compute (`function_of`), the unit of a paired comparison on this suite."""
     import hashlib
     import json
 
@@ -213,12 +215,34 @@ def summary(per_family: int) -> dict:
         records = [[t.task_id, t.prompt, t.reference_completion, [[repr(c.arguments), repr(c.expected)]
                                                                     for c in t.cases]] for t in tasks]
         splits[split] = {"sealed": split in SEALED_SPLITS, "tasks": len(tasks),
-                         "behaviours": len({t.unit for t in tasks}), "structures": len({t.family for t in tasks}),
+                         "units": len({function_of(t) for t in tasks}), "structures": len({t.family for t in tasks}),
                          "sha256": hashlib.sha256(json.dumps(records).encode()).hexdigest()}
     return {"suite": "families", "per_family": per_family, "families": list(FAMILY_NAMES),
-            "unit": "a family and one of its two descriptions",
+            "unit": "a distinct function: a family (its two descriptions compute the same function)",
             "strong_cases_per_family": {name: len(strong_cases(name)) for name in FAMILY_NAMES},
             "reward_cases_per_task": 3, "splits": splits}
+
+
+def function_of(task: CodingTask) -> str:
+    """The function a task of this suite asks for: the sha256 of what its reference source (its prompt and
+    reference body, our own constant code, run with only the builtins a reference may call) returns on its
+    family's strong inputs. Two tasks compute the same function when these agree; the tasks of a family
+    do, whichever of its two descriptions their prompt carries, so a family is one unit of analysis."""
+    return _function_digest(task.entry_point, task.reference_source, task.family)
+
+
+@functools.lru_cache(maxsize=None)
+def _function_digest(entry_point: str, source: str, family: str) -> str:
+    import builtins
+    import hashlib
+
+    from glm53_flash.tasks.grammar import REFERENCE_BUILTINS
+
+    namespace = {"__builtins__": {name: getattr(builtins, name) for name in REFERENCE_BUILTINS}}
+    exec(compile(source, f"<{entry_point}>", "exec"), namespace)
+    function = namespace[entry_point]
+    outputs = [repr(function(*case.fresh_arguments())) for case in strong_cases(family)]
+    return hashlib.sha256("\n".join(outputs).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- strong tests
