@@ -77,7 +77,8 @@ def test_strong_verdicts_name_the_passes_that_fail_the_strong_set(checkpoint, tm
 
 def scripted_generate(sources):
     """A stand-in for the sampler: every group's samples are the given programs, in order."""
-    def generate(model, prompts, samples, **_):
+    def generate(model, prompts, settings, **_):
+        samples = settings.samples
         rows = []
         for _ in prompts:
             row = []

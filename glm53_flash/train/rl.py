@@ -46,7 +46,7 @@ import torch
 
 from glm53_flash.core.receipts import append_text, read_json, read_jsonl, write_json, write_text
 from glm53_flash.core.runtime import resolve_device
-from glm53_flash.evaluation.sampling import generate, mask_logits
+from glm53_flash.evaluation.sampling import SamplingSettings, generate, mask_logits
 from glm53_flash.evaluation.stop import coding_stop
 from glm53_flash.model.precision import compute_in, resolve_precision
 from glm53_flash.tasks import RL_SPLITS, parse_families, split_tasks, strong_task, task_strong_cases
@@ -450,11 +450,11 @@ class RLTrainer(Trainer):
         cfg = self.cfg
         # One batched call for the whole update; each group's random stream is keyed by (seed, group,
         # task), so it does not depend on which other groups share the batch (and resumes exactly).
-        completions = generate(
-            self.model, [t.prompt for t in tasks], samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature, seed=cfg.seed, stop=coding_stop(tasks, cfg.stop),
-            keys=[f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)], precision=self.precision,
-            governor=self.governor)
+        settings = SamplingSettings(
+            samples=cfg.group_size, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+            stop=coding_stop(tasks, cfg.stop), keys=tuple(f"group-{first_group + i}/{t.task_id}" for i, t in enumerate(tasks)),
+            precision=self.precision)
+        completions = generate(self.model, [t.prompt for t in tasks], settings, governor=self.governor)
         judged = [reward_task(task, cfg.reward_cases, cfg.seed, first_group + i) for i, task in enumerate(tasks)]
         pairs = [(task, task.prompt + c.text) for task, group in zip(judged, completions) for c in group]
         evaluations, verifier_failed = _evaluate_safely(verifier, pairs)
