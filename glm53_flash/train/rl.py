@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from glm53_flash.core.options import summary_record
 from glm53_flash.core.receipts import append_text, read_json, read_jsonl, write_json, write_text
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.evaluation.sampling import SamplingSettings, generate, mask_logits
@@ -425,23 +426,14 @@ class RLTrainer(Trainer):
         return self.model, meta, state
 
     def receipt_fields(self) -> dict:
-        cfg = self.cfg
+        """The config's summary fields (option(summary=True) in train/config.py), then what the run
+        found or computed."""
         rows = read_jsonl(self.out / ROLLOUTS_FILE)
         return {
-            "algorithm": "RLOO",
-            "initial_checkpoint": str(cfg.initial_checkpoint), "initial_checkpoint_sha256": self.initial_sha256,
-            "group_size": cfg.group_size, "temperature": cfg.temperature,
-            "max_new_tokens": cfg.max_new_tokens, "learning_rate": cfg.learning_rate,
-            "train_scope": cfg.train_scope, "trainable_parameters": self.trainable,
-            "reward_mode": cfg.reward_mode, "invalid_penalty": cfg.invalid_penalty, "exact_bonus": cfg.exact_bonus,
-            "families": self.family_label, "tasks_per_family": cfg.tasks_per_family,
-            "schedule_sha256": self.schedule_sha256,
-            "logprob_source": cfg.logprob_source, "loss_normalization": cfg.loss_normalization,
-            "eos_handling": cfg.eos_handling, "stop": cfg.stop, "prompts_per_update": cfg.prompts_per_update,
-            "kl_coef": cfg.kl_coef, "warmup": cfg.warmup,
-            "updated_groups": sum(r["updated"] for r in rows),
-            "exact_training_rollouts": sum(r["exact_rollouts"] for r in rows),
-            "tasks": cfg.tasks, "reward_cases": cfg.reward_cases, "reward_hacking": reward_hacking(rows),
+            **summary_record(self.cfg), "algorithm": "RLOO", "initial_checkpoint_sha256": self.initial_sha256,
+            "trainable_parameters": self.trainable, "families": self.family_label,
+            "schedule_sha256": self.schedule_sha256, "updated_groups": sum(r["updated"] for r in rows),
+            "exact_training_rollouts": sum(r["exact_rollouts"] for r in rows), "reward_hacking": reward_hacking(rows),
             "groups_detail_file": ROLLOUTS_FILE, "metrics_file": METRICS_FILE,
         }
 
