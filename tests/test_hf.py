@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers", reason="the optional hf extra
 import glm53_flash.hf as hf  # noqa: E402 - registers the Auto classes
 from glm53_flash import GLM53Flash, ModelConfig  # noqa: E402
 from glm53_flash.data.tokenizer import ByteTokenizer  # noqa: E402
-from glm53_flash.evaluation.sampling import generate  # noqa: E402
+from glm53_flash.evaluation.sampling import SamplingSettings, generate  # noqa: E402
 from glm53_flash.model.pretrained import (  # noqa: E402
     AUTO_MAP, CODE_FILES, CONVENTIONAL_KEYS, code_module, load_config, read_metadata, save_pretrained,
 )
@@ -57,7 +57,8 @@ def tokenizer(checkpoint):
 
 
 def ours_greedy(model, prompt: str, tokens: int) -> list[int]:
-    return list(generate(model, [prompt], samples=1, max_new_tokens=tokens, temperature=0.0, stop="eos")[0][0].token_ids)
+    return list(generate(model, [prompt], SamplingSettings(samples=1, max_new_tokens=tokens, temperature=0.0,
+                                                     stop="eos"))[0][0].token_ids)
 
 
 # ----------------------------------------------------------------------------------- loading anywhere

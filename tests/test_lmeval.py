@@ -21,7 +21,7 @@ from glm53_flash import GLM53Flash, ModelConfig  # noqa: E402
 from glm53_flash.data.tokenizer import ByteTokenizer  # noqa: E402
 from glm53_flash.evaluation.lmeval_tasks import MAX_GENERATED_TOKENS, TASK_DIRECTORY, TASKS  # noqa: E402
 from glm53_flash.evaluation.lmeval_tasks.dev_split import dev_documents  # noqa: E402
-from glm53_flash.evaluation.sampling import generate  # noqa: E402
+from glm53_flash.evaluation.sampling import SamplingSettings, generate  # noqa: E402
 
 LIMIT = 8  # documents per task (lm-eval's --limit: the first ones)
 
@@ -80,8 +80,8 @@ def test_lm_eval_runs_our_tasks_offline_and_its_numbers_are_ours(tmp_path):
         greedy.append(our_greedy)
 
     generated = sorted(samples["glm53_dev_generate"], key=lambda s: s["doc_id"])
-    ours = generate(model, [d["prompt"] for d in documents], max_new_tokens=MAX_GENERATED_TOKENS, temperature=0.0,
-                    stop="eos")
+    ours = generate(model, [d["prompt"] for d in documents],
+                    SamplingSettings(max_new_tokens=MAX_GENERATED_TOKENS, temperature=0.0, stop="eos"))
     assert [s["resps"][0][0] for s in generated] == [completions[0].text for completions in ours]
     assert {c[0].finish_reason for c in ours} == {"eos", "cap"}  # both ways a generation ends were compared
 

@@ -375,9 +375,10 @@ def test_rl_log_probs_in_bf16_follow_fp32_on_both_paths():
 
 
 def test_rl_runs_in_the_chosen_precision_and_its_receipt_says_so(tmp_path):
-    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.evaluation.sampling import SamplingSettings, generate
     from glm53_flash.train.checkpoint import save_checkpoint
-    from glm53_flash.train.rl import RLConfig, RLTrainer, train_rl
+    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLTrainer
 
     start = tmp_path / "checkpoint-0000"
     save_checkpoint(start, small_model(seed=12, context=128), {"stage": "test"})
@@ -399,8 +400,8 @@ def test_rl_runs_in_the_chosen_precision_and_its_receipt_says_so(tmp_path):
         seen: list = []
         _spy_products(trainer.model, seen)
         task = trainer.tasks[0]
-        completions = generate(trainer.model, [task.prompt], samples=4, max_new_tokens=8, temperature=1.0, seed=1,
-                               precision=trainer.precision)[0]
+        completions = generate(trainer.model, [task.prompt], SamplingSettings(samples=4, max_new_tokens=8, temperature=1.0,
+                                                                              seed=1, precision=trainer.precision))[0]
         group = {"group": 1, "task": task, "completions": completions, "evaluations": [], "rewards": [1, 0, 0, 0]}
         assert trainer.update([group], lr=1e-3)["loss"] is not None
         assert set(seen) == {torch.bfloat16 if name == "bf16" else None}  # rollouts' prefill and the update
@@ -415,13 +416,13 @@ def test_rl_runs_in_the_chosen_precision_and_its_receipt_says_so(tmp_path):
 def test_evaluation_and_generation_take_the_precision_and_record_it():
     from glm53_flash.evaluation import ledger
     from glm53_flash.evaluation.evaluate import evaluate_greedy
-    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.evaluation.sampling import SamplingSettings, generate
     from glm53_flash.tasks import frozen_tasks
 
     model = small_model(seed=13, context=128).eval()
     seen: list = []
     _spy_products(model, seen)
-    generate(model, ["def f(x):"], max_new_tokens=3, precision=BF16)
+    generate(model, ["def f(x):"], SamplingSettings(max_new_tokens=3, precision=BF16))
     assert seen[0] == torch.bfloat16  # the prefill (decode steps run the C kernels on bf16 weights: DECODE_NOTE)
     tasks = frozen_tasks("dev", 1, ("increment",))
     chosen = evaluate_greedy(model, tasks, max_new_tokens=4, precision="bf16")

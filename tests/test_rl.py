@@ -11,10 +11,12 @@ from glm53_flash.evaluation.evaluate import generate_for_tasks
 from glm53_flash.tasks import frozen_tasks
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train.checkpoint import save_checkpoint
+from glm53_flash.train.completion_logits import forward_positions
 from glm53_flash.train.rl import (
-    RLConfig, RLTrainer, forward_positions, has_signal, leave_one_out_advantages, policy_objective, reward_for,
-    sequence_logprobs, task_schedule, train_rl,
+    RLConfig, has_signal, leave_one_out_advantages, policy_objective, reward_for, sequence_logprobs, task_schedule,
+    train_rl, training_sequences,
 )
+from glm53_flash.train.rl_run import RLTrainer
 from glm53_flash.verifier import Evaluation
 
 TOK = ByteTokenizer()
@@ -66,14 +68,12 @@ def test_schedule_is_the_originals():
 
 
 def test_loss_logprobs_equal_the_samplers(checkpoint):
-    trainer = RLTrainer(rl_cfg(checkpoint, "unused", temperature=0.7))
     from glm53_flash.train.checkpoint import load_checkpoint
     model, _ = load_checkpoint(checkpoint)
     task = frozen_tasks("rl", 1)[0]
     completions = generate_for_tasks(model, [task], samples=3, max_new_tokens=10, temperature=0.7, seed=5,
                                      stop="eos")[0]
-    trainer.cfg.eos_handling = "omit"
-    sequences = trainer.training_sequences(task, completions)
+    sequences = training_sequences(task.prompt, completions, "omit", model.config.max_sequence_length)
     logprobs, _ = sequence_logprobs(model, sequences, 0.7, "sampler", "cpu")
     for lp, completion in zip(logprobs, completions):
         torch.testing.assert_close(lp.detach(), torch.tensor(completion.logprobs), atol=1e-4, rtol=0)
@@ -216,7 +216,8 @@ def test_a_completion_parse_stopped_at_the_context_end_trains_without_overflow(c
         return Completion(text, ids, length == room, (0.0,) * length, "parse")
 
     at_cap, below_cap = parse_stopped(room), parse_stopped(room - 1)
-    (_, at_ids), (_, below_ids) = trainer.training_sequences(task, [at_cap, below_cap])
+    (_, at_ids), (_, below_ids) = training_sequences(task.prompt, [at_cap, below_cap], trainer.cfg.eos_handling,
+                                                     context)
     assert len(prompt) + len(at_ids) == context and at_ids == list(at_cap.token_ids)  # no room: no EOS
     assert len(prompt) + len(below_ids) == context and below_ids[-1] == TOK.eos_id  # room for exactly one
     group = {"group": 1, "task": task, "completions": [at_cap, below_cap, at_cap, below_cap],
@@ -354,7 +355,7 @@ def test_rl_refuses_too_few_groups_per_rank_a_second_writer_and_marks_an_interru
     import shlex
 
     from glm53_flash.cli import main
-    from glm53_flash.train import rl as rl_module
+    from glm53_flash.train import rl_run as rl_module
     from glm53_flash.train.rundir import RunLock
 
     with monkeypatch.context() as env:
@@ -537,7 +538,7 @@ def test_groups_per_update_default_to_one_per_rank_and_a_resume_keeps_the_runs(c
     """--prompts-per-update left out is one group per rank (1 in one process, the number of ranks under
     torchrun), recorded resolved; a given value is kept; resuming with the flag left out takes the
     run's own value, so a run started under torchrun resumes in one process with the same updates."""
-    from glm53_flash.train.rl import RLTrainer
+    from glm53_flash.train.rl_run import RLTrainer
 
     for world, expected in ((1, 1), (2, 2), (8, 8)):
         cfg = rl_cfg(checkpoint, tmp_path / "x")

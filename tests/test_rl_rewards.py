@@ -15,7 +15,8 @@ from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train import rl as rl_module
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.config import RLConfig, reward_case_count
-from glm53_flash.train.rl import RLTrainer, reward_hacking, reward_task, train_rl
+from glm53_flash.train.rl import reward_task, train_rl
+from glm53_flash.train.rl_run import RLTrainer, reward_hacking
 from glm53_flash.verifier import Verifier
 
 TOK = ByteTokenizer()
@@ -77,7 +78,8 @@ def test_strong_verdicts_name_the_passes_that_fail_the_strong_set(checkpoint, tm
 
 def scripted_generate(sources):
     """A stand-in for the sampler: every group's samples are the given programs, in order."""
-    def generate(model, prompts, samples, **_):
+    def generate(model, prompts, settings, **_):
+        samples = settings.samples
         rows = []
         for _ in prompts:
             row = []

@@ -15,6 +15,7 @@ from glm53_flash import ModelConfig
 from glm53_flash.model import ModelCache, ModelOutput
 from glm53_flash.evaluation.sampling import (
     Completion,
+    SamplingSettings,
     generate,
     gumbel_noise,
     sampling_logits,
@@ -110,7 +111,7 @@ def _assert_same(completion: Completion, tokens, logprobs, max_new_tokens):
 
 @pytest.mark.parametrize("batch_rows", [512, 2])
 def test_greedy_cached_equals_full_reforward_token_for_token(model, batch_rows):
-    out = generate(model, PROMPTS, max_new_tokens=20, batch_rows=batch_rows)
+    out = generate(model, PROMPTS, SamplingSettings(max_new_tokens=20, batch_rows=batch_rows))
     for prompt, (completion,) in zip(PROMPTS, out):
         tokens, logprobs = reference_generate(model, prompt, max_new_tokens=20)
         _assert_same(completion, tokens, logprobs, 20)
@@ -118,7 +119,7 @@ def test_greedy_cached_equals_full_reforward_token_for_token(model, batch_rows):
 
 def test_sampled_cached_equals_reference_including_finished_rows(model):
     samples, max_new = 5, 24
-    out = generate(model, PROMPTS, samples=samples, max_new_tokens=max_new, temperature=1.3, seed=11)
+    out = generate(model, PROMPTS, SamplingSettings(samples=samples, max_new_tokens=max_new, temperature=1.3, seed=11))
     reasons = [c.finish_reason for row in out for c in row]
     # The comparison must cover rows that left the batch early (EOS) and rows that ran to the cap.
     assert "eos" in reasons and "cap" in reasons
@@ -131,8 +132,8 @@ def test_sampled_cached_equals_reference_including_finished_rows(model):
 
 
 def test_top_k_top_p_sampling_equals_reference(model):
-    out = generate(model, PROMPTS[:2], samples=3, max_new_tokens=12, temperature=0.8, top_k=40, top_p=0.6, seed=3,
-                   keys=["a", "b"])
+    out = generate(model, PROMPTS[:2], SamplingSettings(samples=3, max_new_tokens=12, temperature=0.8, top_k=40, top_p=0.6,
+                                                  seed=3, keys=["a", "b"]))
     for prompt, key, row in zip(PROMPTS, ["a", "b"], out):
         for i, completion in enumerate(row):
             tokens, logprobs = reference_generate(model, prompt, max_new_tokens=12, temperature=0.8, top_k=40,
@@ -141,7 +142,7 @@ def test_top_k_top_p_sampling_equals_reference(model):
 
 
 def test_stop_none_masks_eos_and_runs_every_row_to_the_cap(model):
-    out = generate(model, PROMPTS, samples=4, max_new_tokens=24, temperature=1.3, seed=11, stop="none")
+    out = generate(model, PROMPTS, SamplingSettings(samples=4, max_new_tokens=24, temperature=1.3, seed=11, stop="none"))
     for prompt, row in zip(PROMPTS, out):
         for i, completion in enumerate(row):
             assert len(completion.token_ids) == 24 and EOS not in completion.token_ids
@@ -155,20 +156,20 @@ def test_stop_none_masks_eos_and_runs_every_row_to_the_cap(model):
 
 
 def test_samples_do_not_depend_on_batch_composition(model):
-    alone = generate(model, [PROMPTS[1]], samples=4, max_new_tokens=16, temperature=1.0, seed=5)[0]
-    crowded = generate(model, [PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[3]], samples=4, max_new_tokens=16,
-                       temperature=1.0, seed=5)[2]
-    split = generate(model, PROMPTS, samples=4, max_new_tokens=16, temperature=1.0, seed=5, batch_rows=3)[1]
+    settings = SamplingSettings(samples=4, max_new_tokens=16, temperature=1.0, seed=5)
+    alone = generate(model, [PROMPTS[1]], settings)[0]
+    crowded = generate(model, [PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[3]], settings)[2]
+    split = generate(model, PROMPTS, settings.replace(batch_rows=3))[1]
     for a, b, c in zip(alone, crowded, split):
         assert a.token_ids == b.token_ids == c.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
 def test_samples_follow_the_key_not_the_position(model):
-    first = generate(model, ["xy"], samples=2, max_new_tokens=8, temperature=1.0, seed=1, keys=["task-a"])[0]
-    again = generate(model, ["ab", "xy"], samples=2, max_new_tokens=8, temperature=1.0, seed=1,
-                     keys=["task-b", "task-a"])[1]
-    other_key = generate(model, ["xy"], samples=2, max_new_tokens=8, temperature=1.0, seed=1, keys=["task-b"])[0]
+    settings = SamplingSettings(samples=2, max_new_tokens=8, temperature=1.0, seed=1)
+    first = generate(model, ["xy"], settings.replace(keys=["task-a"]))[0]
+    again = generate(model, ["ab", "xy"], settings.replace(keys=["task-b", "task-a"]))[1]
+    other_key = generate(model, ["xy"], settings.replace(keys=["task-b"]))[0]
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
     assert [c.token_ids for c in first] != [c.token_ids for c in other_key]
 
@@ -176,11 +177,11 @@ def test_samples_follow_the_key_not_the_position(model):
 def test_reproducible_per_call_and_global_rng_untouched(model):
     torch.manual_seed(123)
     state = torch.get_rng_state()
-    first = generate(model, PROMPTS, samples=3, max_new_tokens=10, temperature=1.0, seed=9)
+    first = generate(model, PROMPTS, SamplingSettings(samples=3, max_new_tokens=10, temperature=1.0, seed=9))
     assert torch.equal(torch.get_rng_state(), state)  # no reseeding or drawing from the global RNG
     torch.manual_seed(456)
-    second = generate(model, PROMPTS, samples=3, max_new_tokens=10, temperature=1.0, seed=9)
-    other = generate(model, PROMPTS, samples=3, max_new_tokens=10, temperature=1.0, seed=10)
+    second = generate(model, PROMPTS, SamplingSettings(samples=3, max_new_tokens=10, temperature=1.0, seed=9))
+    other = generate(model, PROMPTS, SamplingSettings(samples=3, max_new_tokens=10, temperature=1.0, seed=10))
     ids = lambda out: [[c.token_ids for c in row] for row in out]  # noqa: E731
     assert ids(first) == ids(second)
     assert ids(first) != ids(other)
@@ -270,14 +271,15 @@ def test_eos_ends_a_row_and_is_kept_in_token_ids_only():
 
 def test_progress_counts_every_row_once(model):
     seen = []
-    generate(model, PROMPTS, samples=3, max_new_tokens=10, temperature=1.3, seed=2, progress=seen.append)
+    generate(model, PROMPTS, SamplingSettings(samples=3, max_new_tokens=10, temperature=1.3, seed=2),
+             progress=seen.append)
     assert sum(seen) == len(PROMPTS) * 3
 
 
 def test_training_mode_is_restored(model):
     model.train()
     try:
-        generate(model, ["ab"], max_new_tokens=2)
+        generate(model, ["ab"], SamplingSettings(max_new_tokens=2))
         assert model.training
     finally:
         model.eval()
@@ -308,7 +310,7 @@ def test_bad_arguments_raise_clear_errors(model, kwargs, message):
     options = {"prompts": ["ab"], "max_new_tokens": 4, **kwargs}
     prompts = options.pop("prompts")
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        generate(model, prompts, **options)
+        generate(model, prompts, SamplingSettings(**options))
 
 
 # --------------------------------------------------------------------------- token-by-token streaming
@@ -322,11 +324,11 @@ def test_bad_arguments_raise_clear_errors(model, kwargs, message):
 ])
 def test_stream_generate_equals_generate(model, options):
     for prompt in PROMPTS:
-        steps = list(stream_generate(model, prompt, max_new_tokens=24, **options))
         batch_options = {k: v for k, v in options.items() if k != "key"}
         if "key" in options:
             batch_options["keys"] = [options["key"]]
-        (expected,), = generate(model, [prompt], max_new_tokens=24, **batch_options)
+        steps = list(stream_generate(model, prompt, SamplingSettings(max_new_tokens=24, **batch_options)))
+        (expected,), = generate(model, [prompt], SamplingSettings(max_new_tokens=24, **batch_options))
         assert [t for t, _ in steps] == list(expected.token_ids)
         assert all(c is None for _, c in steps[:-1])
         final = steps[-1][1]
@@ -336,7 +338,8 @@ def test_stream_generate_equals_generate(model, options):
 def test_stream_generate_parse_rule_matches_generate_for_tasks():
     model = BigramModel({":": "\n", "\n": " ", " ": "1", "1": "\n"})
     task = frozen_tasks("dev", 1, ("double",))[0]
-    steps = list(stream_generate(model, task.prompt, max_new_tokens=20, stop=ParseStop([task]), key=task.task_id))
+    steps = list(stream_generate(model, task.prompt, SamplingSettings(max_new_tokens=20, stop=ParseStop([task]),
+                                                                      keys=[task.task_id])))
     (expected,), = generate_for_tasks(model, [task], max_new_tokens=20)
     assert steps[-1][1] == expected and expected.finish_reason == "parse"
     assert TOK.decode(t for t, _ in steps) == "\n 1\n"
@@ -344,11 +347,11 @@ def test_stream_generate_parse_rule_matches_generate_for_tasks():
 
 def test_stream_generate_rejects_bad_arguments(model):
     with pytest.raises(ValueError, match="stop must be one of"):
-        next(stream_generate(model, "def f(x):", stop="parse"))  # the sampler knows no task rule
+        next(stream_generate(model, "def f(x):", SamplingSettings(stop="parse")))  # the sampler knows no task rule
     with pytest.raises(ValueError, match="is not the prompt of task"):
-        next(stream_generate(model, "def f(x):", stop=ParseStop(frozen_tasks("dev", 1)[:1])))
+        next(stream_generate(model, "def f(x):", SamplingSettings(stop=ParseStop(frozen_tasks("dev", 1)[:1]))))
     with pytest.raises(ValueError, match="exceeds max_sequence_length"):
-        next(stream_generate(model, "x" * 188, max_new_tokens=10))
+        next(stream_generate(model, "x" * 188, SamplingSettings(max_new_tokens=10)))
 
 
 def test_the_sampler_imports_neither_tasks_nor_the_verifier():
@@ -376,8 +379,8 @@ def test_any_stop_predicate_ends_rows_and_names_the_reason(model):
             return text.count("a") >= 2
 
     rule = TwoLetterA()
-    free = generate(model, ["hello"], max_new_tokens=30, stop="none")[0][0]
-    stopped = generate(model, ["hello"], max_new_tokens=30, stop=rule)[0][0]
+    free = generate(model, ["hello"], SamplingSettings(max_new_tokens=30, stop="none"))[0][0]
+    stopped = generate(model, ["hello"], SamplingSettings(max_new_tokens=30, stop=rule))[0][0]
     cut = next((i for i in range(1, len(free.text) + 1) if free.text[:i].count("a") >= 2), None)
     if cut is None or EOS in stopped.token_ids:
         assert stopped.finish_reason in ("eos", "cap")
@@ -400,7 +403,7 @@ def test_generation_that_cannot_fit_in_memory_is_refused_before_any_forward(mode
     monkeypatch.setattr(type(model), "forward", lambda *a, **k: calls.append(1))
     with pytest.raises(ValueError, match=r"generating 8 completions, 8 rows at a time, needs about .* GiB, more than "
                                          r"the .* lower --batch-rows or the samples"):
-        generate(model, ["def f(x):"], samples=8, max_new_tokens=4, temperature=1.0)
+        generate(model, ["def f(x):"], SamplingSettings(samples=8, max_new_tokens=4, temperature=1.0))
     assert calls == []
     monkeypatch.undo()
-    assert len(generate(model, ["def f(x):"], samples=8, max_new_tokens=4, temperature=1.0)[0]) == 8
+    assert len(generate(model, ["def f(x):"], SamplingSettings(samples=8, max_new_tokens=4, temperature=1.0))[0]) == 8

@@ -735,9 +735,9 @@ def test_playground_generates_in_the_precision_asked_for(checkpoint, monkeypatch
     seen = []
     real = sampling.stream_generate
 
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("precision"))
-        return real(*args, **kwargs)
+    def recording(model, prompt, settings):
+        seen.append(settings.precision)
+        return real(model, prompt, settings)
 
     monkeypatch.setattr(sampling, "stream_generate", recording)
     playground = Playground(checkpoint, precision="bf16")

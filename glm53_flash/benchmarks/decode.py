@@ -16,7 +16,7 @@ from glm53_flash.core.receipts import peak_rss_bytes, provenance, write_json
 from glm53_flash.core.runtime import resolve_device
 from glm53_flash.model.precision import compute_in
 from glm53_flash.evaluation.config import SAMPLED_DEFAULTS
-from glm53_flash.evaluation.sampling import BANNED_IDS, generate
+from glm53_flash.evaluation.sampling import BANNED_IDS, SamplingSettings, generate
 from glm53_flash.tasks import frozen_tasks
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.benchmarks.common import print_table, synchronize
@@ -57,11 +57,13 @@ def bench_sampling(model, device, tasks, samples, max_new_tokens, temperature, b
     prompts = [t.prompt for t in tasks]
     keys = [t.task_id for t in tasks]
     # Warm-up: first calls pay for allocator growth and kernel selection.
-    generate(model, prompts[:2], samples=2, max_new_tokens=4, temperature=temperature, keys=keys[:2], stop="none")
+    generate(model, prompts[:2], SamplingSettings(samples=2, max_new_tokens=4, temperature=temperature,
+                                                  keys=tuple(keys[:2]), stop="none"))
     synchronize(device)
     start = time.perf_counter()
-    ours = generate(model, prompts, samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                    seed=SAMPLING_SEED, keys=keys, stop="none")
+    ours = generate(model, prompts, SamplingSettings(samples=samples, max_new_tokens=max_new_tokens,
+                                                     temperature=temperature, seed=SAMPLING_SEED, keys=tuple(keys),
+                                                     stop="none"))
     synchronize(device)
     ours_seconds = time.perf_counter() - start
     rollouts = len(tasks) * samples

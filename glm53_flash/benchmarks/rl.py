@@ -3,9 +3,9 @@ per update) timed from one pretrained checkpoint in each precision, the runs int
 (fp32, bf16, fp32, bf16, ...), each a whole `train_rl` into a directory of its own. Per run: the wall
 time, and from its metrics the seconds of rollouts (sampling and the verifier) and of updates, the
 updates split into the log-probs' forwards and the backward with the AdamW step, the positions those
-forwards computed and the share of them that was padding (train.rl.forward_positions), with what it
-learned (updated groups, passing rollouts), so a faster precision that learns something else shows as
-such.
+forwards computed and the share of them that was padding (train.completion_logits.forward_positions),
+with what it learned (updated groups, passing rollouts), so a faster precision that learns something
+else shows as such.
 
 With `busy`, the same stage in fp32 instead: quiet, then beside one CPU-bound process this bench starts
 (`bench contention`'s competitor, killed when the run ends) with the thread count fixed and with
@@ -43,7 +43,8 @@ def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None
 
 
 def _one(cfg) -> dict:
-    from glm53_flash.train.rl import METRICS_FILE, train_rl
+    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import METRICS_FILE
 
     start = time.perf_counter()
     receipt = train_rl(cfg)

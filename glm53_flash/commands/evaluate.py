@@ -111,7 +111,7 @@ def _read_prompt_file(path: str) -> str:
 
 
 def _run_generate(args) -> int:
-    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.evaluation.sampling import SamplingSettings, generate
     from glm53_flash.evaluation.stop import coding_stop
     from glm53_flash.tasks import task_by_id
 
@@ -130,11 +130,12 @@ def _run_generate(args) -> int:
 
     model, _ = _load_model(args.checkpoint, args.device)
     precision = resolve_precision(args.precision, next(model.parameters()).device)
-    rows = generate(model, [prompt], samples=args.samples, max_new_tokens=args.max_new_tokens,
-                    temperature=_resolve_temperature(args.temperature, args.samples), top_k=args.top_k,
-                    top_p=args.top_p, seed=args.seed, keys=[task.task_id] if task else None,
-                    stop=coding_stop([task], stop) if task else stop, batch_rows=args.batch_rows,
-                    precision=precision)[0]
+    settings = SamplingSettings(samples=args.samples, max_new_tokens=args.max_new_tokens,
+                                temperature=_resolve_temperature(args.temperature, args.samples), top_k=args.top_k,
+                                top_p=args.top_p, seed=args.seed, keys=(task.task_id,) if task else None,
+                                stop=coding_stop([task], stop) if task else stop, batch_rows=args.batch_rows,
+                                precision=precision)
+    rows = generate(model, [prompt], settings)[0]
     if args.json:
         print(json.dumps([c.to_dict() for c in rows], indent=2))
         return 0

@@ -11,7 +11,8 @@ CLI flags, the config built from parsed flags and the config recorded in receipt
     add_arguments(parser, MyConfig); config = from_arguments(MyConfig, args); config_record(config)
     given_options(args)   # the fields whose flag was on the command line (a resume takes the rest from the run)
 
-Adding a knob is one edit: a field here is a flag, a config value and a receipt entry. A knob added
+Adding a knob is one edit: a field here is a flag, a config value and a receipt entry (under
+`run_config`; `summary=True` repeats it at the receipt's top level, `summary_record`). A knob added
 after plans were recorded whose default does what those plans did is `neutral=True`: a plan's
 identity (`identity_record`) leaves it out while it is at that default, so the plan's sha256 in the
 ledger stays the same.
@@ -47,13 +48,15 @@ _STORE, _STORE_TRUE, _STORE_FALSE = (_recording(argparse._StoreAction), _recordi
 
 
 def option(default=MISSING, *, help: str, choices=None, parse=None, metavar: str | None = None,
-           default_text: str | None = None, flag: bool = True, factory=None, neutral: bool = False):
+           default_text: str | None = None, flag: bool = True, factory=None, neutral: bool = False,
+           summary: bool = False):
     """A dataclass field with its CLI description. `parse` converts the flag's text (default: the
     field's type); `default_text` describes a default that is computed (e.g. "100,200,400 within
     --steps"); flag=False keeps a field out of the CLI (a documented exception such as a dict of
-    overrides that has flags of its own); neutral=True: see the module's docstring."""
+    overrides that has flags of its own); neutral=True: see the module's docstring; summary=True: the
+    value is also a top-level field of the run's receipt (`summary_record`)."""
     metadata = {"help": help, "choices": choices, "parse": parse, "metavar": metavar,
-                "default_text": default_text, _NO_FLAG: not flag, "neutral": neutral}
+                "default_text": default_text, _NO_FLAG: not flag, "neutral": neutral, "summary": summary}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -149,6 +152,12 @@ def _plain(value):
 def config_record(config) -> dict:
     """Every field of a run config, JSON-ready (tuples as lists), for receipts."""
     return {field.name: _plain(getattr(config, field.name)) for field in dataclasses.fields(config)}
+
+
+def summary_record(config) -> dict:
+    """The fields declared with summary=True, JSON-ready: what a receipt repeats at its top level."""
+    return {field.name: _plain(getattr(config, field.name)) for field in dataclasses.fields(config)
+            if field.metadata.get("summary")}
 
 
 def identity_record(config) -> dict:

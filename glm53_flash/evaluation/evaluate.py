@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from glm53_flash.evaluation import ledger
 from glm53_flash.evaluation.config import GREEDY_DEFAULTS, SAMPLED_DEFAULTS, EvalConfig  # noqa: F401 - re-exported
-from glm53_flash.evaluation.sampling import DEFAULT_BATCH_ROWS, Completion, generate
+from glm53_flash.evaluation.sampling import DEFAULT_BATCH_ROWS, Completion, SamplingSettings, generate
 from glm53_flash.core.stats import pass_at_k
 from glm53_flash.evaluation.stop import coding_stop
 from glm53_flash.tasks import EVAL_SPLITS, families_of, family_order, strict, strong_cases_record, strong_task, suite_of
@@ -35,12 +35,14 @@ SCHEMA_VERSION = "1.0"
 # GREEDY_DEFAULTS and SAMPLED_DEFAULTS are declared (torch-free) with EvalConfig in evaluation/config.py.
 
 
-def generate_for_tasks(model, tasks, *, stop: str = "parse", **options) -> list[list[Completion]]:
+def generate_for_tasks(model, tasks, *, stop: str = "parse", progress=None, governor=None,
+                       **settings) -> list[list[Completion]]:
     """`sampling.generate` on coding tasks: prompt = task.prompt, random streams keyed by task_id,
-    and the coding stop rule ('parse', the default; 'eos' and 'none' as in `generate`)."""
+    and the coding stop rule ('parse', the default; 'eos' and 'none' as in `generate`); `settings` are
+    the other fields of `SamplingSettings`."""
     tasks = list(tasks)
-    return generate(model, [t.prompt for t in tasks], keys=[t.task_id for t in tasks],
-                    stop=coding_stop(tasks, stop), **options)
+    settings = SamplingSettings(keys=tuple(t.task_id for t in tasks), stop=coding_stop(tasks, stop), **settings)
+    return generate(model, [t.prompt for t in tasks], settings, progress=progress, governor=governor)
 
 
 def split_of(tasks: Sequence) -> str:

@@ -7,6 +7,8 @@ RNG reseeded per call). Prompts of different lengths share one cache without pad
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ import torch
 from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.model.precision import compute_in
 
-GENERIC_STOPS = ("eos", "none")  # or a stop predicate: see `generate`
+GENERIC_STOPS = ("eos", "none")  # or a stop predicate: see `SamplingSettings`
 FINISH_REASONS = ("eos", "cap")  # or the name of the stop predicate that ended the row
 DEFAULT_BATCH_ROWS = 512
 
@@ -118,83 +120,117 @@ class _Row:
     finished: bool = False
 
 
-def _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop,
-                     batch_rows, vocab_size) -> None:
-    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
-        raise ValueError("prompts must be a non-empty list of strings")
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, str):
-            raise ValueError(f"prompts[{i}] must be a string, got {type(prompt).__name__}")
-    for name, value in (("samples", samples), ("max_new_tokens", max_new_tokens), ("batch_rows", batch_rows)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-            0.0 <= float(temperature) < float("inf")):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if temperature == 0:
-        if samples != 1:
-            raise ValueError(f"greedy decoding (temperature 0) gives identical samples; use samples=1, "
-                             f"got samples={samples}")
-        if top_k is not None or top_p is not None:
-            raise ValueError("top_k and top_p apply only to sampling (temperature > 0)")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                              or not 1 <= top_k <= vocab_size):
-        raise ValueError(f"top_k must be an integer in [1, {vocab_size}] or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0.0 < float(top_p) <= 1.0):
-        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
-    if isinstance(stop, str):
-        if stop not in GENERIC_STOPS:
-            raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a stop predicate, got {stop!r}")
-    elif not (callable(stop) and isinstance(getattr(stop, "name", None), str)):
-        raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a callable with a `name`, got {stop!r}")
-    if keys is not None:
-        if isinstance(keys, str) or len(keys) != len(prompts):
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What `generate` draws, checked when built (one clear line for a bad value).
+
+    samples per prompt; max_new_tokens, the cap; temperature 0 is greedy (then samples must be 1 and
+    top_k / top_p unset), otherwise sample i of a prompt uses the random stream (seed, key, i), where
+    `keys` holds one key per prompt (None: the prompt text); stop: 'eos' (EOS or the cap), 'none'
+    (EOS masked, every row runs to the cap) or a stop predicate: a callable `stop(prompt_index,
+    completion_text)` with a `name` (the finish reason it reports), optionally `trigger_ids` (asked
+    only after one of these tokens; None or absent: after every token) and `validate(prompts)`; the
+    coding tasks' rule is `evaluation.stop.ParseStop`. batch_rows: the most rows in one forward (not
+    a result: the completions do not depend on it). precision: a model/precision.Precision the forwards
+    run in (None: the device's default).
+    """
+
+    samples: int = 1
+    max_new_tokens: int = 48
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    keys: tuple[str, ...] | None = None
+    stop: object = "eos"
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    precision: object = None
+
+    def __post_init__(self) -> None:
+        for name in ("samples", "max_new_tokens", "batch_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        temperature, top_k, top_p = self.temperature, self.top_k, self.top_p
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+                0.0 <= float(temperature) < float("inf")):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        if temperature == 0:
+            if self.samples != 1:
+                raise ValueError(f"greedy decoding (temperature 0) gives identical samples; use samples=1, "
+                                 f"got samples={self.samples}")
+            if top_k is not None or top_p is not None:
+                raise ValueError("top_k and top_p apply only to sampling (temperature > 0)")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                                  or not 0.0 < float(top_p) <= 1.0):
+            raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
+        if isinstance(self.stop, str):
+            if self.stop not in GENERIC_STOPS:
+                raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a stop predicate, "
+                                 f"got {self.stop!r}")
+        elif not (callable(self.stop) and isinstance(getattr(self.stop, "name", None), str)):
+            raise ValueError(f"stop must be one of {', '.join(GENERIC_STOPS)} or a callable with a `name`, "
+                             f"got {self.stop!r}")
+        if self.keys is not None:
+            if isinstance(self.keys, str) or not isinstance(self.keys, Sequence):
+                raise ValueError("keys must be a list with one string per prompt")
+            for i, key in enumerate(self.keys):
+                if not isinstance(key, str):
+                    raise ValueError(f"keys[{i}] must be a string, got {type(key).__name__}")
+            object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "temperature", float(temperature))
+        object.__setattr__(self, "seed", int(self.seed))
+
+    def replace(self, **changes) -> "SamplingSettings":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def stop_name(self) -> str:
+        """'eos', 'none', or the stop predicate's name (the finish reason it reports)."""
+        return self.stop if isinstance(self.stop, str) else self.stop.name
+
+    @property
+    def predicate(self) -> Callable[[int, str], bool] | None:
+        return None if isinstance(self.stop, str) else self.stop
+
+    @functools.cached_property
+    def trigger_ids(self) -> frozenset | None:
+        triggers = getattr(self.stop, "trigger_ids", None)
+        return None if triggers is None else frozenset(triggers)
+
+    def check(self, prompts: Sequence[str], vocab_size: int) -> None:
+        """What depends on the call: the prompts, one key per prompt, top_k within the vocabulary, and
+        the stop predicate's own check of the prompts."""
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+            raise ValueError("prompts must be a non-empty list of strings")
+        for i, prompt in enumerate(prompts):
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompts[{i}] must be a string, got {type(prompt).__name__}")
+        if self.keys is not None and len(self.keys) != len(prompts):
             raise ValueError(f"keys must be a list with one string per prompt ({len(prompts)})")
-        for i, key in enumerate(keys):
-            if not isinstance(key, str):
-                raise ValueError(f"keys[{i}] must be a string, got {type(key).__name__}")
-    validate = getattr(stop, "validate", None)
-    if validate is not None:
-        validate(prompts)
+        if self.top_k is not None and self.top_k > vocab_size:
+            raise ValueError(f"top_k must be an integer in [1, {vocab_size}] or None, got {self.top_k!r}")
+        validate = getattr(self.stop, "validate", None)
+        if validate is not None:
+            validate(prompts)
 
 
-def generate(
-    model,
-    prompts: Sequence[str],
-    *,
-    samples: int = 1,
-    max_new_tokens: int = 48,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 0,
-    keys: Sequence[str] | None = None,
-    stop="eos",
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    progress: Callable[[int], None] | None = None,
-    precision=None,
-    governor=None,
-) -> list[list[Completion]]:
-    """Continue every prompt `samples` times; returns completions[prompt][sample].
+def generate(model, prompts: Sequence[str], settings: SamplingSettings = SamplingSettings(), *,
+             progress: Callable[[int], None] | None = None, governor=None) -> list[list[Completion]]:
+    """Continue every prompt `settings.samples` times; returns completions[prompt][sample].
 
-    Each prompt is encoded with BOS. temperature 0 is greedy; otherwise sample i of a prompt uses the
-    random stream (seed, key, i), where key defaults to the prompt text, so results do not depend on
-    which other prompts share the call. stop: 'eos' (EOS or the cap), 'none' (EOS is masked, every
-    row runs to the cap), or a stop predicate: a callable `stop(prompt_index, completion_text)`
-    with a `name` (the finish reason it reports), optionally `trigger_ids` (ask only after one of
-    these tokens; None or absent: after every token) and `validate(prompts)`. Rows also end at EOS
-    or the cap. The coding tasks' rule is `tasks.ParseStop`.
-    At most `batch_rows` rows run through one forward. `progress(n)` is called as n rows finish.
-    `precision` (a model/precision.Precision; None: the device's default) is what the forwards run in.
-    `governor` (a core/runtime.ThreadGovernor) sets the thread count after every decode step, so a
-    busy core elsewhere slows decoding by its share instead of stalling every parallel region.
+    Each prompt is encoded with BOS; rows end at EOS, the cap or the stop predicate (`SamplingSettings`),
+    and the results do not depend on which other prompts share the call. `progress(n)` is called as n
+    rows finish. `governor` (a core/runtime.ThreadGovernor) sets the thread count after every decode
+    step, so a busy core elsewhere slows decoding by its share instead of stalling every parallel region.
     """
     cfg = model.config
-    _check_arguments(prompts, samples, max_new_tokens, temperature, top_k, top_p, keys, stop,
-                     batch_rows, cfg.vocab_size)
-    keys = list(prompts) if keys is None else list(keys)
+    settings.check(prompts, cfg.vocab_size)
+    keys = list(prompts) if settings.keys is None else list(settings.keys)
     encoded = [_TOKENIZER.encode(prompt, bos=True) for prompt in prompts]
+    max_new_tokens, samples = settings.max_new_tokens, settings.samples
     limit = cfg.max_sequence_length
     for i, ids in enumerate(encoded):
         if len(ids) + max_new_tokens > limit:
@@ -206,54 +242,53 @@ def generate(
         from glm53_flash.core.runtime import check_fits
 
         total = len(prompts) * samples
-        rows = min(batch_rows, total)
+        rows = min(settings.batch_rows, total)
         kept = total * (16 * max_new_tokens + 512)  # every completion is kept to the end: ids, text, record
         check_fits(cfg.decode_bytes(rows, max(map(len, encoded)) + max_new_tokens) + kept,
                    f"generating {total} completions, {rows} rows at a time,", "lower --batch-rows or the samples")
-    settings = _settings(samples, max_new_tokens, temperature, top_k, top_p, seed, stop)
     results: list[list[Completion | None]] = [[None] * samples for _ in prompts]
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), compute_in(precision, device):
-            for chunk in _plan_chunks(encoded, samples, max_new_tokens, batch_rows):
+        with torch.inference_mode(), compute_in(settings.precision, device):
+            for chunk in _plan_chunks(encoded, samples, max_new_tokens, settings.batch_rows):
                 _generate_chunk(model, device, chunk, encoded, keys, settings, results, progress, governor)
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
 
 
-def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
-                    top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                    key: str | None = None, stop="eos", precision=None) -> Iterator[tuple[int, Completion | None]]:
+def stream_generate(model, prompt: str, settings: SamplingSettings = SamplingSettings()
+                    ) -> Iterator[tuple[int, Completion | None]]:
     """One prompt, one sample, one token at a time: yields (token_id, None) for every token chosen,
     and (token_id, Completion) for the last one.
 
-    The same decision rule as `generate(model, [prompt], samples=1, ...)` (same masks, the same
-    Gumbel stream for (seed, key, sample 0), the same stop rules), so the tokens and the final
-    Completion equal that call's; it exists so a caller (the playground) can show each token as it
-    is decided. A stop predicate is asked with prompt index 0.
+    The same decision rule as `generate(model, [prompt], settings)` (same masks, the same Gumbel stream
+    for (seed, key, sample 0), the same stop rules), so the tokens and the final Completion equal that
+    call's; it exists so a caller (the playground) can show each token as it is decided. A stop
+    predicate is asked with prompt index 0.
     """
     cfg = model.config
-    _check_arguments([prompt], 1, max_new_tokens, temperature, top_k, top_p, None if key is None else [key],
-                     stop, 1, cfg.vocab_size)
+    if settings.samples != 1:
+        raise ValueError(f"stream_generate draws one sample, got samples={settings.samples}")
+    settings.check([prompt], cfg.vocab_size)
+    max_new_tokens = settings.max_new_tokens
     encoded = _TOKENIZER.encode(prompt, bos=True)
     if len(encoded) + max_new_tokens > cfg.max_sequence_length:
         raise ValueError(f"prompt is {len(encoded)} tokens (with BOS); plus max_new_tokens={max_new_tokens} "
                          f"that exceeds max_sequence_length {cfg.max_sequence_length}")
-    settings = _settings(1, max_new_tokens, temperature, top_k, top_p, seed, stop)
     device = next(model.parameters()).device
     noise = None
     if settings.temperature > 0:
-        noise = gumbel_noise(settings.seed, prompt if key is None else key, 0, max_new_tokens,
-                             cfg.vocab_size).to(device)
+        key = prompt if settings.keys is None else settings.keys[0]
+        noise = gumbel_noise(settings.seed, key, 0, max_new_tokens, cfg.vocab_size).to(device)
 
     tokens: list[int] = []
     logprobs: list[float] = []
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), compute_in(precision, device):
+        with torch.inference_mode(), compute_in(settings.precision, device):
             cache = model.new_cache(1)
             logits = model(torch.tensor([encoded], dtype=torch.long, device=device), cache=cache).logits[:, -1]
             while True:
@@ -270,27 +305,6 @@ def stream_generate(model, prompt: str, *, max_new_tokens: int = 48, temperature
                 logits = model(torch.tensor([[token]], dtype=torch.long, device=device), cache=cache).logits[:, -1]
     finally:
         model.train(was_training)
-
-
-@dataclass(frozen=True)
-class _Settings:
-    samples: int
-    max_new_tokens: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    seed: int
-    stop: str  # "eos", "none", or the stop predicate's name
-    predicate: Callable[[int, str], bool] | None = None
-    trigger_ids: frozenset | None = None
-
-
-def _settings(samples, max_new_tokens, temperature, top_k, top_p, seed, stop) -> _Settings:
-    if isinstance(stop, str):
-        return _Settings(samples, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop)
-    triggers = getattr(stop, "trigger_ids", None)
-    return _Settings(samples, max_new_tokens, float(temperature), top_k, top_p, int(seed), stop.name, stop,
-                     None if triggers is None else frozenset(triggers))
 
 
 def _plan_chunks(encoded: list[list[int]], samples: int, max_new_tokens: int, batch_rows: int):
@@ -318,7 +332,7 @@ def _plan_chunks(encoded: list[list[int]], samples: int, max_new_tokens: int, ba
         yield chunk
 
 
-def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, results,
+def _generate_chunk(model, device, units, encoded, keys, settings: SamplingSettings, results,
                     progress, governor=None) -> None:
     """Decode one chunk in lockstep: prefill to the shortest prompt, then one token per step.
 
@@ -413,11 +427,11 @@ def _generate_chunk(model, device, units, encoded, keys, settings: _Settings, re
             governor.after_step()
 
 
-def _choose_tokens(logits: torch.Tensor, settings: _Settings, noise: torch.Tensor | None):
+def _choose_tokens(logits: torch.Tensor, settings: SamplingSettings, noise: torch.Tensor | None):
     """The decision rule shared by batched and streamed generation: mask, then argmax (greedy) or
     argmax of tempered/filtered scores plus the row's Gumbel noise [rows, V]. Returns (token ids [rows],
     their log-probs under the distribution they were drawn from [rows])."""
-    masked = mask_logits(logits, settings.stop)
+    masked = mask_logits(logits, settings.stop_name)
     if noise is None:
         scores = masked
         choice = masked.argmax(-1)
@@ -427,21 +441,21 @@ def _choose_tokens(logits: torch.Tensor, settings: _Settings, noise: torch.Tenso
     return choice, torch.log_softmax(scores, -1).gather(-1, choice[:, None])[:, 0]
 
 
-def _finish_reason(token_ids: list[int], settings: _Settings, prompt_index: int) -> str | None:
+def _finish_reason(token_ids: list[int], settings: SamplingSettings, prompt_index: int) -> str | None:
     last = token_ids[-1]
-    if last == ByteTokenizer.eos_id and settings.stop != "none":
+    if last == ByteTokenizer.eos_id and settings.stop_name != "none":
         return "eos"
     # The predicate (possibly costly: the coding rule parses) is asked only after its trigger tokens.
-    predicate = settings.predicate
-    if predicate is not None and (settings.trigger_ids is None or last in settings.trigger_ids) \
+    predicate, triggers = settings.predicate, settings.trigger_ids
+    if predicate is not None and (triggers is None or last in triggers) \
             and predicate(prompt_index, _TOKENIZER.decode(token_ids)):
-        return settings.stop
+        return settings.stop_name
     if len(token_ids) >= settings.max_new_tokens:
         return "cap"
     return None
 
 
-def _completion(token_ids: list[int], logprobs: list[float], settings: _Settings, reason: str) -> Completion:
+def _completion(token_ids: list[int], logprobs: list[float], settings: SamplingSettings, reason: str) -> Completion:
     hit_cap = len(token_ids) == settings.max_new_tokens and token_ids[-1] != ByteTokenizer.eos_id
     return Completion(text=_TOKENIZER.decode(token_ids), token_ids=tuple(token_ids), hit_cap=hit_cap,
                       logprobs=tuple(logprobs), finish_reason=reason)
@@ -453,6 +467,7 @@ __all__ = [
     "DEFAULT_BATCH_ROWS",
     "FINISH_REASONS",
     "GENERIC_STOPS",
+    "SamplingSettings",
     "generate",
     "gumbel_noise",
     "mask_logits",

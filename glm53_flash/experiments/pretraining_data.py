@@ -233,7 +233,7 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
     import torch
     import torch.nn.functional as F
 
-    from glm53_flash.evaluation.sampling import generate
+    from glm53_flash.evaluation.sampling import SamplingSettings, generate
 
     was_training = model.training
     model.eval()
@@ -247,8 +247,8 @@ def evaluate_held_out(model, examples: list[Example], sequence_length: int, gene
             logits = model(inputs[:, :length].to(device)).logits.float().cpu()
             # the longest target is 21 tokens; never ask for more room than the context has left
             cap = min(generation_tokens, sequence_length - max(e.prompt_tokens for e in examples))
-            completions = generate(model, [e.prompt for e in examples], max_new_tokens=cap,
-                                   temperature=0.0, stop="eos")
+            completions = generate(model, [e.prompt for e in examples],
+                                   SamplingSettings(max_new_tokens=cap, temperature=0.0, stop="eos"))
         for i, example in enumerate(examples):
             ids = _TOK.encode(example.text, bos=True, eos=True)
             start = example.prompt_tokens

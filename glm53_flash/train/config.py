@@ -161,30 +161,31 @@ RL_DEFAULT_CHECKPOINTS = (8, 16, 32)
 @dataclass
 class RLConfig:
     """Every knob of `glm53 rl`, declared once: each field is a flag (options.py) and is recorded in
-    run.json and the receipt. The defaults are our fixes; the switches that restore the original
-    are named in each help text."""
+    run.json and the receipt (`summary=True`: at the receipt's top level too). The defaults are our
+    fixes; the switches that restore the original are named in each help text."""
 
-    initial_checkpoint: str = option(help="pretraining checkpoint to start from")
+    initial_checkpoint: str = option(help="pretraining checkpoint to start from", summary=True)
     output: str = option(help="run directory (must not exist unless --resume)")
     groups: int = option(32, help="prompts (one group of samples each)")
     checkpoints: tuple[int, ...] | None = option(
         None, help="groups to checkpoint after; the last always is", default_text="8,16,32 within --groups")
-    group_size: int = option(4, help="samples per prompt (RLOO needs at least 2)")
+    group_size: int = option(4, help="samples per prompt (RLOO needs at least 2)", summary=True)
     max_new_tokens: int | None = option(None, help="completion length cap",
-                                        default_text="48; 64 with --tasks compositions")
-    temperature: float = option(0.8, help="sampling temperature of the rollouts")
-    learning_rate: float = option(2e-5, help="AdamW learning rate")
-    train_scope: str = option("all", help="which parameters are trained", choices=TRAIN_SCOPES)
-    reward_mode: str = option("case-fraction", help="reward of a valid program", choices=REWARD_MODES)
-    invalid_penalty: float = option(-0.1, help="reward of an invalid or limit program")
-    exact_bonus: float = option(0.0, help="extra reward for passing every case")
-    tasks: str = option("families", choices=SUITES, neutral=True,
+                                        default_text="48; 64 with --tasks compositions", summary=True)
+    temperature: float = option(0.8, help="sampling temperature of the rollouts", summary=True)
+    learning_rate: float = option(2e-5, help="AdamW learning rate", summary=True)
+    train_scope: str = option("all", help="which parameters are trained", choices=TRAIN_SCOPES, summary=True)
+    reward_mode: str = option("case-fraction", help="reward of a valid program", choices=REWARD_MODES, summary=True)
+    invalid_penalty: float = option(-0.1, help="reward of an invalid or limit program", summary=True)
+    exact_bonus: float = option(0.0, help="extra reward for passing every case", summary=True)
+    tasks: str = option("families", choices=SUITES, neutral=True, summary=True,
                         help="task suite: families (the eight families' rl split) or compositions (compositions.rl: "
                              "one task per behaviour, seen structures with constants pretraining never showed)")
     families: str = option("", help="comma list of task families (compositions: int, str, list)", default_text="all")
     tasks_per_family: int | None = option(None, help="rl-split tasks per family (the families suite only)",
-                                          default_text="4")
+                                          default_text="4", summary=True)
     reward_cases: str = option("three", neutral=True, parse=parse_reward_cases, metavar="three|strong|sample-K",
+                               summary=True,
                                help="the cases a rollout's reward is judged on: the task's three hidden cases (the "
                                     "original's), its whole strong set, or K cases drawn from the strong set for each "
                                     "group; every rollout that passes is also judged on the strong set (the receipt's "
@@ -193,19 +194,19 @@ class RLConfig:
     device: str = option(DEFAULT_DEVICE, help="where to train", choices=DEVICE_CHOICES)
     preset: str | None = option(None, help="refuse a checkpoint whose model is not this preset",
                                 choices=tuple(sorted(PRESETS)))
-    logprob_source: str = option("sampler", choices=LOGPROB_SOURCES,
+    logprob_source: str = option("sampler", choices=LOGPROB_SOURCES, summary=True,
                                  help="distribution of the gradient's log-probs; 'untempered' = untempered, "
                                       "unmasked (the original's mismatch)")
-    loss_normalization: str = option("constant", choices=LOSS_NORMALIZATIONS,
+    loss_normalization: str = option("constant", choices=LOSS_NORMALIZATIONS, summary=True,
                                      help="how token losses are summed; 'sequence-mean' is the original's")
-    eos_handling: str = option("append", choices=EOS_HANDLING,
+    eos_handling: str = option("append", choices=EOS_HANDLING, summary=True,
                                help="'append': train parse-stopped completions with EOS; 'omit': without "
                                     "(the original)")
-    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=RL_STOPS)
-    prompts_per_update: int | None = option(None, help="groups per optimizer step",
+    stop: str = option("parse", help="rollout stop rule ('parse' = the original's)", choices=RL_STOPS, summary=True)
+    prompts_per_update: int | None = option(None, help="groups per optimizer step", summary=True,
                                             default_text="one per rank: 1, or the number of ranks under torchrun")
-    kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy")
-    warmup: int = option(0, help="linear LR warmup, in updates")
+    kl_coef: float = option(0.0, help="KL penalty to the frozen initial policy", summary=True)
+    warmup: int = option(0, help="linear LR warmup, in updates", summary=True)
     grad_clip: float = option(1.0, help="clip the gradient's global norm to this")
     verifier_workers: int | None = option(None, help="sandbox worker processes", default_text="one per CPU")
     precision: str | None = option(None, neutral=True, choices=PRECISIONS, help=PRECISION_HELP + " (rollouts and update)",

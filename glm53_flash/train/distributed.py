@@ -3,7 +3,7 @@
 Run `torchrun --nproc_per_node=N -m glm53_flash.cli pretrain ...` (or `... rl ...`). Pretraining:
 each rank takes its slice of the global batch and DDP averages the gradients. RL: each rank takes a
 disjoint share of every update's groups and `all_sum_gradients` adds the ranks' gradients (see
-train/rl.py). Either way only rank 0 writes files (the run directory's lock included:
+train/rl_run.py). Either way only rank 0 writes files (the run directory's lock included:
 `lock_on_main`).
 """
 

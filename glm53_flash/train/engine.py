@@ -18,8 +18,8 @@ rest, once:
   SIGTERM with the command that resumes, `complete` at the end), a finished run found finished, and
   the torchrun rules (rank 0 alone writes; every rank waits at each checkpoint).
 
-The loops over it: pretraining (`train/pretrain.py`, a Trainer), RL (`train/rl.py`, a Trainer whose
-step is rollouts plus the RLOO update and advances by a whole update of groups), the
+The loops over it: pretraining (`train/pretrain.py`, a Trainer), RL (`train/rl_run.py`, a Trainer whose
+step is train/rl.py's rollouts plus the RLOO update and advances by a whole update of groups), the
 pretraining-data study (`experiments/pretraining_data.py`, a StepLoop in memory, its run directory
 the study's) and both vision runs (`vision/training.py`, `vision/pilot.py`, StepLoops in memory:
 they train for seconds and write one receipt). The recipes they use:

@@ -269,7 +269,7 @@ class Playground:
 
     def run(self, request: dict) -> Iterator[dict]:
         """Events: start, one token event per generated token, done, then verdict (tasks only)."""
-        from glm53_flash.evaluation.sampling import stream_generate
+        from glm53_flash.evaluation.sampling import SamplingSettings, stream_generate
         from glm53_flash.evaluation.stop import ParseStop
         from glm53_flash.data.tokenizer import ByteTokenizer
 
@@ -279,11 +279,11 @@ class Playground:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         started = time.perf_counter()
         completion = None
-        for token, finished in stream_generate(
-                self.model, request["prompt"], max_new_tokens=request["max_new_tokens"],
-                temperature=request["temperature"], seed=request["seed"],
-                key=task.task_id if task else None, precision=self.precision,
-                stop=ParseStop([task]) if request["stop"] == "parse" else request["stop"]):
+        settings = SamplingSettings(max_new_tokens=request["max_new_tokens"], temperature=request["temperature"],
+                                    seed=request["seed"], keys=(task.task_id,) if task else None,
+                                    stop=ParseStop([task]) if request["stop"] == "parse" else request["stop"],
+                                    precision=self.precision)
+        for token, finished in stream_generate(self.model, request["prompt"], settings):
             is_byte = ByteTokenizer.byte_offset <= token < ByteTokenizer.vocab_size
             text = decoder.decode(bytes([token - ByteTokenizer.byte_offset])) if is_byte else ""
             yield {"type": "token", "id": token, "text": text}
