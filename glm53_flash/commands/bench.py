@@ -27,7 +27,28 @@ def register(bench_sub) -> None:
     _add_bench_precision(bench_sub)
     _add_bench_profile(bench_sub)
     _add_bench_rl(bench_sub)
+    _add_bench_quickstart(bench_sub)
     add_bench_verify_parser(bench_sub)
+
+
+def _add_bench_quickstart(bench_sub) -> None:
+    parser = bench_sub.add_parser(
+        "quickstart", help="the README's first run, each command timed in its own process, and the dev pass rate "
+                           "before and after RL",
+        description="Run the first run (benchmarks/quickstart.py FIRST_RUN, what the README shows) in a scratch "
+                    "directory, each command in a fresh process as a user runs it; write a receipt with the seconds "
+                    "of each command, the dev tasks solved before and after RL and this machine's CPU.")
+    parser.add_argument("--output", default="runs/bench/quickstart.json", help="JSON receipt path")
+    parser.set_defaults(func=_run_bench_quickstart)
+
+
+def _run_bench_quickstart(args) -> int:
+    from glm53_flash.benchmarks.quickstart import run
+
+    receipt = run(args.output)
+    dev = receipt["dev"]
+    print(f"dev: {dev['before']} of {dev['tasks']} tasks before RL, {dev['after']} after; receipt {args.output}")
+    return 0
 
 
 def _add_bench_rl(bench_sub) -> None:

@@ -63,8 +63,44 @@ def render_headline(root: Path) -> str:
     return "\n".join(headline_block(summary, "results/headline-distribution/distribution.png"))
 
 
+def render_first_run(root: Path) -> str:
+    """The first run's commands (benchmarks/quickstart.py FIRST_RUN), as a bash block."""
+    from glm53_flash.benchmarks.quickstart import command_lines
+
+    return "\n".join(["```bash", *command_lines(), "```"])
+
+
+def cpu_name(provenance: dict) -> str:
+    """'AMD EPYC (family 26, model 2; AVX512-BF16)' from a receipt's provenance."""
+    cpu = (provenance.get("math") or {}).get("cpu") or {}
+    flags = cpu.get("math_flags") or []
+    isa = ("AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags
+           else "AVX2" if "avx2" in flags else "no AVX2")
+    numbers = f"family {cpu.get('family')}, model {cpu.get('model_number')}; " if cpu.get("family") else ""
+    return f"{cpu.get('model') or 'an unknown CPU'} ({numbers}{isa}, {provenance.get('cpu_count')} cores)"
+
+
+def render_first_run_times(root: Path) -> str:
+    """What the first run printed and how long each command took, per committed receipt
+    (results/bench/quickstart-*.json, `glm53 bench quickstart`)."""
+    receipts = [json.loads(p.read_text()) for p in sorted((root / "results" / "bench").glob("quickstart-*.json"))]
+    if not receipts:
+        return "No first run has been timed yet (`glm53 bench quickstart`)."
+    lines = ["| command | " + " | ".join(cpu_name(r["provenance"]) for r in receipts) + " |",
+             "|---|" + "---|" * len(receipts)]
+    for i, entry in enumerate(receipts[0]["commands"]):
+        lines.append(f"| `glm53 {entry['argv'][0]}` | " + " | ".join(f"{r['commands'][i]['seconds']:.0f} s"
+                                                                    for r in receipts) + " |")
+    lines.append("")
+    lines += [f"On {cpu_name(r['provenance'])}: the pretrained tiny model solves {r['dev']['before']} of "
+              f"{r['dev']['tasks']} dev tasks, and {r['dev']['after']} after RL." for r in receipts]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "model-facts": render_model_facts,
+    "first-run": render_first_run,
+    "first-run-times": render_first_run_times,
     "headline": render_headline,
 }
 

@@ -1,0 +1,71 @@
+"""`glm53 bench quickstart`: the README's first run, command by command in a scratch directory, each
+timed as a user runs it (a fresh process), with what it leaves: the dev pass rate before and after RL.
+
+`FIRST_RUN` is the first run: the README shows it (a generated block) and tests/test_quickstart.py runs
+it. Its settings leave the pretrained tiny model room on dev and let RL close part of it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from glm53_flash.core.receipts import provenance, read_json, write_json
+
+STEPS, GROUPS = 250, 64
+FIRST_RUN: tuple[tuple[str, ...], ...] = (
+    ("pretrain", "--preset", "tiny", "--steps", str(STEPS), "--batch-size", "16", "--learning-rate", "3e-3",
+     "--checkpoints", str(STEPS), "--output", "runs/tiny"),
+    ("eval", "--checkpoint", f"runs/tiny/checkpoint-{STEPS:04d}", "--split", "dev", "--output", "runs/tiny/dev.json"),
+    ("rl", "--initial-checkpoint", f"runs/tiny/checkpoint-{STEPS:04d}", "--groups", str(GROUPS), "--group-size", "8",
+     "--learning-rate", "5e-5", "--output", "runs/tiny-rl"),
+    ("eval", "--checkpoint", f"runs/tiny-rl/checkpoint-{GROUPS:04d}", "--split", "dev", "--output",
+     "runs/tiny-rl/dev.json"),
+    ("compare", "runs/tiny/dev.json", "runs/tiny-rl/dev.json"),
+    ("generate", "--checkpoint", f"runs/tiny-rl/checkpoint-{GROUPS:04d}", "--task-id", "dev-double-000"),
+    ("report", "runs/tiny-rl"),
+    ("serve", "--checkpoint", f"runs/tiny-rl/checkpoint-{GROUPS:04d}"),
+)
+BEFORE, AFTER = "runs/tiny/dev.json", "runs/tiny-rl/dev.json"
+# `serve` runs until stopped: the first run's last command is only shown
+NOT_TIMED = ("serve",)
+
+
+def command_lines() -> list[str]:
+    """The first run as the README's bash block shows it."""
+    return ["source .venv/bin/activate", *("glm53 " + " ".join(argv) for argv in FIRST_RUN)]
+
+
+def dev_counts(directory: Path) -> dict:
+    """Dev tasks solved before and after RL, from the two evaluation receipts the first run writes."""
+    before, after = (read_json(directory / name)["summary"] for name in (BEFORE, AFTER))
+    return {"tasks": after["tasks_total"], "before": before["tasks_solved"], "after": after["tasks_solved"]}
+
+
+def run(output: str | Path, workdir: str | Path | None = None, log=print) -> dict:
+    """Run the first run in `workdir` (a new temporary directory by default), each command in its own
+    process, and write the receipt to `output`: seconds per command and the dev counts."""
+    with tempfile.TemporaryDirectory(prefix="glm53-quickstart-") as scratch:
+        where = Path(workdir or scratch)
+        where.mkdir(parents=True, exist_ok=True)
+        commands = []
+        for argv in FIRST_RUN:
+            if argv[0] in NOT_TIMED:
+                continue
+            log(f"glm53 {' '.join(argv)}")
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "glm53_flash.cli", *argv, *(("--quiet",) if argv[0] in (
+                "pretrain", "eval", "rl") else ())], cwd=where, capture_output=True, text=True)
+            seconds = time.perf_counter() - started
+            if done.returncode != 0:
+                raise RuntimeError(f"glm53 {' '.join(argv)} failed: {done.stderr.strip().splitlines()[-1:]}")
+            commands.append({"argv": list(argv), "seconds": round(seconds, 1)})
+        receipt = {"commands": commands, "dev": dev_counts(where), "provenance": provenance()}
+    write_json(output, receipt)
+    return receipt
+
+
+__all__ = ["FIRST_RUN", "command_lines", "dev_counts", "run"]
