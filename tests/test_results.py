@@ -207,7 +207,7 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
     """results/rl-generalisation/ and its rerun: every receipt is of the committed plan, the summary is what the analysis
     computes from them, every sealed receipt is the newest ledger line with its sha256 under its own (arm, seed)
     identity (a second line only with its reason), and every file is under 1 MB."""
-    from glm53_flash.commands.experiments import sealed_identity
+    from glm53_flash.experiments.runner import sealed_identity
     from glm53_flash.core.receipts import sha256_file
     from glm53_flash.evaluation.ledger import read_ledger
     from glm53_flash.experiments import generalisation
@@ -244,38 +244,37 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
 
 
 def test_the_rerun_comparison_is_what_both_studies_receipts_give():
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import generalisation, reruns
 
     rerun = ROOT / "results" / "rl-generalisation-rerun"
     first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-generalisation")
     plan, receipts = reruns.load(rerun)
     summary = json.loads((rerun / "summary.json").read_text())
-    assert_same_results(reruns.compare(first_plan, first_receipts, plan, receipts), summary["rerun"], "rerun")
+    assert_same_results(generalisation.compare_rerun(first_plan, first_receipts, plan, receipts), summary["rerun"],
+                        "rerun")
 
 
 def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
     """The compositions RL-choices screen and its rerun from another pretraining seed's checkpoint: the
     committed comparison rebuilds from the receipts; a rerun from the same weights, or of another design,
     is refused."""
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import reruns, rl_choices
 
     rerun = ROOT / "results" / "rl-choices-compositions-rerun"
     first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-choices-compositions")
     plan, receipts = reruns.load(rerun)
-    from glm53_flash.experiments.analysis import compute_rl_choices
-
     summary = json.loads((rerun / "summary.json").read_text())
-    first, second = (compute_rl_choices(Path("."), p, r) for p, r in ((first_plan, first_receipts), (plan, receipts)))
-    assert_same_results(reruns.compare_rl_choices(first_plan, first, plan, second), summary["rerun"], "rerun")
+    first, second = (rl_choices.compute(Path("."), p, r) for p, r in ((first_plan, first_receipts), (plan, receipts)))
+    assert_same_results(rl_choices.compare_rerun(first_plan, first, plan, second), summary["rerun"], "rerun")
     assert summary["rerun"]["first"]["candidate"] == summary["rerun"]["rerun"]["candidate"]
     with pytest.raises(ValueError, match="same weights"):
-        reruns.compare_rl_choices(first_plan, first, first_plan, first)
+        rl_choices.compare_rerun(first_plan, first, first_plan, first)
     other = json.loads(json.dumps(plan))
     other["design"]["arms"] = other["design"]["arms"][:2]
     with pytest.raises(ValueError, match="arms"):
-        reruns.check_rl_choices_designs(first_plan, other)
+        rl_choices.check_rerun_design(first_plan, other)
     with pytest.raises(ValueError, match="arms"):
-        reruns.compare_rl_choices(first_plan, first, other, second)
+        rl_choices.compare_rerun(first_plan, first, other, second)
 
 
 def test_a_confirmed_difference_below_the_baseline_is_answered_as_worse():
@@ -356,18 +355,18 @@ def test_the_pretrain_switches_rerun_comparison_is_what_both_studies_receipts_gi
     """results/pretrain-switches-rerun/ (pretraining seeds 24 and 25) against results/pretrain-switches/ (21 and
     22): the committed comparison, per phase and switch, rebuilds from both studies' receipts; the seeds are
     disjoint, and the same study compared with itself is refused."""
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import pretrain_switches, reruns
 
     first_plan, first_receipts = reruns.load(ROOT / "results" / "pretrain-switches")
     plan, receipts = reruns.load(ROOT / "results" / "pretrain-switches-rerun")
     assert len(receipts) == len(plan["units"])
     assert not set(first_plan["design"]["seeds"]) & set(plan["design"]["seeds"])
     summary = json.loads((ROOT / "results" / "pretrain-switches-rerun" / "summary.json").read_text())
-    assert_same_results(reruns.compare_pretrain_switches(first_plan, first_receipts, plan, receipts),
+    assert_same_results(pretrain_switches.compare_rerun(first_plan, first_receipts, plan, receipts),
                         summary["rerun"], "rerun")
     assert set(summary["rerun"]["phases"]) == {"dev", "sealed"}
     with pytest.raises(ValueError):
-        reruns.compare_pretrain_switches(first_plan, first_receipts, first_plan, first_receipts)
+        pretrain_switches.compare_rerun(first_plan, first_receipts, first_plan, first_receipts)
 
 
 def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
@@ -380,8 +379,8 @@ def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     plan, receipts = reruns.load(rerun)
     assert len(receipts) == len(plan["units"])
     summary = json.loads((rerun / "summary.json").read_text())
-    again = reruns.compare_rl_switches(first_plan, rl_switches.compute(first_plan, first_receipts),
-                                       plan, rl_switches.compute(plan, receipts))
+    again = rl_switches.compare_rerun(first_plan, rl_switches.compute(first_plan, first_receipts),
+                                  plan, rl_switches.compute(plan, receipts))
     assert_same_results(again, summary["rerun"], "rerun")
     assert_same_results(rl_switches.compute(plan, receipts)["comparisons"], summary["comparisons"], "comparisons")
 
