@@ -12,7 +12,16 @@ import pytest
 from web_helpers import RESULTS
 
 from glm53_flash.cli import main
-from glm53_flash.report.slides import RELEASED, STUDIES, build_deck
+from glm53_flash.experiments.registry import deck_entries
+from glm53_flash.report.slides import RELEASED, build_deck as build_deck_with
+
+# The deck's study slides, as `glm53 slides build` reads them from the study registry: (slide id, title, command,
+# summary under the results directory).
+STUDIES = [(e.slide_id, e.title, e.command, e.summary) for e in deck_entries()]
+
+
+def build_deck(runs):
+    return build_deck_with(runs, deck_entries())
 
 SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
                "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
