@@ -320,6 +320,7 @@ def test_rl_selection_follows_the_planned_rule():
         rl_choices.select_candidate(plan, receipts[:2])
 
 
+@pytest.mark.slow
 def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     ckpt_run = tmp_path / "pretrain"
     assert main(["pretrain", "--preset", "tiny", "--steps", "1", "--sequence-length", "128", "--batch-size", "2",

@@ -30,6 +30,7 @@ def _plan(**changes):
     return gen.build_plan(**(options | changes))
 
 
+@pytest.mark.slow
 def test_task_subsets_are_fixed_spread_and_need_no_opening():
     ids = split_task_ids(compositions.UNSEEN_SPLIT)
     subset = gen.task_subset(compositions.UNSEEN_SPLIT, 40)
@@ -42,6 +43,7 @@ def test_task_subsets_are_fixed_spread_and_need_no_opening():
         gen.task_subset(compositions.DEV_SPLIT, 0)
 
 
+@pytest.mark.slow
 def test_plan_has_every_unit_and_states_its_power():
     plan = _plan()
     phases = [u["phase"] for u in plan["units"]]
@@ -88,6 +90,7 @@ def _study_args(out, *extra):
             "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path, capsys, private_ledger,
                                                                       one_thread):
     out = tmp_path / "study"
@@ -467,6 +470,7 @@ def test_an_rl_switches_rerun_holds_where_both_studies_agree_and_refuses_shared_
         sw.check_rerun_design(first_plan, other)
 
 
+@pytest.mark.slow
 def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, one_thread):
     source = tmp_path / "study"
     assert main(_study_args(source)) == 0  # pretraining and RL finished; the sealed evaluations wait

@@ -209,6 +209,7 @@ def _args(out, *extra):
             "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_end_to_end_dev_decision_then_one_opening_of_the_sealed_split(tmp_path, capsys, private_ledger, one_thread):
     out = tmp_path / "study"
     assert main(_args(out)) == 0
@@ -279,6 +280,7 @@ def test_a_planned_rerun_is_checked_against_the_first_study_before_anything_runs
         check_planned_rerun(STUDIES["rl-generalisation"], first, {**draft, "study": "rl-generalisation"})
 
 
+@pytest.mark.slow
 def test_rl_switches_take_the_arms_runs_of_a_pretrain_switches_study(tmp_path, capsys, monkeypatch, one_thread):
     """The RL-switch study on disjoint pretraining seeds: its source may be this study, whose ours (000) and
     faithful (111) runs are the arms' pretraining; the RL recipe is the rl-generalisation study's."""

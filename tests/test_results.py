@@ -54,6 +54,7 @@ def _makefile_command(target: str, variables: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("target, first", [("study-generalisation-rerun", "rl-generalisation"),
                                            ("study-pretrain-switches-rerun", "pretrain-switches")])
+@pytest.mark.slow
 def test_the_makefiles_reruns_are_reruns_of_the_committed_studies(target, first, tmp_path, monkeypatch):
     """Each rerun target, planned as the Makefile runs it (STUDY_PRECISION's bf16 on any CPU), passes the design
     check against the committed first study: a study default changed since the first study ran would make
@@ -202,6 +203,7 @@ def test_committed_run_summaries_read_as_their_type_and_back():
             RunSummary.from_dict(spoilt, source="x")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rl-generalisation", "rl-generalisation-rerun"])
 def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_sealed_one_is_in_the_ledger_once(name):
     """results/rl-generalisation/ and its rerun: every receipt is of the committed plan, the summary is what the analysis
@@ -243,6 +245,7 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_the_rerun_comparison_is_what_both_studies_receipts_give():
     from glm53_flash.experiments import generalisation, reruns
 
@@ -254,6 +257,7 @@ def test_the_rerun_comparison_is_what_both_studies_receipts_give():
                         "rerun")
 
 
+@pytest.mark.slow
 def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
     """The compositions RL-choices screen and its rerun from another pretraining seed's checkpoint: the
     committed comparison rebuilds from the receipts; a rerun from the same weights, or of another design,
@@ -321,6 +325,7 @@ def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
     assert studies == sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pretrain-switches", "pretrain-switches-rerun"])
 def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_the_sealed_split_once(name):
     """results/pretrain-switches/ and its rerun: every receipt is of the committed plan, the summary's dev and sealed
@@ -351,6 +356,7 @@ def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_th
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_the_pretrain_switches_rerun_comparison_is_what_both_studies_receipts_give():
     """results/pretrain-switches-rerun/ (pretraining seeds 24 and 25) against results/pretrain-switches/ (21 and
     22): the committed comparison, per phase and switch, rebuilds from both studies' receipts; the seeds are
@@ -369,6 +375,7 @@ def test_the_pretrain_switches_rerun_comparison_is_what_both_studies_receipts_gi
         pretrain_switches.compare_rerun(first_plan, first_receipts, first_plan, first_receipts)
 
 
+@pytest.mark.slow
 def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     """results/rl-switches-rerun/ (from the pretrain-switches study's arms, seeds 21 and 22) against
     results/rl-switches/ (seeds 6-8): the committed comparison rebuilds from both studies' receipts."""
@@ -385,6 +392,7 @@ def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     assert_same_results(rl_switches.compute(plan, receipts)["comparisons"], summary["comparisons"], "comparisons")
 
 
+@pytest.mark.slow
 def test_analyze_prints_the_pretrain_switches_rerun_per_phase(tmp_path, capsys):
     """`glm53 analyze RERUN --rerun-of FIRST` on a copy of the committed pretrain-switches rerun: its verdict
     comes per phase (the comparison has no single all_hold), as the committed summary has it."""
