@@ -5,9 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo seeds study-generalisation study-generalisation-rerun study-switches study-pretrain-switches \
-	study-pretrain-switches-rerun study-rl-choices study-rl-choices-rerun study-rl-choices-temperature \
-	test test-quick clean-venv
+.PHONY: demo seeds test test-quick clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +27,8 @@ demo: $(STAMP)
 seeds: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision auto $(DEMO_FLAGS) --extra-pretrain-seeds 1,2 --reopen "$(REOPEN)" --allow-dirty
 
-# The compositions suite's studies (docs/STUDIES.md). Each states its power and its time on this machine
+# The compositions suite's studies (docs/STUDIES.md), each target declared by its study (experiments/<study>.py,
+# `make_targets`) and written below by `glm53 docs makefile`. Each states its power and its time on this machine
 # before the first run, runs two units at a time (one thread each) and resumes when rerun; the sealed
 # splits are opened once per arm and pretraining seed, recorded in results/ledger.jsonl. The rerun is
 # the same study on disjoint pretraining seeds, checked against the committed first study before it runs
@@ -39,6 +38,40 @@ seeds: $(STAMP)
 # without AVX-512") and a study takes many times as long; the plan states its time before the first run.
 # STUDY_PRECISION=fp32 (or auto there) is another design, which --rerun-of refuses to call a rerun.
 STUDY_PRECISION ?= bf16
+
+# >>> the studies' targets, generated from experiments/registry.py (`glm53 docs makefile`) >>>
+.PHONY: study-rl-choices study-rl-choices-rerun study-rl-choices-temperature study-generalisation \
+	study-generalisation-rerun study-switches study-pretrain-switches study-pretrain-switches-rerun
+
+# Which RL choices matter on the compositions suite (docs/STUDIES.md): the original's screen (every arm's budget
+# x8, plus the strong reward) from our arm's study checkpoint of one pretraining seed, the screen's winner confirmed
+# on fresh seeds and the sealed unseen compositions; the rerun from another pretraining seed; and the
+# original's strongest lead, temperature 0.20, confirmed as fixed in advance from both.
+RL_CHOICES_PURPOSE ?= make study-rl-choices: the compositions RL-choices confirmation
+STUDY_PRETRAIN_FLAGS = --preset study --tasks compositions --steps 2500 --checkpoints 1500,2000,2500 --batch-size 32 \
+	--learning-rate 2e-3 --warmup 100 --precision $(STUDY_PRECISION) --quiet
+runs/study-pretrain-ours-%/checkpoint-2500/model.safetensors: | $(STAMP)
+	$(BIN)/glm53 pretrain $(STUDY_PRETRAIN_FLAGS) --seed $* --output runs/study-pretrain-ours-$* \
+		$$(test -d runs/study-pretrain-ours-$* && echo --resume)
+
+study-rl-choices: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors
+	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-11/checkpoint-2500 \
+		--precision $(STUDY_PRECISION) --output runs/study-rl-choices --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 11"
+
+study-rl-choices-rerun: runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
+	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-12/checkpoint-2500 \
+		--precision $(STUDY_PRECISION) --output runs/study-rl-choices-rerun --rerun-of results/rl-choices-compositions \
+		--open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
+
+study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors \
+		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
+	for seed in 11 12; do \
+		$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-$$seed/checkpoint-2500 \
+			--precision $(STUDY_PRECISION) --output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --seeds 101 --confirm-arm temp-low \
+			--confirm-seeds 2001:10:1 \
+			--open-sealed "$(RL_CHOICES_PURPOSE): temperature 0.20 fixed in advance, pretraining seed $$seed" || exit 1; \
+	done
+
 STUDY_PURPOSE ?= make study-generalisation: the study's sealed evaluations, after every selection on dev
 study-generalisation: $(STAMP)
 	$(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation --precision $(STUDY_PRECISION) \
@@ -69,35 +102,7 @@ study-pretrain-switches-rerun: $(STAMP)
 	$(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25 \
 		--precision $(STUDY_PRECISION) --rerun-of results/pretrain-switches \
 		--open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
-
-# Which RL choices matter on the compositions suite (docs/STUDIES.md): the original's screen (every arm's budget
-# x8, plus the strong reward) from our arm's study checkpoint of one pretraining seed, the screen's winner confirmed
-# on fresh seeds and the sealed unseen compositions; the rerun from another pretraining seed; and the
-# original's strongest lead, temperature 0.20, confirmed as fixed in advance from both.
-RL_CHOICES_PURPOSE ?= make study-rl-choices: the compositions RL-choices confirmation
-STUDY_PRETRAIN_FLAGS = --preset study --tasks compositions --steps 2500 --checkpoints 1500,2000,2500 --batch-size 32 \
-	--learning-rate 2e-3 --warmup 100 --precision $(STUDY_PRECISION) --quiet
-runs/study-pretrain-ours-%/checkpoint-2500/model.safetensors: | $(STAMP)
-	$(BIN)/glm53 pretrain $(STUDY_PRETRAIN_FLAGS) --seed $* --output runs/study-pretrain-ours-$* \
-		$$(test -d runs/study-pretrain-ours-$* && echo --resume)
-
-study-rl-choices: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors
-	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-11/checkpoint-2500 \
-		--precision $(STUDY_PRECISION) --output runs/study-rl-choices --open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 11"
-
-study-rl-choices-rerun: runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
-	$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-12/checkpoint-2500 \
-		--precision $(STUDY_PRECISION) --output runs/study-rl-choices-rerun --rerun-of results/rl-choices-compositions \
-		--open-sealed "$(RL_CHOICES_PURPOSE), pretraining seed 12 (the rerun)"
-
-study-rl-choices-temperature: runs/study-pretrain-ours-11/checkpoint-2500/model.safetensors \
-		runs/study-pretrain-ours-12/checkpoint-2500/model.safetensors
-	for seed in 11 12; do \
-		$(BIN)/glm53 experiment rl-choices --suite compositions --checkpoint runs/study-pretrain-ours-$$seed/checkpoint-2500 \
-			--precision $(STUDY_PRECISION) --output runs/study-rl-choices-temperature-$$seed --arms baseline,temp-low --seeds 101 --confirm-arm temp-low \
-			--confirm-seeds 2001:10:1 \
-			--open-sealed "$(RL_CHOICES_PURPOSE): temperature 0.20 fixed in advance, pretraining seed $$seed" || exit 1; \
-	done
+# <<< the studies' targets <<<
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -55,10 +55,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def deck_html():
+    from glm53_flash.experiments.registry import deck_entries
     from glm53_flash.report.slides import build_deck
     from web_helpers import RESULTS
 
-    return build_deck(RESULTS)
+    return build_deck(RESULTS, deck_entries())
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ import pytest
 
 from glm53_flash.cli import main
 from glm53_flash.experiments import analysis, pretraining_data as pd, rl_choices
-from glm53_flash.experiments.config import PretrainingDataStudyConfig
-from glm53_flash.experiments.study import plan_hash
+from glm53_flash.experiments.config import StudyConfig
+from glm53_flash.experiments.pretraining_data import PretrainingDataStudyConfig
+from glm53_flash.experiments.study import Study, plan_hash
 
 # ------------------------------------------------------------------------------------ the task
 
@@ -319,6 +320,7 @@ def test_rl_selection_follows_the_planned_rule():
         rl_choices.select_candidate(plan, receipts[:2])
 
 
+@pytest.mark.slow
 def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     ckpt_run = tmp_path / "pretrain"
     assert main(["pretrain", "--preset", "tiny", "--steps", "1", "--sequence-length", "128", "--batch-size", "2",
@@ -413,7 +415,7 @@ def test_a_study_plan_states_its_power_before_it_runs(tmp_path, capsys, one_thre
 def test_a_resumed_plan_says_the_time_left_with_the_workers_it_runs():
     """The plan's estimate is for all its runs with the workers it was planned with: a resumed call with
     other workers hears what is left for it, and the whole plan's figure beside it."""
-    from glm53_flash.commands.experiments import _time_left
+    from glm53_flash.experiments.runner import time_left as _time_left
 
     estimate = {"expected_minutes": 120.0, "workers": 2}
     assert _time_left(estimate, 48, 48, 2) == "estimated 120.0 min left with 2 worker(s)"
@@ -516,3 +518,109 @@ def test_a_compositions_rl_analysis_tests_over_structure_groups_and_training_see
     assert screen["holm_p"] == screen["groups"]["units"]["sign_flip_p"]  # one arm
     assert summary["headline_table"]["columns"][6:8] == ["groups p", "RL seeds p"]
     assert [row[-1] for row in summary["headline_table"]["rows"]] == ["flagged", "better", "not shown", "better"]
+
+
+# ------------------------------------------------------------------------------------ the study registry
+
+
+def _toy_unit(unit: dict) -> dict:
+    return {"value": unit["seed"] * 10, "elapsed_seconds": 0.0}
+
+
+class _Toy(Study):
+    """A study declared by its module alone: what a new study writes (tests/test_experiments.py registers it)."""
+
+    name = "toy"
+    config = dataclasses.make_dataclass("ToyConfig", [], bases=(StudyConfig,), kw_only=True)
+    help = "a toy study"
+    description = "Ten times each seed."
+
+    def plan(self, cfg, speed):
+        units = [{"key": f"seed-{seed}", "seed": seed} for seed in (1, 2)]
+        return {"study": self.name, "design": {"seeds": [1, 2]}, "units": units, "analysis": {"alpha": 0.05},
+                "power": {}, "estimate": {"workers": cfg.workers, "expected_minutes": speed}}
+
+    def speed(self, cfg, draft):
+        return 0.1
+
+    def run(self, session):
+        return session.run(session.plan["units"], _toy_unit)
+
+    def analyze(self, out, plan, receipts):
+        total = sum(r["value"] for r in receipts)
+        return ({"study": self.name, "runs": len(receipts), "total": total, "answers": [f"total {total}"]},
+                ["# toy", "", f"total {total}"], {})
+
+    def answer(self, plan, summary):
+        return f"The toy's total is {summary['total']}."
+
+
+def test_a_study_is_its_declaration_and_one_registry_line(tmp_path, monkeypatch, capsys):
+    """A study declared in its own module and added to the registry gets `glm53 experiment NAME` with its
+    config's flags, the runner's plan, resume and status, and `glm53 analyze` and the docs' answer from its
+    own analysis: nothing else changes."""
+    from glm53_flash.experiments import registry
+
+    monkeypatch.setitem(registry.STUDIES, "toy", _Toy())
+    out = tmp_path / "toy"
+    assert main(["experiment", "toy", "--output", str(out), "--workers", "1", "--quiet"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["status"] == "complete" and plan["plan_sha256"] == plan_hash(plan)
+    assert plan["run_config"]["workers"] == 1 and plan["estimate"]["expected_minutes"] == 0.1
+    assert "toy: 2 run(s) finished" in capsys.readouterr().err
+    assert main(["analyze", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["answers"] == ["total 30"]
+    assert (out / "REPORT.md").read_text().startswith("# toy")
+    assert analysis.study_answers(tmp_path) == [("toy", out / "REPORT.md", "The toy's total is 30.")]
+    assert main(["analyze", str(out), "--force", "--rerun-of", str(out)]) == 2  # a toy has no rerun comparison
+    assert "--rerun-of compares" in capsys.readouterr().err
+
+
+def test_the_registry_names_each_study_once_with_its_flags_deck_and_make_targets():
+    from glm53_flash.cli import build_parser
+    from glm53_flash.experiments.config import RerunnableStudyConfig
+    from glm53_flash.experiments.registry import STUDIES, deck_entries
+
+    assert list(STUDIES) == ["pretraining-data", "rl-choices", "rl-generalisation", "rl-switches", "pretrain-switches"]
+    parser = build_parser()
+    for name, study in STUDIES.items():
+        assert study.name == name and issubclass(study.config, StudyConfig)
+        assert study.rerunnable == issubclass(study.config, RerunnableStudyConfig), name
+        args = parser.parse_args(["experiment", name, "--output", "o", *(["--checkpoint", "c"] if name == "rl-choices"
+                                                                          else ["--source", "s"] if name == "rl-switches"
+                                                                          else [])])
+        assert args.study == name
+    slides = [entry.slide_id for entry in deck_entries()]
+    assert len(slides) == len(set(slides)) and slides[0] == "vision"
+    targets = [t.name for study in STUDIES.values() for t in study.make_targets]
+    assert len(targets) == len(set(targets)) and all(t.startswith("study-") for t in targets)
+
+
+def test_the_makefiles_study_targets_are_the_registrys():
+    """The Makefile's block of study targets is what the registry renders (`glm53 docs makefile` writes it)."""
+    from glm53_flash.experiments.registry import MAKEFILE_BEGIN, with_makefile_block
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert MAKEFILE_BEGIN in makefile and with_makefile_block(makefile) == makefile
+
+
+def test_each_committed_studys_answer_states_its_result_after_its_holm_correction():
+    """The docs' sentence of every committed study, rendered from its summary.json by its own study: it names
+    the Holm correction and the levels its result holds at."""
+    import re
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    answers = {name: (report, sentence) for name, report, sentence in analysis.study_answers(results)}
+    assert sorted(answers) == sorted(p.parent.name for p in results.glob("*/plan.json"))
+    levels = {"pretraining-data": "seeds", "rl-choices": "RL seeds", "rl-generalisation": "groups and seeds",
+              "rl-switches": "groups and seeds", "pretrain-switches": "groups and runs",
+              "rl-choices-compositions": "groups and RL seeds", "rl-choices-temperature": "groups and RL seeds"}
+    for name, (report, sentence) in answers.items():
+        assert report == results / name / "REPORT.md" and report.is_file()
+        named = next(level for prefix, level in sorted(levels.items(), key=lambda kv: -len(kv[0]))
+                     if name.startswith(prefix))
+        assert re.search(rf"shown after Holm over \d+ comparisons?, at {named}", sentence), (name, sentence)
+    assert "linear_rope -6.5 points" in answers["pretrain-switches"][1].split("not shown")[0]
+    assert answers["rl-switches-rerun"][1].endswith("Against the first study: every row holds in the rerun: yes.")
+    block = analysis.render_study_answers(results.parent)
+    assert block.splitlines()[0].startswith("- [pretrain-switches](results/pretrain-switches/REPORT.md): ")

@@ -30,6 +30,7 @@ def _plan(**changes):
     return gen.build_plan(**(options | changes))
 
 
+@pytest.mark.slow
 def test_task_subsets_are_fixed_spread_and_need_no_opening():
     ids = split_task_ids(compositions.UNSEEN_SPLIT)
     subset = gen.task_subset(compositions.UNSEEN_SPLIT, 40)
@@ -42,6 +43,7 @@ def test_task_subsets_are_fixed_spread_and_need_no_opening():
         gen.task_subset(compositions.DEV_SPLIT, 0)
 
 
+@pytest.mark.slow
 def test_plan_has_every_unit_and_states_its_power():
     plan = _plan()
     phases = [u["phase"] for u in plan["units"]]
@@ -88,6 +90,7 @@ def _study_args(out, *extra):
             "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_study_end_to_end_opens_each_sealed_split_once_per_arm_and_seed(tmp_path, capsys, private_ledger,
                                                                       one_thread):
     out = tmp_path / "study"
@@ -281,22 +284,22 @@ def test_a_rerun_on_disjoint_seeds_is_compared_row_by_row_and_both_together(tmp_
     rerun = _plan(seeds=tuple(range(11, 17)), **one)
     rerun["plan_sha256"] = plan_hash(rerun)
     # six behaviours move a seed's effect by 1/6: equivalence here needs a margin of that order
-    same = reruns.compare(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, varied), margin=0.3)
+    same = gen.compare_rerun(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, varied), margin=0.3)
     row = same["rows"][0]
     assert len(same["rows"]) == 2 and same["all_hold"] and row["holds"]
     assert row["spread"]["difference"] == pytest.approx(0.0, abs=1e-12) and row["spread"]["equivalent"]
     assert row["pooled"]["seeds"] == list(range(1, 7)) + list(range(11, 17))
     assert row["pooled"]["comparison"]["seeds"]["n"] == 12
     # the rerun's RL gains nothing on its seeds: the seeds' direction is lost, and its size is not reproduced
-    flat = reruns.compare(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, lambda seed: 0),
+    flat = gen.compare_rerun(first, _hand_receipts(first, varied), rerun, _hand_receipts(rerun, lambda seed: 0),
                           margin=0.3)
     assert not flat["all_hold"] and not flat["rows"][0]["spread"]["equivalent"]
     assert flat["rows"][0]["rerun"]["verdict"] == "not shown" and flat["rows"][0]["directions"]["seeds"][1] == "0"
     with pytest.raises(ValueError, match="disjoint pretraining seeds; both studies have \\[1\\]"):
-        reruns.compare(first, [], _plan(seeds=(1, 20), **one) | {"plan_sha256": "x"}, [])
+        gen.compare_rerun(first, [], _plan(seeds=(1, 20), **one) | {"plan_sha256": "x"}, [])
     other = _plan(seeds=(21, 22), **(one | {"sealed_tasks": 5}))
     with pytest.raises(ValueError, match="more than their pretraining seeds: sealed_task_ids_sha256, sealed_tasks, subset_sizes"):
-        reruns.compare(first, [], other | {"plan_sha256": "x"}, [])
+        gen.compare_rerun(first, [], other | {"plan_sha256": "x"}, [])
     # the command: the rerun's directory analysed against the first's, the table in its REPORT.md
     dirs = {}
     for name, plan, gains in (("first", first, varied), ("rerun", rerun, varied)):
@@ -441,33 +444,33 @@ def test_an_rl_switches_rerun_holds_where_both_studies_agree_and_refuses_shared_
     """Two rl-switches studies on disjoint pretraining seeds: a row holds when both give the same verdict and
     the same directions after Holm; a flip shown in one and not the other does not hold; the rerun spread is
     Welch's over the two sets of seed effects; a shared seed or another design is refused."""
-    from glm53_flash.experiments import reruns
     from glm53_flash.experiments import rl_switches as sw
 
     first_plan, first = _rl_switches_study(range(1, 7))
     same_plan, same = _rl_switches_study(range(11, 17))  # the same seeds mod 5: the same wobble
     quiet_plan, quiet = _rl_switches_study(range(11, 17), gain=0)
     a, b, c = sw.compute(first_plan, first), sw.compute(same_plan, same), sw.compute(quiet_plan, quiet)
-    held = reruns.compare_rl_switches(first_plan, a, same_plan, b)
+    held = sw.compare_rerun(first_plan, a, same_plan, b)
     assert held["all_hold"] and len(held["rows"]) == 6
     helped = next(r for r in held["rows"] if (r["arm"], r["switch"]) == ("faithful", "logprob_source"))
     assert helped["directions"] == {"units": ["+", "+"], "seeds": ["+", "+"]}
     assert helped["spread"]["difference"] == pytest.approx(0.0, abs=1e-12) and helped["spread"]["equivalent"]
-    lost = reruns.compare_rl_switches(first_plan, a, quiet_plan, c)
+    lost = sw.compare_rerun(first_plan, a, quiet_plan, c)
     rows = {(r["arm"], r["switch"]): r for r in lost["rows"]}
     assert not rows[("faithful", "logprob_source")]["holds"] and not lost["all_hold"]
     assert rows[("faithful", "logprob_source")]["rerun"]["verdict"] == "not shown"
     assert all(r["holds"] for k, r in rows.items() if k != ("faithful", "logprob_source"))
-    lines = reruns.rl_switches_report_lines(lost, "first")
+    lines = sw.rerun_report_lines(lost, "first")
     assert any("| faithful | logprob_source |" in line and "| NO (+/0, " in line for line in lines)
     with pytest.raises(ValueError, match="disjoint"):
-        reruns.compare_rl_switches(first_plan, a, first_plan, a)
+        sw.compare_rerun(first_plan, a, first_plan, a)
     other = json.loads(json.dumps(same_plan))
     other["design"]["rl_seeds"] = [11]
     with pytest.raises(ValueError, match="rl_seeds"):
-        reruns.check_rl_switches_designs(first_plan, other)
+        sw.check_rerun_design(first_plan, other)
 
 
+@pytest.mark.slow
 def test_rl_switches_end_to_end_from_a_generalisation_study(tmp_path, capsys, one_thread):
     source = tmp_path / "study"
     assert main(_study_args(source)) == 0  # pretraining and RL finished; the sealed evaluations wait

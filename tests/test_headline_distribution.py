@@ -85,7 +85,7 @@ def test_the_summary_is_what_the_receipts_give(study):
 
 
 def test_the_report_and_the_readme_block_say_what_holds_at_seeds(study):
-    from glm53_flash.report.distribution import build_distribution_report, headline_block
+    from glm53_flash.report.distribution import headline_block
 
     summary = hd.write_summary(study)
     text = (study / "REPORT.md").read_text()
@@ -96,7 +96,7 @@ def test_the_report_and_the_readme_block_say_what_holds_at_seeds(study):
     assert holds.startswith("- **Holds**") and "takeoff: ours - faithful (bf16)" in holds
     assert "Not shown:** nothing" in not_shown
     assert "faithful: RL took off in fp32 8 of 24, bf16 0 of 24" in varies
-    assert build_distribution_report(study) == study / "REPORT.md"
+    assert hd.build_report(study) == study / "REPORT.md"
 
 
 def test_the_demo_places_a_users_run_in_the_committed_distribution(study):

@@ -11,7 +11,8 @@ import pytest
 
 from glm53_flash.cli import build_parser
 from glm53_flash.evaluation.config import EvalConfig
-from glm53_flash.experiments.config import PretrainingDataStudyConfig, RLChoicesStudyConfig
+from glm53_flash.experiments.pretraining_data import PretrainingDataStudyConfig
+from glm53_flash.experiments.rl_choices import RLChoicesStudyConfig
 from glm53_flash.core.options import cli_fields, config_record, from_arguments
 from glm53_flash.commands.train import MODEL_OVERRIDE_FIELDS
 from glm53_flash.train.config import PretrainConfig, RLConfig, SelectConfig

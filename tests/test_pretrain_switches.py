@@ -175,14 +175,12 @@ def test_a_rerun_of_the_factorial_holds_where_both_agree_and_measures_the_differ
     """Two factorial studies on disjoint seeds: the row of a switch both show holds, with the difference of its
     main effects near zero and its interval from one fit over both; a rerun without the effect does not hold
     and its difference is the first's effect; the spread's arithmetic equals the two studies' own effects."""
-    from glm53_flash.experiments import reruns
-
     first = _plan()
     first["plan_sha256"] = plan_hash(first)
     same, absent = _plan(seeds=(4, 5, 6)), _plan(seeds=(4, 5, 6))
     same["plan_sha256"] = absent["plan_sha256"] = plan_hash(same)
     a = _hand_receipts(first, effect_of_rope=8, sealed_effect=6)
-    held = reruns.compare_pretrain_switches(first, a, same, _hand_receipts(same, effect_of_rope=8, sealed_effect=6))
+    held = ps.compare_rerun(first, a, same, _hand_receipts(same, effect_of_rope=8, sealed_effect=6))
     assert set(held["phases"]) == {"dev", "sealed"} and held["phases"]["dev"]["all_hold"]
     rope = next(r for r in held["phases"]["dev"]["rows"] if r["switch"] == "linear_rope")
     assert rope["directions"] == {"groups": ["+", "+"], "runs": ["+", "+"]}
@@ -191,18 +189,18 @@ def test_a_rerun_of_the_factorial_holds_where_both_agree_and_measures_the_differ
     low, high = rope["spread"]["interval"]
     assert low < rope["spread"]["difference"] < high and rope["spread"]["df"] == 48 - 6 - 3 - 3
     assert rope["pooled"]["verdict"] == "original better"
-    lost = reruns.compare_pretrain_switches(first, a, absent, _hand_receipts(absent, effect_of_rope=0))
+    lost = ps.compare_rerun(first, a, absent, _hand_receipts(absent, effect_of_rope=0))
     assert set(lost["phases"]) == {"dev"}  # the rerun has not opened its sealed split
     rope = next(r for r in lost["phases"]["dev"]["rows"] if r["switch"] == "linear_rope")
     assert not rope["holds"] and rope["rerun"]["verdict"] == "not shown"
     assert rope["spread"]["difference"] == pytest.approx(rope["rerun"]["effect"] - rope["first"]["effect"], abs=1e-12)
     assert rope["spread"]["difference"] < -0.1 and not rope["spread"]["equivalent"]
-    lines = reruns.pretrain_switches_report_lines(lost, "first")
+    lines = ps.rerun_report_lines(lost, "first")
     assert any(line.startswith("| linear_rope |") and "| NO (+/0, +/0) |" in line for line in lines)
     with pytest.raises(ValueError, match="disjoint"):
-        reruns.compare_pretrain_switches(first, a, first, a)
+        ps.compare_rerun(first, a, first, a)
     with pytest.raises(ValueError, match="subset_sizes"):
-        reruns.check_pretrain_switches_designs(first, _plan(seeds=(4, 5, 6), dev_tasks=30))
+        ps.check_rerun_design(first, _plan(seeds=(4, 5, 6), dev_tasks=30))
 
 
 def _args(out, *extra):
@@ -211,6 +209,7 @@ def _args(out, *extra):
             "--sealed-tasks", "4", "--workers", "1", "--precision", "fp32", "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_end_to_end_dev_decision_then_one_opening_of_the_sealed_split(tmp_path, capsys, private_ledger, one_thread):
     out = tmp_path / "study"
     assert main(_args(out)) == 0
@@ -270,16 +269,18 @@ def test_a_planned_rerun_is_checked_against_the_first_study_before_anything_runs
     assert not rerun.exists() and not timed
     assert plan("--seeds", "2") == 0
     assert json.loads((rerun / "plan.json").read_text())["design"]["seeds"] == [2] and len(timed) == 1
-    from glm53_flash.experiments.reruns import check_planned_rerun
+    from glm53_flash.experiments.registry import STUDIES
+    from glm53_flash.experiments.runner import check_planned_rerun
 
     with pytest.raises(FileNotFoundError, match="no plan.json"):
-        check_planned_rerun(tmp_path / "nowhere", draft)
-    with pytest.raises(ValueError, match="reruns compare .*not `pretraining-data`"):
-        check_planned_rerun(first, {**draft, "study": "pretraining-data"})
+        check_planned_rerun(STUDIES[ps.STUDY], tmp_path / "nowhere", draft)
+    with pytest.raises(ValueError, match="`pretraining-data` studies have no rerun comparison"):
+        check_planned_rerun(STUDIES["pretraining-data"], first, {**draft, "study": "pretraining-data"})
     with pytest.raises(ValueError, match="is a 'pretrain-switches' study; reruns compare `rl-generalisation`"):
-        check_planned_rerun(first, {**draft, "study": "rl-generalisation"})
+        check_planned_rerun(STUDIES["rl-generalisation"], first, {**draft, "study": "rl-generalisation"})
 
 
+@pytest.mark.slow
 def test_rl_switches_take_the_arms_runs_of_a_pretrain_switches_study(tmp_path, capsys, monkeypatch, one_thread):
     """The RL-switch study on disjoint pretraining seeds: its source may be this study, whose ours (000) and
     faithful (111) runs are the arms' pretraining; the RL recipe is the rl-generalisation study's."""

@@ -54,6 +54,7 @@ def _makefile_command(target: str, variables: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("target, first", [("study-generalisation-rerun", "rl-generalisation"),
                                            ("study-pretrain-switches-rerun", "pretrain-switches")])
+@pytest.mark.slow
 def test_the_makefiles_reruns_are_reruns_of_the_committed_studies(target, first, tmp_path, monkeypatch):
     """Each rerun target, planned as the Makefile runs it (STUDY_PRECISION's bf16 on any CPU), passes the design
     check against the committed first study: a study default changed since the first study ran would make
@@ -204,12 +205,13 @@ def test_committed_run_summaries_read_as_their_type_and_back():
             RunSummary.from_dict(spoilt, source="x")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rl-generalisation", "rl-generalisation-rerun"])
 def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_sealed_one_is_in_the_ledger_once(name):
     """results/rl-generalisation/ and its rerun: every receipt is of the committed plan, the summary is what the analysis
     computes from them, every sealed receipt is the newest ledger line with its sha256 under its own (arm, seed)
     identity (a second line only with its reason), and every file is under 1 MB."""
-    from glm53_flash.commands.experiments import sealed_identity
+    from glm53_flash.experiments.runner import sealed_identity
     from glm53_flash.core.receipts import sha256_file
     from glm53_flash.evaluation.ledger import read_ledger
     from glm53_flash.experiments import generalisation
@@ -245,39 +247,40 @@ def test_the_rl_generalisation_results_rebuild_from_their_receipts_and_each_seal
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_the_rerun_comparison_is_what_both_studies_receipts_give():
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import generalisation, reruns
 
     rerun = ROOT / "results" / "rl-generalisation-rerun"
     first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-generalisation")
     plan, receipts = reruns.load(rerun)
     summary = json.loads((rerun / "summary.json").read_text())
-    assert_same_results(reruns.compare(first_plan, first_receipts, plan, receipts), summary["rerun"], "rerun")
+    assert_same_results(generalisation.compare_rerun(first_plan, first_receipts, plan, receipts), summary["rerun"],
+                        "rerun")
 
 
+@pytest.mark.slow
 def test_the_rl_choices_rerun_comparison_is_what_both_studies_receipts_give():
     """The compositions RL-choices screen and its rerun from another pretraining seed's checkpoint: the
     committed comparison rebuilds from the receipts; a rerun from the same weights, or of another design,
     is refused."""
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import reruns, rl_choices
 
     rerun = ROOT / "results" / "rl-choices-compositions-rerun"
     first_plan, first_receipts = reruns.load(ROOT / "results" / "rl-choices-compositions")
     plan, receipts = reruns.load(rerun)
-    from glm53_flash.experiments.analysis import compute_rl_choices
-
     summary = json.loads((rerun / "summary.json").read_text())
-    first, second = (compute_rl_choices(Path("."), p, r) for p, r in ((first_plan, first_receipts), (plan, receipts)))
-    assert_same_results(reruns.compare_rl_choices(first_plan, first, plan, second), summary["rerun"], "rerun")
+    first, second = (rl_choices.compute(Path("."), p, r) for p, r in ((first_plan, first_receipts), (plan, receipts)))
+    assert_same_results(rl_choices.compare_rerun(first_plan, first, plan, second), summary["rerun"], "rerun")
     assert summary["rerun"]["first"]["candidate"] == summary["rerun"]["rerun"]["candidate"]
     with pytest.raises(ValueError, match="same weights"):
-        reruns.compare_rl_choices(first_plan, first, first_plan, first)
+        rl_choices.compare_rerun(first_plan, first, first_plan, first)
     other = json.loads(json.dumps(plan))
     other["design"]["arms"] = other["design"]["arms"][:2]
     with pytest.raises(ValueError, match="arms"):
-        reruns.check_rl_choices_designs(first_plan, other)
+        rl_choices.check_rerun_design(first_plan, other)
     with pytest.raises(ValueError, match="arms"):
-        reruns.compare_rl_choices(first_plan, first, other, second)
+        rl_choices.compare_rerun(first_plan, first, other, second)
 
 
 def test_a_confirmed_difference_below_the_baseline_is_answered_as_worse():
@@ -324,6 +327,7 @@ def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
     assert studies == sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pretrain-switches", "pretrain-switches-rerun"])
 def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_the_sealed_split_once(name):
     """results/pretrain-switches/ and its rerun: every receipt is of the committed plan, the summary's dev and sealed
@@ -354,24 +358,26 @@ def test_the_pretrain_switches_results_rebuild_from_their_receipts_and_opened_th
     assert all(p.stat().st_size < 1_000_000 for p in directory.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_the_pretrain_switches_rerun_comparison_is_what_both_studies_receipts_give():
     """results/pretrain-switches-rerun/ (pretraining seeds 24 and 25) against results/pretrain-switches/ (21 and
     22): the committed comparison, per phase and switch, rebuilds from both studies' receipts; the seeds are
     disjoint, and the same study compared with itself is refused."""
-    from glm53_flash.experiments import reruns
+    from glm53_flash.experiments import pretrain_switches, reruns
 
     first_plan, first_receipts = reruns.load(ROOT / "results" / "pretrain-switches")
     plan, receipts = reruns.load(ROOT / "results" / "pretrain-switches-rerun")
     assert len(receipts) == len(plan["units"])
     assert not set(first_plan["design"]["seeds"]) & set(plan["design"]["seeds"])
     summary = json.loads((ROOT / "results" / "pretrain-switches-rerun" / "summary.json").read_text())
-    assert_same_results(reruns.compare_pretrain_switches(first_plan, first_receipts, plan, receipts),
+    assert_same_results(pretrain_switches.compare_rerun(first_plan, first_receipts, plan, receipts),
                         summary["rerun"], "rerun")
     assert set(summary["rerun"]["phases"]) == {"dev", "sealed"}
     with pytest.raises(ValueError):
-        reruns.compare_pretrain_switches(first_plan, first_receipts, first_plan, first_receipts)
+        pretrain_switches.compare_rerun(first_plan, first_receipts, first_plan, first_receipts)
 
 
+@pytest.mark.slow
 def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     """results/rl-switches-rerun/ (from the pretrain-switches study's arms, seeds 21 and 22) against
     results/rl-switches/ (seeds 6-8): the committed comparison rebuilds from both studies' receipts."""
@@ -382,12 +388,13 @@ def test_the_rl_switches_rerun_comparison_is_what_both_studies_receipts_give():
     plan, receipts = reruns.load(rerun)
     assert len(receipts) == len(plan["units"])
     summary = json.loads((rerun / "summary.json").read_text())
-    again = reruns.compare_rl_switches(first_plan, rl_switches.compute(first_plan, first_receipts),
-                                       plan, rl_switches.compute(plan, receipts))
+    again = rl_switches.compare_rerun(first_plan, rl_switches.compute(first_plan, first_receipts),
+                                  plan, rl_switches.compute(plan, receipts))
     assert_same_results(again, summary["rerun"], "rerun")
     assert_same_results(rl_switches.compute(plan, receipts)["comparisons"], summary["comparisons"], "comparisons")
 
 
+@pytest.mark.slow
 def test_analyze_prints_the_pretrain_switches_rerun_per_phase(tmp_path, capsys):
     """`glm53 analyze RERUN --rerun-of FIRST` on a copy of the committed pretrain-switches rerun: its verdict
     comes per phase (the comparison has no single all_hold), as the committed summary has it."""

@@ -12,7 +12,16 @@ import pytest
 from web_helpers import RESULTS
 
 from glm53_flash.cli import main
-from glm53_flash.report.slides import RELEASED, STUDIES, build_deck
+from glm53_flash.experiments.registry import deck_entries
+from glm53_flash.report.slides import RELEASED, build_deck as build_deck_with
+
+# The deck's study slides, as `glm53 slides build` reads them from the study registry: (slide id, title, command,
+# summary under the results directory).
+STUDIES = [(e.slide_id, e.title, e.command, e.summary) for e in deck_entries()]
+
+
+def build_deck(runs):
+    return build_deck_with(runs, deck_entries())
 
 SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
                "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
@@ -50,6 +59,7 @@ def test_numbers_come_from_the_code_and_the_receipts(deck):
     assert "passed" in deck and "invalid" in deck  # verifier verdicts computed at build time
 
 
+@pytest.mark.slow
 def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
@@ -92,6 +102,7 @@ def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck
     assert "glm53 vision train" not in vision
 
 
+@pytest.mark.slow
 def test_cli_build_and_run_directory_layout(tmp_path, capsys):
     out = tmp_path / "deck.html"
     assert main(["slides", "build", "--output", str(out)]) == 0
@@ -103,6 +114,7 @@ def test_cli_build_and_run_directory_layout(tmp_path, capsys):
     assert "make demo" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_deck_describes_the_model_the_run_trained(tmp_path):
     from glm53_flash.model.config import ModelConfig
     from glm53_flash.model import GLM53Flash
@@ -194,6 +206,7 @@ def test_the_ledger_history_is_in_the_notes_not_on_the_result_slide(deck):
     assert "The ledger records" in notes
 
 
+@pytest.mark.slow
 def test_each_study_with_a_summary_shows_its_charts(tmp_path, deck):
     """The charts of a study's REPORT.md are on a slide of their own, drawn from the same summary.json
     (so a changed summary changes the chart), and a study without a summary gets no chart slide."""

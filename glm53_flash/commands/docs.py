@@ -1,6 +1,7 @@
 """`glm53 docs check`: every figure of the docs against the exact cell of its receipt; `glm53 docs bind`:
 write suggested bindings for the blocks of a doc that have none (report/cells.py); `glm53 docs times`: the
-committed studies' stated and taken times (results/study-times.json)."""
+committed studies' stated and taken times (results/study-times.json); `glm53 docs makefile`: the Makefile's
+study targets from the study registry (experiments/registry.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def register(sub) -> None:
         description="Reads every results/*/plan.json and its runs/ (analysis.time_record) and writes the table "
                     "docs/STUDIES.md shows; tests/test_results.py checks the committed file against the same.")
     times.set_defaults(func=_run_times)
+    makefile = commands.add_parser(
+        "makefile", help="write the Makefile's study targets from the study registry",
+        description="Rewrites the Makefile's block of study targets from each registered study's make_targets "
+                    "(experiments/registry.py); tests/test_experiments.py checks the committed Makefile against the same.")
+    makefile.set_defaults(func=_run_makefile)
 
 
 def _root() -> Path:
@@ -70,4 +76,12 @@ def _run_times(args) -> int:
     table = study_times(path.parent)
     write_text(path, json.dumps(table, indent=1) + "\n")
     print(f"wrote {path} ({len(table['headline_table']['rows'])} studies)")
+    return 0
+
+
+def _run_makefile(args) -> int:
+    from glm53_flash.experiments.registry import write_makefile_block
+
+    path = _root() / "Makefile"
+    print(f"{path}: {'rewritten' if write_makefile_block(path) else 'already as the registry renders it'}")
     return 0

@@ -59,9 +59,10 @@ def register(sub) -> None:
 
 
 def _run_build(args) -> int:
+    from glm53_flash.experiments.registry import deck_entries
     from glm53_flash.report.slides import write_deck
 
-    path = write_deck(args.runs, args.output)
+    path = write_deck(args.runs, args.output, deck_entries())
     print(f"wrote {path} ({path.stat().st_size:,} bytes) from {args.runs}")
     return 0
 
@@ -79,6 +80,7 @@ def _dump_stacks_on_sigusr1() -> None:
 
 
 def _run_serve(args) -> int:
+    from glm53_flash.experiments.registry import deck_entries
     from glm53_flash.report.slides import build_deck
     from glm53_flash.web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
     from glm53_flash.web.server import check_limits, is_loopback, start_server
@@ -95,7 +97,7 @@ def _run_serve(args) -> int:
               file=sys.stderr)
     _dump_stacks_on_sigusr1()
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
-    deck = build_deck(args.runs)
+    deck = build_deck(args.runs, deck_entries())
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device,
                             precision=args.precision)
     try:

@@ -14,17 +14,31 @@ hacking). The units of analysis are a structure group (its behaviours averaged: 
 are correlated) and a pretraining seed; a direction is claimed only when both levels show it
 (stats.two_level_comparison) after Holm over the study's comparisons at each level
 (stats.holm_verdicts). Each behaviour's effect is a secondary view.
+`Generalisation` at the end declares the study (study.Study), its rerun comparison beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from glm53_flash.core.argtypes import comma_ints
+from glm53_flash.core.options import option
+from glm53_flash.core.runtime import PRECISION_HELP, PRECISIONS
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
+from glm53_flash.experiments.config import (
+    RerunnableStudyConfig, allow_dirty_option, ledger_option, open_sealed_option, parse_count_or_all, parse_name_list,
+    parse_seed_range, reopen_option,
+)
+from glm53_flash.experiments.reruns import LEVELS, RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.runner import unit_openings
+from glm53_flash.experiments.study import DeckEntry, MakeTarget, Study, after_holm_sentence
+from glm53_flash.model.config import PRESETS
 from glm53_flash.tasks import compositions
 from glm53_flash.train.config import RLConfig
 
@@ -716,5 +730,310 @@ def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str
     return summary, lines, charts
 
 
-__all__ = ["DEFAULT_RL_SEEDS", "DEFAULT_SEEDS", "PRETRAIN_DEFAULTS", "REWARDS", "RL_RECIPE", "STUDY", "analyze",
-           "build_plan", "compute", "measure_speed", "run_unit", "task_subset"]
+# --------------------------------------------------------------------------- the rerun
+
+
+def _rerun_direction(result: dict, level: str, alpha: float) -> str:
+    """'+', '-' or '0': a row's direction at `level` (units: structure groups; seeds) when its p after the
+    study's Holm correction over its rows is below alpha."""
+    if result["holm"][level] >= alpha:
+        return "0"
+    mean = result["comparison"][level]["mean"]
+    return "+" if mean > 0 else "-" if mean < 0 else "0"
+
+
+def check_rerun_design(first: dict, rerun: dict) -> None:
+    check_same_design(first, rerun, STUDY, ("seeds",), "their pretraining seeds", True)
+
+
+def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict, rerun_receipts: list[dict],
+                  margin: float = RERUN_MARGIN) -> dict:
+    """Per (arm, reward, sealed split) under the strong verdict: each study's result after its Holm
+    correction (over structure groups and seeds), whether it holds, the rerun spread with its equivalence
+    test, and both studies analysed as one."""
+    from glm53_flash.core.stats import welch_comparison
+
+    check_rerun_design(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["settings"]["alpha"]
+    first, rerun = compute(first_plan, first_receipts), compute(rerun_plan, rerun_receipts)
+    seeds = first_plan["design"]["seeds"] + rerun_plan["design"]["seeds"]
+    pooled_plan = {**first_plan, "design": {**first_plan["design"], "seeds": seeds}}
+    pooled = compute(pooled_plan, first_receipts + rerun_receipts)
+
+    def keyed(summary):
+        return {(r["arm"], r["reward"], r["split"]): r for r in summary["sealed"]}
+
+    first_rows, rerun_rows, pooled_rows = keyed(first), keyed(rerun), keyed(pooled)
+    rows = []
+    for key, a in first_rows.items():
+        if key not in rerun_rows:
+            continue
+        ra, rb = a["strong"], rerun_rows[key]["strong"]
+        ca, cb = ra["comparison"], rb["comparison"]
+        directions = {level: [_rerun_direction(ra, level, alpha), _rerun_direction(rb, level, alpha)] for level in LEVELS}
+        spread = (welch_comparison(ca["seeds"]["values"], cb["seeds"]["values"], margin=margin, alpha=alpha)
+                  if min(len(ca["seeds"]["values"]), len(cb["seeds"]["values"])) >= 2 else None)
+        cp = pooled_rows[key]["strong"]
+        rows.append({
+            "arm": key[0], "reward": key[1], "split": key[2],
+            "first": {"mean_difference": ca["mean_difference"], "verdict": ra["holm"]["verdict"], "seeds": a["seeds"],
+                      "holm": ra["holm"]},
+            "rerun": {"mean_difference": cb["mean_difference"], "verdict": rb["holm"]["verdict"],
+                      "seeds": rerun_rows[key]["seeds"], "holm": rb["holm"]},
+            "directions": directions,
+            "holds": ra["holm"]["verdict"] == rb["holm"]["verdict"] and all(d[0] == d[1] for d in directions.values()),
+            "spread": spread,
+            "pooled": {"seeds": pooled_rows[key]["seeds"], "comparison": cp["comparison"], "holm": cp.get("holm")},
+        })
+    return {"first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "verdict": "strong", "rows": rows,
+            "all_hold": bool(rows) and all(r["holds"] for r in rows),
+            "rule": "a row holds when both studies give the same result and the same direction (or none) at alpha "
+                    "after their Holm correction over the rows, at the structure groups and at the seeds; it "
+                    "reproduces its size when Welch's 90% interval of the rerun's seed-level effect minus the "
+                    "first's lies within +- the margin (two one-sided tests)"}
+
+
+def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
+    """REPORT.md's section: the table of each row in both studies and together."""
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule (the one fixed before this rerun's sealed splits were opened, its levels now the structure groups "
+             f"and the seeds after each study's Holm correction): {comparison['rule']}; margin "
+             f"{100 * comparison['margin']:.1f} points. Strong verdict; effects in points.", "",
+             "| arm | reward | split | first | rerun | holds (groups, seeds) | rerun - first, 90% CI | "
+             "within the margin | both together | result together, after Holm | Holm p together (groups / seeds) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in comparison["rows"]:
+        spread = row["spread"]
+        d = row["directions"]
+        both = row["pooled"]["comparison"]
+        seeds_ci = both["seeds"]["interval"]
+        lines.append(
+            f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | "
+            f"{signed(row['first']['mean_difference'])} {row['first']['verdict']} | "
+            f"{signed(row['rerun']['mean_difference'])} {row['rerun']['verdict']} | "
+            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
+            + spread_cells(spread) + f" | {signed(both['mean_difference'])}, seeds CI "
+            + ("n/a" if seeds_ci is None else f"[{signed(seeds_ci[0])}, {signed(seeds_ci[1])}]")
+            + f" ({len(row['pooled']['seeds'])} seeds) | {row['pooled']['holm']['verdict']} | "
+            + ("n/a" if not row["pooled"]["holm"] else
+               f"{row['pooled']['holm']['units']:.3g} / {row['pooled']['holm']['seeds']:.3g}") + " |")
+    lines += ["", "`holds` lists each level's direction after Holm in the first study / the rerun (`+` RL raises the "
+                  "strong pass rate at alpha, `-` lowers it, `0` not shown); effects are over structure groups. `both "
+                  "together` is one analysis over both studies' seeds, a secondary view neither plan made alone; its "
+                  "result is after Holm over the rows at both levels.", ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+_PRETRAIN = PRETRAIN_DEFAULTS
+_RL = RL_RECIPE
+
+
+@dataclass(kw_only=True)
+class GeneralisationStudyConfig(RerunnableStudyConfig):
+    """Every knob of `glm53 experiment rl-generalisation`; the design in plan.json comes from these."""
+
+    arms: tuple[str, ...] = option(("faithful", "ours"), parse=parse_name_list,
+                                   help="comma-separated arms (reproduce's: faithful, ours)", default_text="faithful,ours")
+    seeds: tuple[int, ...] = option(DEFAULT_SEEDS, parse=parse_seed_range,
+                                    help="pretraining seeds: comma-separated or START:COUNT:STEP",
+                                    default_text="1,2,3,4,5")
+    rl_seeds: tuple[int, ...] = option(DEFAULT_RL_SEEDS, parse=parse_seed_range,
+                                       help="RL seeds of every pretraining seed", default_text="31415,27182")
+    rewards: tuple[str, ...] = option(REWARDS, parse=parse_name_list,
+                                      help="RL reward cases, each its own runs: three (the original's), strong",
+                                      default_text="three,strong")
+    preset: str = option(_PRETRAIN["preset"], choices=tuple(sorted(PRESETS)), help="model preset")
+    steps: int = option(_PRETRAIN["steps"], help="pretraining steps per run")
+    checkpoints: tuple[int, ...] = option(_PRETRAIN["checkpoints"], parse=comma_ints,
+                                          help="pretraining checkpoints selected among on dev (the last step always)")
+    learning_rate: float = option(_PRETRAIN["learning_rate"], help="pretraining peak learning rate (constant after warmup)")
+    warmup: int = option(_PRETRAIN["warmup"], help="pretraining warmup steps")
+    batch_size: int = option(_PRETRAIN["batch_size"], help="pretraining sequences per step (192 tokens each)")
+    groups: int = option(_RL.groups, help="RL prompts per run (one group each)")
+    group_size: int = option(_RL.group_size, help="RL samples per prompt")
+    rl_checkpoints: tuple[int, ...] = option(_RL.checkpoints, parse=comma_ints,
+                                             help="RL checkpoints selected among on dev (the last group always)")
+    rl_learning_rate: float = option(_RL.learning_rate, help="RL learning rate")
+    dev_tasks: int | None = option(None, parse=parse_count_or_all, metavar="N|all",
+                                   help="dev tasks every selection evaluates (a fixed subset by hash)",
+                                   default_text="all 621")
+    sealed_tasks: int | None = option(None, parse=parse_count_or_all, metavar="N|all",
+                                      help="tasks of each sealed split evaluated (a fixed subset by hash)",
+                                      default_text="all: 1,030 unseen compositions, 478 new constants")
+    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP + "; part of the design")
+    open_sealed: str | None = open_sealed_option("the sealed splits' evaluations run: say why they are opened "
+                                                 "(recorded in the ledger, once per arm and seed)",
+                                                 "none: the study stops before its sealed evaluations")
+    reopen: str | None = reopen_option("open a sealed split again for an (arm, seed) that already opened it")
+    allow_dirty: bool = allow_dirty_option()
+    ledger: str | None = ledger_option()
+
+    def __post_init__(self) -> None:
+        self.arms, self.seeds, self.rl_seeds = tuple(self.arms), tuple(self.seeds), tuple(self.rl_seeds)
+        self.rewards, self.checkpoints, self.rl_checkpoints = (tuple(self.rewards), tuple(self.checkpoints),
+                                                              tuple(self.rl_checkpoints))
+
+    def pretrain_recipe(self) -> dict:
+        return {"preset": self.preset, "steps": self.steps, "checkpoints": self.checkpoints,
+                "learning_rate": self.learning_rate, "warmup": self.warmup, "batch_size": self.batch_size}
+
+    def rl_recipe(self):
+        from dataclasses import replace
+
+        return replace(_RL, groups=self.groups, group_size=self.group_size,
+                       checkpoints=tuple(c for c in self.rl_checkpoints if c <= self.groups),
+                       learning_rate=self.rl_learning_rate)
+
+
+def deck_figures(slide_id: str, summary: dict, directory: Path) -> tuple[list, bool]:
+    from glm53_flash.report import study_charts
+
+    return [(study_charts.draw_rl_generalisation(summary, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
+             "RL's effect on the strong pass rate per arm, reward and sealed split, with each seed")], False
+
+
+# What `make` runs of this study (the Makefile's generated block; recipe lines indented by four spaces a tab).
+MAKE_TARGETS = (
+    MakeTarget("study-generalisation", r"""
+STUDY_PURPOSE ?= make study-generalisation: the study's sealed evaluations, after every selection on dev
+study-generalisation: $(STAMP)
+    $(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation --precision $(STUDY_PRECISION) \
+        --open-sealed "$(STUDY_PURPOSE)"
+"""),
+    MakeTarget("study-generalisation-rerun", r"""
+study-generalisation-rerun: $(STAMP)
+    $(BIN)/glm53 experiment rl-generalisation --output runs/study-generalisation-rerun --seeds 6,7,8,9,10 \
+        --precision $(STUDY_PRECISION) --rerun-of results/rl-generalisation \
+        --open-sealed "$(STUDY_PURPOSE) (the rerun on disjoint pretraining seeds)"
+"""),
+)
+
+
+class Generalisation(Study):
+    name = STUDY
+    config = GeneralisationStudyConfig
+    help = "does RL on the compositions suite generalise: arms x pretraining seeds x RL seeds x rewards, two sealed splits"
+    description = ("For each arm (faithful, ours) and pretraining seed: pretrain on the compositions suite, select on "
+                   "dev, RL on compositions.rl for every RL seed with the three-case and the strong reward (each run "
+                   "selected on dev), then open the two sealed splits (unseen compositions, new constants) once per "
+                   "arm and seed. Units run in parallel (--workers, one thread each); the plan states its power and "
+                   "its time on this machine before the first run. Resumable. Analyse with `glm53 analyze DIR`.")
+    deck = (DeckEntry("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
+                      "rl-generalisation/summary.json", deck_figures),
+            DeckEntry("research-rl-generalisation-rerun", "Research study: does RL generalise? The rerun",
+                      "make study-generalisation-rerun", "rl-generalisation-rerun/summary.json", deck_figures))
+    make_targets = MAKE_TARGETS
+    rerunnable = True
+
+    def plan(self, cfg: GeneralisationStudyConfig, speed: dict | None) -> dict:
+        from glm53_flash.core.runtime import resolve_device
+        from glm53_flash.model.precision import resolve_precision
+
+        return build_plan(arms=cfg.arms, seeds=cfg.seeds, rl_seeds=cfg.rl_seeds, rewards=cfg.rewards,
+                          pretrain=cfg.pretrain_recipe(), rl=cfg.rl_recipe(), dev_tasks=cfg.dev_tasks,
+                          sealed_tasks=cfg.sealed_tasks,
+                          precision=resolve_precision(cfg.precision, str(resolve_device(cfg.device))).name,
+                          workers=cfg.workers, speed=speed)
+
+    def speed(self, cfg: GeneralisationStudyConfig, draft: dict) -> dict:
+        from glm53_flash.core.runtime import resolve_device
+
+        print(f"{STUDY}: timing this machine (a few pretraining steps, RL with one and with three groups, 4 and 12 "
+              "dev tasks; one thread, as each worker runs)", file=sys.stderr)
+        return measure_speed(draft["design"], str(resolve_device(cfg.device)))
+
+    def power_lines(self, plan: dict) -> list[str]:
+        return power_lines(plan)
+
+    @contextlib.contextmanager
+    def sealed_openings(self, cfg: GeneralisationStudyConfig, out: Path, draft: dict):
+        # Every pending sealed evaluation's opening is granted here, before the study directory is touched: a
+        # refused one (a second opening without --reopen) costs no training. Without --open-sealed the study
+        # runs up to its sealed evaluations and stops there.
+        openings = {} if cfg.plan_only else unit_openings(cfg, out, draft)
+        try:
+            yield openings
+        finally:
+            for opening in openings.values():
+                opening.close()  # a later run (in this process too) asks the ledger again
+
+    def run(self, session) -> int:
+        """One pretraining seed at a time (so a study stopped early has whole seeds to analyse): that seed's
+        pretraining runs (each then selected on dev), its RL runs from each selected checkpoint (each selected
+        on dev), then its sealed evaluations, each under its opening, once all its runs are done."""
+        plan, work, openings = session.plan, session.work_dir(), session.openings
+        ran = 0
+        for seed in plan["design"]["seeds"]:
+            units = [u for u in plan["units"] if u["seed"] == seed]
+
+            def done() -> dict:
+                return {r["unit"]["key"]: r for r in session.receipts()}
+
+            ran += session.run([u | {"work_dir": str(work / u["key"])} for u in units if u["phase"] == "pretrain"],
+                               run_unit)
+            receipts = done()
+            rl = []
+            for unit in units:
+                start = receipts.get(f"pretrain-{unit['arm']}-seed-{seed}") if unit["phase"] == "rl" else None
+                if start is not None:
+                    selected = start["selection"]["selected"]
+                    rl.append(unit | {"work_dir": str(work / unit["key"]), "initial_checkpoint": selected["checkpoint"],
+                                      "initial_checkpoint_sha256": selected["weights_sha256"]})
+            ran += session.run(rl, run_unit)
+            receipts = done()
+            sealed = []
+            for unit in (u for u in units if u["phase"] == "sealed" and u["key"] not in receipts):
+                arm = unit["arm"]
+                runs = {"before": f"pretrain-{arm}-seed-{seed}"}
+                runs |= {f"{reward}-{r}": f"rl-{arm}-seed-{seed}-{reward}-{r}"
+                         for reward in plan["design"]["rewards"] for r in plan["design"]["rl_seeds"]}
+                if not all(key in receipts for key in runs.values()):
+                    continue  # its runs are not all done (another shard's, or failed): it waits
+                if unit["key"] not in openings:
+                    print(f"rl-generalisation: {unit['key']} is ready; pass --open-sealed \"<purpose>\" to evaluate it",
+                          file=sys.stderr)
+                    continue
+                selected = {name: receipts[key]["selection"]["selected"] for name, key in runs.items()}
+                sealed.append(unit | {"checkpoints": {name: s["checkpoint"] for name, s in selected.items()},
+                                      "checkpoint_sha256": {name: s["weights_sha256"] for name, s in selected.items()},
+                                      "opening": openings[unit["key"]]})
+            ran += session.run(sealed, run_unit)
+        return ran
+
+    def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+        return analyze(out, plan, receipts)
+
+    def answer(self, plan: dict, summary: dict) -> str:
+        """RL's effect on each sealed split's strong pass rate, after minus before, after Holm over the rows at
+        structure groups and pretraining seeds."""
+        rows = summary["sealed"]
+        seeds = max((len(row["seeds"]) for row in rows), default=0)
+        return after_holm_sentence(
+            f"RL's effect on the strong pass rate of the sealed splits (after minus before RL, over structure groups "
+            f"and {seeds} pretraining seeds)",
+            [(f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])} "
+              f"{_points(row['strong']['comparison']['mean_difference'])} points",
+              row["strong"]["holm"]["verdict"] != "not shown") for row in rows], len(rows), "groups and seeds")
+
+    def check_rerun(self, first_plan: dict, plan: dict) -> None:
+        check_rerun_design(first_plan, plan)
+
+    def compare_rerun(self, first_plan: dict, first_receipts: list[dict], plan: dict, receipts: list[dict]) -> dict:
+        return compare_rerun(first_plan, first_receipts, plan, receipts)
+
+    def rerun_report_lines(self, comparison: dict, first_name: str) -> list[str]:
+        return rerun_report_lines(comparison, first_name)
+
+
+__all__ = ["DEFAULT_RL_SEEDS", "DEFAULT_SEEDS", "PRETRAIN_DEFAULTS", "REWARDS", "RL_RECIPE", "STUDY", "Generalisation",
+           "GeneralisationStudyConfig", "analyze", "build_plan", "check_rerun_design", "compare_rerun", "compute",
+           "measure_speed", "rerun_report_lines", "run_unit", "task_subset"]

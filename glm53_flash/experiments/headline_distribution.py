@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glm53_flash.core.receipts import provenance, read_json, sha256_json, write_json
+from glm53_flash.core.receipts import provenance, read_json, sha256_json, write_json, write_text
 
 PLAN_FILE = "distribution-plan.json"
 SUMMARY_FILE = "distribution.json"
@@ -161,13 +161,57 @@ def run_distribution(output: str | Path, plan: DistributionPlan = DEFAULT_PLAN, 
 
 def write_summary(out: str | Path) -> dict:
     """OUT/distribution.json, OUT/REPORT.md and the chart, from the receipts in OUT."""
-    from glm53_flash.report.distribution import build_distribution_report
-
     out = Path(out)
     summary = distribution_summary(out)
     write_json(out / SUMMARY_FILE, summary)
-    build_distribution_report(out)
+    build_report(out)
     return summary
+
+
+def build_report(out: str | Path) -> Path:
+    """OUT/REPORT.md and OUT/distribution.png from OUT/distribution.json."""
+    from glm53_flash.report.distribution import (
+        CHART_FILE, cell_rows, effect_text, primary_rows, statements, write_chart,
+    )
+    from glm53_flash.report.format import format_p
+    from glm53_flash.report.tables import markdown_table
+
+    out = Path(out)
+    summary = read_json(out / SUMMARY_FILE)
+    write_chart(summary, out / CHART_FILE)
+    plan = DistributionPlan.from_dict(summary["plan"])
+    columns, rows = primary_rows(summary)
+    seed_rows = []
+    for row in sorted(summary["draws"], key=lambda r: (r["precision"], r["arm"], r["pretrain_seed"], r["rl_seed"])):
+        seed_rows.append([row["precision"], row["arm"], row["pretrain_seed"], row["rl_seed"], row["confirm_before"],
+                          row["confirm_after"], row["holdout_before"], row["holdout_after"],
+                          row["exact_training_rollouts"], "yes" if row["took_off"] else "no"])
+    lines = [
+        "# The headline as a distribution", "",
+        f"The original's experiment (`glm53 reproduce --preset {plan.preset}`) at {len(plan.pretrain_seeds)} "
+        f"pretraining seeds, each with its {summary['power'].get('rl_seeds', 3)} RL seeds, both arms, in "
+        f"{' and '.join(plan.precisions)}. Built from the runs' receipts (`distribution.json`).", "",
+        f"![every draw]({CHART_FILE})", "",
+        *markdown_table(*cell_rows(summary)), "",
+        *[f"- {s}" for s in statements(summary)], "",
+        "## The plan, stated before the first run", "",
+        *[f"- {note}" for note in plan.notes],
+        f"- RL took off: at least {plan.takeoff_min_exact} exact training rollouts of 1,536", "",
+        *power_lines(plan, summary["power"]), "",
+        "## Primary comparisons (paired by pretraining seed, Holm over the family)", "",
+        *markdown_table(columns, rows), "",
+        "## Secondary", "",
+        *markdown_table(["comparison (second - first)", "pretraining seeds", "mean difference", "sign-flip p"],
+                        [[name, str(len(t["seeds"])), effect_text(t, "tasks"),
+                          "n/a" if t["p"] is None else format_p(t["p"])] for name, t in summary["secondary"].items()]),
+        "",
+        "## Every draw", "",
+        *markdown_table(["precision", "arm", "pretraining seed", "RL seed", "confirm before", "confirm after",
+                         "holdout before", "holdout after", "exact training rollouts", "took off"], seed_rows), "",
+    ]
+    path = out / "REPORT.md"
+    write_text(path, "\n".join(lines))
+    return path
 
 
 # --------------------------------------------------------------------------- analysis (receipts only)
@@ -419,7 +463,7 @@ def read_summary(path: str | Path) -> dict:
     return data
 
 
-__all__ = ["DEFAULT_PLAN", "DistributionPlan", "PLAN_FILE", "SUMMARY_FILE", "committed_summary", "demo_place",
+__all__ = ["DEFAULT_PLAN", "DistributionPlan", "PLAN_FILE", "SUMMARY_FILE", "build_report", "committed_summary", "demo_place",
            "describe", "distribution_runs", "distribution_summary", "export", "place_of", "place_user_run",
            "plan_power", "read_draws", "read_summary", "run_distribution", "state_plan", "write_summary"]
 

@@ -26,18 +26,32 @@ default of `glm53 pretrain`. Then, once every dev run is done and that decision 
 (`selection.json`), the sealed split `compositions.unseen_structures` is opened once for the plan and
 every run's last checkpoint is evaluated there; a direction shown on dev is confirmed when the same
 analysis on the sealed split shows it at both levels (Holm over the directions shown on dev).
+`PretrainSwitches` at the end declares the study (study.Study), its rerun comparison beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import shutil
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from glm53_flash.core.options import option
 from glm53_flash.core.receipts import read_json
+from glm53_flash.core.runtime import PRECISION_HELP, PRECISIONS
 from glm53_flash.experiments import generalisation as gen
+from glm53_flash.experiments.config import (
+    RerunnableStudyConfig, allow_dirty_option, ledger_option, open_sealed_option, parse_count_or_all, parse_seed_range,
+    reopen_option,
+)
+from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.runner import sealed_opening
+from glm53_flash.experiments.study import SELECTION_FILE, DeckEntry, MakeTarget, Study, after_holm_sentence
+from glm53_flash.model.config import PRESETS
 from glm53_flash.tasks import compositions
 
 STUDY = "pretrain-switches"
@@ -574,6 +588,306 @@ def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str
     return summary, lines, charts
 
 
-__all__ = ["ALPHA", "ASSUMED_RUN_SD", "DEFAULT_SEEDS", "FRACTIONS", "SEALED_SPLIT", "STUDY", "aliases", "analyze",
-           "build_plan", "compute", "confirmation", "decision", "design_points", "factors", "main_effects",
-           "measure_speed", "point_switches", "power_lines", "run_level_power", "run_unit", "run_values"]
+# --------------------------------------------------------------------------- the rerun
+
+
+def check_rerun_design(first: dict, rerun: dict) -> None:
+    """Two pretrain-switches studies that may be compared: the same design but for their pretraining seeds,
+    which must not overlap."""
+    check_same_design(first, rerun, STUDY, ("seeds",), "their pretraining seeds", True)
+
+
+def main_effect_spread(first_runs: list[dict], rerun_runs: list[dict], names: list[str], margin: float,
+                       alpha: float) -> dict:
+    """Each switch's main effect in the rerun minus in the first study, from one least-squares fit over
+    both studies' runs: a mean per pretraining seed (the seeds are disjoint, so the blocks hold the studies
+    apart too), every switch's main effect, and per switch a factor that is 1 where the switch's level
+    equals the run's study (0: first, 1: rerun). Coded -1/2, +1/2, that factor is twice the product of
+    the two, so its coefficient is half the difference: the estimate, its (1 - 2 alpha) interval on the
+    residual's degrees of freedom, and equivalence within +- margin (two one-sided tests)."""
+    from glm53_flash.core.stats import factorial_effects
+
+    differs = {name: f"{name} in the rerun" for name in names}
+    runs = []
+    for study, group in ((0, first_runs), (1, rerun_runs)):
+        for run in group:
+            levels = dict(run["levels"]) | {differs[n]: int(run["levels"][n] == study) for n in names}
+            runs.append({"block": f"{study}-{run['block']}", "levels": levels, "value": run["value"]})
+    fitted = factorial_effects(runs, names + list(differs.values()), alpha=2 * alpha)
+    out = {}
+    for name in names:
+        effect = fitted["effects"][differs[name]]
+        low, high = (2 * bound for bound in effect["interval"])
+        out[name] = {"difference": 2 * effect["estimate"], "interval": [low, high], "df": effect["df"],
+                     "p": effect["p"], "smallest_margin": max(abs(low), abs(high)),
+                     "equivalent": bool(-margin < low and high < margin)}
+    return out
+
+
+def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict,
+                  rerun_receipts: list[dict], margin: float = RERUN_MARGIN) -> dict:
+    """Two pretrain-switches studies on disjoint pretraining seeds, per phase both have finished (dev; the
+    sealed split once both opened it) and per switch: each study's verdict and its directions after Holm
+    over structure groups and over runs; the row holds when both agree on all three; the rerun spread
+    (main_effect_spread); and both studies' runs analysed as one factorial (a secondary view)."""
+    check_rerun_design(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["alpha"]
+    names = sorted(first_plan["design"]["factors"])
+    pooled_plan = {**first_plan, "design": {**first_plan["design"],
+                                            "seeds": first_plan["design"]["seeds"] + rerun_plan["design"]["seeds"]}}
+
+    def directions(row) -> dict:
+        out = {}
+        for level, mean, p in (("groups", row["groups"]["mean"], row["holm"]["groups_p"]),
+                               ("runs", row["effect"], row["holm"]["runs_p"])):
+            out[level] = "0" if p >= alpha or not mean else "+" if mean > 0 else "-"
+        return out
+
+    phases = {}
+    for phase in ("dev", "sealed"):
+        a, b = main_effects(first_plan, first_receipts, phase), main_effects(rerun_plan, rerun_receipts, phase)
+        if a is None or b is None:
+            continue
+        spread = main_effect_spread(run_values(first_plan, first_receipts, phase),
+                                    run_values(rerun_plan, rerun_receipts, phase), names, margin, alpha)
+        pooled = main_effects(pooled_plan, first_receipts + rerun_receipts, phase)
+        rows_b = {row["switch"]: row for row in b["switches"]}
+        rows_pooled = {row["switch"]: row for row in pooled["switches"]}
+        rows = []
+        for row in a["switches"]:
+            other, both = rows_b[row["switch"]], rows_pooled[row["switch"]]
+            da, db = directions(row), directions(other)
+            rows.append({"switch": row["switch"], "ours": row["ours"], "original": row["original"],
+                         "first": {"effect": row["effect"], "verdict": row["verdict"]},
+                         "rerun": {"effect": other["effect"], "verdict": other["verdict"]},
+                         "directions": {level: [da[level], db[level]] for level in da},
+                         "holds": row["verdict"] == other["verdict"] and da == db,
+                         "spread": spread[row["switch"]],
+                         "pooled": {"effect": both["effect"], "verdict": both["verdict"], "holm": both["holm"],
+                                    "runs_interval": both["runs"]["interval"]}})
+        phases[phase] = {"rows": rows, "all_hold": all(r["holds"] for r in rows)}
+    return {"study": STUDY,
+            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "phases": phases,
+            "rule": "a switch holds when both studies give the same verdict and the same direction (or none) after "
+                    "Holm over structure groups and over runs; it reproduces its size when the 90% interval of the "
+                    "rerun's main effect minus the first's (one least-squares fit over both studies' runs) lies "
+                    "within +- the margin"}
+
+
+def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Main effects in points "
+             "of greedy pass@1, the original's value minus ours.", ""]
+    for phase, result in comparison["phases"].items():
+        lines += [f"### {phase}", "",
+                  "| switch | first | rerun | holds (groups, runs) | rerun - first, 90% CI | within the margin | "
+                  "both together | result together |", "|---|---|---|---|---|---|---|---|"]
+        for row in result["rows"]:
+            s, d, both = row["spread"], row["directions"], row["pooled"]
+            lines.append(
+                f"| {row['switch']} | {signed(row['first']['effect'])} {row['first']['verdict']} | "
+                f"{signed(row['rerun']['effect'])} {row['rerun']['verdict']} | "
+                f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['groups'])}, {'/'.join(d['runs'])}) | "
+                f"{spread_cells(s)} | "
+                f"{signed(both['effect'])} | {both['verdict']} |")
+        lines.append("")
+    lines += ["`holds` lists each level's direction after Holm in the first study / the rerun (`+` the original's "
+              "value raises the pass rate at alpha, `-` lowers it, `0` not shown). `both together` is one factorial "
+              "over both studies' runs, a secondary view neither plan made alone.", ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+_PRETRAIN = gen.PRETRAIN_DEFAULTS
+
+
+@dataclass(kw_only=True)
+class PretrainSwitchesStudyConfig(RerunnableStudyConfig):
+    """Every knob of `glm53 experiment pretrain-switches`; the design in plan.json comes from these."""
+
+    seeds: tuple[int, ...] = option(DEFAULT_SEEDS, parse=parse_seed_range,
+                                    help="pretraining seeds (blocks: every design point runs under each)",
+                                    default_text=",".join(map(str, DEFAULT_SEEDS)))
+    fraction: str = option("full", choices=FRACTIONS,
+                           help="the design: full (every combination of the switches: 2^3 = 8 runs per seed) or "
+                                "half (four or more switches: the last at the parity of the others)")
+    preset: str = option(_PRETRAIN["preset"], choices=tuple(sorted(PRESETS)), help="model preset")
+    steps: int = option(_PRETRAIN["steps"], help="pretraining steps per run (its last checkpoint is evaluated)")
+    learning_rate: float = option(_PRETRAIN["learning_rate"], help="pretraining peak learning rate (constant after warmup)")
+    warmup: int = option(_PRETRAIN["warmup"], help="pretraining warmup steps")
+    batch_size: int = option(_PRETRAIN["batch_size"], help="pretraining sequences per step (192 tokens each)")
+    dev_tasks: int | None = option(None, parse=parse_count_or_all, metavar="N|all",
+                                   help="dev tasks every run is evaluated on (a fixed subset by hash)",
+                                   default_text="all 621")
+    sealed_tasks: int | None = option(None, parse=parse_count_or_all, metavar="N|all",
+                                      help="tasks of the sealed compositions.unseen_structures evaluated (a fixed "
+                                           "subset by hash)", default_text="all 1,030")
+    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP + "; part of the design")
+    open_sealed: str | None = open_sealed_option("after every dev run and the decision, evaluate every run on the "
+                                                 "sealed split: say why it is opened (recorded in the ledger, once "
+                                                 "for the plan)", "none: the study stops after its dev runs and decision")
+    reopen: str | None = reopen_option("open the sealed split again for a plan that already opened it")
+    allow_dirty: bool = allow_dirty_option()
+    ledger: str | None = ledger_option()
+
+    def __post_init__(self) -> None:
+        self.seeds = tuple(self.seeds)
+
+    def pretrain_recipe(self) -> dict:
+        return {"preset": self.preset, "steps": self.steps, "learning_rate": self.learning_rate, "warmup": self.warmup,
+                "batch_size": self.batch_size}
+
+
+def deck_figures(slide_id: str, summary: dict, directory: Path) -> tuple[list, bool]:
+    from glm53_flash.report import study_charts
+
+    return [(study_charts.draw_pretrain_switches(summary, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
+             "each pretraining switch's main effect on the pass rate, on dev and on the sealed split, with its "
+             "intervals over behaviours and over runs")], False
+
+
+# What `make` runs of this study (the Makefile's generated block; recipe lines indented by four spaces a tab).
+MAKE_TARGETS = (
+    MakeTarget("study-pretrain-switches", r"""
+# Which pretraining switch matters: every combination of the three that differ between the arms, under each
+# pretraining seed (docs/STUDIES.md); dev decides the defaults (selection.json), then the sealed split is
+# opened once for the plan to confirm. The rerun is the same design on disjoint seeds.
+PRETRAIN_SWITCHES_PURPOSE ?= make study-pretrain-switches: every run's last checkpoint, after the dev decision
+study-pretrain-switches: $(STAMP)
+    $(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches --precision $(STUDY_PRECISION) \
+        --open-sealed "$(PRETRAIN_SWITCHES_PURPOSE)"
+"""),
+    MakeTarget("study-pretrain-switches-rerun", r"""
+study-pretrain-switches-rerun: $(STAMP)
+    $(BIN)/glm53 experiment pretrain-switches --output runs/study-pretrain-switches-rerun --seeds 24,25 \
+        --precision $(STUDY_PRECISION) --rerun-of results/pretrain-switches \
+        --open-sealed "$(PRETRAIN_SWITCHES_PURPOSE) (the rerun on disjoint pretraining seeds)"
+"""),
+)
+
+
+class PretrainSwitches(Study):
+    name = STUDY
+    config = PretrainSwitchesStudyConfig
+    help = ("which pretraining switch matters: a two-level factorial over the three that differ between the arms, "
+            "on dev, confirmed on a sealed split")
+    description = ("The pretraining switches that differ between the faithful and our arm (three) as the factors "
+                   "of a two-level factorial design (--fraction full: every combination, 8 runs per seed), "
+                   "every point pretrained from random weights under every seed (the study model, the "
+                   "rl-generalisation recipe); each run's last checkpoint evaluated greedy on dev; each switch's "
+                   "main effect tested over behaviours and over runs (least squares, a block per seed), Holm over "
+                   "the switches. Then the plan's rule picks the defaults (selection.json) and, with "
+                   "--open-sealed, every run is evaluated on compositions.unseen_structures, opened once for the "
+                   "plan, to confirm what dev showed. Resumable. Analyse with `glm53 analyze DIR`.")
+    deck = (DeckEntry("research-pretrain-switches", "Research study: which pretraining switch matters?",
+                      "make study-pretrain-switches", "pretrain-switches/summary.json", deck_figures),
+            DeckEntry("research-pretrain-switches-rerun", "Research study: which pretraining switch matters? The rerun",
+                      "make study-pretrain-switches-rerun", "pretrain-switches-rerun/summary.json", deck_figures))
+    make_targets = MAKE_TARGETS
+    rerunnable = True
+
+    def plan(self, cfg: PretrainSwitchesStudyConfig, speed: dict | None) -> dict:
+        from glm53_flash.core.runtime import resolve_device
+        from glm53_flash.model.precision import resolve_precision
+
+        return build_plan(seeds=cfg.seeds, fraction=cfg.fraction, pretrain=cfg.pretrain_recipe(),
+                          dev_tasks=cfg.dev_tasks, sealed_tasks=cfg.sealed_tasks,
+                          precision=resolve_precision(cfg.precision, str(resolve_device(cfg.device))).name,
+                          workers=cfg.workers, speed=speed)
+
+    def speed(self, cfg: PretrainSwitchesStudyConfig, draft: dict) -> dict:
+        from glm53_flash.core.runtime import resolve_device
+
+        print(f"{STUDY}: timing this machine (pretraining steps, dev tasks; one thread, as each worker runs)",
+              file=sys.stderr)
+        return measure_speed(draft["design"], str(resolve_device(cfg.device)))
+
+    def power_lines(self, plan: dict) -> list[str]:
+        return power_lines(plan)
+
+    @contextlib.contextmanager
+    def sealed_openings(self, cfg: PretrainSwitchesStudyConfig, out: Path, draft: dict):
+        # The sealed split's opening is granted here, before the study directory is touched (a refused one costs
+        # no training); its units run only after every dev run has finished and the decision is written.
+        opening = None if cfg.plan_only or cfg.open_sealed is None else sealed_opening(cfg, out, draft)
+        try:
+            yield opening
+        finally:
+            if opening is not None:
+                opening.close()
+
+    def run(self, session) -> int:
+        """Every dev run, then the plan's decision (selection.json, written once every dev run has its
+        receipt), then, under the sealed split's opening, every run's checkpoint on the sealed split."""
+        plan, work = session.plan, session.work_dir()
+        dev = [u | {"work_dir": str(work / u["key"])} for u in plan["units"] if u["phase"] == "dev"]
+        ran = session.run(dev, run_unit)
+        if session.pending(dev):
+            return ran  # another shard's dev runs are not done yet: no decision, no sealed split
+        receipts = session.receipts()
+        selection = session.decide(lambda receipts: decision(plan, main_effects(plan, receipts, "dev")))
+        print(f"{STUDY}: the dev decision ({session.out / SELECTION_FILE}): "
+              + (", ".join(f"{k} = {v}" for k, v in selection["changed"].items()) or "the defaults stay"),
+              file=sys.stderr)
+        sealed = [u for u in plan["units"] if u["phase"] == "sealed"]
+        if not session.pending(sealed):
+            return ran
+        if session.openings is None:
+            print(f"{STUDY}: the dev runs are done; pass --open-sealed \"<purpose>\" to evaluate every run on "
+                  f"{SEALED_SPLIT} (opened once for the plan)", file=sys.stderr)
+            return ran
+        checkpoints = {(r["point"], r["seed"]): r["checkpoint"] for r in receipts if r["phase"] == "dev"}
+        resolved = [u | {"checkpoint": checkpoints[(u["point"], u["seed"])]} for u in sealed]
+        return ran + session.run(resolved, run_unit, session.openings)
+
+    def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+        return analyze(out, plan, receipts)
+
+    def answer(self, plan: dict, summary: dict) -> str:
+        """Each switch's main effect on dev after Holm over the switches at structure groups and runs, and the
+        sealed split's confirmation of what dev showed."""
+        dev = summary.get("dev")
+        if dev is None:
+            return "Not every dev run has finished: no answer yet."
+        text = after_holm_sentence(
+            f"Each pretraining switch's main effect on the dev pass rate, the original's value minus ours (over "
+            f"structure groups and {dev['runs']} runs)",
+            [(f"{row['switch']} {_points(row['effect'])} points", row["verdict"] != "not shown")
+             for row in dev["switches"]], len(dev["switches"]), "groups and runs")
+        confirmation = summary.get("confirmation")
+        if confirmation is not None and confirmation["directions"]:
+            directions = confirmation["directions"]
+            text += " " + after_holm_sentence(
+                "On the sealed split, the directions dev showed",
+                [(f"{name} {d['dev']} ({_points(d['sealed_effect'])} points)", d["confirmed"])
+                 for name, d in directions.items()], len(directions), "groups and runs")
+        return text
+
+    def check_rerun(self, first_plan: dict, plan: dict) -> None:
+        check_rerun_design(first_plan, plan)
+
+    def compare_rerun(self, first_plan: dict, first_receipts: list[dict], plan: dict, receipts: list[dict]) -> dict:
+        return compare_rerun(first_plan, first_receipts, plan, receipts)
+
+    def rerun_report_lines(self, comparison: dict, first_name: str) -> list[str]:
+        return rerun_report_lines(comparison, first_name)
+
+    def rerun_verdicts(self, comparison: dict) -> dict:
+        """A verdict per phase both studies finished (dev; the sealed split once both opened it)."""
+        return {f"every row holds in the rerun ({phase})": result["all_hold"]
+                for phase, result in comparison["phases"].items()}
+
+
+__all__ = ["ALPHA", "ASSUMED_RUN_SD", "DEFAULT_SEEDS", "FRACTIONS", "SEALED_SPLIT", "STUDY", "PretrainSwitches",
+           "PretrainSwitchesStudyConfig", "aliases", "analyze", "build_plan", "check_rerun_design", "compare_rerun",
+           "compute", "confirmation", "decision", "design_points", "factors", "main_effect_spread", "main_effects",
+           "measure_speed", "point_switches", "power_lines", "rerun_report_lines", "run_level_power", "run_unit",
+           "run_values"]

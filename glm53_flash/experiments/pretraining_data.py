@@ -7,6 +7,9 @@ the `research-mini` preset, AdamW 8e-4 (betas 0.9/0.95, wd 0.1 on every paramete
 (condition, seed) evaluated at several steps (the original re-ran prefixes), and two metrics that
 execute nothing unsafe but score the *generated* expression: free-running exact match and
 execution accuracy (value equality at several x, computed by a tiny arithmetic interpreter).
+
+The analysis: each comparison paired by seed at the primary update (paired.py), Holm across the
+comparisons per metric. `PretrainingData` at the end declares the study (study.Study).
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ import itertools
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
+from glm53_flash.core.argtypes import comma_ints
+from glm53_flash.core.options import option
 from glm53_flash.data.tokenizer import ByteTokenizer
-from glm53_flash.experiments.study import level_power
+from glm53_flash.experiments.config import StudyConfig, parse_name_list, parse_seed_range
+from glm53_flash.experiments.study import DeckEntry, Study, after_holm_sentence, level_power
 from glm53_flash.train.config import STUDY_LEARNING_RATE
 
 OPS = ("add", "sub", "mul", "neg", "abs")
@@ -447,14 +454,395 @@ def run_unit(unit: dict) -> dict:
     logging = unit.get("logging") or {}
     if not (logging.get("tensorboard") or logging.get("wandb")):
         return train_condition(cfg)
-    from pathlib import Path
-
     from glm53_flash.train.engine import MetricsSink
 
     tensorboard = str(Path(logging["tensorboard"]) / unit["key"]) if logging.get("tensorboard") else None
     with MetricsSink(tensorboard=tensorboard, wandb=logging.get("wandb"), run_name=unit["key"],
                      config={"study": STUDY, **asdict(cfg)}) as sink:
         return train_condition(cfg, sink)
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+# The original's recorded 200-update differences in points (seed-research §4.3, 10 paired seeds),
+# shown beside ours for comparison; they are inputs, not results of this code.
+ORIGINAL_DELTAS = {"diversity": 3.2, "order": 9.7, "curriculum": -0.6, "curriculum-vs-repeated": 2.6}
+
+PERCENT_METRICS = {"target_byte_accuracy", "execution_accuracy", "free_run_exact", "teacher_forced_exact"}
+
+
+def _evaluation_at(receipt: dict, step: int) -> dict | None:
+    for evaluation in receipt["evaluations"]:
+        if evaluation["step"] == step:
+            return evaluation
+    return None
+
+
+def compute(plan: dict, receipts: list[dict]) -> dict:
+    """Every number of the pretraining-data study (no text): curves, comparisons, trajectories."""
+    import numpy as np
+
+    from glm53_flash.core import stats
+    from glm53_flash.experiments.paired import (
+        MIN_SEEDS_FOR_CI, apply_holm, paired_comparison, pooled_pair_test, wall_minutes,
+    )
+
+    design, analysis = plan["design"], plan["analysis"]
+    boot = analysis["bootstrap"]
+    step, primary = analysis["primary_step"], analysis["primary_metric"]
+    by_condition: dict[str, dict[int, dict]] = {}
+    for receipt in receipts:
+        by_condition.setdefault(receipt["condition"], {})[receipt["seed"]] = receipt
+
+    # pairing check: every condition at a seed started from the same weights
+    initial = {}
+    unpaired = []
+    for condition, runs in by_condition.items():
+        for seed, receipt in runs.items():
+            if initial.setdefault(seed, receipt["initial_weights_sha256"]) != receipt["initial_weights_sha256"]:
+                unpaired.append(f"{condition}-seed-{seed}")
+
+    def values(condition: str, metric: str, at: int) -> dict[int, float]:
+        result = {}
+        for seed, receipt in by_condition.get(condition, {}).items():
+            evaluation = _evaluation_at(receipt, at)
+            if evaluation is not None:
+                result[seed] = evaluation["summary"][metric]
+        return result
+
+    conditions = [c for c in design["conditions"] if c in by_condition]
+    curves = {}
+    for metric in analysis["metrics"]:
+        scale = 100.0 if metric in PERCENT_METRICS else 1.0
+        curves[metric] = {}
+        for condition in conditions:
+            points = []
+            for at in design["eval_at"]:
+                vals = values(condition, metric, at)
+                if not vals:
+                    continue
+                data = [scale * v for v in vals.values()]
+                ci = (stats.bootstrap_ci(data, resamples=boot["resamples"], seed=boot["seed"])
+                      if len(data) >= MIN_SEEDS_FOR_CI else None)
+                points.append({"step": at, "n": len(data), "mean": float(np.mean(data)),
+                               "ci95": list(ci) if ci else None})
+            curves[metric][condition] = points
+
+    comparisons = {}
+    for metric in analysis["metrics"]:
+        scale = 100.0 if metric in PERCENT_METRICS else 1.0
+        rows = []
+        for index, spec in enumerate(analysis["comparisons"]):
+            row = dict(spec) | paired_comparison(values(spec["left"], metric, step), values(spec["right"], metric, step),
+                                                 resamples=boot["resamples"], seed=boot["seed"] + index, scale=scale,
+                                                 family_size=len(analysis["comparisons"]))
+            if metric in PERCENT_METRICS - {"target_byte_accuracy"}:
+                key = {"execution_accuracy": "execution_correct", "free_run_exact": "free_run_exact",
+                       "teacher_forced_exact": "teacher_forced_exact"}[metric]
+                pairs = []
+                for seed in row["seeds"]:
+                    left = _evaluation_at(by_condition[spec["left"]][seed], step)["examples"]
+                    right = _evaluation_at(by_condition[spec["right"]][seed], step)["examples"]
+                    pairs += [(float(a[key]), float(b[key])) for a, b in zip(left, right)]
+                row["pooled_items"] = pooled_pair_test(pairs, seed=boot["seed"] + index)
+            rows.append(row)
+        apply_holm(rows)
+        comparisons[metric] = rows
+
+    # each comparison's difference at every evaluated step (descriptive, uncorrected)
+    trajectory = {}
+    for index, spec in enumerate(analysis["comparisons"]):
+        points = []
+        for at in design["eval_at"]:
+            row = paired_comparison(values(spec["left"], primary, at), values(spec["right"], primary, at),
+                                    resamples=boot["resamples"], seed=boot["seed"] + index, scale=100.0)
+            if row["n"]:
+                points.append({"step": at, "mean": row["mean"], "ci95": row["ci95"], "sign_flip_p": row["sign_flip_p"]})
+        trajectory[spec["name"]] = points
+
+    # per held-out structure, primary metric at the primary step (mean over seeds)
+    per_structure: dict[str, dict[str, float]] = {}
+    for condition in conditions:
+        totals: dict[str, list[int]] = {}
+        for receipt in by_condition[condition].values():
+            evaluation = _evaluation_at(receipt, step)
+            if evaluation is None:
+                continue
+            for example in evaluation["examples"]:
+                entry = totals.setdefault(example["structure"], [0, 0])
+                entry[0] += example["correct_tokens"]
+                entry[1] += example["target_tokens"]
+        for structure, (correct, total) in totals.items():
+            per_structure.setdefault(structure, {})[condition] = 100.0 * correct / total
+
+    final = [_evaluation_at(r, step) for r in receipts if _evaluation_at(r, step) is not None]
+    correct_programs = sum(bool(x["execution_correct"]) for e in final for x in e["examples"])
+    exact_programs = sum(bool(x["free_run_exact"]) for e in final for x in e["examples"])
+    seeds_done = sorted({r["seed"] for r in receipts})
+    summary = {
+        "study": plan["study"], "plan_sha256": plan["plan_sha256"], "primary_metric": primary, "primary_step": step,
+        "runs": len(receipts), "runs_planned": len(plan["units"]), "seeds_completed": seeds_done,
+        "pairing_verified": not unpaired, "unpaired_runs": unpaired,
+        "generations_at_primary_step": sum(len(e["examples"]) for e in final),
+        "correct_generations_at_primary_step": int(correct_programs),
+        "exact_generations_at_primary_step": int(exact_programs),
+        "examples": _examples(by_condition, step),
+        "untrained_byte_accuracy": sorted({round(_evaluation_at(r, 0)["summary"]["target_byte_accuracy"], 6)
+                                          for r in receipts if _evaluation_at(r, 0)}),
+        "seconds_per_run": float(np.mean([r["elapsed_seconds"] for r in receipts])) if receipts else None,
+        "wall_minutes": wall_minutes(receipts),
+        "curves": curves, "comparisons": comparisons, "trajectory": trajectory, "per_structure": per_structure,
+    }
+    return summary
+
+
+def answers_and_table(plan: dict, summary: dict) -> tuple[list[str], dict]:
+    """The study's answers (sentences) and its headline table, formatted from the computed numbers."""
+    from glm53_flash.experiments.paired import verdict
+    from glm53_flash.report.format import format_interval, format_p, format_signed
+
+    analysis = plan["analysis"]
+    alpha, step, primary = analysis["alpha"], summary["primary_step"], summary["primary_metric"]
+    comparisons = summary["comparisons"]
+    primary_rows = comparisons[primary]
+    unit = "points"
+    answers = []
+    loss_rows = comparisons.get("target_loss", [])
+    for index, row in enumerate(primary_rows):
+        text = f"{row['question']} {verdict(row, alpha, unit, what='teacher-forced byte accuracy')}."
+        if index < len(loss_rows) and loss_rows[index]["n"]:
+            loss = loss_rows[index]
+            text += (f" Target loss (lower is better): {format_signed(loss['mean'], 2)} nats, Holm p "
+                     f"{format_p(loss.get('holm_p'))}.")
+        answers.append(text)
+    execution_rows = comparisons.get("execution_accuracy", [])
+    if summary["generations_at_primary_step"] and summary["correct_generations_at_primary_step"] == 0:
+        answers.append(f"Does any condition teach the model to write the held-out expressions? No: none of the "
+                       f"{summary['generations_at_primary_step']} greedy generations at update {step} "
+                       f"(every condition and seed) computes the right values, so the byte-accuracy gains are "
+                       f"gains in predicting the expression's form, not in solving the task.")
+    else:
+        for row in execution_rows:
+            answers.append(f"Execution accuracy, {row['name']}: {format_signed(row['mean'])} points "
+                           f"(Holm p {format_p(row.get('holm_p'))}; {row['right']} {row['right_mean']:.1f}% vs "
+                           f"{row['left']} {row['left_mean']:.1f}%)." if row["n"] else
+                           f"Execution accuracy, {row['name']}: no paired seeds.")
+    columns = ["Comparison", "Left", "Right", "Left %", "Right %", "Δ points", "95% CI", "sign-flip p",
+               "Holm p", "wins/ties/losses", "exec Δ points", "original Δ (10 seeds)"]
+    table_rows = []
+    for row, execution in zip(primary_rows, execution_rows or [None] * len(primary_rows)):
+        if not row["n"]:
+            continue
+        table_rows.append([
+            row["name"], row["left"], row["right"], f"{row['left_mean']:.1f}", f"{row['right_mean']:.1f}",
+            format_signed(row["mean"]), format_interval(row["ci95"]), format_p(row["sign_flip_p"]), format_p(row.get("holm_p")),
+            f"{row['wins']}/{row['ties']}/{row['losses']}",
+            format_signed(execution["mean"]) if execution and execution["n"] else "n/a",
+            format_signed(ORIGINAL_DELTAS.get(row["name"])),
+        ])
+    return answers, {"columns": columns, "rows": table_rows}
+
+
+def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+    summary = compute(plan, receipts)
+    answers, table = answers_and_table(plan, summary)
+    summary["headline_table"], summary["answers"] = table, answers
+    charts = _charts(out, summary, plan["design"])
+    return summary, report_lines(plan, summary, charts), charts
+
+
+def _code(text: str) -> str:
+    """Model output as inline code in a table cell: newlines and pipes shown, not obeyed."""
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _examples(by_condition: dict, step: int, count: int = 4) -> list[dict]:
+    """The first held-out examples of the lowest seed at the primary step, for each condition."""
+    rows = []
+    for condition, runs in by_condition.items():
+        evaluation = _evaluation_at(runs[min(runs)], step)
+        for example in (evaluation["examples"] if evaluation else [])[:count]:
+            rows.append({"condition": condition, "seed": min(runs), "target": example["target"],
+                         "teacher_forced_argmax": example["teacher_forced_argmax"],
+                         "generated": example["generated"], "execution_correct": example["execution_correct"]})
+    return rows
+
+
+def _charts(out: Path, summary: dict, design: dict) -> dict[str, str]:
+    from glm53_flash.report import study_charts
+
+    return study_charts.save_charts(out, [
+        ("learning_curves", "learning-curves.png", study_charts.draw_learning_curves(summary)),
+        ("paired_differences", "paired-differences.png", study_charts.draw_paired_differences(summary))])
+
+
+def report_lines(plan: dict, summary: dict, charts: dict) -> list[str]:
+    from glm53_flash.experiments.paired import BOOTSTRAP_NOTE
+    from glm53_flash.report.format import format_interval, format_p, format_signed
+    from glm53_flash.report.tables import markdown_table
+
+    design, analysis = plan["design"], plan["analysis"]
+    n = len(summary["seeds_completed"])
+    lines = [
+        "# Pretraining data: diversity, order and curriculum",
+        "",
+        (f"Research miniature (`{design['preset']}`), {design['steps']} updates x batch {design['batch_size']}, "
+        f"lr {design['learning_rate']}, {len(design['conditions'])} conditions x {n} paired seeds "
+        f"({summary['runs']}/{summary['runs_planned']} runs done). Plan `{summary['plan_sha256'][:12]}` "
+        f"(plan.json) was written before the first run. Metric: {analysis['primary_metric']} on the 32 held-out "
+        f"structures at update {summary['primary_step']}; differences are right - left, paired by seed. "
+        f"Wall time {summary['wall_minutes']} min ({summary['seconds_per_run']:.0f} s per run in one thread)."),
+        "",
+        f"Pairing verified (same initial weights per seed in every condition): {summary['pairing_verified']}.",
+        "",
+        "## Answers",
+        "",
+        *[f"- {answer}" for answer in summary["answers"]],
+        "",
+        "## Held-out target-byte accuracy (primary) and execution accuracy",
+        "",
+        *markdown_table(summary["headline_table"]["columns"], summary["headline_table"]["rows"]),
+        "",
+        f"Tests: {analysis['test']}; {analysis['multiplicity']}. {BOOTSTRAP_NOTE}",
+        "",
+    ]
+    for chart in charts.values():
+        lines += [f"![{chart}]({chart})", ""]
+    lines += ["## Every metric at the final update", ""]
+    for metric, rows in summary["comparisons"].items():
+        unit = "points" if metric in PERCENT_METRICS else "nats"
+        table = [[r["name"], format_signed(r["mean"], 2), format_interval(r["ci95"], 2), format_p(r["sign_flip_p"]),
+                  format_p(r.get("holm_p")), f"{r['wins']}/{r['ties']}/{r['losses']}",
+                  "n/a" if r["mde"] is None else f"{r['mde']:.2f}",
+                  format_p(r["pooled_items"]["p"]) if "pooled_items" in r else "-"] for r in rows if r["n"]]
+        lines += [f"### {metric} ({unit})", "",
+                  *markdown_table(["Comparison", "Δ", "95% CI", "sign-flip p", "Holm p", "wins/ties/losses",
+                           "MDE (80% power)", "pooled item p"], table), ""]
+    lines += ["## Per held-out structure (accuracy %, mean over seeds)", ""]
+    conditions = [c for c in design["conditions"] if any(c in v for v in summary["per_structure"].values())]
+    structure_rows = [[s, *[f"{summary['per_structure'][s].get(c, float('nan')):.1f}" for c in conditions]]
+                      for s in sorted(summary["per_structure"])]
+    lines += [*markdown_table(["structure", *conditions], structure_rows), ""]
+    lines += ["## What the model writes (lowest seed, first held-out structures)", "",
+              *markdown_table(["condition", "target", "teacher-forced argmax", "greedy generation", "executes"],
+                              [[e["condition"], _code(e["target"]), _code(e["teacher_forced_argmax"]),
+                                _code(e["generated"]), "yes" if e["execution_correct"] else "no"]
+                               for e in summary["examples"]]), ""]
+    lines += ["## Limits", "",
+              (f"- The untrained model scores {', '.join(f'{100 * v:.1f}%' for v in summary['untrained_byte_accuracy'])} "
+              "byte accuracy: with tied embeddings it copies its input, and repeated characters such as `((` "
+              "score. Byte accuracy is dominated by punctuation, which is why execution accuracy is also reported."),
+              ("- The 8-structure condition uses one fixed subset (the first 8 of the pool); 'blocked' is the most "
+              "extreme ordering; the curriculum has one switch point. One learning rate, one width."),
+              "- The miniature has 3 layers, so it contains no sparse-attention layer.",
+              *miniature_differences(design),
+              ("- The pooled item test treats held-out items as exchangeable within a seed; items share structures "
+              "across seeds, so it supports, but does not replace, the seed-level test."), ""]
+    return lines
+
+
+def miniature_differences(design: dict) -> list[str]:
+    """What the plan's model shares with the original miniature and where it still differs."""
+    from glm53_flash.model.config import ORIGINAL_MODEL_SWITCHES
+
+    model = design.get("model")
+    if model is None:
+        return ["- Positions: this plan predates the model config in plans, and its runs trained `research-mini` "
+                "without RoPE in its linear layers: the model had no positional information at all, unlike the "
+                "original miniature (RoPE before the feature map). A rerun with positions is a new plan."]
+    lines = []
+    if model.get("linear_rope") == ORIGINAL_MODEL_SWITCHES["linear_rope"]:
+        lines.append("- Positions: RoPE before the feature map in the three linear layers, as in the original "
+                     "miniature; with no sparse layer it is the model's only positional signal. What changed: "
+                     "earlier runs of this study (plans without the model config) trained the preset without "
+                     "it, so their model saw no positions at all.")
+    differing = [f"{key} `{model.get(key)}` (the original: `{value}`)" for key, value in ORIGINAL_MODEL_SWITCHES.items()
+                 if model.get(key) != value]
+    if differing:
+        lines.append("- Differences from the original miniature's model: " + "; ".join(differing) + ". The "
+                     "original's hard-count balance term has no gradient, so it balances nothing.")
+    lines.append("- Differences in the protocol: every condition is evaluated at several updates of one run "
+                 "(the original evaluated before and after training only), 20 paired seeds instead of 10, and "
+                 "execution accuracy and free-run exact match beside the original's teacher-forced metrics.")
+    return lines
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+@dataclass(kw_only=True)
+class PretrainingDataStudyConfig(StudyConfig):
+    """Every knob of `glm53 experiment pretraining-data`; the design in plan.json comes from these."""
+
+    conditions: tuple[str, ...] = option(CONDITIONS, parse=parse_name_list,
+                                         help=f"comma-separated conditions; {', '.join(CONDITIONS)}",
+                                         default_text=f"all {len(CONDITIONS)}")
+    seeds: tuple[int, ...] = option(DEFAULT_SEEDS, parse=parse_seed_range,
+                                    help="paired seeds: comma-separated or START:COUNT:STEP",
+                                    default_text="11:20:11 = 20 paired seeds")
+    steps: int = option(200, help="optimizer updates per run")
+    batch_size: int = option(24, help="sequences per update")
+    learning_rate: float = option(STUDY_LEARNING_RATE, help="AdamW learning rate (constant)")
+    sequence_length: int = option(128, help="tokens per training sequence")
+    eval_at: tuple[int, ...] | None = option(None, parse=comma_ints, help="comma-separated updates to evaluate at",
+                                             default_text="0 and every quarter of --steps")
+
+    def __post_init__(self) -> None:
+        if self.eval_at is None:
+            self.eval_at = tuple(sorted({0, *(self.steps * q // 4 for q in (1, 2, 3, 4))}))
+        self.conditions, self.seeds, self.eval_at = tuple(self.conditions), tuple(self.seeds), tuple(self.eval_at)
+
+
+def deck_figures(slide_id: str, summary: dict, directory: Path) -> tuple[list, bool]:
+    """The REPORT.md's two charts at the deck's sizes, one above the other."""
+    from glm53_flash.report import study_charts
+
+    return [(study_charts.draw_learning_curves(summary, size=(14, 4.2)), "pretraining-data-curves",
+             "held-out byte accuracy over training per condition, and the paired differences"),
+            (study_charts.draw_paired_differences(summary, size=(14, 3.4)), "pretraining-data-differences",
+             "per-seed paired differences at the primary update, with their means and intervals")], True
+
+
+class PretrainingData(Study):
+    name = STUDY
+    config = PretrainingDataStudyConfig
+    help = "diversity / order / curriculum of pretraining structures (research-mini)"
+    description = ("The original's miniature study, compatible (120 structures shuffled with seed 1701, 88 train / "
+                   "32 held out, research-mini, AdamW 8e-4, batch 24, 200 updates), with every condition paired by "
+                   "seed and evaluated at several points of one run. Analyse with `glm53 analyze DIR`.")
+    deck = (DeckEntry("research-pretraining-data", "Research study: pretraining data",
+                      "glm53 experiment pretraining-data", "pretraining-data/summary.json", deck_figures),)
+
+    def plan(self, cfg: PretrainingDataStudyConfig, speed: float | None) -> dict:
+        return build_plan(cfg.conditions, cfg.seeds, cfg.steps, cfg.batch_size, cfg.learning_rate,
+                          cfg.sequence_length, cfg.eval_at, cfg.workers, speed)
+
+    def speed(self, cfg: PretrainingDataStudyConfig, draft: dict) -> float:
+        return round(measure_seconds_per_step(), 4)
+
+    def run(self, session) -> int:
+        return session.run(session.plan["units"], run_unit)
+
+    def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+        return analyze(out, plan, receipts)
+
+    def answer(self, plan: dict, summary: dict) -> str:
+        """Each comparison of the primary metric at the primary update, after Holm over the comparisons at
+        the seeds; and whether any generation computes the right values."""
+        from glm53_flash.report.format import format_signed
+
+        alpha = plan["analysis"]["alpha"]
+        rows = [r for r in summary["comparisons"][summary["primary_metric"]] if r["n"]]
+        seeds = max((r["n"] for r in rows), default=0)
+        text = after_holm_sentence(
+            f"Held-out target-byte accuracy at update {summary['primary_step']} over {seeds} paired seeds (right "
+            "minus left)", [(f"{r['name']} {format_signed(r['mean'])} points", r.get("holm_p") is not None
+                             and r["holm_p"] <= alpha) for r in rows], len(rows), "seeds")
+        if summary["generations_at_primary_step"] and not summary["correct_generations_at_primary_step"]:
+            text += (f" None of the {summary['generations_at_primary_step']} greedy generations computes the held-out "
+                     "expressions' values.")
+        return text
 
 
 __all__ = [
@@ -466,9 +854,13 @@ __all__ = [
     "OPS",
     "STUDY",
     "Example",
+    "PretrainingData",
+    "PretrainingDataStudyConfig",
     "RunConfig",
     "all_structures",
+    "analyze",
     "build_plan",
+    "compute",
     "condition_schedule",
     "encode_examples",
     "evaluate_held_out",

@@ -11,17 +11,24 @@ comparison is not biased by a choice made on the tasks it is judged on). Each fl
 arm's own run at both levels that vary (structure groups, each the mean of its behaviours, and
 pretraining seeds, the RL seeds averaged), Holm over the comparisons at each level; each behaviour's
 effect is a secondary view. Nothing here opens a sealed split.
+`RLSwitches` at the end declares the study (study.Study), its rerun comparison beside it.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from glm53_flash.core.options import option
 from glm53_flash.core.receipts import read_json
 from glm53_flash.experiments import generalisation as gen
+from glm53_flash.experiments.config import (
+    RerunnableStudyConfig, parse_count_or_all, parse_name_list, parse_seed_range,
+)
+from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.study import DeckEntry, MakeTarget, Study, after_holm_sentence
 from glm53_flash.train.config import RLConfig
 
 STUDY = "rl-switches"
@@ -351,6 +358,180 @@ def analyze(out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str
     return summary, lines, charts
 
 
-__all__ = ["DEFAULT_RL_SEEDS", "OWN", "STUDY", "SWITCHES", "analyze", "build_plan", "compute", "headline_table",
-           "measure_speed",
-           "run_unit", "source_runs", "switch_values", "variant_switches"]
+# --------------------------------------------------------------------------- the rerun
+
+
+def check_rerun_design(first: dict, rerun: dict) -> None:
+    """Two rl-switches studies that may be compared: the same design but for their source study, its
+    checkpoints and its pretraining seeds, which must not overlap."""
+    check_same_design(first, rerun, STUDY, ("source", "checkpoints", "seeds"),
+                       "their source's pretraining seeds", True)
+
+
+def compare_rerun(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
+                  margin: float = RERUN_MARGIN) -> dict:
+    """Two rl-switches studies on disjoint pretraining seeds (`first` and `rerun` as `compute` gives
+    them): per (arm, switch), whether the verdict and each level's direction after Holm hold in both, and the
+    rerun spread (Welch's t over the two sets of per-seed effects, independent: disjoint seeds)."""
+    from glm53_flash.core.stats import welch_comparison
+
+    check_rerun_design(first_plan, rerun_plan)
+    alpha = first_plan["analysis"]["alpha"]
+
+    def directions(row) -> list[str]:
+        out = []
+        for level, key in (("units", "units_p"), ("seeds", "seeds_p")):
+            mean = row["comparison"][level]["mean"]
+            out.append("0" if row["holm"][key] >= alpha or not mean else "+" if mean > 0 else "-")
+        return out
+
+    keyed = {(r["arm"], r["switch"]): r for r in rerun["comparisons"]}
+    rows = []
+    for a in first["comparisons"]:
+        b = keyed.get((a["arm"], a["switch"]))
+        if b is None:
+            continue
+        va, vb = a["comparison"]["seeds"]["values"], b["comparison"]["seeds"]["values"]
+        spread = welch_comparison(va, vb, margin=margin, alpha=alpha) if min(len(va), len(vb)) >= 2 else None
+        da, db = directions(a), directions(b)
+        rows.append({"arm": a["arm"], "switch": a["switch"], "own": a["own"], "flipped_to": a["flipped_to"],
+                     "first": {"mean": a["comparison"]["units"]["mean"], "verdict": a["verdict"], "seeds": a["seeds"]},
+                     "rerun": {"mean": b["comparison"]["units"]["mean"], "verdict": b["verdict"], "seeds": b["seeds"]},
+                     "directions": {"units": [da[0], db[0]], "seeds": [da[1], db[1]]},
+                     "holds": a["verdict"] == b["verdict"] and da == db, "spread": spread})
+    return {"study": STUDY,
+            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
+            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            "alpha": alpha, "margin": margin, "rows": rows,
+            "all_hold": bool(rows) and all(r["holds"] for r in rows),
+            "rule": "a row holds when both studies give the same verdict and the same direction (or none) after Holm "
+                    "at the structure groups and at the pretraining seeds; it reproduces its size when Welch's 90% "
+                    "interval of the rerun's seed-level effect minus the first's lies within +- the margin (two "
+                    "one-sided tests)"}
+
+
+def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
+    def signed(value):
+        return f"{100 * value:+.1f}"
+
+    lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
+                 f"{', '.join(map(str, comparison['first']['seeds']))})", "",
+             f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
+             "greedy pass@1 on dev, the flip minus the arm's own.", "",
+             "| arm | switch | first | rerun | holds (groups, seeds) | rerun - first, 90% CI | within the margin |",
+             "|---|---|---|---|---|---|---|"]
+    for row in comparison["rows"]:
+        spread, d = row["spread"], row["directions"]
+        lines.append(
+            f"| {row['arm']} | {row['switch']} | {signed(row['first']['mean'])} {row['first']['verdict']} | "
+            f"{signed(row['rerun']['mean'])} {row['rerun']['verdict']} | "
+            f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
+            + spread_cells(spread) + " |")
+    lines += ["", "`holds` lists each level's direction after Holm in the first study / the rerun (`+` the flip "
+                  "raises the pass rate at alpha, `-` lowers it, `0` not shown).", ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+@dataclass(kw_only=True)
+class RLSwitchesStudyConfig(RerunnableStudyConfig):
+    """Every knob of `glm53 experiment rl-switches`; the design in plan.json comes from these."""
+
+    source: str = option(help="a finished rl-generalisation (or pretrain-switches) study directory whose selected "
+                              "(or the arms' last) pretraining "
+                              "checkpoints every run starts from")
+    rl_seeds: tuple[int, ...] = option(DEFAULT_RL_SEEDS, parse=parse_seed_range,
+                                       help="RL seeds of every (arm, pretraining seed, variant)", default_text="101,202")
+    seeds: tuple[int, ...] | None = option(None, parse=parse_seed_range,
+                                           help="the source study's pretraining seeds to use (each needs its "
+                                                "selected checkpoints still on disk)", default_text="all of them")
+    switches: tuple[str, ...] = option(SWITCHES, parse=parse_name_list,
+                                       help=f"RL switches to flip, each alone; {', '.join(SWITCHES)}",
+                                       default_text="all three")
+    dev_tasks: int | None = option(None, parse=parse_count_or_all, metavar="N|all",
+                                   help="dev tasks every run's last checkpoint is evaluated on (a fixed subset by hash)",
+                                   default_text="all 621")
+
+    def __post_init__(self) -> None:
+        self.rl_seeds, self.switches = tuple(self.rl_seeds), tuple(self.switches)
+        self.seeds = None if self.seeds is None else tuple(self.seeds)
+
+
+def deck_figures(slide_id: str, summary: dict, directory: Path) -> tuple[list, bool]:
+    from glm53_flash.report import study_charts
+
+    return [(study_charts.draw_rl_switches(summary, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
+             "each RL switch flipped alone: its effect on the dev pass rate per arm, with each seed")], False
+
+
+# What `make` runs of this study (the Makefile's generated block; recipe lines indented by four spaces a tab).
+MAKE_TARGETS = (MakeTarget("study-switches", r"""
+# Which RL switch matters, from a study's pretrained checkpoints (dev only). The checkpoints are not
+# committed, so run it in the same checkout as its source, e.g.
+# make study-switches SWITCHES_SOURCE=runs/study-generalisation-rerun SWITCHES_FLAGS="--seeds 6,7,8"
+SWITCHES_SOURCE ?= runs/study-generalisation
+SWITCHES_FLAGS ?=
+study-switches: $(STAMP)
+    $(BIN)/glm53 experiment rl-switches --source $(SWITCHES_SOURCE) --output runs/study-switches $(SWITCHES_FLAGS)
+"""),)
+
+
+class RLSwitches(Study):
+    name = STUDY
+    config = RLSwitchesStudyConfig
+    help = ("which RL switch matters: each of the three flipped alone on each arm, from an rl-generalisation "
+            "study's checkpoints, on dev")
+    description = ("From the selected pretraining checkpoints of a finished rl-generalisation study (--source): RL "
+                   "with each arm's own switches and with each switch alone set to the other arm's value, for every "
+                   "RL seed; each run's last checkpoint evaluated greedy on dev; each flip compared with the arm's "
+                   "own at the behaviour and the seed level, Holm over the comparisons. Opens no sealed split. "
+                   "Resumable. Analyse with `glm53 analyze DIR`.")
+    deck = (DeckEntry("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
+                      "rl-switches/summary.json", deck_figures),)
+    make_targets = MAKE_TARGETS
+    rerunnable = True
+
+    def plan(self, cfg: RLSwitchesStudyConfig, speed: dict | None) -> dict:
+        return build_plan(Path(cfg.source), cfg.rl_seeds, cfg.switches, cfg.dev_tasks, cfg.workers, speed,
+                          seeds=cfg.seeds)
+
+    def speed(self, cfg: RLSwitchesStudyConfig, draft: dict) -> dict:
+        from glm53_flash.core.runtime import resolve_device
+
+        return measure_speed(draft, str(resolve_device(cfg.device)))
+
+    def run(self, session) -> int:
+        work = session.work_dir()
+        ran = session.run([u | {"work_dir": str(work / u["key"])} for u in session.plan["units"]], run_unit)
+        session.remove_empty_work_dir()
+        return ran
+
+    def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+        return analyze(out, plan, receipts)
+
+    def answer(self, plan: dict, summary: dict) -> str:
+        """Each flip's effect on dev, after Holm over the comparisons at structure groups and pretraining seeds."""
+        rows = summary["comparisons"]
+        seeds = max((len(row["seeds"]) for row in rows), default=0)
+        return after_holm_sentence(
+            f"Each RL switch flipped alone to the other arm's value, its effect on the dev pass rate (over structure "
+            f"groups and {seeds} pretraining seeds)",
+            [(f"{row['arm']}: {row['switch']} {row['own']} -> {row['flipped_to']} "
+              f"{100 * row['comparison']['mean_difference']:+.1f} points", row["verdict"] != "not shown")
+             for row in rows], len(rows), "groups and seeds")
+
+    def check_rerun(self, first_plan: dict, plan: dict) -> None:
+        check_rerun_design(first_plan, plan)
+
+    def compare_rerun(self, first_plan: dict, first_receipts: list[dict], plan: dict, receipts: list[dict]) -> dict:
+        return compare_rerun(first_plan, compute(first_plan, first_receipts), plan, compute(plan, receipts))
+
+    def rerun_report_lines(self, comparison: dict, first_name: str) -> list[str]:
+        return rerun_report_lines(comparison, first_name)
+
+
+__all__ = ["DEFAULT_RL_SEEDS", "OWN", "STUDY", "SWITCHES", "RLSwitches", "RLSwitchesStudyConfig", "analyze",
+           "build_plan", "check_rerun_design", "compare_rerun", "compute", "headline_table", "measure_speed",
+           "rerun_report_lines", "run_unit", "source_runs", "switch_values", "variant_switches"]

@@ -1,6 +1,10 @@
-"""Study runner shared by the research studies: a plan written before anything runs, resumable units.
+"""What a study is: the declaration every study makes (`Study`), and its directory: a plan written before
+anything runs, resumable units.
 
-A study directory holds `plan.json` (the design, hashed; written by the CLI before the first unit
+A study declares, in its own module (experiments/<study>.py), a `Study` subclass: its config (its flags),
+plan, units, phases, analysis, charts, rerun comparison and the sentence the docs show of its result;
+experiments/registry.py holds one of each, and the CLI, `glm53 analyze`, the course deck and the Makefile
+read them there. A study directory holds `plan.json` (the design, hashed; written by the CLI before the first unit
 runs) and one receipt per finished unit under `runs/`. Rerunning with the same design skips finished
 units; a different design is refused unless --force, so nothing is overwritten by accident. Units
 run in worker processes (one torch thread each: on a small CPU two single-threaded runs beat one
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from glm53_flash.core.receipts import peak_rss_bytes, provenance, read_json, sha256_json, utc_now, write_json
@@ -20,7 +25,101 @@ from glm53_flash.train.rundir import holds_a_run
 PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
 WORK_DIR = "work"
-DERIVED_FILES = ("selection.json", "summary.json", "REPORT.md")
+SELECTION_FILE = "selection.json"  # a study's decision on dev, written before its sealed units run
+DERIVED_FILES = (SELECTION_FILE, "summary.json", "REPORT.md")
+
+
+@dataclass(frozen=True)
+class DeckEntry:
+    """A committed study directory the course deck shows (report/slides.py reads these fields): its slide id,
+    title, the command that produces it, its summary.json under the results directory, and its charts drawn
+    at the deck's sizes, `figures(slide_id, summary, directory) -> ([(figure, element id, alt text)], stacked)`
+    (stacked: wide charts, one above the other; else side by side)."""
+
+    slide_id: str
+    title: str
+    command: str
+    summary: str
+    figures: Callable[[str, dict, Path], tuple[list, bool]] | None = None
+
+
+@dataclass(frozen=True)
+class MakeTarget:
+    """A Makefile target of a study: its name and its rule as the Makefile holds it (variables, comment,
+    prerequisites, recipe), written into the Makefile's block of study targets (registry.makefile_block)."""
+
+    name: str
+    rule: str
+
+
+class Study:
+    """What a study declares in its own module; every method has the study's plan (or its flags) and returns
+    plain data. The runner (experiments/runner.py) calls them in this order for `glm53 experiment NAME`:
+    `plan(cfg, None)` (the draft: the flags checked before anything is timed), `check_rerun` (with
+    --rerun-of), `sealed_openings` (granted before the directory is touched), `plan(cfg, speed(cfg, draft))`
+    (a new plan only), `power_lines`, then `run(session)`, the phases. `glm53 analyze` calls `analyze` and,
+    with --rerun-of, `compare_rerun` and `rerun_report_lines`; the docs call `answer`."""
+
+    name: str = ""                      # `glm53 experiment NAME` and plan.json's "study"
+    config: type | None = None          # its run config: options.py fields, each a flag and in plan.json's run_config
+    help: str = ""                      # its line in `glm53 experiment --help`
+    description: str = ""               # `glm53 experiment NAME --help`
+    deck: tuple[DeckEntry, ...] = ()    # its committed results in the course deck
+    make_targets: tuple[MakeTarget, ...] = ()
+    rerunnable: bool = False            # `--rerun-of`: compare_rerun and its kin are defined
+
+    # the plan
+    def plan(self, cfg, speed) -> dict:
+        """The plan of these flags: design, units, analysis, power and the time estimate from `speed` (what
+        `speed` measured on this machine; None for the draft, which validates the flags)."""
+        raise NotImplementedError
+
+    def speed(self, cfg, draft: dict):
+        """This machine's speed for the plan's estimate, measured as each worker runs (one thread)."""
+        raise NotImplementedError
+
+    def power_lines(self, plan: dict) -> list[str]:
+        """The plan's power, as `glm53 experiment` prints it before the first run."""
+        return power_lines(plan)
+
+    # the units and their phases
+    @contextlib.contextmanager
+    def sealed_openings(self, cfg, out: Path, draft: dict):
+        """The ledger's openings this call's sealed units run under, granted before the study directory is
+        touched (a refused one costs no training); none by default."""
+        yield None
+
+    def run(self, session) -> int:
+        """The phases: every pending unit of this shard through the study's worker function; returns how many
+        ran. A study with phases (a decision on dev before a sealed split, units that need another's
+        receipt) overrides it."""
+        raise NotImplementedError
+
+    # the analysis
+    def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
+        """(summary, REPORT.md's lines, {chart: PNG file}) from the plan and the receipts alone; the summary
+        holds `answers` and `headline_table`."""
+        raise NotImplementedError
+
+    def answer(self, plan: dict, summary: dict) -> str:
+        """The study's result in a sentence or two for the docs, from its summary: what holds after its own
+        Holm correction at the levels it names (`after_holm_sentence`)."""
+        raise NotImplementedError
+
+    # the rerun on disjoint seeds (rerunnable studies)
+    def check_rerun(self, first_plan: dict, plan: dict) -> None:
+        """Raises ValueError naming what differs when `plan` cannot be compared as a rerun of `first_plan`."""
+        raise ValueError(f"`{self.name}` studies have no rerun comparison")
+
+    def compare_rerun(self, first_plan: dict, first_receipts: list[dict], plan: dict, receipts: list[dict]) -> dict:
+        raise ValueError(f"`{self.name}` studies have no rerun comparison")
+
+    def rerun_report_lines(self, comparison: dict, first_name: str) -> list[str]:
+        raise NotImplementedError
+
+    def rerun_verdicts(self, comparison: dict) -> dict:
+        """What `glm53 analyze --rerun-of` prints of the comparison."""
+        return {"every row holds in the rerun": comparison["all_hold"]}
 
 
 def plan_hash(plan: dict) -> str:
@@ -44,6 +143,18 @@ def after_holm(verdict: str, comparisons: int, levels: str) -> str:
     its `comparisons` at the `levels` named (e.g. "groups and seeds"), never per comparison."""
     family = f"Holm over {comparisons} comparison{'s' if comparisons != 1 else ''}, at {levels}"
     return f"not shown after {family}" if verdict == "not shown" else f"{verdict}, shown after {family}"
+
+
+def after_holm_sentence(subject: str, rows: list[tuple[str, bool]], comparisons: int, levels: str) -> str:
+    """`subject`, then which of `rows` ((text, shown after Holm)) are shown after the study's Holm correction
+    over its `comparisons` at the `levels` named, and which are not: how a study's answer reads in the docs."""
+    family = f"Holm over {comparisons} comparison{'s' if comparisons != 1 else ''}, at {levels}"
+    shown = [text for text, holds in rows if holds]
+    other = [text for text, holds in rows if not holds]
+    if not shown:
+        return f"{subject}: not shown after {family} ({'; '.join(other)})."
+    return f"{subject}: shown after {family}: {'; '.join(shown)}" + (f"; not shown: {'; '.join(other)}." if other
+                                                                      else ".")
 
 
 def power_lines(plan: dict) -> list[str]:
@@ -214,10 +325,15 @@ def load_receipts(out: Path, plan_sha256: str | None = None) -> list[dict]:
 
 __all__ = [
     "DERIVED_FILES",
+    "DeckEntry",
+    "MakeTarget",
+    "Study",
     "after_holm",
+    "after_holm_sentence",
     "PLAN_FILE",
     "WORK_DIR",
     "RUNS_DIR",
+    "SELECTION_FILE",
     "load_receipts",
     "pending_units",
     "level_power",

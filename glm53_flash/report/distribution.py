@@ -1,11 +1,11 @@
-"""The headline as a distribution: its chart, REPORT.md and the README's headline block, built only from
-distribution.json (experiments/headline_distribution.py, itself built from the runs' receipts)."""
+"""The headline as a distribution: its chart, the tables and sentences of its REPORT.md (which
+experiments/headline_distribution.py writes) and the README's headline block, built only from
+distribution.json (itself built from the runs' receipts)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from glm53_flash.core.receipts import write_text
 from glm53_flash.report.format import format_p
 from glm53_flash.report.tables import markdown_table
 
@@ -86,7 +86,7 @@ def cell_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     return columns, rows
 
 
-def _effect(test: dict, unit: str, scale: float = 1.0) -> str:
+def effect_text(test: dict, unit: str, scale: float = 1.0) -> str:
     if test["mean"] is None:
         return "not run"
     low, high = test["interval"] if test["interval"] else (None, None)
@@ -98,7 +98,7 @@ def primary_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, test in summary["primary"].items():
         unit = "of a seed's RL runs" if name.startswith("takeoff") else "tasks"
-        rows.append([name, str(len(test["seeds"])), _effect(test, unit),
+        rows.append([name, str(len(test["seeds"])), effect_text(test, unit),
                      "n/a" if test["p"] is None else format_p(test["p"]),
                      "n/a" if test.get("p_holm") is None else format_p(test["p_holm"]),
                      "holds" if test.get("holds") else "not shown"])
@@ -115,7 +115,7 @@ def statements(summary: dict) -> list[str]:
     alpha = summary["plan"]["alpha"]
     n = len(summary["plan"]["pretrain_seeds"])
     first = ("**Holds** (Holm over the primary family, at pretraining seeds): " + "; ".join(
-        f"{name} ({_effect(primary[name], 'tasks' if 'confirm' in name else 'of the RL runs')}, Holm p "
+        f"{name} ({effect_text(primary[name], 'tasks' if 'confirm' in name else 'of the RL runs')}, Holm p "
         f"{format_p(primary[name]['p_holm'])})" for name in held) + "." if held else
              f"**Holds:** nothing in the primary family at alpha {alpha} after Holm.")
     second = ("**Not shown:** " + "; ".join(f"{name} (Holm p {format_p(primary[name]['p_holm'])})" for name in not_shown)
@@ -142,48 +142,5 @@ def headline_block(summary: dict, chart: str) -> list[str]:
             *[f"- {s}" for s in statements(summary)]]
 
 
-def build_distribution_report(out: str | Path) -> Path:
-    """OUT/REPORT.md and OUT/distribution.png from OUT/distribution.json."""
-    from glm53_flash.core.receipts import read_json
-    from glm53_flash.experiments.headline_distribution import SUMMARY_FILE, power_lines, DistributionPlan
-
-    out = Path(out)
-    summary = read_json(out / SUMMARY_FILE)
-    write_chart(summary, out / CHART_FILE)
-    plan = DistributionPlan.from_dict(summary["plan"])
-    columns, rows = primary_rows(summary)
-    seed_rows = []
-    for row in sorted(summary["draws"], key=lambda r: (r["precision"], r["arm"], r["pretrain_seed"], r["rl_seed"])):
-        seed_rows.append([row["precision"], row["arm"], row["pretrain_seed"], row["rl_seed"], row["confirm_before"],
-                          row["confirm_after"], row["holdout_before"], row["holdout_after"],
-                          row["exact_training_rollouts"], "yes" if row["took_off"] else "no"])
-    lines = [
-        "# The headline as a distribution", "",
-        f"The original's experiment (`glm53 reproduce --preset {plan.preset}`) at {len(plan.pretrain_seeds)} "
-        f"pretraining seeds, each with its {summary['power'].get('rl_seeds', 3)} RL seeds, both arms, in "
-        f"{' and '.join(plan.precisions)}. Built from the runs' receipts (`distribution.json`).", "",
-        f"![every draw]({CHART_FILE})", "",
-        *markdown_table(*cell_rows(summary)), "",
-        *[f"- {s}" for s in statements(summary)], "",
-        "## The plan, stated before the first run", "",
-        *[f"- {note}" for note in plan.notes],
-        f"- RL took off: at least {plan.takeoff_min_exact} exact training rollouts of 1,536", "",
-        *power_lines(plan, summary["power"]), "",
-        "## Primary comparisons (paired by pretraining seed, Holm over the family)", "",
-        *markdown_table(columns, rows), "",
-        "## Secondary", "",
-        *markdown_table(["comparison (second - first)", "pretraining seeds", "mean difference", "sign-flip p"],
-                        [[name, str(len(t["seeds"])), _effect(t, "tasks"),
-                          "n/a" if t["p"] is None else format_p(t["p"])] for name, t in summary["secondary"].items()]),
-        "",
-        "## Every draw", "",
-        *markdown_table(["precision", "arm", "pretraining seed", "RL seed", "confirm before", "confirm after",
-                         "holdout before", "holdout after", "exact training rollouts", "took off"], seed_rows), "",
-    ]
-    path = out / "REPORT.md"
-    write_text(path, "\n".join(lines))
-    return path
-
-
-__all__ = ["ARM_COLOURS", "CHART_FILE", "build_distribution_report", "cell_rows", "distribution_figure",
-           "headline_block", "primary_rows", "statements", "write_chart"]
+__all__ = ["ARM_COLOURS", "CHART_FILE", "cell_rows", "distribution_figure", "effect_text", "headline_block",
+           "primary_rows", "statements", "write_chart"]

@@ -2,8 +2,8 @@
 
 `glm53 slides build --runs DIR` reads DIR/headline/summary.json (the committed `results/`) or
 DIR/summary.json (a `glm53 reproduce` run directory such as runs/demo), the charts next to it, the
-confirm receipts when the run has them (for example completions), and the optional study summaries
-DIR/vision, DIR/pretraining-data, DIR/rl-choices, DIR/rl-generalisation and DIR/rl-switches. Charts are
+confirm receipts when the run has them (for example completions), and the study summaries its caller
+names (`studies`: the vision path's and every registered study's, experiments/registry.py). Charts are
 drawn here from the same numbers (report/headline.py's chart data and drawing functions) as inline SVG sized for their slide, so their
 text stays readable on a 1280x800 screen. Numbers about the miniature come from
 ModelConfig and GLM53Flash.parameter_counts(); numbers about the released model come from
@@ -55,30 +55,6 @@ RELEASED_SOURCE_PATH = "docs/GLM_MAPPING.md"
 RELEASED_SOURCE = ("the released GLM-5.3-Flash config.json and Hugging Face Transformers glm5_next code, "
                    f"tabulated in {RELEASED_SOURCE_PATH}")
 
-# Study summaries rendered generically, and the command that produces each. A study whose table and
-# answers would not fit one slide (STUDY_SLIDE_BUDGET) gets two: the answers, then the table.
-STUDIES = (
-    ("vision", "Vision: images as tokens", "glm53 vision train --architecture both",
-     "vision/summary.json"),
-    ("research-pretraining-data", "Research study: pretraining data", "glm53 experiment pretraining-data",
-     "pretraining-data/summary.json"),
-    ("research-rl-choices", "Research study: RL choices", "glm53 experiment rl-choices",
-     "rl-choices/summary.json"),
-    ("research-rl-choices-compositions", "Research study: RL choices on the compositions suite",
-     "make study-rl-choices", "rl-choices-compositions/summary.json"),
-    ("research-rl-generalisation", "Research study: does RL generalise?", "make study-generalisation",
-     "rl-generalisation/summary.json"),
-    ("research-rl-generalisation-rerun", "Research study: does RL generalise? The rerun",
-     "make study-generalisation-rerun", "rl-generalisation-rerun/summary.json"),
-    ("research-rl-switches", "Research study: which RL switch matters?", "make study-switches",
-     "rl-switches/summary.json"),
-    ("research-pretrain-switches", "Research study: which pretraining switch matters?",
-     "make study-pretrain-switches", "pretrain-switches/summary.json"),
-    ("research-pretrain-switches-rerun", "Research study: which pretraining switch matters? The rerun",
-     "make study-pretrain-switches-rerun", "pretrain-switches-rerun/summary.json"),
-)
-
-
 def headline_dir(runs: Path) -> Path:
     """Where the headline summary lives: DIR/headline (committed results) or DIR (a reproduce run)."""
     for candidate in (runs / "headline", runs):
@@ -86,46 +62,6 @@ def headline_dir(runs: Path) -> Path:
             return candidate
     raise FileNotFoundError(f"no headline summary.json in {runs} or {runs / 'headline'}; `make demo` writes "
                             f"runs/demo/summary.json and results/headline/ holds the committed one")
-
-
-
-def study_figures(slide_id: str, study: dict, directory: Path) -> tuple[list[tuple], bool]:
-    """The charts a study's REPORT.md shows, drawn from its summary.json at the deck's sizes: a list of
-    (figure, name, alt text), and whether they are wide ones that go one above the other (else side by
-    side)."""
-    from glm53_flash.report import study_charts as sc
-
-    stacked = False
-    if slide_id == "vision":
-        made = [(sc.draw_vision_comparison(study, size=(14.4, 5.4)), "vision",
-                 "held-out accuracy per seed for both architectures, and their confusion matrices")]
-    elif slide_id == "research-pretraining-data":
-        made = [(sc.draw_learning_curves(study, size=(14, 4.2)), "pretraining-data-curves",
-                 "held-out byte accuracy over training per condition, and the paired differences"),
-                (sc.draw_paired_differences(study, size=(14, 3.4)), "pretraining-data-differences",
-                 "per-seed paired differences at the primary update, with their means and intervals")]
-        stacked = True
-    elif slide_id in ("research-rl-choices", "research-rl-choices-compositions"):
-        plan = directory / "plan.json"
-        split = read_json(plan)["design"]["confirm_split"] if plan.is_file() else "confirmation"
-        prefix = slide_id.removeprefix("research-")  # each study's charts keep element ids of their own
-        made = [(sc.draw_rl_screen(study, size=(7.4, 5.4)), f"{prefix}-screen",
-                 "dev greedy pass@1 of every RL arm per screening seed"),
-                (sc.draw_rl_confirmation(study, split, size=(5.6, 5.4)), f"{prefix}-confirmation",
-                 "baseline and candidate on the confirmation split, one line per fresh seed")]
-    elif slide_id in ("research-rl-generalisation", "research-rl-generalisation-rerun"):
-        made = [(sc.draw_rl_generalisation(study, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
-                 "RL's effect on the strong pass rate per arm, reward and sealed split, with each seed")]
-    elif slide_id == "research-rl-switches":
-        made = [(sc.draw_rl_switches(study, size=(12, 5.4)), "rl-switches-effects",
-                 "each RL switch flipped alone: its effect on the dev pass rate per arm, with each seed")]
-    elif slide_id in ("research-pretrain-switches", "research-pretrain-switches-rerun"):
-        made = [(sc.draw_pretrain_switches(study, size=(12, 5.4)), f"{slide_id.removeprefix('research-')}-effects",
-                 "each pretraining switch's main effect on the pass rate, on dev and on the sealed split, with its "
-                 "intervals over behaviours and over runs")]
-    else:
-        made = []
-    return [(fig, name, alt) for fig, name, alt in made if fig is not None], stacked
 
 
 # What one study slide holds at 1280x800, in characters: about 80 per table row plus the answers' text.
@@ -186,6 +122,7 @@ class Inputs:
     summary: RunSummary
     facts: dict = field(default_factory=dict)
     arms: dict | None = None  # the two-arm summary, when the headline directory has one
+    studies: tuple = ()  # the study slides' entries, in order (experiments/registry.py deck_entries)
 
     @property
     def plan(self) -> ReproducePlan:
@@ -201,7 +138,7 @@ class Inputs:
         return f"{total / 1e6:.1f}M" if total >= 1e6 else f"{total / 1e3:.0f}K"
 
     @classmethod
-    def load(cls, runs: str | Path) -> "Inputs":
+    def load(cls, runs: str | Path, studies: tuple = ()) -> "Inputs":
         """The headline's slides describe one run: a one-arm directory's, or a two-arm directory's
         `ours` arm (the two-arm summary is kept for the slide that compares the arms)."""
         runs = Path(runs)
@@ -215,7 +152,8 @@ class Inputs:
             arms, run = top, run / "ours"
         summary = RunSummary.read(run / "summary.json")
         plan = summary.plan
-        return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides), arms)
+        return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides), arms,
+                   tuple(studies))
 
 
 # --------------------------------------------------------------------------- facts from the code
@@ -263,8 +201,6 @@ def example_completion(run: Path, summary: RunSummary) -> dict | None:
                     "before": before[task_id]["generated_completion"], "before_eval": before[task_id]["evaluation"],
                     "after": episode["generated_completion"], "after_eval": episode["evaluation"]}
     return None
-
-
 
 
 # --------------------------------------------------------------------------- the slides, in order
@@ -565,9 +501,12 @@ def slide_failures(x: Inputs) -> Slide:
 
 
 def study_slides(x: Inputs) -> list[Slide]:
-    """Vision and the research studies, rendered generically from their summary.json."""
+    """Vision and the research studies, rendered generically from their summary.json: each entry of
+    `x.studies` names its slide id, title, the command that produces it, its summary under the runs
+    directory and its charts at the deck's sizes (`figures(slide_id, summary, directory)`)."""
     slides = []
-    for slide_id, title, command, relative in STUDIES:
+    for entry in x.studies:
+        slide_id, title, command, relative = entry.slide_id, entry.title, entry.command, entry.summary
         path = x.runs / relative
         if not path.is_file():
             slides.append(Slide(
@@ -590,7 +529,8 @@ def study_slides(x: Inputs) -> list[Slide]:
             slides.append(Slide(slide_id, title, answers, notes + " The next slide has the table behind these answers."))
             slides.append(Slide(f"{slide_id}-table", f"{title}: the numbers", f"<div class='dense'>{table}</div>",
                                 notes + " Differences are right minus left, paired by seed."))
-        drawn, stacked = study_figures(slide_id, study, path.parent)
+        drawn, stacked = entry.figures(slide_id, study, path.parent) if entry.figures else ([], False)
+        drawn = [(fig, name, alt) for fig, name, alt in drawn if fig is not None]
         if drawn:
             if stacked or len(drawn) == 1:
                 body = "".join(chart(fig, name, alt) for fig, name, alt in drawn)
@@ -627,8 +567,8 @@ def slide_sources(x: Inputs) -> Slide:
             ("code", code_version(prov["git_commit"])), ("created", prov["created_utc"]),
             ("machine", f"{prov['platform']}, {prov['cpu_count']} CPUs"),
             ("GLM-5.3-Flash's numbers", RELEASED_SOURCE),
-            ("studies", ", ".join(f"{x.runs.name}/{relative}" for _, _, _, relative in STUDIES
-                                  if (x.runs / relative).is_file()) or "none in this build"),
+            ("studies", ", ".join(f"{x.runs.name}/{entry.summary}" for entry in x.studies
+                                  if (x.runs / entry.summary).is_file()) or "none in this build"),
         ]),
         f"Rebuild with `glm53 slides build --runs DIR`; nothing on these slides is typed by hand. The run's "
         f"receipt records the exact command: {' '.join(prov['argv'])}.")
@@ -639,9 +579,10 @@ SLIDES = (slide_result, slide_arms, slide_per_seed, slide_example, slide_archite
           slide_sources)
 
 
-def build_deck(runs: str | Path) -> str:
-    """The whole deck as one HTML string (with a token placeholder the server fills in)."""
-    inputs = Inputs.load(runs)
+def build_deck(runs: str | Path, studies: tuple) -> str:
+    """The whole deck as one HTML string (with a token placeholder the server fills in); `studies` are the
+    study slides' entries (experiments/registry.py deck_entries)."""
+    inputs = Inputs.load(runs, studies)
     slides: list[Slide] = []
     for make in SLIDES:
         made = make(inputs)
@@ -683,7 +624,7 @@ def render(slides: list[Slide]) -> str:
             f"<script>{script}</script></body></html>\n")
 
 
-def write_deck(runs: str | Path, output: str | Path) -> Path:
+def write_deck(runs: str | Path, output: str | Path, studies: tuple) -> Path:
     from glm53_flash.core.receipts import write_text
 
-    return write_text(output, build_deck(runs))
+    return write_text(output, build_deck(runs, studies))

@@ -152,6 +152,19 @@ def draw_vision_comparison(summary: dict, size=None):
     return fig
 
 
+def save_charts(out, charts) -> dict:
+    """Save each (key, file name, figure) of a study's REPORT.md as OUT/<file name> (a figure of None is a chart
+    with nothing to draw: no file); the charts entry of its summary, {key: file name}."""
+    from pathlib import Path
+
+    saved = {}
+    for key, name, fig in charts:
+        if fig is not None:
+            saved[key] = name
+            figures.save_png(fig, Path(out) / name, dpi=100)
+    return saved
+
+
 def insert_effects_chart(out, lines: list[str], fig, heading: str, alt: str) -> dict:
     """Save a study's effects chart as OUT/effects.png and show it under `heading` in its REPORT.md
     lines; the charts entry for its summary ({} when there is no figure)."""
