@@ -29,14 +29,22 @@ def _head_commit():
 
 @pytest.fixture(scope="session", autouse=True)
 def committed_ledger_untouched():
-    """No test adds a line to the checkout's results/ledger.jsonl (checked after the whole session)."""
+    """No test changes the checkout's results/ledger.jsonl (checked after the whole session): what was
+    there stays, and no line it gained came from this process (another process, a study running beside
+    the tests, may append its own)."""
+    import json
+    import sys
+
     from glm53_flash.evaluation.ledger import committed_ledger
 
     path = committed_ledger()
-    before = path.read_bytes() if path is not None and path.is_file() else None
+    before = path.read_bytes() if path is not None and path.is_file() else b""
     yield
-    after = path.read_bytes() if path is not None and path.is_file() else None
-    assert after == before, f"the test session changed {path}"
+    after = path.read_bytes() if path is not None and path.is_file() else b""
+    assert after.startswith(before), f"the test session rewrote {path}"
+    mine = [line for line in after[len(before):].decode().splitlines()
+            if line.strip() and json.loads(line).get("command") == sys.argv]
+    assert mine == [], f"the test session appended {len(mine)} line(s) to {path}"
 
 
 @pytest.fixture

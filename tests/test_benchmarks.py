@@ -457,7 +457,7 @@ def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_bac
     from glm53_flash.evaluation.evaluate import evaluate_greedy
     from glm53_flash.tasks import frozen_tasks
     from glm53_flash.train.checkpoint import save_checkpoint
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLConfig, train_rl
 
     monkeypatch.setattr(runtime, "ThreadGovernor", _CountingGovernor)
     _CountingGovernor.made = []

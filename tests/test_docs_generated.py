@@ -16,6 +16,14 @@ def renderer(monkeypatch):
     return "answer"
 
 
+def test_a_renderer_table_can_be_passed_and_names_are_checked(tmp_path):
+    table = {"only": lambda root: "x"}
+    assert docs.build_text("<!-- generated: only -->\n<!-- /generated -->", tmp_path, table) == (
+        "<!-- generated: only -->\nx\n<!-- /generated -->")
+    assert "unknown generated block 'model-facts'; known: only" in docs.check_text(
+        "<!-- generated: model-facts -->\n<!-- /generated -->", tmp_path, renderers=table)[0]
+
+
 def test_build_renders_each_block_and_check_accepts_it(renderer, tmp_path):
     text = "# Title\n\nProse with `--steps 300` in code.\n<!-- generated: answer -->\nstale 41\n<!-- /generated -->\nEnd."
     built = docs.build_text(text, tmp_path)
@@ -43,7 +51,7 @@ def test_unknown_and_unclosed_blocks_are_named(tmp_path):
     with pytest.raises(ValueError, match="has no <!-- /generated -->"):
         docs.segments("<!-- generated: headline -->\nx")
     with pytest.raises(ValueError, match="lower-case words"):
-        docs.register("Bad Name", lambda root: "")
+        docs.check_name("Bad Name")
 
 
 def test_build_writes_only_the_docs_that_change(renderer, tmp_path):

@@ -377,7 +377,7 @@ def test_rl_log_probs_in_bf16_follow_fp32_on_both_paths():
 def test_rl_runs_in_the_chosen_precision_and_its_receipt_says_so(tmp_path):
     from glm53_flash.evaluation.sampling import SamplingSettings, generate
     from glm53_flash.train.checkpoint import save_checkpoint
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLConfig, train_rl
     from glm53_flash.train.rl_run import RLTrainer
 
     start = tmp_path / "checkpoint-0000"

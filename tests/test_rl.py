@@ -14,9 +14,9 @@ from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.completion_logits import forward_positions
 from glm53_flash.train.rl import (
     RLConfig, has_signal, leave_one_out_advantages, policy_objective, reward_for, sequence_logprobs, task_schedule,
-    train_rl, training_sequences,
+    training_sequences,
 )
-from glm53_flash.train.rl_run import RLTrainer
+from glm53_flash.train.rl_run import RLTrainer, train_rl
 from glm53_flash.verifier import Evaluation
 
 TOK = ByteTokenizer()

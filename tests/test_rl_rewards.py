@@ -15,7 +15,8 @@ from glm53_flash.data.tokenizer import ByteTokenizer
 from glm53_flash.train import rl as rl_module
 from glm53_flash.train.checkpoint import save_checkpoint
 from glm53_flash.train.config import RLConfig, reward_case_count
-from glm53_flash.train.rl import reward_task, train_rl
+from glm53_flash.train.rl import reward_task
+from glm53_flash.train.rl_run import train_rl
 from glm53_flash.train.rl_run import RLTrainer, reward_hacking
 from glm53_flash.verifier import Verifier
 

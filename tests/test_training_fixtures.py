@@ -156,7 +156,7 @@ def test_rl_warmup_follows_the_engine_schedule(tmp_path):
     from glm53_flash import GLM53Flash, ModelConfig
     from glm53_flash.train.checkpoint import save_checkpoint
     from glm53_flash.train.engine import Schedule
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLConfig, train_rl
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "init" / "checkpoint-0000"

@@ -85,7 +85,7 @@ def rl(directory: Path) -> dict:
 
     from glm53_flash import GLM53Flash, ModelConfig
     from glm53_flash.train.checkpoint import load_checkpoint, save_checkpoint
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLConfig, train_rl
 
     torch.manual_seed(0)
     checkpoint = directory / "rl-init" / "checkpoint-0000"

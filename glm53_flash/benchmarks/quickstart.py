@@ -68,4 +68,30 @@ def run(output: str | Path, workdir: str | Path | None = None, log=print) -> dic
     return receipt
 
 
-__all__ = ["FIRST_RUN", "command_lines", "dev_counts", "run"]
+def render_first_run(root: Path) -> str:
+    """The docs' block of the first run's commands, as a bash block."""
+    return "\n".join(["```bash", *command_lines(), "```"])
+
+
+def render_first_run_times(root: Path) -> str:
+    """The docs' block of what the first run printed and how long each command took, per committed
+    receipt (results/bench/quickstart-*.json, `glm53 bench quickstart`)."""
+    import json
+
+    from glm53_flash.report.docs import cpu_name
+
+    receipts = [json.loads(p.read_text()) for p in sorted((root / "results" / "bench").glob("quickstart-*.json"))]
+    if not receipts:
+        return "No first run has been timed yet (`glm53 bench quickstart`)."
+    lines = ["| command | " + " | ".join(cpu_name(r["provenance"]) for r in receipts) + " |",
+             "|---|" + "---|" * len(receipts)]
+    for i, entry in enumerate(receipts[0]["commands"]):
+        lines.append(f"| `glm53 {entry['argv'][0]}` | " + " | ".join(f"{r['commands'][i]['seconds']:.0f} s"
+                                                                    for r in receipts) + " |")
+    lines.append("")
+    lines += [f"On {cpu_name(r['provenance'])}: the pretrained tiny model solves {r['dev']['before']} of "
+              f"{r['dev']['tasks']} dev tasks, and {r['dev']['after']} after RL." for r in receipts]
+    return "\n".join(lines)
+
+
+__all__ = ["FIRST_RUN", "command_lines", "dev_counts", "render_first_run", "render_first_run_times", "run"]

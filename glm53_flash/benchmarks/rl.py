@@ -43,7 +43,7 @@ def headline_rl(checkpoint: str, output: str, precision: str, groups: int | None
 
 
 def _one(cfg) -> dict:
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
     from glm53_flash.train.rl_run import METRICS_FILE
 
     start = time.perf_counter()

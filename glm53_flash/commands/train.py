@@ -60,7 +60,7 @@ def add_no_progress_alias(parser: argparse.ArgumentParser) -> None:
 
 
 def run_rl(args: argparse.Namespace) -> int:
-    from glm53_flash.train.rl import RLConfig, train_rl
+    from glm53_flash.train.rl_run import RLConfig, train_rl
 
     receipt = train_rl(from_arguments(RLConfig, args))
     if not receipt:  # a rank other than 0 under torchrun: rank 0 reports

@@ -308,7 +308,7 @@ def _pretrain_unit(unit: dict) -> dict:
 
 
 def _rl_unit(unit: dict) -> dict:
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
 
     design, device = unit["design"], unit.get("device", "cpu")
     switches = _arms()[unit["arm"]]
@@ -456,7 +456,7 @@ def probe_rl_and_evaluation(checkpoint: str, rl: dict, precision: str, device: s
     import tempfile
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
 
     def rl_seconds(groups: int) -> float:
         with tempfile.TemporaryDirectory(prefix="glm53-rl-probe-") as tmp:

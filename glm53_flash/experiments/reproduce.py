@@ -300,7 +300,7 @@ def reproduce_arm(run: ArmRun, preset: str, device: str = "cpu", progress: bool 
     plan, so the summary says what was asked for even where it left the plan as it was. With
     `sealed=False` the run stops after its dev selections (returns None; nothing sealed is opened)."""
     from glm53_flash.train.pretrain import pretrain
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
     from glm53_flash.train.select import select_from_config
 
     plan, out = run.plan, run.directory

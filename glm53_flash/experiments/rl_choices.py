@@ -256,7 +256,7 @@ def run_unit(unit: dict) -> dict:
     import torch
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
 
     torch.set_num_threads(1)
     design, device = unit["design"], unit.get("device", "cpu")
@@ -303,7 +303,7 @@ def measure_speed(checkpoint: str, suite: str = "families", precision: str | Non
     import torch
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

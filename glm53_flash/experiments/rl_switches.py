@@ -176,7 +176,7 @@ def run_unit(unit: dict) -> dict:
     import torch
 
     from glm53_flash.model.lm import load_pretrained
-    from glm53_flash.train.rl import train_rl
+    from glm53_flash.train.rl_run import train_rl
     from glm53_flash.verifier import Verifier
 
     torch.set_num_threads(1)

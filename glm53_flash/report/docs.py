@@ -63,13 +63,6 @@ def render_headline(root: Path) -> str:
     return "\n".join(headline_block(summary, "results/headline-distribution/distribution.png"))
 
 
-def render_first_run(root: Path) -> str:
-    """The first run's commands (benchmarks/quickstart.py FIRST_RUN), as a bash block."""
-    from glm53_flash.benchmarks.quickstart import command_lines
-
-    return "\n".join(["```bash", *command_lines(), "```"])
-
-
 def cpu_name(provenance: dict) -> str:
     """'AMD EPYC (family 26, model 2; AVX512-BF16)' from a receipt's provenance."""
     cpu = (provenance.get("math") or {}).get("cpu") or {}
@@ -80,36 +73,19 @@ def cpu_name(provenance: dict) -> str:
     return f"{cpu.get('model') or 'an unknown CPU'} ({numbers}{isa}, {provenance.get('cpu_count')} cores)"
 
 
-def render_first_run_times(root: Path) -> str:
-    """What the first run printed and how long each command took, per committed receipt
-    (results/bench/quickstart-*.json, `glm53 bench quickstart`)."""
-    receipts = [json.loads(p.read_text()) for p in sorted((root / "results" / "bench").glob("quickstart-*.json"))]
-    if not receipts:
-        return "No first run has been timed yet (`glm53 bench quickstart`)."
-    lines = ["| command | " + " | ".join(cpu_name(r["provenance"]) for r in receipts) + " |",
-             "|---|" + "---|" * len(receipts)]
-    for i, entry in enumerate(receipts[0]["commands"]):
-        lines.append(f"| `glm53 {entry['argv'][0]}` | " + " | ".join(f"{r['commands'][i]['seconds']:.0f} s"
-                                                                    for r in receipts) + " |")
-    lines.append("")
-    lines += [f"On {cpu_name(r['provenance'])}: the pretrained tiny model solves {r['dev']['before']} of "
-              f"{r['dev']['tasks']} dev tasks, and {r['dev']['after']} after RL." for r in receipts]
-    return "\n".join(lines)
-
-
+# The blocks this layer renders; commands/docs.py adds those of the layers above (the first run, the
+# studies' answers) and passes the whole table to build and check.
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "model-facts": render_model_facts,
-    "first-run": render_first_run,
-    "first-run-times": render_first_run_times,
     "headline": render_headline,
 }
 
 
-def register(name: str, renderer: Callable[[Path], str]) -> None:
-    """Add a block renderer (a doc module or a study registers its own)."""
+def check_name(name: str) -> str:
+    """A block name: lower-case words joined by '-'."""
     if not re.fullmatch(r"[a-z0-9-]+", name):
         raise ValueError(f"a block name is lower-case words joined by '-', got {name!r}")
-    RENDERERS[name] = renderer
+    return name
 
 
 # --------------------------------------------------------------------------- reading and writing docs
@@ -142,16 +118,17 @@ def segments(text: str) -> list[tuple[str | None, list[str]]]:
     return out
 
 
-def rendered(name: str, root: Path) -> list[str]:
-    if name not in RENDERERS:
-        raise ValueError(f"unknown generated block {name!r}; known: {', '.join(sorted(RENDERERS))}")
-    return RENDERERS[name](root).rstrip("\n").split("\n")
+def rendered(name: str, root: Path, renderers=None) -> list[str]:
+    renderers = RENDERERS if renderers is None else renderers
+    if name not in renderers:
+        raise ValueError(f"unknown generated block {name!r}; known: {', '.join(sorted(renderers))}")
+    return renderers[name](root).rstrip("\n").split("\n")
 
 
-def build_text(text: str, root: Path) -> str:
+def build_text(text: str, root: Path, renderers=None) -> str:
     out: list[str] = []
     for name, lines in segments(text):
-        out += lines if name is None else [f"<!-- generated: {name} -->", *rendered(name, root), END]
+        out += lines if name is None else [f"<!-- generated: {name} -->", *rendered(name, root, renderers), END]
     return "\n".join(out)
 
 
@@ -172,7 +149,7 @@ def numbers_in_prose(lines: list[str], first_line: int = 1) -> list[tuple[int, s
     return found
 
 
-def check_text(text: str, root: Path, doc: str = "doc") -> list[str]:
+def check_text(text: str, root: Path, doc: str = "doc", renderers=None) -> list[str]:
     """Problems of one doc: a block that is not its rendering, an unknown block, a number in prose, a
     hand-written binding comment."""
     problems = []
@@ -186,7 +163,7 @@ def check_text(text: str, root: Path, doc: str = "doc") -> list[str]:
             line += len(lines)
             continue
         try:
-            if lines != rendered(name, root):
+            if lines != rendered(name, root, renderers):
                 problems.append(f"{doc}:{line}: block {name!r} is not what `glm53 docs build` renders")
         except ValueError as error:
             problems.append(f"{doc}:{line}: {error}")
@@ -194,7 +171,7 @@ def check_text(text: str, root: Path, doc: str = "doc") -> list[str]:
     return problems
 
 
-def build(root: Path, docs=DOCS) -> list[str]:
+def build(root: Path, docs=DOCS, renderers=None) -> list[str]:
     """Rewrite every generated block of `docs`; returns the docs that changed."""
     from glm53_flash.core.receipts import write_text
 
@@ -204,21 +181,21 @@ def build(root: Path, docs=DOCS) -> list[str]:
         if not path.is_file():
             continue
         text = path.read_text()
-        new = build_text(text, root)
+        new = build_text(text, root, renderers)
         if new != text:
             write_text(path, new)
             changed.append(doc)
     return changed
 
 
-def check(root: Path, docs=DOCS) -> list[str]:
+def check(root: Path, docs=DOCS, renderers=None) -> list[str]:
     problems = []
     for doc in docs:
         path = root / doc
         if path.is_file():
-            problems += check_text(path.read_text(), root, doc)
+            problems += check_text(path.read_text(), root, doc, renderers)
     return problems
 
 
-__all__ = ["DOCS", "RENDERERS", "build", "build_text", "check", "check_text", "numbers_in_prose", "register",
-           "rendered", "segments"]
+__all__ = ["DOCS", "RENDERERS", "build", "build_text", "check", "check_name", "check_text", "cpu_name",
+           "numbers_in_prose", "rendered", "segments"]

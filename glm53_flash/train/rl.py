@@ -282,13 +282,7 @@ def rloo_step(model, optimizer, objective: torch.Tensor | None, grad_clip: float
     return optimizer_step(optimizer, params, objective, grad_clip=grad_clip, reduce_gradients=reduce_gradients)
 
 
-def train_rl(cfg: RLConfig) -> dict:
-    """Run (or resume) an RL run; returns the final receipt (under torchrun on rank 0, {} elsewhere)."""
-    from glm53_flash.train.rl_run import RLTrainer
-
-    return RLTrainer(cfg).run()
-
 
 __all__ = ["Objective", "RLConfig", "evaluate_safely", "has_signal", "judge", "kl_penalty", "leave_one_out_advantages",
            "policy_objective", "reward_for", "reward_task", "rloo_objective", "rloo_step", "rollout",
-           "sequence_logprobs", "set_train_scope", "task_schedule", "train_rl", "training_sequences", "with_advantages"]
+           "sequence_logprobs", "set_train_scope", "task_schedule", "training_sequences", "with_advantages"]

@@ -399,4 +399,11 @@ def reward_hacking(rows: list[dict]) -> dict:
             "rule": "a rollout that passes the cases its reward is judged on and fails the task's strong set"}
 
 
-__all__ = ["METRICS_FILE", "RLTrainer", "ROLLOUTS_FILE", "RUN_FILE", "check_preset", "reward_hacking"]
+def train_rl(cfg: RLConfig) -> dict:
+    """Run (or resume) an RL run; returns the final receipt (under torchrun on rank 0, {} elsewhere)."""
+    return RLTrainer(cfg).run()
+
+
+__all__ = ["METRICS_FILE", "RLConfig", "RLTrainer", "ROLLOUTS_FILE", "RUN_FILE", "check_preset", "reward_hacking",
+           "train_rl"]
+
