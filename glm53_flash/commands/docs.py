@@ -1,7 +1,7 @@
-"""`glm53 docs check`: every figure of the docs against the exact cell of its receipt; `glm53 docs bind`:
-write suggested bindings for the blocks of a doc that have none (report/cells.py); `glm53 docs times`: the
-committed studies' stated and taken times (results/study-times.json); `glm53 docs makefile`: the Makefile's
-study targets from the study registry (experiments/registry.py)."""
+"""`glm53 docs build`: render every generated block of the docs from committed summaries (report/docs.py);
+`glm53 docs check`: the blocks are what build renders and no figure is typed into prose; `glm53 docs
+times`: the committed studies' stated and taken times (results/study-times.json); `glm53 docs makefile`:
+the Makefile's study targets from the study registry (experiments/registry.py)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,17 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("docs", help="check that each figure in the docs is the cell of its receipt",
-                            description="The docs' figures bound to the exact cells of committed receipts.")
+    parser = sub.add_parser("docs", help="render the docs' generated blocks from committed summaries, and check them",
+                            description="Every figure in the docs sits in a generated block (<!-- generated: NAME --> "
+                                        "... <!-- /generated -->) that build renders from committed summaries; check "
+                                        "refuses a stale block and a number typed into prose.")
     commands = parser.add_subparsers(dest="docs_command", metavar="COMMAND", required=True)
-    check = commands.add_parser("check", help="check every figure of the docs (or of the docs named)",
-                                description="Check each doc's figures against the cells their bindings name.")
-    check.add_argument("docs", nargs="*", help="docs to check, relative to the repository (default: all)")
-    check.set_defaults(func=_run_check)
-    bind = commands.add_parser(
-        "bind", help="write suggested bindings for a doc's unbound blocks",
-        description="For each block with figures and no binding, write a <!-- cells: --> comment naming, for "
-                    "each figure, a cell that shows it (from the receipts the block names, its section's "
-                    "marker and --receipts), or '?' where none does. Review every suggestion: a small number "
-                    "can be shown by many cells.")
-    bind.add_argument("doc", help="the doc, relative to the repository")
-    bind.add_argument("--receipts", nargs="*", default=[], help="receipts to look in for every block")
-    bind.set_defaults(func=_run_bind)
+    for name, helptext, func in (("build", "rewrite every generated block of the docs (or of the docs named)", _run_build),
+                                 ("check", "check every doc (or the docs named): blocks as rendered, no figure in prose",
+                                  _run_check)):
+        command = commands.add_parser(name, help=helptext, description=helptext)
+        command.add_argument("docs", nargs="*", help="docs, relative to the repository (default: all)")
+        command.set_defaults(func=func)
     times = commands.add_parser(
         "times", help="write results/study-times.json: each committed study's stated time beside what it took",
         description="Reads every results/*/plan.json and its runs/ (analysis.time_record) and writes the table "
@@ -46,24 +41,42 @@ def _root() -> Path:
     return root
 
 
-def _run_check(args) -> int:
-    from glm53_flash.report.cells import DOCS, check_doc
+def blocks() -> dict:
+    """Every generated block the docs may hold: the report layer's and those of the layers above it."""
+    from glm53_flash.benchmarks.quickstart import render_first_run, render_first_run_times
+    from glm53_flash.experiments.analysis import render_study_answers
+    from glm53_flash.report.docs import RENDERERS
 
-    root = _root()
-    problems = [problem for doc in (args.docs or DOCS) for problem in check_doc(root, doc)]
+    return {**RENDERERS, "first-run": render_first_run, "first-run-times": render_first_run_times,
+            "study-answers": render_study_answers}
+
+
+def _docs(args) -> tuple:
+    from glm53_flash.report.docs import DOCS
+
+    unknown = [doc for doc in args.docs if doc not in DOCS]
+    if unknown:
+        raise ValueError(f"unknown doc {unknown[0]!r}; the docs are {', '.join(DOCS)}")
+    return tuple(args.docs) or DOCS
+
+
+def _run_build(args) -> int:
+    from glm53_flash.report.docs import build
+
+    changed = build(_root(), _docs(args), blocks())
+    print("rewrote " + ", ".join(changed) if changed else "every generated block is as rendered")
+    return 0
+
+
+def _run_check(args) -> int:
+    from glm53_flash.report.docs import check
+
+    docs = _docs(args)
+    problems = check(_root(), docs, blocks())
     for problem in problems:
         print(problem)
-    print(f"{len(problems)} problem(s) in {len(args.docs or DOCS)} doc(s)")
+    print(f"{len(problems)} problem(s) in {len(docs)} doc(s)")
     return 1 if problems else 0
-
-
-def _run_bind(args) -> int:
-    from glm53_flash.report.cells import bind
-
-    counts = bind(_root(), args.doc, args.receipts)
-    print(f"{args.doc}: {counts['blocks']} block(s) bound, {counts['entries']} entries, {counts['unresolved']} "
-          f"unresolved ('?'), {len(counts['ambiguous'])} shown by several cells (review them)")
-    return 0
 
 
 def _run_times(args) -> int:

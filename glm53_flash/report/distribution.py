@@ -113,7 +113,7 @@ def statements(summary: dict) -> list[str]:
     not_shown = [name for name, t in primary.items() if t.get("p_holm") is not None and not t.get("holds")]
     untested = [name for name, t in primary.items() if t.get("p_holm") is None]
     alpha = summary["plan"]["alpha"]
-    n = len(summary["plan"]["pretrain_seeds"])
+    n = len({row["pretrain_seed"] for row in summary["draws"]})
     first = ("**Holds** (Holm over the primary family, at pretraining seeds): " + "; ".join(
         f"{name} ({effect_text(primary[name], 'tasks' if 'confirm' in name else 'of the RL runs')}, Holm p "
         f"{format_p(primary[name]['p_holm'])})" for name in held) + "." if held else
