@@ -1,45 +1,40 @@
-"""README's first run, command by command as written there (in a scratch directory): pretraining,
-evaluation, RL, evaluation, comparison, a completion and a report card each end well and write what the
-next one reads; `serve`, which runs until stopped, is only checked to parse."""
+"""The first run (benchmarks/quickstart.py FIRST_RUN), which the README shows as a generated block: every
+command ends well and writes what the next one reads, and RL visibly helps on dev; `serve`, which runs
+until stopped, is only checked to parse."""
 
 import json
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 
+from glm53_flash.benchmarks.quickstart import AFTER, BEFORE, FIRST_RUN, command_lines, dev_counts
 from glm53_flash.cli import build_parser, main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def quickstart_commands() -> list[list[str]]:
+def test_the_readme_shows_the_first_run_on_its_first_screen():
     text = README.read_text()
-    section = text.split("## A first run, one stage at a time", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [shlex.split(line)[1:] for line in block.splitlines() if line.startswith("glm53 ")]
-
-
-def test_the_first_run_is_on_the_first_screen():
-    head = README.read_text().splitlines()[:40]
+    head = text.splitlines()[:60]
     assert "## A first run, one stage at a time" in head
-    assert [c[0] for c in quickstart_commands()] == ["pretrain", "eval", "rl", "eval", "compare", "generate",
-                                                     "report", "serve"]
+    block = text.split("<!-- generated: first-run -->\n", 1)[1].split("<!-- /generated -->", 1)[0]
+    assert block.strip().splitlines() == ["```bash", *command_lines(), "```"]
+    assert [argv[0] for argv in FIRST_RUN] == ["pretrain", "eval", "rl", "eval", "compare", "generate", "report",
+                                               "serve"]
 
 
 @pytest.mark.slow
-def test_the_readme_first_run_works_as_written(tmp_path, monkeypatch, capsys):
+def test_the_first_run_works_as_written_and_rl_helps_on_dev(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    commands = quickstart_commands()
-    for argv in commands:
+    for argv in FIRST_RUN:
         if argv[0] == "serve":
-            build_parser().parse_args(argv)  # it would serve until stopped
+            build_parser().parse_args(list(argv))  # it would serve until stopped
             continue
-        assert main(argv) == 0, argv
+        assert main(list(argv)) == 0, argv
     capsys.readouterr()
-    before = json.loads((tmp_path / "runs/tiny/dev.json").read_text())
-    after = json.loads((tmp_path / "runs/tiny-rl/dev.json").read_text())
-    assert before["summary"]["tasks_total"] == after["summary"]["tasks_total"] > 0
-    assert before["summary"]["tasks_solved"] > 0  # the pretrained tiny model already solves some of dev
-    assert (tmp_path / "runs/tiny-rl/report.md").is_file()
+    counts = dev_counts(tmp_path)
+    assert counts["tasks"] == json.loads((tmp_path / BEFORE).read_text())["summary"]["tasks_total"] > 0
+    assert counts["before"] < counts["after"], counts  # the pretrained model leaves room, and RL closes part of it
+    report = (tmp_path / "runs/tiny-rl/report.md").read_text()
+    assert "| before RL, dev pass rate |" in report and "| dev pass rate |" in report
+    assert (tmp_path / AFTER).is_file()

@@ -41,6 +41,30 @@ def _root() -> Path:
     return root
 
 
+# The tutorial's verifier lesson: two programs for one dev task, judged as `glm53 verify` judges them.
+VERIFY_TASK = "dev-double-000"
+VERIFY_BODIES = {"good.py": "return x * 2", "bad.py": "return x + 2"}
+
+
+def render_verify_example(root: Path) -> str:
+    """What `glm53 verify --task-id VERIFY_TASK --source FILE` prints for each of VERIFY_BODIES, run now."""
+    import json
+
+    from glm53_flash.tasks import task_by_id
+    from glm53_flash.verifier.sandbox import Verifier
+
+    task = task_by_id(VERIFY_TASK)
+    lines = []
+    with Verifier(workers=1) as verifier:
+        for name, body in VERIFY_BODIES.items():
+            source = f"{task.prompt}\n    {body}\n"
+            evaluation = verifier.evaluate(task, source)
+            lines += ["```bash", f"cat > {name} <<'PY'", *source.rstrip("\n").split("\n"), "PY",
+                      f"glm53 verify --task-id {VERIFY_TASK} --source {name}", "```", "```json",
+                      json.dumps({"task_id": task.task_id, **evaluation.to_dict()}, indent=2), "```", ""]
+    return "\n".join(lines[:-1])
+
+
 def blocks() -> dict:
     """Every generated block the docs may hold: the report layer's and those of the layers above it."""
     from glm53_flash.benchmarks.quickstart import render_first_run, render_first_run_times
@@ -48,7 +72,7 @@ def blocks() -> dict:
     from glm53_flash.report.docs import RENDERERS
 
     return {**RENDERERS, "first-run": render_first_run, "first-run-times": render_first_run_times,
-            "study-answers": render_study_answers}
+            "study-answers": render_study_answers, "verify-example": render_verify_example}
 
 
 def _docs(args) -> tuple:
