@@ -73,11 +73,40 @@ def cpu_name(provenance: dict) -> str:
     return f"{cpu.get('model') or 'an unknown CPU'} ({numbers}{isa}, {provenance.get('cpu_count')} cores)"
 
 
+def first_sentence(text: str, limit: int = 160) -> str:
+    """The first sentence of a docstring, on one line, at most `limit` characters."""
+    flat = " ".join(text.split("\n\n")[0].split())
+    match = re.search(r"(?<=[a-z0-9)`'\"]\.)\s", flat)
+    sentence = flat[:match.start()] if match else flat
+    return sentence if len(sentence) <= limit else sentence[:limit - 3].rstrip() + "..."
+
+
+def render_module_map(root: Path) -> str:
+    """One line per module of the package, folder by folder: its path and the first sentence of its
+    docstring (what it is for), so the map is as true as the code's docstrings."""
+    import ast
+
+    package = root / "glm53_flash"
+    lines = []
+    folders: dict[str, list[Path]] = {}
+    for path in sorted(package.rglob("*.py")):
+        folders.setdefault(str(path.parent.relative_to(root)), []).append(path)
+    for folder, paths in folders.items():
+        lines += ["", f"**`{folder}/`**", ""]
+        for path in paths:
+            if path.name == "__init__.py" and folder != "glm53_flash":
+                continue
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            lines.append(f"- `{path.name}`: {first_sentence(doc) if doc else '(no docstring)'}")
+    return "\n".join(lines[1:])
+
+
 # The blocks this layer renders; commands/docs.py adds those of the layers above (the first run, the
 # studies' answers) and passes the whole table to build and check.
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "model-facts": render_model_facts,
     "headline": render_headline,
+    "module-map": render_module_map,
 }
 
 
