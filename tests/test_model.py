@@ -5,11 +5,12 @@ import torch
 
 import glm53_flash as g
 from glm53_flash.model import ops
-from glm53_flash.model import moe as moe_module
+from glm53_flash.model.ops import experts as experts_ops
 from glm53_flash.model.linear_attention import (
     LinearState, causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
 )
-from glm53_flash.model.moe import MixtureOfExperts, _SwiGLUActivation, dense_moe_reference
+from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+from glm53_flash.model.ops.swiglu import _SwiGLUActivation
 from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask
 from glm53_flash.model.streams import sinkhorn
 
@@ -216,8 +217,8 @@ def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatc
     x = torch.rand(40, 16) + 0.1  # positive inputs: expert 3's logit is the lowest for every token
     results = []
     for grouped in (True, False):
-        monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
-        assert moe_module.grouped_mm_usable(x, moe.expert_gate_up, moe.grouped_aligned) is grouped
+        monkeypatch.setattr(experts_ops, "GROUPED_MM_ENABLED", grouped)
+        assert experts_ops.grouped_mm_usable(x, moe.expert_gate_up, moe.expert_down) is grouped
         moe.zero_grad()
         xi = x.clone().requires_grad_()
         out, used, balance = moe(xi)
@@ -241,33 +242,33 @@ def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch,
         moe.router.weight[3] = -10.0  # expert 3 idle for positive inputs
     x = torch.rand(tokens, 16) + 0.1
     taken = []
-    original = moe_module.MixtureOfExperts.run_padded
+    original = experts_ops.run_padded
 
-    def spy(self, *args):
-        taken.append(args[-1])
-        return original(self, *args)
+    def spy(rows, counts, *weights):
+        taken.append(int(counts.max()))
+        return original(rows, counts, *weights)
 
-    monkeypatch.setattr(moe_module.MixtureOfExperts, "run_padded", spy)
+    monkeypatch.setitem(experts_ops.SORTED_PATHS, "padded", spy)
     monkeypatch.setattr(ops.library, "ENABLED", False)  # the CPU kernels come first where they serve
     outputs = []
     with torch.inference_mode():
         for padded in (True, False):
-            monkeypatch.setattr(moe_module, "PADDED_ENABLED", padded)
+            monkeypatch.setattr(experts_ops, "PADDED_ENABLED", padded)
             outputs.append(moe(x, with_balance=False)[0])
         reference = dense_moe_reference(moe, x)
         counts = moe(x, with_balance=False)[1]
-    expected = 2 * tokens <= moe_module.PADDED_MAX_ROWS and moe_module.padding_pays(4, int(counts.max()), 2 * tokens)
+    expected = 2 * tokens <= experts_ops.PADDED_MAX_ROWS and experts_ops.padding_pays(4, int(counts.max()), 2 * tokens)
     assert bool(taken) is expected and (expected or tokens >= 40)  # the small cases do take it
     torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outputs[0], reference, atol=1e-5, rtol=1e-5)
 
 
 def test_padding_is_taken_only_while_it_pays():
-    assert moe_module.padding_pays(8, 4, 32)  # decode: 32 slots spread over 8 experts
-    assert moe_module.padding_pays(8, 9, 32)
-    assert not moe_module.padding_pays(8, 16, 32)  # identical rows: two experts take everything
-    assert moe_module.padding_pays(8, 48, 384) and not moe_module.padding_pays(8, 65, 512)
-    assert not moe_module.padding_pays(8, 64, 128)
+    assert experts_ops.padding_pays(8, 4, 32)  # decode: 32 slots spread over 8 experts
+    assert experts_ops.padding_pays(8, 9, 32)
+    assert not experts_ops.padding_pays(8, 16, 32)  # identical rows: two experts take everything
+    assert experts_ops.padding_pays(8, 48, 384) and not experts_ops.padding_pays(8, 65, 512)
+    assert not experts_ops.padding_pays(8, 64, 128)
 
 
 def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
@@ -279,11 +280,11 @@ def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
     x = torch.rand(3, 16) + 0.1
     monkeypatch.setattr(ops.library, "ENABLED", False)
     with torch.inference_mode():
-        assert moe_module.padded_usable(x, 3) and moe_module.padding_pays(4, 3, 3)
+        assert experts_ops.padded_usable(x, 3) and experts_ops.padding_pays(4, 3, 3)
         out, counts, _ = moe(x, with_balance=False)
         assert counts.tolist() == [0, 0, 3, 0]
         torch.testing.assert_close(out, dense_moe_reference(moe, x), atol=1e-5, rtol=1e-5)
-    assert not moe_module.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
+    assert not experts_ops.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ receipts) and the limits its fixed buffers hold (`LIMITS`, asserted again in C).
 | rmsnorm.py | `rms_norm`; `rms_norm_forward` / `rms_norm_backward` | decoding; training (any rows) |
 | swiglu.py | `swiglu_forward` / `swiglu_backward` | training and decoding (any rows) |
 | grouped.py | `grouped_linear`, `grouped_matmul` | routed experts, at most `MAX_GROUPED_ROWS` slots |
+| experts.py | `routed_experts`, `moe_layer_in_c` (moe.py's entry points) | the routed experts' paths (skinny C, blocked bf16, padded, grouped_mm), chosen by `expert_path` |
 | moe_routing.py | `moe_dispatch`, `moe_combine`; `combine_rows_bf16` / `_backward` | a MoE layer's decode step; the bf16 experts' combine (training too) |
 | linear_attention.py | `linear_attention_step`; `linear_attention_scan_forward` / `_backward` | a linear layer's decode step; a sequence longer than its chunk (training too) |
 | sparse_attention.py | `sparse_attention_step` | a sparse layer's decode step |
@@ -32,6 +33,7 @@ from glm53_flash.model.ops.library import (  # noqa: F401
     supported_isas,
 )
 from glm53_flash.model.ops.dense import *  # noqa: F401,F403
+from glm53_flash.model.ops.experts import *  # noqa: F401,F403
 from glm53_flash.model.ops.linear_attention import *  # noqa: F401,F403
 from glm53_flash.model.ops.moe_routing import *  # noqa: F401,F403
 from glm53_flash.model.ops.rmsnorm import *  # noqa: F401,F403
