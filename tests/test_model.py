@@ -464,7 +464,7 @@ def test_option_values_are_named_by_behaviour_and_old_spellings_are_refused():
 def test_stream_write_gradients_equal_addcmul():
     """The streams' write (an autograd.Function with matrix-vector backward) against addcmul's graph,
     also for the broadcast first streams (stride 0 over S), and gradcheck in float64."""
-    from glm53_flash.model.streams import _AddOuter
+    from glm53_flash.model.ops.streams import _AddOuter
 
     torch.manual_seed(5)
     for expanded in (False, True):

@@ -9,7 +9,8 @@ receipts) and the limits its fixed buffers hold (`LIMITS`, asserted again in C).
 | op file | ops | served where |
 |---|---|---|
 | dense.py | `linear`, `Linear` | decoding: at most `MAX_ROWS` rows, no gradients |
-| rmsnorm.py | `rms_norm`; `rms_norm_forward` / `rms_norm_backward` | decoding; training (any rows) |
+| rmsnorm.py | `rms_norm`; `rms_norm_forward` / `rms_norm_backward`; `rms_norm_layer` (norm.py's entry point) | decoding; training (any rows) |
+| streams.py | `add_outer` (streams.py's write, a hand-written backward) | training and decoding |
 | swiglu.py | `swiglu_forward` / `swiglu_backward` | training and decoding (any rows) |
 | grouped.py | `grouped_linear`, `grouped_matmul` | routed experts, at most `MAX_GROUPED_ROWS` slots |
 | experts.py | `routed_experts`, `moe_layer_in_c` (moe.py's entry points) | the routed experts' paths (skinny C, blocked bf16, padded, grouped_mm), chosen by `expert_path` |
@@ -38,4 +39,5 @@ from glm53_flash.model.ops.linear_attention import *  # noqa: F401,F403
 from glm53_flash.model.ops.moe_routing import *  # noqa: F401,F403
 from glm53_flash.model.ops.rmsnorm import *  # noqa: F401,F403
 from glm53_flash.model.ops.sparse_attention import *  # noqa: F401,F403
+from glm53_flash.model.ops.streams import *  # noqa: F401,F403
 from glm53_flash.model.ops.swiglu import *  # noqa: F401,F403
