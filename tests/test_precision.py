@@ -455,13 +455,13 @@ def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_eno
 
     monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", MIN_ROWS)
     torch.manual_seed(3)
-    q, k, v = (la.feature_map(torch.randn(2, 3, MIN_ROWS // 2, 16)).requires_grad_() for _ in range(3))
-    assert la.block_dtype(q) is None  # outside compute_in: float32, the committed results' arithmetic
+    q, k, v = (ops.feature_map(torch.randn(2, 3, MIN_ROWS // 2, 16)).requires_grad_() for _ in range(3))
+    assert ops.block_dtype(q) is None  # outside compute_in: float32, the committed results' arithmetic
     with compute_in(BF16, "cpu"):
-        assert la.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
-        assert la.block_dtype(q[:1]) is None and la.block_dtype(q[:, :, :-1]) is None  # heads do not count
+        assert ops.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
+        assert ops.block_dtype(q[:1]) is None and ops.block_dtype(q[:, :, :-1]) is None  # heads do not count
     # The bf16 block is its two products and the denominator's sum, each rounded once ...
-    numerator, denominator = la.masked_block(q, k, v, torch.bfloat16)
+    numerator, denominator = ops.masked_block(q, k, v, torch.bfloat16)
     scores = torch.matmul(q.bfloat16(), k.bfloat16().transpose(-1, -2)).tril()
     assert numerator.dtype == denominator.dtype == torch.float32
     assert torch.equal(numerator, torch.matmul(scores, v.bfloat16()).float())
