@@ -243,11 +243,11 @@ def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch,
     taken = []
     original = experts_ops.run_padded
 
-    def spy(rows, counts, *weights):
-        taken.append(int(counts.max()))
-        return original(rows, counts, *weights)
+    def spy(rows, counts, gate_up, down, capacity):
+        taken.append(capacity)
+        return original(rows, counts, gate_up, down, capacity)
 
-    monkeypatch.setitem(experts_ops.SORTED_PATHS, "padded", spy)
+    monkeypatch.setattr(experts_ops, "run_padded", spy)
     monkeypatch.setattr(ops.library, "ENABLED", False)  # the CPU kernels come first where they serve
     outputs = []
     with torch.inference_mode():
@@ -429,6 +429,63 @@ def test_cache_keep_rows_drops_finished_sequences():
         rest = model(ids[[1, 3], 20:], cache=cache).logits
     assert cache.batch_size == 2
     assert (full[[1, 3], 20:] - rest).abs().max().item() <= 1e-4
+
+
+@dataclasses.dataclass
+class _DenseKV:
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def keep_rows(self, rows):
+        return _DenseKV(self.k[rows], self.v[rows])
+
+
+class _DenseAttention(torch.nn.Module):
+    """A kind the package does not have (causal softmax over every earlier key): the attention interface
+    and nothing else, as a new kind's file would hold it."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.dim, cfg.heads)
+
+    def forward(self, x, rope, position=0, state=None, return_state=False):
+        b, t, dim = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = rope(q, position), rope(k, position)
+        if state is not None:
+            k, v = torch.cat((state.k, k), 2), torch.cat((state.v, v), 2)
+        mask = torch.ones(t, k.shape[2], dtype=torch.bool).tril(k.shape[2] - t)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(out.transpose(1, 2).reshape(b, t, dim)), (_DenseKV(k, v) if return_state else None)
+
+
+def test_a_new_attention_kind_is_its_layer_and_one_registry_line(monkeypatch):
+    """docs/ARCHITECTURE.md's promise: a kind's layer (from_config, the call, its state's keep_rows) and its
+    name in lm.ATTENTION are all a model needs. Blocks, caches and cached decoding take it as they are (the
+    one-call C step leaves a model with a kind it has no step for to the blocks)."""
+    from glm53_flash.model import lm
+
+    monkeypatch.setitem(lm.ATTENTION, "dense", _DenseAttention.from_config)
+    monkeypatch.setattr(g.ModelConfig, "attention_pattern",
+                        property(lambda cfg: ["linear", "dense", "linear", "sparse"][: cfg.layers]))
+    model = tiny_model(seed=3)
+    assert [type(block.attention) for block in model.blocks][:2] == [lm.LinearAttention, _DenseAttention]
+    ids = torch.randint(4, 260, (4, 30))
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = model.new_cache(4)
+        parts = [model(ids[:, :20], cache=cache).logits]
+        parts += [model(ids[:, t:t + 1], cache=cache).logits for t in range(20, 24)]
+        cache.keep_rows(torch.tensor([1, 3]))
+        rest = model(ids[[1, 3], 24:], cache=cache).logits
+    assert (torch.cat(parts, 1) - full[:, :24]).abs().max().item() <= 1e-4
+    assert (rest - full[[1, 3], 24:]).abs().max().item() <= 1e-4
 
 
 def test_fused_rms_norm_equals_reference():

@@ -146,7 +146,7 @@ class LinearAttention(nn.Module):
                                           DENOMINATOR_FLOOR)
         if fast is not None:
             out, sums = fast
-            return self.out(out.to(x.dtype)), None if sums is None else LinearState(*sums)
+            return self.out(out), None if sums is None else LinearState(*sums)
         q, k, v = qkv.view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         if self.rope_before_feature:  # the original's order (see docs/ARCHITECTURE.md)
             q, k = rope(q, position), rope(k, position)

@@ -80,12 +80,12 @@ class MixtureOfExperts(nn.Module):
         chunks = torch.split(rows, counts.tolist())  # the layer's one host sync
         return torch.cat([expert(chunk, ups[e], downs[e]) for e, chunk in enumerate(chunks)])
 
-    def routed_experts(self, x: torch.Tensor, gates: torch.Tensor, top_index: torch.Tensor) -> torch.Tensor:
-        """x [N, D], gates and chosen experts [N, k] -> (each token's gate-weighted sum of its experts [N, D],
-        routed slots per expert [E]): the slots sorted by expert, each expert run on its rows, the outputs
-        put back in slot order and weighted. ops.routed_experts computes the same where it serves."""
+    def routed_experts(self, x: torch.Tensor, gates: torch.Tensor, flat_expert: torch.Tensor):
+        """x [N, D], gates [N, k], each slot's expert [N k] (slot i belongs to token i // k) -> (each token's
+        gate-weighted sum of its experts [N, D], routed slots per expert [E]): the slots sorted by expert,
+        each expert run on its rows, the outputs put back in slot order and weighted. ops.routed_experts
+        computes the same where it serves."""
         n, dim = x.shape
-        flat_expert = top_index.reshape(-1)  # [N k]: slot i belongs to token i // k
         order = torch.argsort(flat_expert, stable=True)
         counts = torch.bincount(flat_expert, minlength=self.experts)
         routed = ops.routed_experts(x, order, counts, gates, self.expert_gate_up, self.expert_down)
@@ -113,14 +113,15 @@ class MixtureOfExperts(nn.Module):
         n = x.shape[0]
         logits = self.router(x)
         gates, top_index = route_tokens(logits, self.top_k)
-        routed, counts = self.routed_experts(x, gates, top_index)
+        flat_expert = top_index.reshape(-1)  # [N k]: slot i belongs to token i // k
+        routed, counts = self.routed_experts(x, gates, flat_expert)
         if not with_balance:
             return self.shared(x) + routed, counts, None
         if token_mask is None:
             mask = torch.ones(n, 1, dtype=torch.float32, device=x.device)
         else:
             mask = token_mask.reshape(-1, 1).to(torch.float32)
-        used = torch.bincount(top_index.reshape(-1), weights=mask.repeat_interleave(self.top_k),
+        used = torch.bincount(flat_expert, weights=mask.repeat_interleave(self.top_k),
                               minlength=self.experts).to(torch.float32)
         balance = self.balance_loss(logits, used, mask, balance_reduce)
         return self.shared(x) + routed, used.detach(), balance

@@ -50,20 +50,21 @@ BLOCKED_MIN_SLOTS = 1024
 
 
 def expert_path(x: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
-                slots: int | None = None) -> str | None:
+                slots: int | None = None) -> tuple[str, int] | None:
     """The path that runs the routed experts on `slots` rows gathered from x [*, D] (None: x's own rows,
-    already sorted by expert), counts [E] per expert, gate_up [E, 2H, D], down [E, H, D]: "skinny",
-    "blocked", "padded", "grouped_mm", or None, the layer's own loop."""
+    already sorted by expert), counts [E] per expert, gate_up [E, 2H, D], down [E, H, D]: ("skinny",
+    "blocked", "padded" or "grouped_mm", the padded path's rows per expert C, else 0), or None: the layer's
+    own loop."""
     if grouped_serves(x, gate_up, down, slots=slots):
-        return "skinny"
+        return "skinny", 0
     if blocked_dtype(x, down, slots) is not None:
-        return "blocked"
+        return "blocked", 0
     rows = x.shape[0] if slots is None else slots
     capacity = int(counts.max()) if padded_usable(x, rows) else 0  # CPU: no device sync
     if capacity and padding_pays(gate_up.shape[0], capacity, rows):
-        return "padded"
+        return "padded", capacity
     if grouped_mm_usable(x, gate_up, down):
-        return "grouped_mm"
+        return "grouped_mm", 0
     return None
 
 
@@ -117,9 +118,9 @@ def routed_experts(x: torch.Tensor, order: torch.Tensor, counts: torch.Tensor, g
     path = expert_path(x, counts, gate_up, down, slots=n * top_k)
     if path is None:
         return None
-    if path == "blocked":
+    if path[0] == "blocked":
         return routed_blocked(x, order, counts, gates, gate_up, down, product_dtype())
-    expert_out = SORTED_PATHS[path](x.index_select(0, order // top_k), counts, gate_up, down)
+    expert_out = run_sorted(path, x.index_select(0, order // top_k), counts, gate_up, down)
     # Undo the sort: the slots are a permutation, so a plain scatter is deterministic.
     slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
     return (slot_out.view(n, top_k, dim) * gates.unsqueeze(-1)).sum(1)
@@ -130,9 +131,11 @@ def sorted_experts(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tens
     """rows [M, D] sorted by expert, counts [E] -> each row through its expert [M, D], or None where the
     layer's loop runs."""
     path = expert_path(rows, counts, gate_up, down)
-    if path == "blocked":
+    if path is None:
+        return None
+    if path[0] == "blocked":
         return run_blocked(rows, counts, gate_up, down, product_dtype())
-    return None if path is None else SORTED_PATHS[path](rows, counts, gate_up, down)
+    return run_sorted(path, rows, counts, gate_up, down)
 
 
 def moe_layer_in_c(x: torch.Tensor, router: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int,
@@ -152,6 +155,17 @@ def moe_layer_in_c(x: torch.Tensor, router: torch.Tensor, gate_up: torch.Tensor,
 # ----------------------------------------------------------------------------------------- the paths
 
 
+def run_sorted(path: tuple[str, int], rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor,
+               down: torch.Tensor) -> torch.Tensor:
+    """rows [M, D] sorted by expert through their experts by `path` (expert_path's, not "blocked")."""
+    name, capacity = path
+    if name == "skinny":
+        return run_skinny(rows, counts, gate_up, down)
+    if name == "padded":
+        return run_padded(rows, counts, gate_up, down, capacity)
+    return run_grouped(rows, counts, gate_up, down)
+
+
 def run_skinny(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     """Each row through its expert by the skinny C kernels: one call per projection, each expert's weights
     read once, no padding. No gradients (see grouped_serves)."""
@@ -169,11 +183,11 @@ def run_grouped(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor,
     return F.grouped_mm(swiglu_activation(hidden), down, offs=offsets)
 
 
-def run_padded(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    """Each row through its expert as two batched matmuls over [E, C, D], C the busiest expert's count.
+def run_padded(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+               capacity: int) -> torch.Tensor:
+    """Each row through its expert as two batched matmuls over [E, C, D], C = `capacity` >= every count.
     Padding rows are zeros and are never read back. No gradients (see padded_usable)."""
     experts = gate_up.shape[0]
-    capacity = int(counts.max())
     m, dim = rows.shape
     starts = torch.arange(experts, device=rows.device) * capacity
     flat = padded_positions(counts, starts)
@@ -268,10 +282,8 @@ def combine_rows(out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor) -> 
     return reference_combine_rows(out, rows, gates)
 
 
-SORTED_PATHS = {"skinny": run_skinny, "padded": run_padded, "grouped_mm": run_grouped}
-
 
 __all__ = ["BLOCKED_MIN_SLOTS", "GROUPED_MM_ENABLED", "PADDED_ENABLED", "PADDED_MAX_ROWS", "PRODUCT_BLOCK",
            "blocked_dtype", "blocked_layout", "combine_rows", "expert_path", "grouped_mm_usable", "moe_layer_in_c",
            "padded_positions", "padded_usable", "padding_pays", "routed_blocked", "routed_experts", "run_blocked",
-           "run_grouped", "run_padded", "run_skinny", "sorted_experts"]
+           "run_grouped", "run_padded", "run_skinny", "run_sorted", "sorted_experts"]

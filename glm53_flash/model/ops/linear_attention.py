@@ -259,8 +259,8 @@ def linear_attention_layer(qkv: torch.Tensor, heads: int, chunk: int, tables: tu
                            state: tuple | None, return_state: bool, floor: float):
     """A linear-attention layer's call on its qkv product [B, T, 3D] by the C kernels where they serve:
     `tables` the rotary cos and sin [P, d] when the layer rotates q and k first (else None), `state` its
-    cached (kv, z) or None. -> (out [B, T, D] before the output product, the state (kv, z) after it or None),
-    or None: the layer's torch form. One decode step updates the state in place; a sequence longer than
+    cached (kv, z) or None. -> (out [B, T, D] before the output product, in qkv's dtype (float32: the
+    kernels serve nothing else), the state (kv, z) after it or None), or None: the layer's torch form. One decode step updates the state in place; a sequence longer than
     `chunk` takes the scan (sequences of at most `chunk` positions keep the layer's one quadratic block,
     whose arithmetic the committed results used)."""
     t = qkv.shape[1]
