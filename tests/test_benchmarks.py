@@ -308,7 +308,7 @@ def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
     step = shape["whole_step"]
     assert len(step["seconds"]["scan"]["all"]) == len(step["seconds"]["torch"]["all"]) == 2
     assert step["scan_speedup"] == pytest.approx(step["seconds"]["torch"]["median"] / step["seconds"]["scan"]["median"])
-    from glm53_flash.model import linear_attention
+    from glm53_flash.model.ops import linear_attention
 
     assert linear_attention.SCAN_ENABLED  # the bench puts the switch back
     assert "a whole training step" in capsys.readouterr().out

@@ -48,7 +48,7 @@ MAX_ROWS = 32
 
 MAX_GROUPED_ROWS = 512
 
-# The switches that steer dispatch (named in model/dispatch.py, which records them in receipts). False
+# The switches that steer dispatch (named in ops/dispatch.py, which records them in receipts). False
 # forces the eager torch path everywhere.
 ENABLED = os.environ.get("GLM53_KERNELS", "1") != "0"
 
