@@ -297,7 +297,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    from glm53_flash.core.runtime import governed
+    from glm53_flash.core.shared_machine import governed
 
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)
