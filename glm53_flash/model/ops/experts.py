@@ -226,8 +226,8 @@ def run_blocked(rows: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor,
                 dtype: torch.dtype) -> torch.Tensor:
     """Each row (sorted by expert) through its expert by the grouped kernel in `dtype` (bf16 products on the
     CPU), with every expert's rows padded to a multiple of PRODUCT_BLOCK. oneDNN compiles a bf16 kernel for
-    every new matrix shape (1-2 ms each, measured), so grouped products whose row counts follow the routing
-    cost more than they save (measured: a flash step slower than float32); rounded counts take a few dozen
+    every new matrix shape, so grouped products whose row counts follow the routing cost more than they
+    save; rounded counts take a few dozen
     shapes, compiled once, and the padded buffer a few sizes, which the allocator reuses. Padding rows are
     zeros, give zeros through SwiGLU, are never read back, and so add nothing to any gradient. The layer
     takes routed_blocked (these products with its gathers and combine fused); this form serves rows already

@@ -187,9 +187,7 @@ def feature_map(u: torch.Tensor) -> torch.Tensor:
 def block_dtype(q: torch.Tensor) -> torch.dtype | None:
     """The dtype of the masked blocks' two products for feature-mapped q [B, H, T, d] inside compute_in:
     bf16 where the weight products take it and the batch holds at least BF16_MIN_ROWS positions (B x T,
-    the rows of the layer's weight products; the block with its backward in bf16 over float32, casts
-    included, on the flash heads: 0.76x at 64 positions, 1.0x at 256, 1.3x at 512-2048, 1.6x at 4096;
-    measured on a 2-core EPYC with AVX512-BF16), None: float32."""
+    the rows of the layer's weight products: below it the casts cost more than bf16 saves), None: float32."""
     return product_dtype_for(q, rows=q.shape[0] * q.shape[2])
 
 
