@@ -50,7 +50,7 @@ def dev_counts(directory: Path) -> dict:
 
 def run(output: str | Path, workdir: str | Path | None = None, log=print) -> dict:
     """Run the first run in `workdir` (a new temporary directory by default), each command in its own
-    process, and write the receipt to `output`: seconds per command and the dev counts."""
+    process, and write the receipt to `output`: seconds per command and the dev counts (also logged)."""
     with tempfile.TemporaryDirectory(prefix="glm53-quickstart-") as scratch:
         where = Path(workdir or scratch)
         where.mkdir(parents=True, exist_ok=True)
@@ -68,6 +68,8 @@ def run(output: str | Path, workdir: str | Path | None = None, log=print) -> dic
             commands.append({"argv": list(argv), "seconds": round(seconds, 1)})
         receipt = {"commands": commands, "dev": dev_counts(where), "provenance": provenance()}
     write_json(output, receipt)
+    dev = receipt["dev"]
+    log(f"dev: {dev['before']} of {dev['tasks']} tasks before RL, {dev['after']} after; receipt {output}")
     return receipt
 
 
