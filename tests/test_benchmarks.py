@@ -10,6 +10,7 @@ from glm53_flash.benchmarks.model import run
 from glm53_flash.model import ops
 
 
+@pytest.mark.slow
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     output = tmp_path / "model.json"
     run(preset="tiny", device="cpu", batch_size=2, sequence_length=64, steps=1, warmup=1, decode_batch=2,
@@ -75,6 +76,7 @@ from glm53_flash.model.config import ModelConfig  # noqa: E402
 from glm53_flash.model.sparse_attention import SparseAttention  # noqa: E402
 
 
+@pytest.mark.slow
 def test_bench_scaling_receipt_on_tiny_preset(tmp_path, capsys):
     output = tmp_path / "scaling.json"
     result = scaling.run(preset="tiny", sequence_lengths="16,32", positions=(4, 40), repeats=1, warmup=1,
@@ -186,6 +188,7 @@ def test_bench_scaling_bad_input_is_a_clear_error():
         scaling.run(preset="tiny", decode_repeats=0, output=None)
 
 
+@pytest.mark.slow
 def test_bench_contention_compares_spin_counts_in_children_with_the_same_weights(tmp_path):
     """--spin-counts: one child per count with GOMP_SPINCOUNT set (each child's receipt says its count was
     kept), and every child's fixed-thread training steps end on the same weights: how long idle threads spin
@@ -224,6 +227,7 @@ def test_bench_contention_mid_run_refuses_bad_settings(tmp_path, capsys, flags, 
     assert message in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.slow
 def test_bench_contention_receipt_on_the_tiny_preset(tmp_path):
     """Quiet and busy, fixed and adaptive, in one process; its competitor is gone afterwards."""
     from glm53_flash.benchmarks.contention import run
@@ -263,6 +267,7 @@ def test_the_thread_governor_follows_the_free_cores(monkeypatch):
     assert torch.get_num_threads() == threads
 
 
+@pytest.mark.slow
 def test_bench_decode_weights_receipt_on_the_tiny_preset(tmp_path, capsys):
     """`glm53 bench decode-weights`: both weight types timed round by round, each against a read of the
     bytes it reads (bf16 half of the weight products'), the tokens compared; bad sizes are one line."""
@@ -289,6 +294,7 @@ def test_bench_decode_weights_receipt_on_the_tiny_preset(tmp_path, capsys):
     assert main(["bench", "decode-weights", "--preset", "tiny", "--steps", "500"]) == 2
 
 
+@pytest.mark.slow
 def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
     """`glm53 bench linear-attention`: the scan and the torch chunks timed round by round on the same qkv,
     their outputs and gradients agreeing; a length within the chunk (no scan there) and unknown presets are
@@ -316,6 +322,7 @@ def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
     assert main(["bench", "linear-attention", "--presets", "huge"]) == 2
 
 
+@pytest.mark.slow
 def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):
     from glm53_flash.benchmarks.precision import run as run_precision
 
@@ -369,6 +376,7 @@ def test_the_thread_governor_hands_its_starting_count_back(monkeypatch):
     assert set_to == [1, 2]  # nothing to hand back: no call
 
 
+@pytest.mark.slow
 def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
     """Two groups of the headline's RL stage from a tiny checkpoint, once per precision: the receipt has
     each run's seconds split into rollouts and updates, the medians, the speed-up, and the stage's config."""
@@ -483,6 +491,7 @@ def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_bac
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_bench_profile_groups_every_operators_time_and_names_the_c_kernels(tmp_path, capsys):
     """The profile's groups add up to the profiled step (what no operator covers is its own row), our C
     kernels show under their own names while it runs, and nothing is labelled outside it."""
@@ -507,6 +516,7 @@ def test_bench_profile_groups_every_operators_time_and_names_the_c_kernels(tmp_p
     assert "matrix products" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_benches_time_bf16_only_where_the_cpu_accelerates_it_unless_asked(tmp_path, monkeypatch):
     """--precisions auto (the default of bench model, profile and rl) leaves bf16 out on a CPU without
     AVX512-BF16 or AMX, where it is emulated and one step takes minutes, and says so in the receipt; a list

@@ -35,6 +35,7 @@ def measured():
     return {entry.index: cheats.measure_entry(entry.index) for entry in SAMPLE}
 
 
+@pytest.mark.slow
 def test_the_strict_set_lets_no_kind_of_wrong_program_through_on_more_than_one_percent(measured):
     for kind in cheats.KINDS:
         through = [SUITE.entries[i].unit for i, sets in measured.items() if kind in sets["strict"]]
@@ -83,6 +84,7 @@ def test_every_cheat_is_a_program_the_policy_accepts_and_the_sandbox_judges_as_c
     assert verdicts == expected and any(expected) and not all(expected)
 
 
+@pytest.mark.slow
 def test_strict_sets_add_long_inputs_on_which_each_predicate_holds_and_fails():
     namespace_builtins = {name: getattr(builtins, name) for name in REFERENCE_BUILTINS}
     predicates = 0

@@ -65,6 +65,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc on Linux")
 @pytest.mark.parametrize("tuning", ["1", "0"])
 def test_freed_blocks_are_reused_without_new_page_faults(tuning):
@@ -127,6 +128,7 @@ def test_openmp_is_seen_once_torch_loaded_it():
     assert fresh.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's load from /proc/stat")
 def test_a_command_started_beside_a_busy_process_sets_short_spin_waits_before_torch_loads():
     """A fresh `glm53` process beside one CPU-bound process measures it, sets GOMP_SPINCOUNT before torch

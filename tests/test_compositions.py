@@ -128,6 +128,7 @@ def test_each_reference_computes_its_outputs_and_passes_the_policy():
                                        for kind, values in STRONG_INPUTS.items()}
 
 
+@pytest.mark.slow
 def test_two_descriptions_and_the_context_limits():
     for entry in ENTRIES:
         first, second = entry.behaviour.descriptions()
@@ -204,6 +205,7 @@ def test_the_pretraining_stream():
     assert evaluated  # references can coincide in text only across distinct behaviours' splits
 
 
+@pytest.mark.slow
 def test_each_split_is_pinned_and_a_change_is_refused(monkeypatch):
     for split in compositions.SPLITS:
         assert compositions.split_sha256(split) == compositions.PINNED_SHA256[split], split
@@ -240,6 +242,7 @@ def test_tasks_summary_command(capsys):
     assert "sealed split" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_tasks_structure_group_comes_from_the_suite_by_its_id():
     """Every task's group is its behaviour's entry's, read from the id alone (no sealed split opened); an id
     that names no task of the suite is refused in one line."""

@@ -350,6 +350,7 @@ def test_rl_study_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, one_thread):
     assert "Which RL choices matter" in (out / "REPORT.md").read_text()
 
 
+@pytest.mark.slow
 def test_shards_split_the_units_of_one_plan(tmp_path, one_thread):
     out = tmp_path / "study"
     base = ["experiment", "pretraining-data", "--output", str(out), "--steps", "1", "--seeds", "5,6",
@@ -398,6 +399,7 @@ def test_study_directory_is_locked_and_an_interrupted_study_says_so(tmp_path, ca
     assert not (out / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_a_study_plan_states_its_power_before_it_runs(tmp_path, capsys, one_thread):
     assert main(_study(tmp_path, "--plan-only")) == 0
     plan = json.loads((tmp_path / "study" / "plan.json").read_text())

@@ -440,6 +440,7 @@ def test_rl_switches_analysis_finds_a_flip_that_helps_and_holm_guards_the_rest()
     assert table["rows"][0][-1] == "flip better" and table["rows"][0][-2] == "6"
 
 
+@pytest.mark.slow
 def test_an_rl_switches_rerun_holds_where_both_studies_agree_and_refuses_shared_seeds():
     """Two rl-switches studies on disjoint pretraining seeds: a row holds when both give the same verdict and
     the same directions after Holm; a flip shown in one and not the other does not hold; the rerun spread is

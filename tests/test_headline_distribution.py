@@ -84,6 +84,7 @@ def test_the_summary_is_what_the_receipts_give(study):
     assert all(t["holds"] for t in summary["primary"].values())
 
 
+@pytest.mark.slow
 def test_the_report_and_the_readme_block_say_what_holds_at_seeds(study):
     from glm53_flash.report.distribution import headline_block
 
@@ -121,6 +122,7 @@ def test_place_user_run_reads_a_demo_directory(study, tmp_path):
     assert lines[1].startswith("ours 14, 16, 15 of 24 (bf16): RL took off on every seed")
 
 
+@pytest.mark.slow
 def test_the_export_keeps_receipts_byte_identical_inside_their_gzip(study, tmp_path):
     results = tmp_path / "results"
     hd.write_summary(study)

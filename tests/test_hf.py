@@ -414,6 +414,7 @@ def need_trl():
     return pytest.importorskip("trl", reason="TRL is not installed (pip install 'glm53_flash[trl]')")
 
 
+@pytest.mark.slow
 def test_trl_fused_log_probabilities_equal_ours_on_a_padded_batch(checkpoint):
     """TRL scores completions with its fused head over `base_model` and `get_output_embeddings()`:
     on a left- and right-padded batch its per-token log-probabilities equal log_softmax of our logits."""

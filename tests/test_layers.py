@@ -57,6 +57,7 @@ def test_every_folder_has_a_layer():
     assert {layer(m) for m in modules()} == set(LAYERS)
 
 
+@pytest.mark.slow
 def test_imports_go_down_the_layers_or_stay_in_their_folder():
     rank = {name: index for index, name in enumerate(LAYERS)}
     upward = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
@@ -64,6 +65,7 @@ def test_imports_go_down_the_layers_or_stay_in_their_folder():
     assert upward == []
 
 
+@pytest.mark.slow
 def test_no_module_imports_itself_through_others():
     edges = graph()
     state: dict[str, int] = defaultdict(int)  # 0 new, 1 on the path, 2 done
@@ -93,6 +95,7 @@ def test_the_architecture_page_states_the_same_order():
     assert tuple(name.strip() for name in match.group(1).split("<")) == LAYERS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower,higher", [("tasks", "verifier"), ("report", "experiments"), ("core", "model"),
                                           ("evaluation", "web")])
 def test_the_named_rules_hold(lower, higher):

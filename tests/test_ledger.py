@@ -469,6 +469,7 @@ def test_verify_finds_a_rewritten_committed_ledger(checkout):
     assert any("was rewritten" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_every_committed_sealed_receipt_is_vouched_for_by_the_committed_ledger(capsys):
     """Reports, the deck and the docs read results/: each sealed-split receipt there is one the committed
     ledger recorded, byte for byte, and the committed ledger verifies (`glm53 ledger verify`)."""

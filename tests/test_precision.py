@@ -214,6 +214,7 @@ def test_bf16_forward_follows_fp32_within_the_stated_tolerance():
     assert abs(float(loss16 - loss32)) <= LOSS_TOLERANCE * float(loss32)
 
 
+@pytest.mark.slow
 def test_twenty_bf16_training_steps_follow_the_fp32_curve():
     curves = {}
     recipe = dataclasses.replace(PRETRAINING, learning_rate=2e-3)

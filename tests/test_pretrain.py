@@ -145,6 +145,7 @@ def test_corrupt_or_missing_files_are_clear_errors(tmp_path):
         load_checkpoint(run)
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_errors(tmp_path):
     out = tmp_path / "run"
     pretrain(tiny_cfg(out, steps=2, checkpoints=(2,)))
@@ -332,6 +333,7 @@ def test_sigterm_marks_the_run_interrupted(tmp_path):
     assert "\r" not in stderr  # no progress bar when stderr is not a terminal
 
 
+@pytest.mark.slow
 def test_resume_with_more_steps_extends_a_constant_schedule_or_refuses(tmp_path):
     short = tmp_path / "short"
     pretrain(tiny_cfg(short, steps=4, checkpoints=(2,)))
@@ -532,6 +534,7 @@ sys.exit(main())
 """
 
 
+@pytest.mark.slow
 def test_a_run_that_finds_the_machine_busy_restarts_with_short_spins_and_ends_on_the_same_weights(tmp_path):
     """Started quiet (libgomp's default spins), two busy steps in a row end the run as Ctrl-C would; the
     command executes itself again with GOMP_SPINCOUNT=1000 and --resume, redoes the step since its last

@@ -320,6 +320,7 @@ def test_the_compositions_study_answers_state_results_only_after_holm_at_the_uni
                 "confirmed at groups and runs after Holm" in answer, (name, answer)
 
 
+@pytest.mark.slow
 def test_the_committed_study_times_are_what_the_plans_and_receipts_give():
     """results/study-times.json (docs/STUDIES.md's table of stated against taken time) is rebuilt from every
     committed study's plan.json and runs/: a new study, or a changed receipt, needs `glm53 docs times`."""

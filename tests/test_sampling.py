@@ -117,6 +117,7 @@ def test_greedy_cached_equals_full_reforward_token_for_token(model, batch_rows):
         _assert_same(completion, tokens, logprobs, 20)
 
 
+@pytest.mark.slow
 def test_sampled_cached_equals_reference_including_finished_rows(model):
     samples, max_new = 5, 24
     out = generate(model, PROMPTS, SamplingSettings(samples=samples, max_new_tokens=max_new, temperature=1.3, seed=11))

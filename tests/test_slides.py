@@ -41,6 +41,7 @@ def deck():
     return build_deck(RESULTS)
 
 
+@pytest.mark.slow
 def test_course_order_and_no_network_fetches(deck):
     assert re.findall(r'<section class="slide" id="([^"]+)"', deck) == SLIDE_ORDER
     for pattern in (r'src="(?!data:)', r'href="https?:', r"@import", r"url\((?!#)", r"https?://"):
@@ -72,6 +73,7 @@ def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
     assert "23/24" in build_deck(runs) and "23/24" not in deck
 
 
+@pytest.mark.slow
 def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck):
     for slide_id, _, command, relative in STUDIES:
         summary_path = RESULTS / relative
@@ -263,6 +265,7 @@ def text_problems(fig) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_report_charts_keep_their_text_inside_and_apart():
     """Every chart the reports save as PNG, drawn at the size the report uses, from the committed
     summaries: no text cut by the figure's edge, none written over another."""

@@ -26,6 +26,7 @@ def test_info_shows_a_sample(capsys):
     assert "no sample generation" not in out and "greedy completion from random weights" in out
 
 
+@pytest.mark.slow
 def test_eval_generate_and_select_with_defaults(run, tmp_path, capsys):
     checkpoint = str(run / "checkpoint-0002")
     assert main(["eval", "--checkpoint", checkpoint, "--split", "dev", "--output", str(tmp_path / "r.json")]) == 0

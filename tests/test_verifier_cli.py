@@ -45,6 +45,7 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, fragment):
     assert error.startswith("glm53 ") and "error:" in error and fragment in error and error.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_bench_verify_writes_a_receipt(tmp_path, capsys):
     output = tmp_path / "bench" / "verify.json"
     argv = ["bench", "verify", "--count", "80", "--repeats", "2", "--time-limit-cases", "1", "--cpu-seconds", "0.2",

@@ -83,6 +83,7 @@ def verifier():
         yield pool
 
 
+@pytest.mark.slow
 def test_sandbox_agrees_with_the_original_on_the_corpus(verifier):
     programs = corpus()
     results = verifier.evaluate_many(programs)
@@ -116,6 +117,7 @@ def expression(depth: int):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(family=st.sampled_from([f.name for f in FAMILIES]), expr=expression(3))
 def test_sandbox_agrees_with_the_original_on_random_expressions(verifier, family, expr):

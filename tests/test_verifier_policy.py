@@ -295,6 +295,7 @@ def same_value(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(wire_values)
 def test_wire_format_round_trips_with_exact_types(value):
@@ -304,6 +305,7 @@ def test_wire_format_round_trips_with_exact_types(value):
     assert same_value(decoded, value)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(wire_values)
 def test_worker_json_codec_agrees_with_the_standard_library(value):

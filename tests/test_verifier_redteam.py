@@ -185,6 +185,7 @@ PUBLIC = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, family, body, status", PUBLIC, ids=[row[0] for row in PUBLIC])
 def test_public_api_hostile_program(verifier, host, name, family, body, status):
     task = task_of(family)
@@ -315,6 +316,7 @@ def test_second_layer_suite_is_large_enough():
     assert len(SECOND_LAYER) >= 45
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_pass_a_later_one_through_anything_it_leaves(verifier, host):
     task = task_of("double")
     leave = ("for path in ('/tmp/answers', 'answers', 'ROOT/answers'):\n"

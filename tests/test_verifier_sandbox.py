@@ -325,6 +325,7 @@ def test_worker_killed_from_outside_while_idle_is_replaced():
         assert pool.worker_pids() != [old]
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_candidate_is_replaced_and_leaves_no_child():
     task = task_of("double")
     burner = program(task, "return len([a for a in str(10 ** 4000) for b in str(10 ** 4000) for c in str(10 ** 4000)])")

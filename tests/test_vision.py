@@ -174,6 +174,7 @@ def test_forward_labels_and_gradient_reach_every_vision_part(one_thread):
         assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
 
 
+@pytest.mark.slow
 def test_two_image_overfit(one_thread):
     model = tiny_model(seed=1)
     images = torch.zeros(2, 3, 16, 16)
@@ -319,6 +320,7 @@ def test_bad_inputs_raise_clear_errors(one_thread):
         build_vision_model("resnet")
 
 
+@pytest.mark.slow
 def test_cli_smoke_train_report_and_predict(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["vision", "train", "--smoke-test", "--steps", "12", "--seeds", "1,2", "--eval-examples", "20",

@@ -49,6 +49,7 @@ def notes_files(server) -> dict:
 # --------------------------------------------------------------------------- pages and notes
 
 
+@pytest.mark.slow
 def test_pages_embed_the_run_token_and_loopback_is_the_default(server):
     assert server.server_address[0] == "127.0.0.1"
     for path in ("/", "/playground"):
@@ -661,6 +662,7 @@ def test_limits_out_of_range_are_one_line_errors(tmp_path, capsys):
         assert words in err and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_busy_port_is_a_one_line_error(tmp_path, capsys, checkpoint):
     import socket
 
