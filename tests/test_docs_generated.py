@@ -79,3 +79,31 @@ def test_the_converted_docs_are_as_built_and_type_no_figure(doc):
     renderers = blocks(root)
     assert docs.build_text(text, root, renderers) == text
     assert docs.check_text(text, root, doc, renderers) == []
+
+
+def test_the_module_map_is_one_row_per_module_from_its_docstring(tmp_path):
+    package = tmp_path / "glm53_flash"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The public API."""\n')
+    (package / "core" / "__init__.py").write_text('"""Re-exports."""\n')
+    (package / "core" / "receipts.py").write_text('"""Receipts for every run. Details follow."""\n')
+    (package / "core" / "bare.py").write_text("x = 1\n")
+    assert docs.render_module_map(tmp_path).split("\n")[2:] == [
+        "| `__init__.py` | The public API. |", "| `core/bare.py` | (no docstring) |",
+        "| `core/receipts.py` | Receipts for every run. |"]
+    (package / "core" / "receipts.py").write_text('"""Provenance, and how files are written."""\n')
+    assert "| `core/receipts.py` | Provenance, and how files are written. |" in docs.render_module_map(tmp_path)
+
+
+def test_a_first_sentence_is_cut_at_a_word_and_never_inside_code():
+    assert docs.first_sentence("Does it stop? It does.") == "Does it stop?"
+    assert docs.first_sentence("Ends at `x.py`. Two.\n\nA paragraph.") == "Ends at `x.py`."
+    assert docs.first_sentence("alpha beta gamma delta", 16) == "alpha beta..."
+    assert docs.first_sentence("alpha `beta gamma delta` epsilon", 22) == "alpha..."
+
+
+def test_the_module_map_covers_the_package():
+    root = Path(__file__).resolve().parents[1]
+    modules = [p for p in (root / "glm53_flash").rglob("*.py") if p.name != "__init__.py" or p.parent.name == "glm53_flash"]
+    rows = docs.render_module_map(root).split("\n")[2:]
+    assert len(rows) == len(modules) and "(no docstring)" not in "\n".join(rows)

@@ -84,6 +84,8 @@ def blocks(root: Path | None = None) -> dict:
             "study-times": d.render_study_times, "study-answer-headline-distribution": d.render_headline_answer,
             "study-answer-vision": d.render_vision_answer,
             **(study_answer_blocks(root) if root is not None else {}),
+            # docs/ARCHITECTURE.md
+            "model-presets": d.render_model_presets,
             # docs/VERIFIER.md and docs/GLM_MAPPING.md
             "verifier-settings": d.render_verifier_settings, "verifier-speed": d.render_verifier_speed,
             "cheat-suite": d.render_cheat_suite, "glm-mapping": d.render_glm_mapping}

@@ -1,4 +1,4 @@
-"""The generated blocks of docs/STUDIES.md, docs/VERIFIER.md and docs/GLM_MAPPING.md that come from committed
+"""The generated blocks of docs/STUDIES.md, docs/ARCHITECTURE.md, docs/VERIFIER.md and docs/GLM_MAPPING.md that come from committed
 receipts or from the code's own constants (the studies' answers are rendered by experiments/analysis.py):
 the units of the compositions suite, the pretraining budgets, the studies' times, the headline's and the
 vision study's answers, the verifier's settings and speed, the cheat suite, and the GLM mapping table.
@@ -102,6 +102,28 @@ def render_vision_answer(root: Path) -> str:
     if summary is None:
         return _missing("results/vision/summary.json", "glm53 vision train --architecture both")
     return f"**vision** ([report](../results/vision/REPORT.md)): " + " ".join(summary["answers"][:2])
+
+
+# --------------------------------------------------------------------------- docs/ARCHITECTURE.md
+
+
+def render_model_presets(root: Path) -> str:
+    """Every named preset of ModelConfig with its shape and its parameter count (built on the meta device)."""
+    import torch
+
+    from glm53_flash.model.config import PRESETS
+    from glm53_flash.model.lm import GLM53Flash
+
+    rows = []
+    for name, cfg in PRESETS.items():
+        with torch.device("meta"):
+            counts = GLM53Flash(cfg).parameter_counts()
+        pattern = cfg.attention_pattern
+        rows.append([f"`{name}`", f"{counts['total']:,}", f"{counts['active']:,}",
+                     f"{cfg.layers} ({pattern.count('linear')} linear, {pattern.count('sparse')} sparse)", f"{cfg.dim}",
+                     f"{cfg.experts} (top {cfg.top_k}) + 1 shared", f"{cfg.streams}", f"{cfg.max_sequence_length}"])
+    return _table({"columns": ["preset", "parameters", "active per token (routed at k/E)", "layers", "width",
+                               "experts", "streams", "context"], "rows": rows})
 
 
 # --------------------------------------------------------------------------- docs/VERIFIER.md
@@ -272,5 +294,5 @@ def render_glm_mapping(root: Path) -> str:
 
 
 __all__ = ["PUBLISHED", "VERIFY_RECEIPTS", "render_budget", "render_cheat_suite", "render_compositions_splits",
-           "render_glm_mapping", "render_headline_answer", "render_study_model", "render_study_times",
+           "render_glm_mapping", "render_headline_answer", "render_model_presets", "render_study_model", "render_study_times",
            "render_verifier_settings", "render_verifier_speed", "render_vision_answer"]
