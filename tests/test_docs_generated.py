@@ -107,3 +107,49 @@ def test_the_module_map_covers_the_package():
     modules = [p for p in (root / "glm53_flash").rglob("*.py") if p.name != "__init__.py" or p.parent.name == "glm53_flash"]
     rows = docs.render_module_map(root).split("\n")[2:]
     assert len(rows) == len(modules) and "(no docstring)" not in "\n".join(rows)
+
+
+def _bench_checkout(tmp_path):
+    """A checkout holding copies of the committed receipts BENCHMARKS.md's figures come from."""
+    import shutil
+
+    from glm53_flash.report.doc_blocks import BENCH_RECEIPTS
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    for relative in BENCH_RECEIPTS.values():
+        shutil.copy(root / relative, tmp_path / relative)
+    return tmp_path
+
+
+def test_the_bench_figures_are_rendered_from_the_receipts_and_follow_them(tmp_path):
+    import json
+
+    from glm53_flash.report.doc_blocks import BENCH_RECEIPTS, render_bench_figures
+
+    root = _bench_checkout(tmp_path)
+    text = render_bench_figures(root)
+    model = json.loads((root / BENCH_RECEIPTS["model"]).read_text())
+    comparison = model["training"]["precision_comparison"]
+    assert text.startswith("Measured on AMD EPYC (AVX512-BF16, 2 cores), torch 2.13.0+cpu.")
+    assert f"{comparison['bf16']['step_seconds_min']:.3f} s" in text and "at `f3a9bdd` |" in text
+    comparison["bf16"]["step_seconds_min"] = 0.123456
+    model["provenance"]["git_commit"] = "abcdef0123456789+dirty"
+    (root / BENCH_RECEIPTS["model"]).write_text(json.dumps(model))
+    changed = render_bench_figures(root)
+    assert "0.123 s" in changed and "at `abcdef0` with uncommitted changes |" in changed and changed != text
+    model["provenance"]["math"]["cpu"]["math_flags"] = ["avx2"]
+    (root / BENCH_RECEIPTS["model"]).write_text(json.dumps(model))
+    with pytest.raises(ValueError, match="2 machines"):
+        render_bench_figures(root)
+    (root / BENCH_RECEIPTS["model"]).unlink()
+    assert "`results/bench/model-precision-zen5-combine.json` has not been committed yet" in render_bench_figures(root)
+
+
+def test_the_bench_commands_block_lists_every_bench():
+    from glm53_flash.commands.docs import render_bench_commands
+
+    rows = render_bench_commands(Path(".")).split("\n")[2:]
+    names = [row.split("`")[1] for row in rows]
+    assert {"glm53 bench model", "glm53 bench decode-weights", "glm53 bench rl", "glm53 bench verify",
+            "glm53 bench quickstart"} <= set(names) and len(names) == len(set(names))

@@ -43,7 +43,7 @@ ISAS = {"avx512": (("avx512f", "avx2", "fma"), ("-mavx512f", "-mavx2", "-mfma"))
 # decode step: the dense kernel ran 1.8-2.2x faster than MKL's F.linear from 1 to 32 rows and tied
 # it from 48; the grouped expert kernels 1.3-2.8x faster than torch's grouped_mm and the padded
 # batched matmuls for 16 to 512 routed slots. On an AVX-512 host with every weight in its L3, the
-# 16-lane build ties torch on the step's products (docs/BENCHMARKS-HISTORY.md) and wins on the rest of it.
+# 16-lane build ties torch on the step's products and wins on the rest of it.
 MAX_ROWS = 32
 
 MAX_GROUPED_ROWS = 512
