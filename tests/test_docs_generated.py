@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -68,17 +69,47 @@ def test_the_model_facts_block_is_the_flash_preset():
     assert text.startswith("A 25,730,592-parameter byte-level model (9,805,344 active per token): 12 layers")
 
 
-@pytest.mark.parametrize("doc", ["docs/STUDIES.md", "docs/VERIFIER.md", "docs/GLM_MAPPING.md"])
-def test_the_converted_docs_are_as_built_and_type_no_figure(doc):
-    """These docs hold every figure in a generated block: `glm53 docs build` leaves them unchanged and
-    `glm53 docs check` finds nothing."""
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def every_block():
+    """The renderers of every block the docs may hold (what `glm53 docs build` and `check` use)."""
     from glm53_flash.commands.docs import blocks
 
-    root = Path(__file__).resolve().parents[1]
-    text = (root / doc).read_text()
-    renderers = blocks(root)
-    assert docs.build_text(text, root, renderers) == text
-    assert docs.check_text(text, root, doc, renderers) == []
+    return blocks(ROOT)
+
+
+@pytest.mark.parametrize("doc", docs.DOCS)
+def test_every_doc_is_as_built_and_types_no_figure(doc, every_block):
+    """Every doc holds each figure in a generated block: `glm53 docs build` leaves it unchanged and
+    `glm53 docs check` finds nothing."""
+    text = (ROOT / doc).read_text()
+    assert docs.build_text(text, ROOT, every_block) == text
+    assert docs.check_text(text, ROOT, doc, every_block) == []
+
+
+def test_docs_lists_the_readme_and_every_page_under_docs():
+    assert set(docs.DOCS) == {"README.md", *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))}
+
+
+@pytest.mark.parametrize("doc", docs.DOCS)
+def test_a_figure_doctored_inside_a_generated_block_is_caught(doc, every_block):
+    """Change one digit of the first generated block that shows one: check names that block."""
+    text = (ROOT / doc).read_text()
+    line = 1
+    for name, lines in docs.segments(text):
+        if name is not None and any(re.search(r"\d", content) for content in lines):
+            break
+        line += len(lines) + (2 if name is not None else 0)
+    else:
+        pytest.fail(f"{doc} has no generated block with a figure")
+    k = next(i for i, content in enumerate(lines) if re.search(r"\d", content))
+    digit = re.search(r"\d", lines[k])
+    doctored_line = lines[k][:digit.start()] + str((int(digit.group()) + 1) % 10) + lines[k][digit.end():]
+    doctored = text.replace("\n".join(lines), "\n".join([*lines[:k], doctored_line, *lines[k + 1:]]), 1)
+    assert docs.check_text(doctored, ROOT, doc, every_block) == [
+        f"{doc}:{line}: block {name!r} is not what `glm53 docs build` renders"]
 
 
 def test_the_module_map_is_one_row_per_module_from_its_docstring(tmp_path):
