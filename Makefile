@@ -38,8 +38,9 @@ seeds: $(STAMP)
 # the same study on disjoint pretraining seeds, checked against the committed first study before it runs
 # (--rerun-of: the same design but for the seeds). The committed studies ran in bf16 (`auto` on the CPUs with
 # AVX512-BF16 or AMX they ran on), so the studies here ask for bf16. On a CPU without those instructions bf16
-# products are emulated (about 1 GFLOP/s on a 2-core AVX2 EPYC whose float32 peak is 184: BENCHMARKS, "A CPU
-# without AVX-512") and a study takes many times as long; the plan states its time before the first run.
+# products are emulated (about 1 GFLOP/s, measured while building, on a 2-core AVX2 EPYC whose float32 peak is
+# 184 GFLOP/s: results/bench/model-avx2-epyc.json) and a study takes many times as long; the plan states its time
+# before the first run.
 # STUDY_PRECISION=fp32 (or auto there) is another design, which --rerun-of refuses to call a rerun.
 STUDY_PRECISION ?= bf16
 

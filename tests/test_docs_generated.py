@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -68,14 +69,118 @@ def test_the_model_facts_block_is_the_flash_preset():
     assert text.startswith("A 25,730,592-parameter byte-level model (9,805,344 active per token): 12 layers")
 
 
-@pytest.mark.parametrize("doc", ["docs/STUDIES.md", "docs/VERIFIER.md", "docs/GLM_MAPPING.md"])
-def test_the_converted_docs_are_as_built_and_type_no_figure(doc):
-    """These docs hold every figure in a generated block: `glm53 docs build` leaves them unchanged and
-    `glm53 docs check` finds nothing."""
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def every_block():
+    """The renderers of every block the docs may hold (what `glm53 docs build` and `check` use)."""
     from glm53_flash.commands.docs import blocks
 
+    return blocks(ROOT)
+
+
+@pytest.mark.parametrize("doc", docs.DOCS)
+def test_every_doc_is_as_built_and_types_no_figure(doc, every_block):
+    """Every doc holds each figure in a generated block: `glm53 docs build` leaves it unchanged and
+    `glm53 docs check` finds nothing."""
+    text = (ROOT / doc).read_text()
+    assert docs.build_text(text, ROOT, every_block) == text
+    assert docs.check_text(text, ROOT, doc, every_block) == []
+
+
+def test_docs_lists_the_readme_and_every_page_under_docs():
+    assert set(docs.DOCS) == {"README.md", *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))}
+
+
+@pytest.mark.parametrize("doc", docs.DOCS)
+def test_a_figure_doctored_inside_a_generated_block_is_caught(doc, every_block):
+    """Change one digit of the first generated block that shows one: check names that block."""
+    text = (ROOT / doc).read_text()
+    line = 1
+    for name, lines in docs.segments(text):
+        if name is not None and any(re.search(r"\d", content) for content in lines):
+            break
+        line += len(lines) + (2 if name is not None else 0)
+    else:
+        pytest.fail(f"{doc} has no generated block with a figure")
+    k = next(i for i, content in enumerate(lines) if re.search(r"\d", content))
+    digit = re.search(r"\d", lines[k])
+    doctored_line = lines[k][:digit.start()] + str((int(digit.group()) + 1) % 10) + lines[k][digit.end():]
+    doctored = text.replace("\n".join(lines), "\n".join([*lines[:k], doctored_line, *lines[k + 1:]]), 1)
+    assert docs.check_text(doctored, ROOT, doc, every_block) == [
+        f"{doc}:{line}: block {name!r} is not what `glm53 docs build` renders"]
+
+
+def test_the_module_map_is_one_row_per_module_from_its_docstring(tmp_path):
+    package = tmp_path / "glm53_flash"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The public API."""\n')
+    (package / "core" / "__init__.py").write_text('"""Re-exports."""\n')
+    (package / "core" / "receipts.py").write_text('"""Receipts for every run. Details follow."""\n')
+    (package / "core" / "bare.py").write_text("x = 1\n")
+    assert docs.render_module_map(tmp_path).split("\n")[2:] == [
+        "| `__init__.py` | The public API. |", "| `core/bare.py` | (no docstring) |",
+        "| `core/receipts.py` | Receipts for every run. |"]
+    (package / "core" / "receipts.py").write_text('"""Provenance, and how files are written."""\n')
+    assert "| `core/receipts.py` | Provenance, and how files are written. |" in docs.render_module_map(tmp_path)
+
+
+def test_a_first_sentence_is_cut_at_a_word_and_never_inside_code():
+    assert docs.first_sentence("Does it stop? It does.") == "Does it stop?"
+    assert docs.first_sentence("Ends at `x.py`. Two.\n\nA paragraph.") == "Ends at `x.py`."
+    assert docs.first_sentence("alpha beta gamma delta", 16) == "alpha beta..."
+    assert docs.first_sentence("alpha `beta gamma delta` epsilon", 22) == "alpha..."
+
+
+def test_the_module_map_covers_the_package():
     root = Path(__file__).resolve().parents[1]
-    text = (root / doc).read_text()
-    renderers = blocks(root)
-    assert docs.build_text(text, root, renderers) == text
-    assert docs.check_text(text, root, doc, renderers) == []
+    modules = [p for p in (root / "glm53_flash").rglob("*.py") if p.name != "__init__.py" or p.parent.name == "glm53_flash"]
+    rows = docs.render_module_map(root).split("\n")[2:]
+    assert len(rows) == len(modules) and "(no docstring)" not in "\n".join(rows)
+
+
+def _bench_checkout(tmp_path):
+    """A checkout holding copies of the committed receipts BENCHMARKS.md's figures come from."""
+    import shutil
+
+    from glm53_flash.report.doc_blocks import BENCH_RECEIPTS
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    for relative in BENCH_RECEIPTS.values():
+        shutil.copy(root / relative, tmp_path / relative)
+    return tmp_path
+
+
+def test_the_bench_figures_are_rendered_from_the_receipts_and_follow_them(tmp_path):
+    import json
+
+    from glm53_flash.report.doc_blocks import BENCH_RECEIPTS, render_bench_figures
+
+    root = _bench_checkout(tmp_path)
+    text = render_bench_figures(root)
+    model = json.loads((root / BENCH_RECEIPTS["model"]).read_text())
+    comparison = model["training"]["precision_comparison"]
+    assert text.startswith("Measured on AMD EPYC (AVX512-BF16, 2 cores), torch 2.13.0+cpu.")
+    assert f"{comparison['bf16']['step_seconds_min']:.3f} s" in text and "at `f3a9bdd` |" in text
+    comparison["bf16"]["step_seconds_min"] = 0.123456
+    model["provenance"]["git_commit"] = "abcdef0123456789+dirty"
+    (root / BENCH_RECEIPTS["model"]).write_text(json.dumps(model))
+    changed = render_bench_figures(root)
+    assert "0.123 s" in changed and "at `abcdef0` with uncommitted changes |" in changed and changed != text
+    model["provenance"]["math"]["cpu"]["math_flags"] = ["avx2"]
+    (root / BENCH_RECEIPTS["model"]).write_text(json.dumps(model))
+    with pytest.raises(ValueError, match="2 machines"):
+        render_bench_figures(root)
+    (root / BENCH_RECEIPTS["model"]).unlink()
+    assert "`results/bench/model-precision-zen5-combine.json` has not been committed yet" in render_bench_figures(root)
+
+
+def test_the_bench_commands_block_lists_every_bench():
+    from glm53_flash.commands.docs import render_bench_commands
+
+    rows = render_bench_commands(Path(".")).split("\n")[2:]
+    names = [row.split("`")[1] for row in rows]
+    assert {"glm53 bench model", "glm53 bench decode-weights", "glm53 bench rl", "glm53 bench verify",
+            "glm53 bench quickstart"} <= set(names) and len(names) == len(set(names))

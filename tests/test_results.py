@@ -422,7 +422,7 @@ def test_analyze_prints_the_pretrain_switches_rerun_per_phase(tmp_path, capsys):
 
 
 def test_the_one_call_decode_step_left_what_rl_learns_unchanged():
-    """BENCHMARKS says so: `glm53 bench rl` at the commit before the one-call decode step and at its
+    """`glm53 bench rl` at the commit before the one-call decode step and at its
     commit ended every run (each precision, each round) with the same weights, bit for bit."""
     receipts = [json.loads((ROOT / "results" / "bench" / name).read_text())
                 for name in ("rl-xeon-before-one-call.json", "rl-xeon.json")]

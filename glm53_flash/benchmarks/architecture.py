@@ -1,7 +1,7 @@
 """`glm53 bench architecture`: the loss after a fixed short pretraining run for each variant of the
 original's flaws (stream residual, RoPE placement in linear layers, balance loss), paired by seed.
 
-This is the measurement behind the defaults in ModelConfig (recorded in docs/BENCHMARKS-HISTORY.md).
+This is the measurement behind the defaults in ModelConfig.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ GROUPS = (
     ("experiments", "glm53 experiment, analyze"),
     ("report", "glm53 report"),
     ("web", "glm53 slides, serve"),
-    ("docs", "glm53 docs check, bind"),
+    ("docs", "glm53 docs build, check, times, makefile"),
     ("vision", "glm53 vision"),
 )
 BENCH_GROUP = "bench"  # glm53 bench model, architecture, decode, verify

@@ -65,6 +65,19 @@ def render_verify_example(root: Path) -> str:
     return "\n".join(lines[:-1])
 
 
+def render_bench_commands(root: Path) -> str:
+    """Every `glm53 bench` subcommand with its help line, as commands/bench.py registers them."""
+    import argparse
+
+    from glm53_flash.commands import bench
+    from glm53_flash.report.tables import markdown_table
+
+    subcommands = argparse.ArgumentParser(prog="glm53 bench").add_subparsers()
+    bench.register(subcommands)
+    rows = [[f"`glm53 bench {action.dest}`", action.help] for action in subcommands._choices_actions]
+    return "\n".join(markdown_table(["command", "what it measures"], rows))
+
+
 def blocks(root: Path | None = None) -> dict:
     """Every generated block the docs may hold: the report layer's and those of the layers above it; with the
     checkout's `root`, one `study-answer-NAME` per committed study directory as well."""
@@ -84,6 +97,9 @@ def blocks(root: Path | None = None) -> dict:
             "study-times": d.render_study_times, "study-answer-headline-distribution": d.render_headline_answer,
             "study-answer-vision": d.render_vision_answer,
             **(study_answer_blocks(root) if root is not None else {}),
+            # docs/ARCHITECTURE.md and docs/BENCHMARKS.md
+            "model-presets": d.render_model_presets, "bench-commands": render_bench_commands,
+            "bench-figures": d.render_bench_figures,
             # docs/VERIFIER.md and docs/GLM_MAPPING.md
             "verifier-settings": d.render_verifier_settings, "verifier-speed": d.render_verifier_speed,
             "cheat-suite": d.render_cheat_suite, "glm-mapping": d.render_glm_mapping}

@@ -38,7 +38,7 @@ class ModelConfig:
     sparse_stride: int = 32
     max_sequence_length: int = 192
     sparse_every: int = 4  # layer i is sparse iff (i + 1) % sparse_every == 0
-    # How block outputs enter the residual streams (measured in docs/BENCHMARKS-HISTORY.md, "Architecture"):
+    # How block outputs enter the residual streams (`glm53 bench architecture` compares the modes):
     #   "double-residual" - the original miniature's form: each stream adds its share of (block input
     #                + update), so the identity path is counted twice; it gave the lowest loss, so it
     #                stays default,

@@ -148,7 +148,7 @@ class LinearAttention(nn.Module):
             out, sums = fast
             return self.out(out), None if sums is None else LinearState(*sums)
         q, k, v = qkv.view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        if self.rope_before_feature:  # the original's order (see docs/ARCHITECTURE.md)
+        if self.rope_before_feature:  # the original's order (ModelConfig.linear_rope)
             q, k = rope(q, position), rope(k, position)
         # Prefix sums in float32 even under bf16 autocast: they accumulate over the sequence.
         with torch.autocast(device_type=x.device.type, enabled=False):

@@ -2,7 +2,7 @@
 
 Each block reads a softmax-weighted mix of the S streams and writes its update back with learned
 per-stream weights. Modes (ModelConfig.stream_mode):
-- "double-residual" (default, it trained best; docs/BENCHMARKS-HISTORY.md): streams += softmax(out) * (mix + update),
+- "double-residual" (default; `glm53 bench architecture` compares the modes): streams += softmax(out) * (mix + update),
   the original's residual, which counts the identity path twice.
 - "delta": streams += S * softmax(out) * update; the identity path is counted once.
 - "sinkhorn": mHC-style; streams are first mixed by a doubly-stochastic S x S matrix (Sinkhorn

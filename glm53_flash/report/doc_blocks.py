@@ -1,8 +1,9 @@
-"""The generated blocks of docs/STUDIES.md, docs/VERIFIER.md and docs/GLM_MAPPING.md that come from committed
-receipts or from the code's own constants (the studies' answers are rendered by experiments/analysis.py):
-the units of the compositions suite, the pretraining budgets, the studies' times, the headline's and the
-vision study's answers, the verifier's settings and speed, the cheat suite, and the GLM mapping table.
-commands/docs.py `blocks` names them for `glm53 docs build` and `glm53 docs check`.
+"""The generated blocks of docs/STUDIES.md, ARCHITECTURE.md, BENCHMARKS.md, VERIFIER.md and GLM_MAPPING.md
+that come from committed receipts or from the code's own constants (the studies' answers are rendered by
+experiments/analysis.py): the units of the compositions suite, the pretraining budgets, the studies' times,
+the headline's and the vision study's answers, the model's presets, one machine's bench figures, the
+verifier's settings and speed, the cheat suite, and the GLM mapping table. commands/docs.py `blocks` names
+them for `glm53 docs build` and `glm53 docs check`.
 """
 
 from __future__ import annotations
@@ -104,6 +105,28 @@ def render_vision_answer(root: Path) -> str:
     return f"**vision** ([report](../results/vision/REPORT.md)): " + " ".join(summary["answers"][:2])
 
 
+# --------------------------------------------------------------------------- docs/ARCHITECTURE.md
+
+
+def render_model_presets(root: Path) -> str:
+    """Every named preset of ModelConfig with its shape and its parameter count (built on the meta device)."""
+    import torch
+
+    from glm53_flash.model.config import PRESETS
+    from glm53_flash.model.lm import GLM53Flash
+
+    rows = []
+    for name, cfg in PRESETS.items():
+        with torch.device("meta"):
+            counts = GLM53Flash(cfg).parameter_counts()
+        pattern = cfg.attention_pattern
+        rows.append([f"`{name}`", f"{counts['total']:,}", f"{counts['active']:,}",
+                     f"{cfg.layers} ({pattern.count('linear')} linear, {pattern.count('sparse')} sparse)", f"{cfg.dim}",
+                     f"{cfg.experts} (top {cfg.top_k}) + 1 shared", f"{cfg.streams}", f"{cfg.max_sequence_length}"])
+    return _table({"columns": ["preset", "parameters", "active per token (routed at k/E)", "layers", "width",
+                               "experts", "streams", "context"], "rows": rows})
+
+
 # --------------------------------------------------------------------------- docs/VERIFIER.md
 
 
@@ -184,6 +207,98 @@ def render_cheat_suite(root: Path) -> str:
     return "\n".join([sizes, "", _table(receipt["table"])])
 
 
+# --------------------------------------------------------------------------- docs/BENCHMARKS.md
+
+# One machine's current figures: for each bench, the newest committed receipt from that machine.
+BENCH_RECEIPTS = {
+    "model": "results/bench/model-precision-zen5-combine.json",
+    "decode-weights": "results/bench/decode-weights-zen5.json",
+    "rl": "results/bench/rl-zen5-combine.json",
+    "precision": "results/bench/precision-zen5-combine.json",
+    "profile": "results/bench/profile-zen5.json",
+}
+
+
+def _commit(provenance: dict) -> str:
+    """'f3a9bdd', or 'f3a9bdd with uncommitted changes' for a receipt made from a dirty checkout."""
+    commit = provenance.get("git_commit") or "an unknown commit"
+    clean = commit.removesuffix("+dirty")
+    return f"`{clean[:7]}`" + (" with uncommitted changes" if clean != commit else "")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.2f} ms"
+
+
+def _bench_rows(name: str, r: dict) -> list[list[str]]:
+    """The table rows of one bench's receipt: [measure, fp32, bf16]."""
+    if name == "model":
+        t, d = r["training"], r["decode"]
+        c = t["precision_comparison"]
+        step = {p: (f"{c[p]['step_seconds_min']:.3f} s, {_percent(c[p]['fraction_of_own_peak'])} of its GEMM peak "
+                    f"({c[p]['matmul_peak_flops_per_second'] / 1e9:,.0f} GFLOP/s)") for p in ("fp32", "bf16")}
+        return [[f"`bench model`: a flash training step, batch {t['batch_size']} x {t['sequence_length']} (min of "
+                 f"{c['rounds']} alternating rounds)", step["fp32"], f"{step['bf16']}; {c['bf16_speedup_of_min']:.2f}x fp32"],
+                [f"`bench model`: a cached decode step, batch {d['batch_size']}, to {d['total_length']} tokens",
+                 f"{_ms(d['cached_step_seconds_mean'])}, {d['step_over_weight_read']:.2f}x one read of the weights; "
+                 f"{d['speedup']:.1f}x the full re-forward", "-"]]
+    if name == "decode-weights":
+        def cell(p):
+            return (f"{_ms(r['step_seconds'][p]['median'])}, {r['step_over_weight_read'][p]:.2f}x one read of its "
+                    f"weights ({r['weight_bytes'][p] / 2**20:.1f} MiB)")
+        return [[f"`bench decode-weights`: a cached decode step, batch {r['batch']}, {r['steps']} steps after a "
+                 f"{r['prompt_length']}-token prompt (median of {r['rounds']} rounds)", cell("fp32"),
+                 f"{cell('bf16')}; {r['bf16_speedup']:.2f}x fp32, greedy tokens {_percent(r['greedy_agreement'])} the same"]]
+    if name == "rl":
+        def cell(p):
+            m = r["median"][p]
+            same = "bit-identical" if r[f"{p}_repeats_bit_identical"] else "different"
+            return (f"{m['wall_seconds']:.1f} s: rollouts {m['rollout_seconds']:.1f} s, updates {m['update_seconds']:.1f} s "
+                    f"(the {len(r['runs'][p])} runs' weights {same})")
+        cfg = r["config"]
+        return [[f"`bench rl`: the headline's RL stage, {cfg['groups']} groups x {cfg['group_size']} (median of "
+                 f"{r['rounds']} runs)", cell("fp32"), cell("bf16")]]
+    if name == "precision":
+        return [[f"`bench precision`: {r['steps']} flash pretraining steps on the same batches, the largest gap "
+                 f"between two runs' {r['window']}-step loss means",
+                 f"seed {r['baseline_seed']} against seed {r['seed']}: "
+                 f"{100 * r['seed_max_relative_difference_of_window_means']:.2f}% (the seed spread)",
+                 f"against fp32, both seed {r['seed']}: {100 * r['max_relative_difference_of_window_means']:.2f}% "
+                 f"({'within' if r['bf16_within_seed_spread'] else 'outside'} the seed spread, "
+                 f"{'within' if r['within_tolerance'] else 'outside'} the {100 * r['tolerance']:g}% tolerance)"]]
+    if name == "profile":
+        def cell(p):
+            groups = r[p]["groups"]
+            top = max(groups, key=lambda g: groups[g]["share"])
+            return f"{top} {_percent(groups[top]['share'])} of {r[p]['step_seconds_profiled']:.2f} s profiled"
+        return [[f"`bench profile`: where a training step's time goes, batch {r['batch_size']} x "
+                 f"{r['sequence_length']} (torch's profiler)", cell("fp32"), cell("bf16")]]
+    raise ValueError(f"no rows for bench {name!r}")
+
+
+def render_bench_figures(root: Path) -> str:
+    """One machine's current figures, from BENCH_RECEIPTS: the machine and software (the receipts' provenance,
+    which must name one CPU), then a row per measure with its fp32 and bf16 figures, its receipt and commit."""
+    from glm53_flash.report.docs import cpu_name
+
+    rows, machines, torches = [], set(), set()
+    for name, relative in BENCH_RECEIPTS.items():
+        receipt = _read(root, relative)
+        if receipt is None:
+            rows.append([f"`bench {name}`: " + _missing(relative, f"glm53 bench {name}"), "-", "-", "-"])
+            continue
+        provenance = receipt.get("provenance") or {}
+        machines.add(cpu_name(provenance))
+        torches.add((provenance.get("versions") or {}).get("torch"))
+        rows += [[*row, f"`{relative.removeprefix('results/bench/')}` at {_commit(provenance)}"]
+                 for row in _bench_rows(name, receipt)]
+    if len(machines) > 1:
+        raise ValueError(f"the bench receipts name {len(machines)} machines: {', '.join(sorted(machines))}")
+    machine = f"Measured on {machines.pop()}, torch {', '.join(sorted(map(str, torches)))}." if machines else ""
+    return "\n".join([machine, "", _table({"columns": ["measure", "fp32", "bf16", "receipt (results/bench/), commit"],
+                                            "rows": rows})]).lstrip("\n")
+
+
 # --------------------------------------------------------------------------- docs/GLM_MAPPING.md
 
 # What the released GLM-5.3-Flash has where report/slides.py RELEASED does not say it (the released config.json
@@ -249,7 +364,8 @@ def render_glm_mapping(root: Path) -> str:
         ["residual streams", f"{RELEASED['streams']}; {PUBLISHED['residual streams']}",
          "`model/streams.py`, `config.stream_mode`",
          f"{cfg.streams} streams, `{cfg.stream_mode}` (the original miniature's mixer); `sinkhorn` and `delta` as switches",
-         "the original form trained to the lowest loss of the three here (docs/BENCHMARKS-HISTORY.md)"],
+         "the original form: it trained to the lowest loss of the three in the `glm53 bench architecture` run that "
+         "set the defaults"],
         ["tokenizer", RELEASED["vocab"], "`data/tokenizer.py`", f"{cfg.vocab_size} ids: UTF-8 bytes + 4 specials",
          f"no learned vocabulary, exact round trip; longer sequences (`{example}`: "
          f"{len(ByteTokenizer().encode(example))} tokens, {RELEASED['bpe_example_tokens']} with the BPE)"],
@@ -271,6 +387,6 @@ def render_glm_mapping(root: Path) -> str:
                    "rows": rows})
 
 
-__all__ = ["PUBLISHED", "VERIFY_RECEIPTS", "render_budget", "render_cheat_suite", "render_compositions_splits",
-           "render_glm_mapping", "render_headline_answer", "render_study_model", "render_study_times",
+__all__ = ["BENCH_RECEIPTS", "PUBLISHED", "VERIFY_RECEIPTS", "render_bench_figures", "render_budget", "render_cheat_suite", "render_compositions_splits",
+           "render_glm_mapping", "render_headline_answer", "render_model_presets", "render_study_model", "render_study_times",
            "render_verifier_settings", "render_verifier_speed", "render_vision_answer"]

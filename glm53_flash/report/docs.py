@@ -74,31 +74,38 @@ def cpu_name(provenance: dict) -> str:
 
 
 def first_sentence(text: str, limit: int = 160) -> str:
-    """The first sentence of a docstring, on one line, at most `limit` characters."""
+    """The first sentence of a docstring, on one line; past `limit` characters, cut at a word (and before
+    a code span the cut would leave open) with "...". A sentence ends at a period or a question mark after
+    a lower-case letter, a digit, a bracket or a quote, before a space."""
     flat = " ".join(text.split("\n\n")[0].split())
-    match = re.search(r"(?<=[a-z0-9)`'\"]\.)\s", flat)
+    match = re.search(r"(?<=[a-z0-9)`'\"][.?])\s", flat)
     sentence = flat[:match.start()] if match else flat
-    return sentence if len(sentence) <= limit else sentence[:limit - 3].rstrip() + "..."
+    if len(sentence) <= limit:
+        return sentence
+    cut = sentence[:limit - 3].rsplit(" ", 1)[0]
+    if cut.count("`") % 2:
+        cut = cut[:cut.rindex("`")]
+    return cut.rstrip(" ,;:(") + "..."
 
 
 def render_module_map(root: Path) -> str:
-    """One line per module of the package, folder by folder: its path and the first sentence of its
-    docstring (what it is for), so the map is as true as the code's docstrings."""
+    """The package as a table, one row per module (its path under glm53_flash/, folder by folder, and
+    the first sentence of its docstring), so the map is as true as the modules' docstrings. A folder's
+    `__init__.py` is left out (it re-exports its folder), except the package's own: the public API."""
     import ast
 
+    from glm53_flash.report.tables import markdown_table
+
     package = root / "glm53_flash"
-    lines = []
-    folders: dict[str, list[Path]] = {}
-    for path in sorted(package.rglob("*.py")):
-        folders.setdefault(str(path.parent.relative_to(root)), []).append(path)
-    for folder, paths in folders.items():
-        lines += ["", f"**`{folder}/`**", ""]
-        for path in paths:
-            if path.name == "__init__.py" and folder != "glm53_flash":
-                continue
-            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-            lines.append(f"- `{path.name}`: {first_sentence(doc) if doc else '(no docstring)'}")
-    return "\n".join(lines[1:])
+    paths = sorted(package.rglob("*.py"), key=lambda p: (p.parent != package, p.parent.relative_to(package).parts,
+                                                          p.name))
+    rows = []
+    for path in paths:
+        if path.name == "__init__.py" and path.parent != package:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        rows.append([f"`{path.relative_to(package).as_posix()}`", first_sentence(doc) if doc else "(no docstring)"])
+    return "\n".join(markdown_table(["module (under `glm53_flash/`)", "what it is for"], rows))
 
 
 # The blocks this layer renders; commands/docs.py adds those of the layers above (the first run, the

@@ -6,8 +6,7 @@ output product, the MoE and the streams' write). The Python between layers cost 
 about as much as its arithmetic did; in one call it is gone, and the arithmetic is the pieces' own,
 so the stack equals them called layer by layer bit for bit. With a head (the model's final norm and tied
 head) the same call also computes the logits, by the functions ops.rms_norm and ops.linear call, so they
-equal those ops after the call bit for bit, and the Python between the stack and the logits goes
-(docs/BENCHMARKS.md, "A CPU without AVX-512").
+equal those ops after the call bit for bit, and the Python between the stack and the logits goes.
 References: `reference_decode_attention_in`, `reference_decode_moe_out`, and for the stack the model's
 operations one by one.
 """

@@ -629,7 +629,7 @@ static void swiglu_backward_bf16(const uint16_t *h, const uint16_t *grad_out, ui
  * o_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, floor). A head's state (d x d + d floats) stays in L1 for
  * the whole sequence, so the sequence costs O(T d^2) arithmetic and one pass over q, k, v and the
  * output: no [T, T] scores, no padding to a chunk, no cross-chunk prefix sums (the chunked torch form
- * materialises all three; docs/ARCHITECTURE.md, "Linear attention"). Its arithmetic per position is the
+ * materialises all three: model/linear_attention.py). Its arithmetic per position is the
  * decode step's above (the state row updated, then read), with the feature map's exponential vectorised.
  * qkv [B, T, 3 * H * d] is the qkv product's output (q | k | v, heads in order within each); with cos and
  * sin (the rotary tables' rows of the T positions, [T, d]) q and k are rotated in interleaved pairs
