@@ -98,9 +98,10 @@ def _rl_choices(plan: dict, summary: dict) -> str:
     if versus:
         gains = [effect(v) for v in versus]
         held = sum(shown for _, shown in gains)
-        parts.append(f"RL beat the pretrained model on the sealed {split} split by "
-                     + _listing([points(value) for value, _ in gains]) + " points"
-                     + (" (every rise shown)" if held == len(gains) else f" ({held} of {len(gains)} rises shown)"))
+        parts.append(f"RL beat the pretrained model on the sealed {split} split with "
+                     + ("both settings" if len(gains) == 2 else f"all {len(gains)} settings") + " ("
+                     + _listing([points(value) for value, _ in gains]) + " points; "
+                     + ("each rise shown)" if held == len(gains) else f"{held} of {len(gains)} rises shown)"))
     confirmation = summary.get("confirmation")
     if confirmation is not None and confirmation["n"]:
         value, shown = effect(confirmation)
@@ -166,9 +167,9 @@ def rerun_finding(study, summary: dict) -> str:
     verdicts = study.rerun_verdicts(summary["rerun"])
     agree = all(verdicts.values())
     if agree:
-        return "A rerun on new seeds gives the same verdict on every comparison."
+        return "A rerun on new seeds repeats every result."
     held = [re.sub(r"^every row holds in the rerun ?", "", name).strip("()") for name, holds in verdicts.items() if holds]
-    return ("A rerun on new seeds does not give the same verdict on every comparison"
+    return ("A rerun on new seeds does not repeat every result"
             + (f" (it does on the {_listing(held)} split)" if any(held) else "") + ".")
 
 
@@ -181,8 +182,9 @@ def vision_finding(summary: dict) -> str:
     better, worse = comparison["seeds_second_better"], comparison["seeds_first_better"]
     winner, loser = ("baseline", "faithful") if better >= worse else ("faithful", "baseline")
     shown = comparison["sign_flip_p"] <= 0.05
-    return (("Shown: " if shown else "Not shown: ") + f"the {winner} named more held-out digits than the {loser} in "
-            f"{max(better, worse)} of {len(per_seed)} seeds ({mean[winner]:.0f}% against {mean[loser]:.0f}% right).")
+    return (("Shown: " if shown else "Not shown: ") + f"the {winner} encoder named more held-out digits than the "
+            f"{loser} one in {max(better, worse)} of {len(per_seed)} seeds ({mean[winner]:.0f}% against "
+            f"{mean[loser]:.0f}% right).")
 
 
 # --------------------------------------------------------------------------- the headline distribution
