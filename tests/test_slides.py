@@ -84,18 +84,19 @@ def slides_of(deck) -> dict[str, str]:
 
 
 def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck):
-    from glm53_flash.report.glossary import plain
+    from glm53_flash.report.glossary import cell, rl_arm_names
 
     sections = slides_of(deck)
     for slide_id, _, command, relative in STUDIES:
         summary_path = RESULTS / relative
         tables = "".join(text for key, text in sections.items() if key.startswith(f"{slide_id}-table"))
         if summary_path.exists():  # committed results: their own table (the code's identifiers in words), escaped
-            table = json.loads(summary_path.read_text())["headline_table"]
+            summary = json.loads(summary_path.read_text())
+            table, names = summary["headline_table"], rl_arm_names(summary.get("arms"))
             cells = html.unescape(re.sub(r"<[^>]+>", "|", tables)).replace("\u00a0", " ").replace("\u2011", "-")
-            assert all(f"|{plain(c)}|" in cells for c in table["columns"]), slide_id
+            assert all(f"|{cell(c, names)}|" in cells for c in table["columns"]), slide_id
             for row in table["rows"]:  # every value as the summary has it (kept on one line, never changed)
-                assert all(f"|{plain(str(c))}|" in cells for c in row), (slide_id, row)
+                assert all(f"|{cell(c, names)}|" in cells for c in row), (slide_id, row)
         else:
             assert command in sections[slide_id] and relative in sections[slide_id], slide_id
     runs = tmp_path / "results"
@@ -230,9 +231,13 @@ def test_each_study_with_a_summary_shows_its_charts(tmp_path, deck):
     for slide_id, _, _, relative in STUDIES:
         where = f"{slide_id}-charts" if slide_id.endswith("-rerun") else slide_id
         assert '<svg class="chart"' in sections[where], slide_id
+    from glm53_flash.report.glossary import rl_arm_names
+
     charts = sections["research-rl-choices"]
     summary = json.loads((RESULTS / "rl-choices" / "summary.json").read_text())
-    assert all(f">{html.escape(arm['arm'])}<" in charts for arm in summary["arms"])  # every arm is a tick label
+    names = rl_arm_names(summary["arms"])
+    assert len(names) == len(summary["arms"])  # every arm, in words, is a tick label
+    assert all(f">{html.escape(names[arm['arm']])}<" in charts for arm in summary["arms"])
     assert f"(n={summary['confirmation']['n']})" in charts
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
@@ -510,6 +515,45 @@ def test_no_slide_shows_a_hash_a_timestamp_or_a_code_identifier(deck):
         prose = title + " " + visible(re.sub(r"<code[^>]*>.*?</code>", " ", body, flags=re.S))
         assert not IDENTIFIER.search(prose), (slide_id, IDENTIFIER.search(prose).group(0))
     assert [slide_id for slide_id, section in slides_of(deck).items() if "class='commit'" in section] == ["sources"]
+
+
+def identifiers_on_slides() -> set[str]:
+    """The code's names for conditions, RL arms and settings that are not words (they hold '-', '_' or
+    '.'): every study condition the palette colours, every arm of a committed RL-choices summary, and
+    every identifier the glossary has a plain name for."""
+    from glm53_flash.report.figures import PALETTE
+    from glm53_flash.report.glossary import PLAIN
+
+    names = {name for name in PALETTE if re.search(r"[-_.]", name)}
+    for path in RESULTS.glob("rl-choices*/summary.json"):
+        names |= {arm["arm"] for arm in json.loads(path.read_text())["arms"] if re.search(r"[-_.]", arm["arm"])}
+    return names | {key for key in PLAIN if re.search(r"[-_.]", key)}
+
+
+def test_no_slide_shows_a_condition_by_its_code_name(deck):
+    """Conditions, arms and settings are named in words on every slide, charts included (code aside)."""
+    names = identifiers_on_slides()
+    assert {"repeated-8", "temp-low", "group-16-matched-updates", "linear_rope", "new-constants"} <= names
+    for slide_id, section in slides_of(deck).items():
+        body = re.sub(r"<pre>.*?</pre>|<code[^>]*>.*?</code>", " ", body_html(section), flags=re.S)
+        text = visible(body)
+        found = [name for name in names if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text)]
+        assert found == [], (slide_id, found)
+
+
+def test_an_rl_arm_is_named_by_what_it_changes():
+    from glm53_flash.report.glossary import rl_arm_names, rl_setting
+
+    base = {"groups": 16, "group_size": 8, "temperature": 0.35, "invalid_penalty": -0.1, "reward_mode": "binary"}
+    assert rl_setting(dict(base, temperature=0.2), base) == "temperature 0.2"
+    assert rl_setting(dict(base, groups=32, group_size=4), base) == "groups of 4 (as many samples)"
+    assert rl_setting(dict(base, group_size=16), base) == "groups of 16 (as many updates)"
+    assert rl_setting(dict(base, reward_mode="case-fraction", invalid_penalty=0.0), base) == (
+        "refusal penalty 0; reward: share of tests passed")
+    assert rl_setting(base, base) == "baseline"
+    arms = [{"arm": "baseline", "settings": base}, {"arm": "hot", "settings": dict(base, temperature=0.8)}]
+    assert rl_arm_names(arms) == {"baseline": "baseline", "hot": "temperature 0.8"}
+    assert rl_arm_names({"faithful": {}}) == {} and rl_arm_names([{"arm": "x"}]) == {}
 
 
 def test_the_sources_slide_names_the_code_that_built_the_deck(deck):

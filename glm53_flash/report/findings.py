@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from glm53_flash.report.glossary import label
+from glm53_flash.report.glossary import COMPARISONS, label
 
 # The question each study asks, as a slide's title (the rl-choices study runs on two suites).
 QUESTIONS = {
@@ -23,13 +23,6 @@ QUESTIONS = {
     "rl-generalisation": "Does RL's gain reach tasks it never trained on?",
     "rl-switches": "Do the original's RL switches matter?",
     "pretrain-switches": "Do the original's pretraining switches matter?",
-}
-# The pretraining-data study's comparisons in words (right against left).
-COMPARISONS = {
-    "diversity": "88 structures over 8",
-    "order": "interleaved over blocked",
-    "curriculum": "8 then 88 over 88 only",
-    "curriculum-vs-repeated": "8 then 88 over 8 only",
 }
 
 
@@ -226,5 +219,5 @@ def headline_findings(summary: dict) -> list[str]:
     return [first, second, third]
 
 
-__all__ = ["COMPARISONS", "QUESTIONS", "headline_findings", "points", "question", "rerun_finding", "study_finding",
+__all__ = ["QUESTIONS", "headline_findings", "points", "question", "rerun_finding", "study_finding",
            "study_key", "vision_finding"]

@@ -153,6 +153,8 @@ PLAIN = {
     "linear_rope": "rotary positions in the linear layers",
     "balance_loss": "the experts' balance loss",
     "decay_all_parameters": "weight decay on every parameter",
+    "rope-before-feature-map": "rotary, before the feature map",
+    "hard-count": "hard counts (no gradient)",
     # RL switches and their values
     "logprob_source": "log-probabilities",
     "loss_normalization": "loss scaling",
@@ -174,6 +176,29 @@ PLAIN = {
     # rewards
     "three": "three-case",
     "strong": "strong-test",
+    "case-fraction": "share of tests passed",
+    "binary": "all tests pass",
+    # the pretraining-data study's conditions and the comparison whose name is not a word
+    "repeated-8": "8 structures",
+    "diverse-88": "88 structures, interleaved",
+    "diverse-blocked": "88 structures, blocked",
+    "curriculum-8-to-88": "8, then 88 structures",
+    "curriculum-vs-repeated": "curriculum vs repeated",
+}
+# The pretraining-data study's comparisons as the story says them (right over left).
+COMPARISONS = {
+    "diversity": "88 structures over 8",
+    "order": "interleaved over blocked",
+    "curriculum": "8 then 88 over 88 only",
+    "curriculum-vs-repeated": "8 then 88 over 8 only",
+}
+# An RL setting and its value in words (report/glossary.rl_setting).
+SETTINGS = {
+    "temperature": lambda value: f"temperature {value:g}",
+    "invalid_penalty": lambda value: f"refusal penalty {value:g}",
+    "reward_mode": lambda value: f"reward: {label(value)}",
+    "reward_cases": lambda value: f"{label(value)} reward",
+    "groups": lambda value: f"{value} groups",
 }
 
 
@@ -182,12 +207,53 @@ def label(identifier: str) -> str:
     return PLAIN.get(str(identifier), str(identifier))
 
 
-def plain(text: str) -> str:
+def plain(text: str, names: dict | None = None) -> str:
     """`text` (a sentence a study wrote) with the code's identifiers in it in words: only those that cannot
-    be ordinary words (with '_' or '.'), whole words, longest first."""
-    for identifier in sorted((k for k in PLAIN if "_" in k or "." in k), key=len, reverse=True):
-        text = re.sub(rf"(?<![\w.-]){re.escape(identifier)}(?![\w-])", PLAIN[identifier], text)
+    be ordinary words (with '_', '.' or '-'), whole words, longest first; `names` adds a study's own (its
+    RL arms, rl_arm_names)."""
+    known = {**PLAIN, **(names or {})}
+    for identifier in sorted((k for k in known if re.search(r"[_.-]", k)), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.-]){re.escape(identifier)}(?![\w-])", known[identifier], text)
     return text
 
 
-__all__ = ["GLOSSARY", "PLAIN", "TERMS", "Term", "label", "plain"]
+def cell(value, names: dict | None = None) -> str:
+    """One table cell in words: a cell that is an identifier (or 'A -> B' of two) by its plain name, any
+    other through plain()."""
+    known = {**PLAIN, **(names or {})}
+    return " -> ".join(known.get(part, plain(part, names)) for part in str(value).split(" -> "))
+
+
+def rl_setting(settings: dict, baseline: dict) -> str:
+    """An RL arm in words, by the settings where it differs from the baseline's: 'temperature 0.2',
+    'groups of 4 (as many samples)'; the baseline itself is 'baseline'."""
+    changed = [key for key in settings if key in baseline and settings[key] != baseline[key]]
+    words = []
+    if "group_size" in changed:
+        size, groups = settings["group_size"], settings.get("groups")
+        if groups is not None and size * groups == baseline["group_size"] * baseline.get("groups", 0):
+            words.append(f"groups of {size} (as many samples)")
+        elif groups == baseline.get("groups"):
+            words.append(f"groups of {size} (as many updates)")
+        else:
+            words.append(f"groups of {size}, {groups} groups")
+    for key in changed:
+        if key not in ("group_size", "groups"):
+            value = settings[key]
+            words.append(SETTINGS[key](value) if key in SETTINGS else f"{key.replace('_', ' ')} {label(value)}")
+    return "; ".join(words) or "baseline"
+
+
+def rl_arm_names(arms) -> dict[str, str]:
+    """An RL-choices summary's arms (a list, each with its `settings`) by name, in words (rl_setting against
+    the arm named 'baseline'); {} for anything else (another study's arms, arms without settings)."""
+    if not isinstance(arms, list):
+        return {}
+    baseline = next((arm.get("settings") for arm in arms if arm.get("arm") == "baseline"), None)
+    if not baseline:
+        return {}
+    return {arm["arm"]: rl_setting(arm["settings"], baseline) for arm in arms if arm.get("settings")}
+
+
+__all__ = ["COMPARISONS", "GLOSSARY", "PLAIN", "SETTINGS", "TERMS", "Term", "cell", "label", "plain", "rl_arm_names",
+           "rl_setting"]

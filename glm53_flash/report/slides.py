@@ -38,7 +38,7 @@ from glm53_flash.core.receipts import read_json
 from glm53_flash.train.plan import ReproducePlan
 from glm53_flash.report import figures, findings
 from glm53_flash.report.format import format_interval, format_p, format_signed
-from glm53_flash.report.glossary import GLOSSARY, TERMS, label, plain
+from glm53_flash.report.glossary import GLOSSARY, TERMS, cell, label, plain, rl_arm_names
 from glm53_flash.report.headline import (confirm_history, ORIGINAL, draw_family_changes, draw_greedy, draw_panels,
                                          family_chart_data, goal_lines, greedy_chart_data, learning_chart_data,
                                          loss_panel, result_table, reward_panel, selection_chart_data, selection_panel)
@@ -122,10 +122,10 @@ def unbreakable(text: str) -> str:
     return re.sub(r"(\d)e-(\d)", lambda m: f"{m.group(1)}e\u2011{m.group(2)}", text)
 
 
-def table(columns, rows, numbers: bool = True) -> str:
-    """An HTML table of receipt values (escaped), the code's identifiers in words and, with `numbers`,
-    intervals and scientific notation kept on one line."""
-    clean = (lambda c: unbreakable(plain(str(c)))) if numbers else (lambda c: plain(str(c)))
+def table(columns, rows, numbers: bool = True, names: dict | None = None) -> str:
+    """An HTML table of receipt values (escaped), the code's identifiers in words (glossary.cell, with a
+    study's own `names`) and, with `numbers`, intervals and scientific notation kept on one line."""
+    clean = (lambda c: unbreakable(cell(c, names))) if numbers else (lambda c: cell(c, names))
     return html_table([clean(c) for c in columns], [[clean(c) for c in row] for row in rows])
 
 
@@ -1085,6 +1085,7 @@ def study_appendix(x: Inputs) -> list[Slide]:
             continue
         key = findings.study_key(read.plan) if read.plan else "vision"
         topic = TOPICS.get(key, key) + (", the rerun" if read.rerun else "")
+        names = rl_arm_names(read.summary.get("arms") or [])  # an RL-choices study's arms, in words
         if read.plan:
             answer = study_of(read.plan).answer(read.plan, read.summary)
             sentences = [answer]
@@ -1097,7 +1098,7 @@ def study_appendix(x: Inputs) -> list[Slide]:
         source = f"{x.runs.name}/{entry.summary}"
         slides.append(Slide(
             f"{entry.slide_id}-answer", f"{topic}: the answer, as tested",
-            "".join(f"<p>{esc(plain(s))}</p>" for s in sentences),
+            "".join(f"<p>{esc(plain(s, names))}</p>" for s in sentences),
             f"The study's own sentence, from its answer() over {source}: what holds after its Holm correction, "
             "at the levels it names (groups, seeds, runs). The story slide says the same in fewer words.",
             part=APPENDIX))
@@ -1107,7 +1108,7 @@ def study_appendix(x: Inputs) -> list[Slide]:
             suffix = f" ({number} of {len(parts)})" if len(parts) > 1 else ""
             slides.append(Slide(
                 f"{entry.slide_id}-table" + (f"-{number}" if number > 1 else ""), f"{topic}: the table{suffix}",
-                f"<div class='dense'>{table(columns, rows)}</div>",
+                f"<div class='dense'>{table(columns, rows, names=names)}</div>",
                 f"From {source}. Differences are right minus left (or after minus before), paired by seed; 'Holm p' "
                 "is the p-value after the study's correction." + (" A wide table is split over slides; the first "
                                                                    "columns repeat." if len(parts) > 1 else ""),

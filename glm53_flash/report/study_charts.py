@@ -9,7 +9,7 @@ of the code's identifiers (report/glossary.py)."""
 from __future__ import annotations
 
 from glm53_flash.report import figures
-from glm53_flash.report.glossary import label
+from glm53_flash.report.glossary import COMPARISONS, label, rl_arm_names
 
 # The sizes the study reports have always been drawn at (inches); the deck passes its own.
 LEARNING_SIZE = (12, 4.6)
@@ -42,7 +42,7 @@ def draw_learning_curves(summary: dict, size=LEARNING_SIZE):
         for condition, points in curves.items():
             steps = [p["step"] for p in points]
             colour = figures.colour(condition)
-            line = axes[0].plot(steps, [p["mean"] for p in points], marker="o", color=colour, label=condition)
+            line = axes[0].plot(steps, [p["mean"] for p in points], marker="o", color=colour, label=label(condition))
             low = [p["ci95"][0] if p["ci95"] else p["mean"] for p in points]
             high = [p["ci95"][1] if p["ci95"] else p["mean"] for p in points]
             band = axes[0].fill_between(steps, low, high, alpha=0.15, color=colour, lw=0)
@@ -54,7 +54,8 @@ def draw_learning_curves(summary: dict, size=LEARNING_SIZE):
             steps = [p["step"] for p in points]
             means = [p["mean"] for p in points]
             drawn = axes[1].errorbar(steps, means, yerr=figures.interval_errors(means, [p["ci95"] for p in points]),
-                                     marker=marker, linestyle=dashes, color=figures.EFFECT, capsize=3, label=name)
+                                     marker=marker, linestyle=dashes, color=figures.EFFECT, capsize=3,
+                                     label=COMPARISONS.get(name, label(name)))
             figures.series("effect", drawn)
         axes[1].axhline(0, color="grey", lw=0.8)
         axes[1].set(xlabel="pretraining update", ylabel="paired difference (points)",
@@ -84,7 +85,9 @@ def draw_paired_differences(summary: dict, size=None):
                 drawn = ax.scatter([row["mean"]], [y], marker="D", color="black")
             figures.series("effect", drawn)
         ax.axvline(0, color="grey", lw=0.8)
-        ax.set_yticks(range(len(rows)), [f"{r['name']}\n{r['right']} - {r['left']}" for r in rows])
+        ax.set_yticks(range(len(rows)), [f"{label(r['name'])}\n"
+                                         + COMPARISONS.get(r["name"], f"{label(r['right'])} - {label(r['left'])}")
+                                         for r in rows])
         ax.set_xlabel(f"per-seed difference in held-out byte accuracy at update {summary['primary_step']} (points)")
         ax.set_title(f"One dot per seed (n={n}); diamond = mean with its 95% interval")
     return fig
@@ -110,8 +113,9 @@ def draw_rl_screen(summary: dict, size=None):
             figures.series(name, ax.scatter(arm["pass_rates"], [y] * len(arm["pass_rates"]), s=22,
                                             color=_arm_colour(arm["arm"]), alpha=0.85))
             ax.scatter([arm["mean_pass_rate"]], [y], marker="D", color="black")
-        ax.set_yticks(range(len(arms)), [a["arm"] for a in arms])
-        handles = [Line2D([], [], color=_arm_colour(n), marker="o", linestyle="", label=n)
+        names = {**rl_arm_names(arms), "other arms": "other settings"}
+        ax.set_yticks(range(len(arms)), [names.get(a["arm"], label(a["arm"])) for a in arms])
+        handles = [Line2D([], [], color=_arm_colour(n), marker="o", linestyle="", label=names.get(n, label(n)))
                    for n in dict.fromkeys([a["arm"] for a in arms if a["arm"] in figures.PALETTE] + ["other arms"])]
         handles.append(Line2D([], [], color="black", marker="D", linestyle="", label="mean over seeds"))
         if "dev" in summary.get("pretrained", {}):
@@ -133,6 +137,8 @@ def draw_rl_confirmation(summary: dict, split: str, size=CONFIRMATION_SIZE):
     if not (confirmation and confirmation["per_seed"]):
         return None
     candidate = confirmation["candidate"]
+    names = rl_arm_names(summary.get("arms") or [])
+    words = names.get(candidate, label(candidate))
     with figures.style() as plt:
         fig, ax = plt.subplots(figsize=size, layout="constrained")
         left, right = [], []
@@ -144,9 +150,9 @@ def draw_rl_confirmation(summary: dict, split: str, size=CONFIRMATION_SIZE):
         figures.series("baseline", ax.scatter([0] * len(left), left, color=_arm_colour("baseline"), zorder=3,
                                               label="baseline"))
         figures.series(candidate if candidate in figures.PALETTE else "other arms",
-                       ax.scatter([1] * len(right), right, color=_arm_colour(candidate), zorder=3, label=candidate))
+                       ax.scatter([1] * len(right), right, color=_arm_colour(candidate), zorder=3, label=words))
         tasks = confirmation["per_seed"][0]["tasks"]
-        ax.set_xticks([0, 1], ["baseline", candidate])
+        ax.set_xticks([0, 1], ["baseline", words])
         ax.set_xlim(-0.3, 1.3)
         ax.set_xlabel(f"{label(split)} split, {tasks} tasks")
         ax.set_ylabel(f"pass@1, greedy (% of {tasks} tasks)")
