@@ -628,6 +628,11 @@ class StudyRead:
     def rerun(self) -> bool:
         return "rerun" in self.summary
 
+    def close(self) -> None:
+        """Release every chart drawn for this read (those a slide showed are closed already)."""
+        for fig, _, _ in self.charts:
+            figures.pyplot().close(fig)
+
 
 def read_study(x: Inputs, entry) -> StudyRead | None:
     path = x.runs / entry.summary
@@ -738,8 +743,10 @@ def study_slides(x: Inputs) -> list[Slide]:
         reruns = []
         for other in group[1:]:
             again = read_study(x, other)
-            if again is not None and again.plan and again.rerun:
-                reruns.append(findings.rerun_finding(study_of(again.plan), again.summary))
+            if again is not None:
+                again.close()  # its charts are the appendix's
+                if again.plan and again.rerun:
+                    reruns.append(findings.rerun_finding(study_of(again.plan), again.summary))
         intro = INTROS.get(study, lambda read: "")(read)
         body = (intro + f"<p class='finding'>{esc(answer)}</p>" + missing
                 + "".join(f"<p class='finding'>{esc(r)}</p>" for r in reruns) + _study_charts(story_charts(read)))
@@ -750,8 +757,7 @@ def study_slides(x: Inputs) -> list[Slide]:
                  + "the appendix shows the study's answer as it wrote it, and its table. " + CHART_NOTES.get(study, ""))
         slides.append(Slide(entry.slide_id, findings.question(read.plan), body, notes, fill=bool(read.charts),
                             part=PARTS[3]))
-        for fig, _, _ in more_charts(read):  # drawn again by the appendix; not shown here
-            figures.pyplot().close(fig)
+        read.close()  # the charts not shown here are drawn again by the appendix
     return slides
 
 
@@ -1123,9 +1129,7 @@ def study_appendix(x: Inputs) -> list[Slide]:
                                                                "mean with its 95% interval: read the spread before "
                                                                "the mean."),
                 fill=True, part=APPENDIX))
-        else:
-            for fig, _, _ in read.charts:
-                figures.pyplot().close(fig)
+        read.close()  # the story slide showed the others
     return slides
 
 
