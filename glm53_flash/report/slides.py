@@ -452,10 +452,11 @@ def slide_rloo(x: Inputs) -> Slide:
     learning = learning_chart_data(x.run, x.summary)
     rl = x.plan.rl
     text = (f"<p>In {dfn('rl', 'RL')} (reinforcement learning) the model learns from its own attempts. For "
-            f"each prompt it samples {rl.group_size} completions; each earns a {dfn('reward')}: 1 if the hidden "
-            f"tests pass, 0 if not, {rl.invalid_penalty:g} if the verifier refuses it.</p>"
-            f"<p>{dfn('rloo', 'RLOO')}: a completion's advantage is its reward minus the mean of the other "
-            f"{rl.group_size - 1}; the update makes above-average completions likelier.</p>")
+            f"each prompt it samples a group of {rl.group_size} completions (its answers); each earns a "
+            f"{dfn('reward')}: 1 if the hidden tests pass, 0 if not, {rl.invalid_penalty:g} if the verifier "
+            "refuses it.</p>"
+            f"<p>{dfn('rloo', 'RLOO')} (leave one out): a completion's advantage is its reward minus the mean of "
+            f"the other {rl.group_size - 1}; the update makes above-average completions likelier.</p>")
     formula = code("advantage_i = reward_i - mean(reward_j, j != i)\nloss = - sum_i advantage_i * log p(completion_i)")
     if learning:
         figure = chart(draw_panels([(reward_panel, learning, x.arm)], size=(6.6, 4.6)), "rloo",
@@ -489,8 +490,8 @@ def slide_example(x: Inputs) -> list[Slide]:
                        f"{esc(verdict['tests_total'])} tests</h3>" + code(example["prompt"] + example[when]) + "</div>")
     return [Slide(
         "example", "One task, before and after RL",
-        "<p>A held-out task the first RL run learned to solve. Each answer takes the likeliest byte at every "
-        "step.</p>"
+        "<p>A task RL never trained on, which the first RL run learned to solve. Each answer takes the "
+        "likeliest byte at every step.</p>"
         "<div class='cols'>" + "".join(columns) + "</div>",
         f"Both completions are copied from the confirm receipts of this run (task {example['task_id']}, RL "
         f"seed {example['seed']}): the first task that seed gained. Point at what changed in the body, then "
@@ -1143,7 +1144,8 @@ def code_version(commit: str | None) -> str:
         return "not recorded (not a git checkout)"
     clean = commit.removesuffix("+dirty")
     return (f"git commit <code class='commit'>{esc(clean[:12])}</code>, "
-            + ("with uncommitted changes" if clean != commit else "a clean tree (nothing uncommitted)"))
+            + ("with uncommitted changes" if clean != commit else "a clean tree (no uncommitted change to a tracked "
+                                                                  "file)"))
 
 
 def slide_sources(x: Inputs) -> Slide:
