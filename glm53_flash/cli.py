@@ -18,8 +18,9 @@ import sys
 from glm53_flash.core import __version__
 from glm53_flash.commands import BENCH_GROUP, GROUPS
 from glm53_flash.core.receipts import pin_launch_commit
-from glm53_flash.core.runtime import (RESTART_COMMANDS, RESTART_ENV, SPIN_COUNT, ShortSpinRestart, allow_restart,
-                                      retain_freed_memory, short_spin_waits)
+from glm53_flash.core.runtime import retain_freed_memory
+from glm53_flash.core.shared_machine import (RESTART_COMMANDS, ShortSpinRestart, allow_restart, restart_with_short_spins,
+                                             short_spin_waits)
 
 
 class CommandError(Exception):
@@ -125,7 +126,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     short_spin_waits()  # before torch loads: on a busy machine idle math threads sleep after a short spin
     # A run of this process's own command line may start again with short spins when the machine gets busy
-    # (runtime.ShortSpinRestart); not a call from Python (tests, notebooks) and not under torchrun.
+    # (shared_machine.ShortSpinRestart); not a call from Python (tests, notebooks) and not under torchrun.
     allow_restart(argv is None and args.command in RESTART_COMMANDS and os.environ.get("WORLD_SIZE", "1") == "1")
     retain_freed_memory()  # steadier, faster training and sampling steps: see its note
     pin_launch_commit()  # receipts name the code this process loaded, not later commits
@@ -140,30 +141,10 @@ def _main(argv: list[str] | None) -> int:
             print(f"glm53 {args.command}: error: {error}", file=sys.stderr)
         return 2
     except ShortSpinRestart as restart:
-        return _restart_with_short_spins(args, restart)
+        return restart_with_short_spins(args.command, args.command_argv, hasattr(args, "resume"), restart)
     except KeyboardInterrupt:
         print(f"glm53 {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-def _restart_with_short_spins(args, restart: ShortSpinRestart) -> int:
-    """Start this command line again in this process's place with GOMP_SPINCOUNT=SPIN_COUNT: the run
-    resumes from its last checkpoint (`--resume` added where the command takes it; `reproduce` resumes by
-    itself) and computes the same results bit for bit. Returns only if the new program cannot start."""
-    argv = list(args.command_argv)
-    if hasattr(args, "resume") and "--resume" not in argv:
-        argv.append("--resume")
-    print(f"glm53 {args.command}: {restart.reason}; starting again with short spin waits "
-          f"(GOMP_SPINCOUNT={SPIN_COUNT}) from the checkpoint at {restart.resume_from}: the same results, "
-          f"bit for bit", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    environ = dict(os.environ, GOMP_SPINCOUNT=str(SPIN_COUNT), **{RESTART_ENV: restart.reason})
-    try:
-        os.execve(sys.executable, [sys.executable, "-m", "glm53_flash.cli", *argv], environ)
-    except OSError as error:
-        print(f"glm53 {args.command}: could not start again ({error}); resume the run with GOMP_SPINCOUNT="
-              f"{SPIN_COUNT} in the environment", file=sys.stderr)
-    return 130
 
 
 if __name__ == "__main__":

@@ -245,12 +245,12 @@ def test_the_thread_governor_follows_the_free_cores(monkeypatch):
     one core free (one thread); quiet again, back to the count it started with; never below one."""
     import torch
 
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
     threads = torch.get_num_threads()
     set_to = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: set_to.append(n))
-    governor = runtime.ThreadGovernor(most=2)
+    governor = shared_machine.ThreadGovernor(most=2)
     governor.load.cores = 2
     # (machine busy, machine total jiffies), this process's CPU seconds, wall seconds
     readings = iter([((200.0, 200.0), 1.0, 1.0),   # both cores busy, one of them ours: one free
@@ -308,7 +308,7 @@ def test_bench_linear_attention_receipt_on_the_tiny_preset(tmp_path, capsys):
     step = shape["whole_step"]
     assert len(step["seconds"]["scan"]["all"]) == len(step["seconds"]["torch"]["all"]) == 2
     assert step["scan_speedup"] == pytest.approx(step["seconds"]["torch"]["median"] / step["seconds"]["scan"]["median"])
-    from glm53_flash.model import linear_attention
+    from glm53_flash.model.ops import linear_attention
 
     assert linear_attention.SCAN_ENABLED  # the bench puts the switch back
     assert "a whole training step" in capsys.readouterr().out
@@ -353,13 +353,13 @@ def test_the_thread_governor_hands_its_starting_count_back(monkeypatch):
     the context manager both set it back, and only when it changed."""
     import torch
 
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
     live = [2]
     set_to = []
     monkeypatch.setattr(torch, "get_num_threads", lambda: live[0])
     monkeypatch.setattr(torch, "set_num_threads", lambda n: (set_to.append(n), live.__setitem__(0, n)))
-    with runtime.ThreadGovernor() as governor:
+    with shared_machine.ThreadGovernor() as governor:
         governor.load.cores = 2
         governor.load._mark = ((0.0, 0.0), 0.0, 0.0)
         monkeypatch.setattr(governor.load, "_sample", lambda: ((200.0, 200.0), 1.0, 1.0))  # one core taken elsewhere
@@ -414,7 +414,7 @@ def test_bench_rl_times_the_headline_rl_stage_in_both_precisions(tmp_path):
 
 
 class _CountingGovernor:
-    """Stands in for runtime.ThreadGovernor: counts the steps it is told about, drops to one thread at
+    """Stands in for shared_machine.ThreadGovernor: counts the steps it is told about, drops to one thread at
     the first, and hands the starting count back on restore (what the real one does on a busy machine)."""
 
     made: list = []
@@ -453,13 +453,13 @@ def test_rl_and_evaluation_tell_the_governor_every_step_and_hand_the_threads_bac
     import torch
 
     from glm53_flash import GLM53Flash, ModelConfig
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
     from glm53_flash.evaluation.evaluate import evaluate_greedy
     from glm53_flash.tasks import frozen_tasks
     from glm53_flash.train.checkpoint import save_checkpoint
     from glm53_flash.train.rl_run import RLConfig, train_rl
 
-    monkeypatch.setattr(runtime, "ThreadGovernor", _CountingGovernor)
+    monkeypatch.setattr(shared_machine, "ThreadGovernor", _CountingGovernor)
     _CountingGovernor.made = []
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -88,41 +88,41 @@ def test_freed_blocks_are_reused_without_new_page_faults(tuning):
 
 
 def test_short_spin_waits_only_on_a_busy_machine_and_only_where_it_can_still_act(monkeypatch):
-    """runtime.short_spin_waits: GOMP_SPINCOUNT=SPIN_COUNT when other processes use BUSY_CORES or more and
+    """shared_machine.short_spin_waits: GOMP_SPINCOUNT=SPIN_COUNT when other processes use BUSY_CORES or more and
     no OpenMP runtime is loaded yet; a quiet machine keeps libgomp's default; the user's count or wait
     policy is kept; after libgomp loaded nothing is set."""
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
-    monkeypatch.setattr(runtime, "_spin_waits", None)  # this process's record, restored afterwards
-    monkeypatch.setattr(runtime, "_spin_choice", None)
-    monkeypatch.setattr(runtime, "_openmp_loaded", lambda: False)
+    monkeypatch.setattr(shared_machine, "_spin_waits", None)  # this process's record, restored afterwards
+    monkeypatch.setattr(shared_machine, "_spin_choice", None)
+    monkeypatch.setattr(shared_machine, "_openmp_loaded", lambda: False)
     environ: dict = {}
-    assert runtime.short_spin_waits(environ, busy=1.0).startswith(f"on (GOMP_SPINCOUNT={runtime.SPIN_COUNT}: ")
-    assert environ == {"GOMP_SPINCOUNT": str(runtime.SPIN_COUNT)} and runtime.spin_waits().startswith("on")
-    assert runtime._spin_choice == "on"
-    for quiet in (0.0, runtime.BUSY_CORES - 0.01):
+    assert shared_machine.short_spin_waits(environ, busy=1.0).startswith(f"on (GOMP_SPINCOUNT={shared_machine.SPIN_COUNT}: ")
+    assert environ == {"GOMP_SPINCOUNT": str(shared_machine.SPIN_COUNT)} and shared_machine.spin_waits().startswith("on")
+    assert shared_machine._spin_choice == "on"
+    for quiet in (0.0, shared_machine.BUSY_CORES - 0.01):
         environ = {}
-        assert runtime.short_spin_waits(environ, busy=quiet).startswith("off (") and environ == {}
-        assert runtime._spin_choice == "off"
+        assert shared_machine.short_spin_waits(environ, busy=quiet).startswith("off (") and environ == {}
+        assert shared_machine._spin_choice == "off"
     environ = {}
-    assert runtime.short_spin_waits(environ, busy=None).startswith("left alone (the machine's load") and not environ
+    assert shared_machine.short_spin_waits(environ, busy=None).startswith("left alone (the machine's load") and not environ
     for mine in ({"GOMP_SPINCOUNT": "300000"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
         environ = dict(mine)
-        assert runtime.short_spin_waits(environ, busy=2.0).startswith("left alone (" + next(iter(mine)))
+        assert shared_machine.short_spin_waits(environ, busy=2.0).startswith("left alone (" + next(iter(mine)))
         assert environ == mine
-    monkeypatch.setattr(runtime, "_openmp_loaded", lambda: True)
+    monkeypatch.setattr(shared_machine, "_openmp_loaded", lambda: True)
     environ = {}
-    assert runtime.short_spin_waits(environ, busy=2.0) == "left alone (an OpenMP runtime was already loaded)"
-    assert environ == {} and runtime._spin_choice == "kept"
+    assert shared_machine.short_spin_waits(environ, busy=2.0) == "left alone (an OpenMP runtime was already loaded)"
+    assert environ == {} and shared_machine._spin_choice == "kept"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps")
 def test_openmp_is_seen_once_torch_loaded_it():
     """The check short_spin_waits relies on, against the real process: this one imported torch (libgomp)."""
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
-    assert "torch" in sys.modules and runtime._openmp_loaded()
-    fresh = subprocess.run([sys.executable, "-c", "from glm53_flash.core.runtime import _openmp_loaded\n"
+    assert "torch" in sys.modules and shared_machine._openmp_loaded()
+    fresh = subprocess.run([sys.executable, "-c", "from glm53_flash.core.shared_machine import _openmp_loaded\n"
                             "print(_openmp_loaded())"], capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "False"
 
@@ -217,25 +217,25 @@ def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypa
 
     import torch
 
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
     from glm53_flash.train.engine import StepLoop
 
     threads = torch.get_num_threads()
     loads = iter([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     steps_seen = []
-    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: next(loads))
-    monkeypatch.setattr(runtime, "_spin_choice", "off")
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    monkeypatch.setattr(shared_machine.LoadWatch, "others", lambda self: next(loads))
+    monkeypatch.setattr(shared_machine, "_spin_choice", "off")
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
     StepLoop(0, 6, lambda p: steps_seen.append(p) or {}).run()
     err = capsys.readouterr().err
     assert err.count("other processes are using 1.0 cores") == 1 and "GOMP_SPINCOUNT=1000" in err
     assert steps_seen == list(range(6))
     StepLoop(0, 2, lambda p: {}).run()  # once per process
     assert capsys.readouterr().err == ""
-    for choice, governor in (("on", None), ("kept", None), (None, None), ("off", runtime.ThreadGovernor())):
-        monkeypatch.setattr(runtime, "_busy_hint_given", False)
-        monkeypatch.setattr(runtime, "_spin_choice", choice)
-        monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 2.0)
+    for choice, governor in (("on", None), ("kept", None), (None, None), ("off", shared_machine.ThreadGovernor())):
+        monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
+        monkeypatch.setattr(shared_machine, "_spin_choice", choice)
+        monkeypatch.setattr(shared_machine.LoadWatch, "others", lambda self: 2.0)
         with governor if governor is not None else contextlib.nullcontext():  # the governor hands its count back
             StepLoop(0, 3, lambda p: {}, governor=governor).run()
         assert "other processes are using" not in capsys.readouterr().err
@@ -245,26 +245,26 @@ def test_a_run_that_started_quiet_hints_once_when_the_machine_gets_busy(monkeypa
 def test_one_busy_step_is_enough_when_it_ran_many_times_as_long(monkeypatch):
     """BusyHint fires on the second busy step in a row, or on the first that StepLoop judged slow: three
     times the median of two or more steps before it (a first step alone warms up and runs long)."""
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
     from glm53_flash.train.engine import _slow
 
     assert not _slow([1.0, 5.0]) and not _slow([9.0, 1.0, 2.9]) and _slow([9.0, 1.0, 1.0, 3.0])
-    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 1.0)
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
-    assert runtime.BusyHint().after_step(slow=True) is not None
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
-    hint = runtime.BusyHint()
+    monkeypatch.setattr(shared_machine.LoadWatch, "others", lambda self: 1.0)
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
+    assert shared_machine.BusyHint().after_step(slow=True) is not None
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
+    hint = shared_machine.BusyHint()
     assert hint.after_step() is None and hint.after_step() is not None and hint.streak == 2
-    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 0.0)
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
-    assert runtime.BusyHint().after_step(slow=True) is None  # slow but quiet: not the load's doing
+    monkeypatch.setattr(shared_machine.LoadWatch, "others", lambda self: 0.0)
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
+    assert shared_machine.BusyHint().after_step(slow=True) is None  # slow but quiet: not the load's doing
 
 
 def test_a_restart_with_short_spins_must_pay_for_itself():
-    """runtime.restart_pays on the flash figures (a quiet step 2.3 s, 10x beside a busy core): a long rest of
+    """shared_machine.restart_pays on the flash figures (a quiet step 2.3 s, 10x beside a busy core): a long rest of
     the run pays for the restart and the steps it redoes; a short rest, a mild slowdown, or a redo as long
     as what it saves does not."""
-    from glm53_flash.core.runtime import restart_pays
+    from glm53_flash.core.shared_machine import restart_pays
 
     assert restart_pays(remaining=50, busy_seconds=23.0, quiet_seconds=2.3, redo=10)
     assert restart_pays(remaining=5, busy_seconds=23.0, quiet_seconds=2.3, redo=0)
@@ -276,16 +276,16 @@ def test_a_restart_with_short_spins_must_pay_for_itself():
 
 def test_a_busy_run_restarts_after_its_checkpoint_only_where_allowed_and_paying(monkeypatch, capsys):
     """StepLoop, started quiet with fixed threads: where the command allowed restarts and one pays, the
-    second busy step's checkpoint runs, then runtime.ShortSpinRestart (a KeyboardInterrupt, so every
+    second busy step's checkpoint runs, then shared_machine.ShortSpinRestart (a KeyboardInterrupt, so every
     layer ends as on Ctrl-C) names the last checkpoint; not allowed, not paying, or no checkpoint to
     resume from: the hint instead, and the run goes on."""
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
     from glm53_flash.train.engine import StepLoop
 
-    monkeypatch.setattr(runtime.LoadWatch, "others", lambda self: 1.0)
-    monkeypatch.setattr(runtime, "_spin_choice", "off")
+    monkeypatch.setattr(shared_machine.LoadWatch, "others", lambda self: 1.0)
+    monkeypatch.setattr(shared_machine, "_spin_choice", "off")
     for name in ("RESTART_SECONDS", "SHORT_SPIN_BUSY_SLOWDOWN", "RESTART_MIN_SAVING"):
-        monkeypatch.setattr(runtime, name, 0)
+        monkeypatch.setattr(shared_machine, name, 0)
 
     def loop(saved):
         steps, checkpoints = [], []
@@ -298,33 +298,33 @@ def test_a_busy_run_restarts_after_its_checkpoint_only_where_allowed_and_paying(
         return StepLoop(0, 8, lambda p: steps.append(p) or {}, at_steps=[({1, 2, 4}, checkpoint)],
                         restart_from=lambda: max(saved, default=None)), steps, checkpoints
 
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
-    runtime.allow_restart(True)
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
+    shared_machine.allow_restart(True)
     try:
         run, steps, checkpoints = loop([0])
-        with pytest.raises(runtime.ShortSpinRestart) as stopped:
+        with pytest.raises(shared_machine.ShortSpinRestart) as stopped:
             run.run()
         assert isinstance(stopped.value, KeyboardInterrupt) and stopped.value.resume_from == 2
         assert steps == [0, 1] and checkpoints == [1, 2]
         assert "at position 2" in stopped.value.reason and capsys.readouterr().err == ""
         for allowed, saved, slowdown in ((False, [0], 0), (True, [], 0), (True, [0], 100)):
-            runtime.allow_restart(allowed)
-            monkeypatch.setattr(runtime, "SHORT_SPIN_BUSY_SLOWDOWN", slowdown)
-            monkeypatch.setattr(runtime, "_busy_hint_given", False)
+            shared_machine.allow_restart(allowed)
+            monkeypatch.setattr(shared_machine, "SHORT_SPIN_BUSY_SLOWDOWN", slowdown)
+            monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
             run, steps, _ = loop(saved)
             assert run.run() == 8 and steps == list(range(8))
             assert "GOMP_SPINCOUNT=1000" in capsys.readouterr().err
     finally:
-        runtime.allow_restart(False)
+        shared_machine.allow_restart(False)
 
 
 def test_only_the_process_own_command_line_may_restart(monkeypatch, capsys):
     """main([...]) from Python (tests, notebooks) never allows a restart: it would replace the caller."""
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
     assert main(["ledger"]) == 0
     capsys.readouterr()
-    assert not runtime.restart_allowed()
+    assert not shared_machine.restart_allowed()
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's load from /proc/stat")
@@ -332,11 +332,11 @@ def test_the_busy_hint_sees_a_real_busy_process(monkeypatch):
     import time
 
     from glm53_flash.benchmarks.contention import competitor
-    from glm53_flash.core import runtime
+    from glm53_flash.core import shared_machine
 
-    monkeypatch.setattr(runtime, "_busy_hint_given", False)
+    monkeypatch.setattr(shared_machine, "_busy_hint_given", False)
     with competitor(30):
-        hint = runtime.BusyHint()
+        hint = shared_machine.BusyHint()
         messages = []
         for _ in range(3):
             time.sleep(0.3)

@@ -4,7 +4,7 @@ Our arm's RL switches are RLConfig's defaults; `results/rl-switches/summary.json
 faithful arm's value, on both arms. A default may only stay when no flip on our arm is shown better
 (after Holm, at the behaviours and the seeds) and no flip towards our value on the faithful arm is
 shown worse; otherwise it must move to the value the evidence supports. These tests read the committed
-summary, so a new study that shows a switch matters fails them until the default (and README) follow.
+summary, so a new study that shows a switch matters fails them until the default follows.
 """
 
 from __future__ import annotations
@@ -39,15 +39,17 @@ def test_rl_switch_defaults_are_what_the_committed_switch_study_supports():
         supported = row["flipped_to"] if row["verdict"] == "flip better" else row["own"]
         assert getattr(defaults, switch) == supported, (
             f"results/rl-switches shows {switch}={row['flipped_to']} better than the default {row['own']}: confirm it "
-            "on a sealed set, then change RLConfig's default and README")
+            "on a sealed set, then change RLConfig's default")
     for switch, row in _rows("faithful").items():
         # on the faithful arm the flip moves to our value: shown worse would speak against our default
         assert row["flipped_to"] == getattr(defaults, switch)
         assert row["verdict"] != "flip worse", f"our {switch}={row['flipped_to']} is shown worse on the faithful arm"
 
 
-def test_readme_names_the_receipt_behind_the_defaults():
-    paragraph = next(p for p in (ROOT / "README.md").read_text().split("\n\n") if "(`results/rl-switches/`" in p)
+def test_the_studies_doc_names_the_receipt_behind_the_defaults():
+    """docs/STUDIES.md's RL-switches section says that `glm53 rl`'s defaults follow that study and that this file
+    pins them."""
+    paragraph = next(p for p in (ROOT / "docs" / "STUDIES.md").read_text().split("\n\n") if "(`results/rl-switches/`" in p)
     assert "defaults of `glm53 rl`" in paragraph and "tests/test_defaults_evidence.py" in paragraph
 
 

@@ -462,10 +462,10 @@ def test_a_c_refusal_reaches_the_caller_as_an_error(monkeypatch):
 
 def test_dispatch_switches_are_recorded_in_receipts(monkeypatch):
     from glm53_flash.core.receipts import provenance
-    from glm53_flash.model import dispatch, linear_attention, moe
+    from glm53_flash.model.ops import dispatch
 
-    monkeypatch.setattr(moe, "PADDED_ENABLED", False)
-    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)
+    monkeypatch.setattr(ops.experts, "PADDED_ENABLED", False)
+    monkeypatch.setattr(ops.linear_attention, "SCAN_ENABLED", False)
     monkeypatch.setenv("GLM53_KERNEL_ISA", "avx2")
     record = provenance()["kernel_switches"]
     assert record == dispatch.dispatch_record()

@@ -88,8 +88,8 @@ def test_moe_takes_the_kernels_when_decoding_and_equals_torch_and_the_dense_refe
         moe.router.weight[-1] = -10.0
     x = torch.rand(tokens, 16) + 0.1
     taken = []
-    original = MixtureOfExperts.forward_skinny
-    monkeypatch.setattr(MixtureOfExperts, "forward_skinny", lambda self, *a: taken.append(1) or original(self, *a))
+    original = ops.experts.moe_dispatch
+    monkeypatch.setattr(ops.experts, "moe_dispatch", lambda *a: taken.append(1) or original(*a))
     with torch.inference_mode():
         out, counts, _ = moe(x, with_balance=False)
         reference = dense_moe_reference(moe, x)
@@ -277,7 +277,8 @@ def _scan_counted_layer(monkeypatch, seed: int, batch: int, head_dim: int, rope_
     x = torch.randn(batch, 40, head_dim * 4)
     calls = []
     original = ops.linear_attention_scan_forward
-    monkeypatch.setattr(ops, "linear_attention_scan_forward", lambda *a: calls.append(a[0].shape) or original(*a))
+    monkeypatch.setattr(ops.linear_attention, "linear_attention_scan_forward",
+                        lambda *a: calls.append(a[0].shape) or original(*a))
     return layer, rope, x, calls
 
 
@@ -303,10 +304,8 @@ def test_sequences_longer_than_the_chunk_take_the_scan_kernel_and_equal_the_chun
         results.append((out.detach(), leaf.grad, layer.qkv.weight.grad.clone(), layer.out.weight.grad.clone(),
                         state.kv, state.z, step, short))
     assert calls == [(3, 40, 3 * 96), (3, 30, 3 * 96)]  # the training forward and the long prefill, not the short
-    from glm53_flash.model import linear_attention
-
     monkeypatch.setattr(ops.library, "ENABLED", True)
-    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)  # the switch alone sends it to the chunks
+    monkeypatch.setattr(ops.linear_attention, "SCAN_ENABLED", False)  # the switch alone sends it to the chunks
     layer(x, rope, 0)
     assert len(calls) == 2
     for fast, eager in zip(*results):
@@ -319,8 +318,6 @@ def test_a_prefill_that_trains_through_its_state_keeps_the_state_gradient(monkey
     the completions' loss reaches the prompt's keys and values through the state. The C scan's state has
     no gradient, so such a prefill (longer than the chunk, gradients on) takes the torch form, and the
     gradients equal the whole sequence's; the scan itself refuses to return a state to train through."""
-    from glm53_flash.model import linear_attention
-    from glm53_flash.model.linear_attention import scan_linear_attention
 
     layer, rope, x, calls = _scan_counted_layer(monkeypatch, 5, 2, 16, True)
     weight = torch.linspace(-1, 1, 2 * 10 * 64).view(2, 10, 64)
@@ -336,7 +333,7 @@ def test_a_prefill_that_trains_through_its_state_keeps_the_state_gradient(monkey
 
     layer.zero_grad()
     whole_leaf = x.clone().requires_grad_()
-    monkeypatch.setattr(linear_attention, "SCAN_ENABLED", False)
+    monkeypatch.setattr(ops.linear_attention, "SCAN_ENABLED", False)
     whole, _ = layer(whole_leaf, rope, 0)
     (whole[:, 30:] * weight).sum().backward()
     torch.testing.assert_close(split[0], whole_leaf.grad, atol=1e-5, rtol=1e-4)
@@ -344,11 +341,11 @@ def test_a_prefill_that_trains_through_its_state_keeps_the_state_gradient(monkey
 
     qkv = torch.randn(1, 20, 3 * 64, requires_grad=True)
     with pytest.raises(ValueError, match="no gradient"):
-        scan_linear_attention(qkv, 4, None, None, True)
+        ops.scan_linear_attention(qkv, 4, None, None, True, 1e-6)
 
 
 def _activation_and_gradient(h: torch.Tensor, grad_out: torch.Tensor):
-    from glm53_flash.model.moe import _SwiGLUActivation
+    from glm53_flash.model.ops.swiglu import _SwiGLUActivation
 
     leaf = h.detach().clone().requires_grad_()
     out = _SwiGLUActivation.apply(leaf)
@@ -369,7 +366,7 @@ def test_fused_swiglu_equals_the_eager_activation_and_its_gradient(rows, hidden,
     calls = []
     original = ops.swiglu_backward
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ops, "swiglu_backward", lambda *a: calls.append(1) or original(*a))
+        patch.setattr(ops.swiglu, "swiglu_backward", lambda *a: calls.append(1) or original(*a))
         fast, fast_grad = _activation_and_gradient(h, grad_out)
         assert calls  # the fused backward ran
         patch.setattr(ops.library, "ENABLED", False)
@@ -498,7 +495,7 @@ def test_rms_norm_training_pair_equals_the_formula_and_its_gradients(rows, dim, 
     original = ops.rms_norm_backward
     results = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ops, "rms_norm_backward", lambda *a: calls.append(1) or original(*a))
+        patch.setattr(ops.rmsnorm, "rms_norm_backward", lambda *a: calls.append(1) or original(*a))
         for fn, dtype in ((norm, torch.float32), (rms_norm_reference, torch.float32), (rms_norm_reference, torch.float64)):
             leaf = x.to(dtype).clone().requires_grad_()
             weight = norm.weight.detach().to(dtype).clone().requires_grad_()
@@ -553,8 +550,8 @@ def test_rms_norm_training_pair_serves_only_what_it_was_written_for():
 def test_training_kernels_take_strided_inputs_and_frozen_weights():
     """Non-contiguous inputs and gradients (views) and a norm weight without gradient, as in RL's
     frozen layers: the same values and input gradients as the formulas."""
-    from glm53_flash.model.moe import _SwiGLUActivation
     from glm53_flash.model.norm import RMSNorm, rms_norm_reference
+    from glm53_flash.model.ops.swiglu import _SwiGLUActivation
 
     base = torch.randn(32, 6, generator=torch.Generator().manual_seed(7)).T  # [6, 32], stride (1, 6)
     norm = RMSNorm(32).requires_grad_(False)

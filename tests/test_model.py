@@ -5,11 +5,11 @@ import torch
 
 import glm53_flash as g
 from glm53_flash.model import ops
-from glm53_flash.model import moe as moe_module
-from glm53_flash.model.linear_attention import (
-    LinearState, causal_linear_attention, feature_map, feature_map_reference, recurrent_linear_attention,
-)
-from glm53_flash.model.moe import MixtureOfExperts, _SwiGLUActivation, dense_moe_reference
+from glm53_flash.model.ops import experts as experts_ops
+from glm53_flash.model.linear_attention import LinearState, causal_linear_attention, recurrent_linear_attention
+from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference
+from glm53_flash.model.ops.linear_attention import feature_map, reference_feature_map
+from glm53_flash.model.ops.swiglu import _SwiGLUActivation
 from glm53_flash.model.sparse_attention import SparseAttention, sparse_mask
 from glm53_flash.model.streams import sinkhorn
 
@@ -216,8 +216,8 @@ def test_grouped_expert_kernel_equals_chunk_loop_forward_and_backward(monkeypatc
     x = torch.rand(40, 16) + 0.1  # positive inputs: expert 3's logit is the lowest for every token
     results = []
     for grouped in (True, False):
-        monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
-        assert moe_module.grouped_mm_usable(x, moe.expert_gate_up, moe.grouped_aligned) is grouped
+        monkeypatch.setattr(experts_ops, "GROUPED_MM_ENABLED", grouped)
+        assert experts_ops.grouped_mm_usable(x, moe.expert_gate_up, moe.expert_down) is grouped
         moe.zero_grad()
         xi = x.clone().requires_grad_()
         out, used, balance = moe(xi)
@@ -241,33 +241,33 @@ def test_padded_expert_path_equals_grouped_path_and_dense_reference(monkeypatch,
         moe.router.weight[3] = -10.0  # expert 3 idle for positive inputs
     x = torch.rand(tokens, 16) + 0.1
     taken = []
-    original = moe_module.MixtureOfExperts.run_padded
+    original = experts_ops.run_padded
 
-    def spy(self, *args):
-        taken.append(args[-1])
-        return original(self, *args)
+    def spy(rows, counts, gate_up, down, capacity):
+        taken.append(capacity)
+        return original(rows, counts, gate_up, down, capacity)
 
-    monkeypatch.setattr(moe_module.MixtureOfExperts, "run_padded", spy)
+    monkeypatch.setattr(experts_ops, "run_padded", spy)
     monkeypatch.setattr(ops.library, "ENABLED", False)  # the CPU kernels come first where they serve
     outputs = []
     with torch.inference_mode():
         for padded in (True, False):
-            monkeypatch.setattr(moe_module, "PADDED_ENABLED", padded)
+            monkeypatch.setattr(experts_ops, "PADDED_ENABLED", padded)
             outputs.append(moe(x, with_balance=False)[0])
         reference = dense_moe_reference(moe, x)
         counts = moe(x, with_balance=False)[1]
-    expected = 2 * tokens <= moe_module.PADDED_MAX_ROWS and moe_module.padding_pays(4, int(counts.max()), 2 * tokens)
+    expected = 2 * tokens <= experts_ops.PADDED_MAX_ROWS and experts_ops.padding_pays(4, int(counts.max()), 2 * tokens)
     assert bool(taken) is expected and (expected or tokens >= 40)  # the small cases do take it
     torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outputs[0], reference, atol=1e-5, rtol=1e-5)
 
 
 def test_padding_is_taken_only_while_it_pays():
-    assert moe_module.padding_pays(8, 4, 32)  # decode: 32 slots spread over 8 experts
-    assert moe_module.padding_pays(8, 9, 32)
-    assert not moe_module.padding_pays(8, 16, 32)  # identical rows: two experts take everything
-    assert moe_module.padding_pays(8, 48, 384) and not moe_module.padding_pays(8, 65, 512)
-    assert not moe_module.padding_pays(8, 64, 128)
+    assert experts_ops.padding_pays(8, 4, 32)  # decode: 32 slots spread over 8 experts
+    assert experts_ops.padding_pays(8, 9, 32)
+    assert not experts_ops.padding_pays(8, 16, 32)  # identical rows: two experts take everything
+    assert experts_ops.padding_pays(8, 48, 384) and not experts_ops.padding_pays(8, 65, 512)
+    assert not experts_ops.padding_pays(8, 64, 128)
 
 
 def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
@@ -279,11 +279,11 @@ def test_padded_expert_path_with_every_slot_on_one_expert(monkeypatch):
     x = torch.rand(3, 16) + 0.1
     monkeypatch.setattr(ops.library, "ENABLED", False)
     with torch.inference_mode():
-        assert moe_module.padded_usable(x, 3) and moe_module.padding_pays(4, 3, 3)
+        assert experts_ops.padded_usable(x, 3) and experts_ops.padding_pays(4, 3, 3)
         out, counts, _ = moe(x, with_balance=False)
         assert counts.tolist() == [0, 0, 3, 0]
         torch.testing.assert_close(out, dense_moe_reference(moe, x), atol=1e-5, rtol=1e-5)
-    assert not moe_module.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
+    assert not experts_ops.padded_usable(x, 3)  # gradients on: the grouped kernel (it has a backward)
 
 
 @pytest.mark.slow
@@ -317,7 +317,7 @@ def test_fused_activation_gradients_equal_formulas():
     u = torch.randn(200, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(feature_map, (u,))
     grad_fast, = torch.autograd.grad(feature_map(u).pow(2).sum(), u)
-    grad_plain, = torch.autograd.grad(feature_map_reference(u).pow(2).sum(), u)
+    grad_plain, = torch.autograd.grad(reference_feature_map(u).pow(2).sum(), u)
     torch.testing.assert_close(grad_fast, grad_plain)
 
 
@@ -431,6 +431,63 @@ def test_cache_keep_rows_drops_finished_sequences():
     assert (full[[1, 3], 20:] - rest).abs().max().item() <= 1e-4
 
 
+@dataclasses.dataclass
+class _DenseKV:
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def keep_rows(self, rows):
+        return _DenseKV(self.k[rows], self.v[rows])
+
+
+class _DenseAttention(torch.nn.Module):
+    """A kind the package does not have (causal softmax over every earlier key): the attention interface
+    and nothing else, as a new kind's file would hold it."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.dim, cfg.heads)
+
+    def forward(self, x, rope, position=0, state=None, return_state=False):
+        b, t, dim = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = rope(q, position), rope(k, position)
+        if state is not None:
+            k, v = torch.cat((state.k, k), 2), torch.cat((state.v, v), 2)
+        mask = torch.ones(t, k.shape[2], dtype=torch.bool).tril(k.shape[2] - t)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(out.transpose(1, 2).reshape(b, t, dim)), (_DenseKV(k, v) if return_state else None)
+
+
+def test_a_new_attention_kind_is_its_layer_and_one_registry_line(monkeypatch):
+    """docs/ARCHITECTURE.md's promise: a kind's layer (from_config, the call, its state's keep_rows) and its
+    name in lm.ATTENTION are all a model needs. Blocks, caches and cached decoding take it as they are (the
+    one-call C step leaves a model with a kind it has no step for to the blocks)."""
+    from glm53_flash.model import lm
+
+    monkeypatch.setitem(lm.ATTENTION, "dense", _DenseAttention.from_config)
+    monkeypatch.setattr(g.ModelConfig, "attention_pattern",
+                        property(lambda cfg: ["linear", "dense", "linear", "sparse"][: cfg.layers]))
+    model = tiny_model(seed=3)
+    assert [type(block.attention) for block in model.blocks][:2] == [lm.LinearAttention, _DenseAttention]
+    ids = torch.randint(4, 260, (4, 30))
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = model.new_cache(4)
+        parts = [model(ids[:, :20], cache=cache).logits]
+        parts += [model(ids[:, t:t + 1], cache=cache).logits for t in range(20, 24)]
+        cache.keep_rows(torch.tensor([1, 3]))
+        rest = model(ids[[1, 3], 24:], cache=cache).logits
+    assert (torch.cat(parts, 1) - full[:, :24]).abs().max().item() <= 1e-4
+    assert (rest - full[[1, 3], 24:]).abs().max().item() <= 1e-4
+
+
 def test_fused_rms_norm_equals_reference():
     from glm53_flash.model.norm import RMSNorm, rms_norm_reference
 
@@ -463,7 +520,7 @@ def test_option_values_are_named_by_behaviour_and_old_spellings_are_refused():
 def test_stream_write_gradients_equal_addcmul():
     """The streams' write (an autograd.Function with matrix-vector backward) against addcmul's graph,
     also for the broadcast first streams (stride 0 over S), and gradcheck in float64."""
-    from glm53_flash.model.streams import _AddOuter
+    from glm53_flash.model.ops.streams import _AddOuter
 
     torch.manual_seed(5)
     for expanded in (False, True):

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from glm53_flash.data.batches import IGNORE_INDEX
 from glm53_flash.model import GLM53Flash, ops
-from glm53_flash.model import moe as moe_module
+from glm53_flash.model.ops import experts as experts_ops
 from glm53_flash.model import precision as precision_module
 from glm53_flash.model.config import PRESETS
-from glm53_flash.model.moe import (MixtureOfExperts, blocked_usable, dense_moe_reference, padded_positions,
-                                    route_tokens)
+from glm53_flash.model.moe import MixtureOfExperts, dense_moe_reference, route_tokens
+from glm53_flash.model.ops.experts import blocked_dtype, padded_positions
 from glm53_flash.model.precision import (Precision, compute_in, cpu_bf16_flags, mixed_linear,
                                          product_dtype, resolve_precision)
 from glm53_flash.train.engine import PRETRAINING, make_optimizer
@@ -34,15 +34,15 @@ PLAIN_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n"
 
 
 # The tiny models and batches here have fewer rows than bf16 pays for on the CPU (precision.BF16_MIN_ROWS,
-# moe.BLOCKED_MIN_SLOTS); every test but the one that checks those rules runs every product in bf16, so the
+# ops.experts.BLOCKED_MIN_SLOTS); every test but the one that checks those rules runs every product in bf16, so the
 # arithmetic is what it tests.
-MIN_ROWS, MIN_SLOTS = precision_module.BF16_MIN_ROWS, moe_module.BLOCKED_MIN_SLOTS
+MIN_ROWS, MIN_SLOTS = precision_module.BF16_MIN_ROWS, experts_ops.BLOCKED_MIN_SLOTS
 
 
 @pytest.fixture(autouse=True)
 def every_product_in_bf16(monkeypatch):
     monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", 1)
-    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", 1)
+    monkeypatch.setattr(experts_ops, "BLOCKED_MIN_SLOTS", 1)
 
 
 def small_model(seed: int = 0, context: int = 64) -> GLM53Flash:
@@ -145,23 +145,21 @@ def test_padded_positions_place_each_experts_rows_at_its_padded_start():
 
 def test_blocked_experts_serve_only_bf16_products_on_aligned_dims():
     rows = torch.randn(6, 32)
-    assert blocked_usable(rows, MixtureOfExperts(32, 32, 4, 2)) is None  # outside compute_in
+    assert blocked_dtype(rows, MixtureOfExperts(32, 32, 4, 2).expert_down) is None  # outside compute_in
     with compute_in(BF16, "cpu"):
-        assert blocked_usable(rows, MixtureOfExperts(32, 32, 4, 2)) == torch.bfloat16
-        assert blocked_usable(torch.randn(6, 36), MixtureOfExperts(36, 36, 4, 2)) is None  # bf16 rows not 16-byte
+        assert blocked_dtype(rows, MixtureOfExperts(32, 32, 4, 2).expert_down) == torch.bfloat16
+        assert blocked_dtype(torch.randn(6, 36), MixtureOfExperts(36, 36, 4, 2).expert_down) is None  # bf16 rows not 16-byte
 
 
 def test_blocked_bf16_experts_equal_the_chunk_loop_at_the_same_rounding_points(monkeypatch):
     # The chunk loop (grouped kernel off) rounds at the same points (rows, weights, activations to bf16)
     # without padding: padded rows that leaked into an output or a gradient would show here.
-    from glm53_flash.model import moe as moe_module
-
     torch.manual_seed(4)
     moe = MixtureOfExperts(32, 32, 4, 2)
     x = torch.randn(50, 32)
     results = {}
     for grouped in (True, False):
-        monkeypatch.setattr(moe_module, "GROUPED_MM_ENABLED", grouped)
+        monkeypatch.setattr(experts_ops, "GROUPED_MM_ENABLED", grouped)
         moe.zero_grad()
         xi = x.clone().requires_grad_()
         with compute_in(BF16, "cpu"):
@@ -183,7 +181,7 @@ def test_bf16_activations_between_products_give_the_cast_paths_bits(monkeypatch)
     results, served, call = {}, swiglu_ops.swiglu_serves, swiglu_ops.library.call
     for bf16_kernel in (True, False):
         if not bf16_kernel:
-            monkeypatch.setattr(ops, "swiglu_serves", lambda h: h.dtype == torch.float32 and served(h))
+            monkeypatch.setattr(swiglu_ops, "swiglu_serves", lambda h: h.dtype == torch.float32 and served(h))
         calls = []
         monkeypatch.setattr(swiglu_ops.library, "call", lambda op, *a, calls=calls: calls.append(op) or call(op, *a))
         model = small_model(seed=6).train()
@@ -294,7 +292,7 @@ def test_cached_decoding_in_bf16_reads_bf16_weights_and_follows_their_updates(mo
     float32 step bit for bit, so nothing but the weights' rounding differs. The copies follow an
     in-place change of the weights (an optimiser step), and on weights bf16 cannot hold the steps differ."""
     monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", 256)  # the real rule: two rows' head stays float32
-    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", 1024)
+    monkeypatch.setattr(experts_ops, "BLOCKED_MIN_SLOTS", 1024)
     model = small_model(seed=7).eval()
     with torch.no_grad():
         for weight in _weight_products(model):
@@ -439,7 +437,7 @@ def test_evaluation_and_generation_take_the_precision_and_record_it():
 
 def test_products_too_small_to_pay_for_bf16_stay_float32(monkeypatch):
     monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", MIN_ROWS)
-    monkeypatch.setattr(moe_module, "BLOCKED_MIN_SLOTS", MIN_SLOTS)
+    monkeypatch.setattr(experts_ops, "BLOCKED_MIN_SLOTS", MIN_SLOTS)
     weight = torch.randn(24, 16)
     moe = MixtureOfExperts(32, 32, 4, 2)
     with compute_in(BF16, "cpu"):
@@ -449,8 +447,8 @@ def test_products_too_small_to_pay_for_bf16_stay_float32(monkeypatch):
         x = torch.randn(2, MIN_ROWS // 2, 16)  # the rows of every leading dim count
         rounded = F.linear(x.bfloat16(), weight.bfloat16()).float()
         assert torch.equal(mixed_linear(x, weight), rounded)
-        assert blocked_usable(torch.randn(MIN_SLOTS - 1, 32), moe) is None
-        assert blocked_usable(torch.randn(MIN_SLOTS, 32), moe) == torch.bfloat16
+        assert blocked_dtype(torch.randn(MIN_SLOTS - 1, 32), moe.expert_down) is None
+        assert blocked_dtype(torch.randn(MIN_SLOTS, 32), moe.expert_down) == torch.bfloat16
 
 
 def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_enough_positions(monkeypatch):
@@ -458,13 +456,13 @@ def test_linear_attention_blocks_in_bf16_follow_fp32_and_take_bf16_only_with_eno
 
     monkeypatch.setattr(precision_module, "BF16_MIN_ROWS", MIN_ROWS)
     torch.manual_seed(3)
-    q, k, v = (la.feature_map(torch.randn(2, 3, MIN_ROWS // 2, 16)).requires_grad_() for _ in range(3))
-    assert la.block_dtype(q) is None  # outside compute_in: float32, the committed results' arithmetic
+    q, k, v = (ops.feature_map(torch.randn(2, 3, MIN_ROWS // 2, 16)).requires_grad_() for _ in range(3))
+    assert ops.block_dtype(q) is None  # outside compute_in: float32, the committed results' arithmetic
     with compute_in(BF16, "cpu"):
-        assert la.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
-        assert la.block_dtype(q[:1]) is None and la.block_dtype(q[:, :, :-1]) is None  # heads do not count
+        assert ops.block_dtype(q) == torch.bfloat16  # batch x length = MIN_ROWS positions
+        assert ops.block_dtype(q[:1]) is None and ops.block_dtype(q[:, :, :-1]) is None  # heads do not count
     # The bf16 block is its two products and the denominator's sum, each rounded once ...
-    numerator, denominator = la.masked_block(q, k, v, torch.bfloat16)
+    numerator, denominator = ops.masked_block(q, k, v, torch.bfloat16)
     scores = torch.matmul(q.bfloat16(), k.bfloat16().transpose(-1, -2)).tril()
     assert numerator.dtype == denominator.dtype == torch.float32
     assert torch.equal(numerator, torch.matmul(scores, v.bfloat16()).float())
@@ -504,15 +502,17 @@ def test_routed_blocked_gives_the_gather_blocked_scatter_results_forward_and_bac
             order = torch.argsort(flat_expert, stable=True)
             counts = torch.bincount(flat_expert, minlength=moe.experts)
             if fused:
-                routed = moe.routed_blocked(xi, order, counts, gates, torch.bfloat16)
+                routed = experts_ops.routed_blocked(xi, order, counts, gates, moe.expert_gate_up, moe.expert_down,
+                                                    torch.bfloat16)
             else:
-                expert_out = moe.run_blocked(xi.index_select(0, order // moe.top_k), counts, torch.bfloat16)
+                expert_out = experts_ops.run_blocked(xi.index_select(0, order // moe.top_k), counts, moe.expert_gate_up,
+                                                     moe.expert_down, torch.bfloat16)
                 slot_out = torch.empty_like(expert_out).index_copy_(0, order, expert_out)
                 routed = (slot_out.view(70, 2, 32) * gates.unsqueeze(-1)).sum(1)
         (routed * torch.linspace(-1, 1, 32)).sum().backward()
         results.append([routed.detach(), xi.grad, moe.router.weight.grad.clone(), moe.expert_gate_up.grad.clone(),
                         moe.expert_down.grad.clone()])
-    assert int(counts.min()) > 0 and bool((counts % moe_module.PRODUCT_BLOCK != 0).all())  # padding rows exist
+    assert int(counts.min()) > 0 and bool((counts % experts_ops.PRODUCT_BLOCK != 0).all())  # padding rows exist
     fused, plain = results
     # the output and the experts' gradients bit for bit; the gates' gradients (into x and the router) are
     # float32 sums over D in the combine kernel's order, so within float32 rounding

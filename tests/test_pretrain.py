@@ -522,10 +522,10 @@ def test_an_interrupt_between_a_checkpoint_and_its_hash_still_names_it_saved(tmp
 # set so that any remaining step pays for it.
 RESTART_DRIVER = """
 import sys
-from glm53_flash.core import runtime
-runtime.busy_cores_elsewhere = lambda *args, **kwargs: 0.0
-runtime.LoadWatch.others = lambda self: 1.0
-runtime.RESTART_SECONDS = runtime.SHORT_SPIN_BUSY_SLOWDOWN = runtime.RESTART_MIN_SAVING = 0
+from glm53_flash.core import shared_machine
+shared_machine.busy_cores_elsewhere = lambda *args, **kwargs: 0.0
+shared_machine.LoadWatch.others = lambda self: 1.0
+shared_machine.RESTART_SECONDS = shared_machine.SHORT_SPIN_BUSY_SLOWDOWN = shared_machine.RESTART_MIN_SAVING = 0
 from glm53_flash.cli import main
 sys.argv = ["glm53", *sys.argv[1:]]
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""The committed results and the docs agree: every headline table a doc shows is the one its
+"""The committed results and the docs agree: every study's answer docs/STUDIES.md shows is the block its
 summary.json (built from receipts) renders, so no figure there is typed by hand."""
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-
-from glm53_flash.report.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +29,6 @@ def assert_same_results(got, expected, where: str = "") -> None:
         assert math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12), f"{where}: {got} != {expected}"
     else:
         assert got == expected and isinstance(got, bool) == isinstance(expected, bool), f"{where}: {got!r} != {expected!r}"
-SUMMARIES = sorted((ROOT / "results").glob("*/summary.json"))
 
 
 def _makefile_command(target: str, variables: dict[str, str]) -> list[str]:
@@ -89,13 +86,20 @@ def test_the_results_comparison_tolerates_only_the_last_bits_of_floats():
             assert_same_results(got, {"a": [1.0, 2], "b": "x"})
 
 
-@pytest.mark.parametrize("path", [p for p in SUMMARIES if "headline_table" in json.loads(p.read_text())],
-                         ids=lambda p: p.parent.name)
-def test_readme_shows_each_study_table_as_generated(path):
-    table = json.loads(path.read_text())["headline_table"]
-    rendered = "\n".join(markdown_table(table["columns"], table["rows"]))
-    shown = [doc for doc in ("README.md", "docs/STUDIES.md", "docs/BENCHMARKS.md") if rendered in (ROOT / doc).read_text()]
-    assert shown, f"no doc shows the table of {path.parent.name} as generated"
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in (ROOT / "results").glob("*/plan.json")))
+def test_studies_doc_shows_each_committed_study_as_generated(name):
+    """Every committed study (results/*/plan.json) has its answer in docs/STUDIES.md as a block `glm53 docs build`
+    renders from its summary (what holds after its Holm correction), with a link to its REPORT.md."""
+    from glm53_flash.commands.docs import blocks
+    from glm53_flash.report.docs import segments
+
+    text = (ROOT / "docs" / "STUDIES.md").read_text()
+    shown = {block: lines for block, lines in segments(text) if block is not None}
+    block = f"study-answer-{name}"
+    assert block in shown, f"docs/STUDIES.md has no generated block {block!r}"
+    assert shown[block] == blocks(ROOT)[block](ROOT).split("\n"), f"{block} is not what `glm53 docs build` renders"
+    assert f"](../results/{name}/REPORT.md)" in "\n".join(shown[block])
+    assert (ROOT / "results" / name / "REPORT.md").is_file()
 
 
 @pytest.mark.parametrize("name", ["pretraining-data", "pretraining-data-no-positions", "rl-choices",

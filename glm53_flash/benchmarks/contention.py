@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from glm53_flash.core.receipts import provenance, read_json, write_json
-from glm53_flash.core.runtime import ThreadGovernor
+from glm53_flash.core.shared_machine import ThreadGovernor
 from glm53_flash.model import GLM53Flash
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.train.engine import PRETRAINING, make_optimizer
@@ -264,7 +264,7 @@ def mid_run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 
     `checkpoint_every`) three times: quiet; with this bench's busy process started after `busy_after`
     steps, the run going on with libgomp's long spins (GOMP_SPINCOUNT=300000 set, which the command keeps);
     and the same with the command's own choice, which restarts with short spins when that pays
-    (runtime.ShortSpinRestart). Wall times from spawn to exit, and whether all three end on the same
+    (shared_machine.ShortSpinRestart). Wall times from spawn to exit, and whether all three end on the same
     weights."""
     if not 1 <= busy_after < steps:
         raise ValueError(f"--busy-after must lie in [1, --mid-run) = [1, {steps}), got {busy_after}")

@@ -21,14 +21,15 @@ from glm53_flash.benchmarks.common import print_table
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.model import GLM53Flash, ops
 from glm53_flash.model.ops import library
+from glm53_flash.model.ops.decode_model import block_weights
 from glm53_flash.model.config import ModelConfig
 from glm53_flash.model.precision import compute_in, cpu_bf16_flags, resolve_precision
 
 
 def weight_products(model: GLM53Flash) -> list[torch.Tensor]:
     """The weights a decode step reads in bf16 under compute_in(bf16): each block's ops.PRODUCT_WEIGHTS
-    (lm.GLM53Flash._decode_operands makes their bf16 copies)."""
-    return [layer[name] for layer in (block.decode_weights() for block in model.blocks) for name in ops.PRODUCT_WEIGHTS]
+    (ops/decode_model.py makes their bf16 copies)."""
+    return [layer[name] for layer in map(block_weights, model.blocks) for name in ops.PRODUCT_WEIGHTS]
 
 
 def read_floor(tensors: list[torch.Tensor]) -> callable:

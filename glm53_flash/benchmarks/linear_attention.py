@@ -9,7 +9,7 @@ attention and the backward to qkv (the products around it are the same for both 
 receipt also holds the largest gap between the two outputs and gradients, relative to their size.
 With `--step`, each preset's whole pretraining step (the model's forward, backward and AdamW at that
 length, in the precision `auto` resolves to) is also timed with the scan and with the chunks
-(`linear_attention.SCAN_ENABLED`), one step each per round.
+(`ops.linear_attention.SCAN_ENABLED`), one step each per round.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from glm53_flash.benchmarks.common import print_table
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.model import ops
 from glm53_flash.model.config import ModelConfig
-from glm53_flash.model import linear_attention
-from glm53_flash.model.linear_attention import causal_linear_attention, feature_map
+from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, causal_linear_attention
+from glm53_flash.model.ops import linear_attention as linear_attention_ops
 from glm53_flash.model.rope import RotaryEmbedding
 
 DEFAULT_PRESETS = ("study", "flash")
@@ -36,16 +36,14 @@ def _torch_form(qkv: torch.Tensor, heads: int, chunk: int, rope: RotaryEmbedding
     q, k, v = qkv.view(batch, steps, 3, heads, d).permute(2, 0, 3, 1, 4)
     if rope is not None:
         q, k = rope(q), rope(k)
-    out, _ = causal_linear_attention(feature_map(q), feature_map(k), v, None, chunk)
+    out, _ = causal_linear_attention(ops.feature_map(q), ops.feature_map(k), v, None, chunk)
     return out.transpose(1, 2).reshape(batch, steps, heads * d)
 
 
 def _scan(qkv: torch.Tensor, heads: int, rope: RotaryEmbedding | None) -> torch.Tensor:
-    from glm53_flash.model.linear_attention import scan_linear_attention
-
     steps = qkv.shape[1]
     tables = (rope.cos[:steps].contiguous(), rope.sin[:steps].contiguous()) if rope is not None else (None, None)
-    return scan_linear_attention(qkv, heads, *tables, False)[0]
+    return ops.scan_linear_attention(qkv, heads, *tables, False, DENOMINATOR_FLOOR)[0]
 
 
 def _timed(form, qkv: torch.Tensor, grad_out: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
@@ -76,14 +74,14 @@ def whole_step(preset: str, batch: int, steps: int, rounds: int) -> dict:
     precision = resolve_precision("auto", "cpu")
 
     def step(scan: bool) -> float:
-        saved = linear_attention.SCAN_ENABLED
-        linear_attention.SCAN_ENABLED = scan
+        saved = linear_attention_ops.SCAN_ENABLED
+        linear_attention_ops.SCAN_ENABLED = scan
         try:
             start = time.perf_counter()
             language_model_update(model, optimizer, inputs, labels, PRETRAINING, precision=precision)
             return time.perf_counter() - start
         finally:
-            linear_attention.SCAN_ENABLED = saved
+            linear_attention_ops.SCAN_ENABLED = saved
 
     for _ in range(STEP_WARMUP):
         step(True), step(False)

@@ -239,7 +239,9 @@ def decode_floors(model, device, batch_size, repeats: int = 20) -> dict:
             block.attention.qkv(x)
             block.attention.out(x)
             block.moe.router(x)
-            block.moe.run_experts(rows, counts)
+            moe = block.moe
+            if ops.sorted_experts(rows, counts, moe.expert_gate_up, moe.expert_down) is None:
+                moe.run_each_expert(rows, counts)
             block.moe.shared(x)
         F.linear(x, model.embedding.weight)
 

@@ -8,9 +8,7 @@ from pathlib import Path
 
 from glm53_flash.model.config import PRESETS
 from glm53_flash.core.argtypes import parse_int_list
-from glm53_flash.core.runtime import (
-    BENCH_PRECISIONS_HELP, DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS,
-)
+from glm53_flash.core.runtime import BENCH_PRECISIONS_HELP, DEFAULT_DEVICE, DEVICE_CHOICES, PRECISION_HELP, PRECISIONS
 from glm53_flash.evaluation.config import SAMPLING_TEMPERATURE
 from glm53_flash.commands.verify import add_limit_flags
 

@@ -65,14 +65,28 @@ def render_verify_example(root: Path) -> str:
     return "\n".join(lines[:-1])
 
 
-def blocks() -> dict:
-    """Every generated block the docs may hold: the report layer's and those of the layers above it."""
+def blocks(root: Path | None = None) -> dict:
+    """Every generated block the docs may hold: the report layer's and those of the layers above it; with the
+    checkout's `root`, one `study-answer-NAME` per committed study directory as well."""
+    from functools import partial
+
     from glm53_flash.benchmarks.quickstart import render_first_run, render_first_run_times
-    from glm53_flash.experiments.analysis import render_study_answers
+    from glm53_flash.experiments.analysis import render_study_answers, study_answer_blocks
+    from glm53_flash.report import doc_blocks as d
     from glm53_flash.report.docs import RENDERERS
 
     return {**RENDERERS, "first-run": render_first_run, "first-run-times": render_first_run_times,
-            "study-answers": render_study_answers, "verify-example": render_verify_example}
+            "study-answers": render_study_answers, "verify-example": render_verify_example,
+            # docs/STUDIES.md
+            "compositions-splits": d.render_compositions_splits, "study-model": d.render_study_model,
+            "budget-compositions": partial(d.render_budget, name="compositions-budget"),
+            "budget-study-model": partial(d.render_budget, name="study-budget"),
+            "study-times": d.render_study_times, "study-answer-headline-distribution": d.render_headline_answer,
+            "study-answer-vision": d.render_vision_answer,
+            **(study_answer_blocks(root) if root is not None else {}),
+            # docs/VERIFIER.md and docs/GLM_MAPPING.md
+            "verifier-settings": d.render_verifier_settings, "verifier-speed": d.render_verifier_speed,
+            "cheat-suite": d.render_cheat_suite, "glm-mapping": d.render_glm_mapping}
 
 
 def _docs(args) -> tuple:
@@ -87,7 +101,8 @@ def _docs(args) -> tuple:
 def _run_build(args) -> int:
     from glm53_flash.report.docs import build
 
-    changed = build(_root(), _docs(args), blocks())
+    root = _root()
+    changed = build(root, _docs(args), blocks(root))
     print("rewrote " + ", ".join(changed) if changed else "every generated block is as rendered")
     return 0
 
@@ -96,7 +111,8 @@ def _run_check(args) -> int:
     from glm53_flash.report.docs import check
 
     docs = _docs(args)
-    problems = check(_root(), docs, blocks())
+    root = _root()
+    problems = check(root, docs, blocks(root))
     for problem in problems:
         print(problem)
     print(f"{len(problems)} problem(s) in {len(docs)} doc(s)")

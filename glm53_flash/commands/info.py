@@ -85,7 +85,7 @@ def describe(preset: str = "flash", generate: bool = True, max_new_tokens: int =
     state = ops.status()
     print(f"decode kernels: {'in use' if state['available'] else 'not in use, the torch path serves'} "
           f"({state['reason']}{', ' + state['library'] if state['library'] else ''})")
-    from glm53_flash.core.runtime import spin_waits
+    from glm53_flash.core.shared_machine import spin_waits
 
     print(f"math threads: {torch.get_num_threads()}; short spin waits: {spin_waits() or 'not asked (library use)'}")
     if generate:

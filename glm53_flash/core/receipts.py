@@ -159,13 +159,13 @@ def provenance(argv: list[str] | None = None, device: str | None = None) -> dict
         **{field: _observed(field) for field in OBSERVED},
         # whether glibc keeps freed memory for reuse (runtime.retain_freed_memory; None: not asked)
         "malloc_tuning": _malloc_tuning(),
-        # how long the math library's idle threads spin before they sleep (runtime.short_spin_waits)
+        # how long the math library's idle threads spin before they sleep (shared_machine.short_spin_waits)
         "spin_waits": _spin_waits(),
     }
 
 
 def _spin_waits() -> str | None:
-    from glm53_flash.core.runtime import spin_waits
+    from glm53_flash.core.shared_machine import spin_waits
 
     return spin_waits()
 

@@ -131,7 +131,7 @@ def evaluate_greedy(
     """Greedy pass@1 receipt (the original's evaluate.py). `seed` is recorded only: greedy decoding
     uses no randomness. A Verifier is created (and closed) when none is given. A sealed split needs
     an opening (ledger.require_open). `precision`: fp32, bf16 or auto (model/precision.py; None: the
-    device's default, left out of the receipt's inference settings as before the choice existed).
+    device's default, which stays out of the receipt's inference settings so that receipts compare).
     `adapt_threads`: on the CPU, a ThreadGovernor follows the free cores during decoding (the receipt's
     timing says how often it changed the count)."""
     inference = {"greedy": True, "max_new_tokens": max_new_tokens, "seed": seed, "families": families_field(tasks),
@@ -200,7 +200,7 @@ def _strict_record(tasks: Sequence) -> dict:
 
 def _resolve_precision(model, precision: str | None, inference: dict):
     """`precision` resolved on the model's device; a chosen one joins the inference settings
-    (Precision.setting), the default stays out of them as before the choice existed."""
+    (Precision.setting), the default stays out of them, so that receipts without a choice compare."""
     from glm53_flash.model.precision import resolve_precision
 
     resolved = resolve_precision(precision, next(model.parameters()).device)
@@ -297,7 +297,7 @@ def _run(model, tasks, *, samples, temperature, top_k, top_p, max_new_tokens, st
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    from glm53_flash.core.runtime import governed
+    from glm53_flash.core.shared_machine import governed
 
     completions: list[list[Completion] | None] = [None] * len(tasks)
     evaluations: list[list | None] = [None] * len(tasks)

@@ -223,7 +223,7 @@ def generate(model, prompts: Sequence[str], settings: SamplingSettings = Samplin
 
     Each prompt is encoded with BOS; rows end at EOS, the cap or the stop predicate (`SamplingSettings`),
     and the results do not depend on which other prompts share the call. `progress(n)` is called as n
-    rows finish. `governor` (a core/runtime.ThreadGovernor) sets the thread count after every decode
+    rows finish. `governor` (a core/shared_machine.ThreadGovernor) sets the thread count after every decode
     step, so a busy core elsewhere slows decoding by its share instead of stalling every parallel region.
     """
     cfg = model.config

@@ -8,6 +8,7 @@ an incomplete study said as such), writes the files, and renders the docs' answe
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -127,32 +128,51 @@ def time_lines(record: dict) -> list[str]:
             f"run; the runs took {record['run_minutes_per_worker']} min per worker{ratio}{wall}.", ""]
 
 
-def study_answers(results: str | Path) -> list[tuple[str, Path, str]]:
-    """Each committed study's answer for the docs, rendered from its committed summary.json by its own study
+def study_answer(directory: Path) -> str:
+    """A committed study's answer for the docs, rendered from its committed summary.json by its own study
     (`Study.answer`: what holds after its Holm correction at the levels it names), with whether every row
-    holds in the first study when it is a rerun: [(directory name, its REPORT.md, the sentence)], by name."""
-    answers = []
-    for plan_path in sorted(Path(results).glob(f"*/{PLAN_FILE}")):
-        directory = plan_path.parent
-        if not (directory / SUMMARY_FILE).is_file():
-            continue
-        plan, summary = read_json(plan_path), read_json(directory / SUMMARY_FILE)
-        study = study_of(plan)
-        sentence = study.answer(plan, summary)
-        if "rerun" in summary:
-            verdicts = study.rerun_verdicts(summary["rerun"])
-            sentence += " Against the first study: " + "; ".join(f"{label}: {'yes' if holds else 'no'}"
-                                                                 for label, holds in verdicts.items()) + "."
-        answers.append((directory.name, directory / REPORT_FILE, sentence))
-    return answers
+    holds in the first study when it is a rerun."""
+    plan, summary = read_json(directory / PLAN_FILE), read_json(directory / SUMMARY_FILE)
+    study = study_of(plan)
+    sentence = study.answer(plan, summary)
+    if "rerun" in summary:
+        verdicts = study.rerun_verdicts(summary["rerun"])
+        sentence += " Against the first study: " + "; ".join(f"{label}: {'yes' if holds else 'no'}"
+                                                             for label, holds in verdicts.items()) + "."
+    return sentence
+
+
+def committed_studies(results: str | Path) -> list[Path]:
+    """The study directories of `results` with a plan and a summary, by name."""
+    return [plan.parent for plan in sorted(Path(results).glob(f"*/{PLAN_FILE}")) if (plan.parent / SUMMARY_FILE).is_file()]
+
+
+def study_answers(results: str | Path) -> list[tuple[str, Path, str]]:
+    """Every committed study's answer (`study_answer`): [(directory name, its REPORT.md, the sentence)], by name."""
+    return [(directory.name, directory / REPORT_FILE, study_answer(directory)) for directory in committed_studies(results)]
 
 
 def render_study_answers(root: Path) -> str:
     """The docs' block of every committed study's answer, one line each, linking its REPORT.md
-    (report/docs.py `register("study-answers", render_study_answers)`)."""
+    (the README's `study-answers`)."""
     root = Path(root)
     return "\n".join(f"- [{name}]({report.relative_to(root)}): {sentence}"
                      for name, report, sentence in study_answers(root / "results"))
+
+
+def render_study_answer(root: Path, name: str) -> str:
+    """One committed study's answer as docs/STUDIES.md shows it in the study's section, with the link to its
+    REPORT.md (the block `study-answer-NAME`)."""
+    directory = Path(root) / "results" / name
+    if not (directory / SUMMARY_FILE).is_file():
+        return f"`results/{name}/` has no {SUMMARY_FILE} yet (`glm53 analyze results/{name}`)."
+    return f"**{name}** ([report](../results/{name}/{REPORT_FILE})): {study_answer(directory)}"
+
+
+def study_answer_blocks(root: Path) -> dict:
+    """The blocks `study-answer-NAME`, one per committed study directory of the checkout at `root`."""
+    return {f"study-answer-{directory.name}": functools.partial(render_study_answer, name=directory.name)
+            for directory in committed_studies(Path(root) / "results")}
 
 
 def _json_default(value):
@@ -165,5 +185,6 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-__all__ = ["OUTPUT_FILES", "REPORT_FILE", "STUDY_TIMES_FILE", "SUMMARY_FILE", "analyze", "render_study_answers", "shown",
-           "study_answers", "study_times", "time_lines", "time_record"]
+__all__ = ["OUTPUT_FILES", "REPORT_FILE", "STUDY_TIMES_FILE", "SUMMARY_FILE", "analyze", "committed_studies",
+           "render_study_answer", "render_study_answers", "shown", "study_answer", "study_answer_blocks", "study_answers",
+           "study_times", "time_lines", "time_record"]

@@ -188,9 +188,10 @@ def build_report(out: str | Path) -> Path:
                           row["exact_training_rollouts"], "yes" if row["took_off"] else "no"])
     lines = [
         "# The headline as a distribution", "",
-        f"The original's experiment (`glm53 reproduce --preset {plan.preset}`) at {len(plan.pretrain_seeds)} "
-        f"pretraining seeds, each with its {summary['power'].get('rl_seeds', 3)} RL seeds, both arms, in "
-        f"{' and '.join(plan.precisions)}. Built from the runs' receipts (`distribution.json`).", "",
+        f"The original's experiment (`glm53 reproduce --preset {plan.preset}`), planned at "
+        f"{len(plan.pretrain_seeds)} pretraining seeds, each with its {summary['power'].get('rl_seeds', 3)} RL "
+        f"seeds, both arms, in {' and '.join(plan.precisions)}. Built from the runs' receipts "
+        f"(`distribution.json`).", "",
         f"![every draw]({CHART_FILE})", "",
         *markdown_table(*cell_rows(summary)), "",
         *[f"- {s}" for s in statements(summary)], "",

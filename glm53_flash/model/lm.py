@@ -7,19 +7,17 @@ training (full sequences) and cached decoding (prefill, then any number of token
 
 from __future__ import annotations
 
-import operator
-import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from glm53_flash.model.config import ModelConfig
-from glm53_flash.model import dispatch, ops  # noqa: F401 - dispatch: its switches go into receipts
-from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, LinearAttention, LinearState
+from glm53_flash.model import ops
+from glm53_flash.model.linear_attention import LinearAttention, LinearState
 from glm53_flash.model.moe import MixtureOfExperts, original_balance_metric
 from glm53_flash.model.norm import RMSNorm
-from glm53_flash.model.precision import product_dtype
+from glm53_flash.model.ops.decode_model import decode_step
 from glm53_flash.model.pretrained import load_model, save_pretrained
 from glm53_flash.model.rope import RotaryEmbedding
 from glm53_flash.model.sparse_attention import SparseAttention, SparseKV
@@ -34,6 +32,12 @@ class ModelOutput:
     hidden: torch.Tensor | None = None  # [B, T, D] the final norm's output, which the tied head multiplies
 
 
+# The attention kinds ModelConfig.attention_pattern names, each built from the config. An attention layer
+# is called as layer(x, rope, position, state, return_state) -> (out, its state after x or None), and its
+# state (None before the layer's first token) has keep_rows(rows).
+ATTENTION = {"linear": LinearAttention.from_config, "sparse": SparseAttention.from_config}
+
+
 @dataclass
 class ModelCache:
     """Decode state for every layer; `position` is the number of tokens already consumed."""
@@ -41,7 +45,7 @@ class ModelCache:
     batch_size: int
     max_length: int
     position: int = 0
-    layers: list = field(default_factory=list)  # LinearState | SparseKV | None per layer
+    layers: list = field(default_factory=list)  # each attention layer's state, None before its first token
 
     def tokens_left(self) -> int:
         return self.max_length - self.position
@@ -49,27 +53,17 @@ class ModelCache:
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Keep only the given batch rows (e.g. drop finished sequences so they cost nothing more)."""
         rows = torch.as_tensor(rows, dtype=torch.long)
-        for i, state in enumerate(self.layers):
-            if isinstance(state, LinearState):
-                index = rows.to(state.kv.device)
-                self.layers[i] = LinearState(state.kv.index_select(0, index), state.z.index_select(0, index))
-            elif isinstance(state, SparseKV):
-                index = rows.to(state.k.device)
-                self.layers[i] = SparseKV(state.k.index_select(0, index), state.v.index_select(0, index),
-                                          state.positions)
+        self.layers[:] = [None if state is None else state.keep_rows(rows) for state in self.layers]
         self.batch_size = int(rows.numel())
 
 
 class HybridBlock(nn.Module):
+    """Pre-norm attention, then a pre-norm mixture of experts, on a mix of the residual streams."""
+
     def __init__(self, cfg: ModelConfig, index: int) -> None:
         super().__init__()
-        self.sparse = cfg.is_sparse_layer(index)
         self.attn_norm = RMSNorm(cfg.dim)
-        if self.sparse:
-            self.attention = SparseAttention(cfg.dim, cfg.heads, cfg.sparse_window, cfg.sparse_stride)
-        else:
-            self.attention = LinearAttention(cfg.dim, cfg.heads, cfg.linear_chunk,
-                                             rope_before_feature=cfg.linear_rope == "rope-before-feature-map")
+        self.attention = ATTENTION[cfg.attention_pattern[index]](cfg)
         self.moe_norm = RMSNorm(cfg.dim)
         self.moe = MixtureOfExperts(cfg.dim, cfg.expert_hidden, cfg.experts, cfg.top_k, cfg.init_std)
         self.connection = StreamConnection(cfg.streams, cfg.stream_mode)
@@ -83,116 +77,6 @@ class HybridBlock(nn.Module):
                                           with_balance=not return_state, balance_reduce=balance_reduce)
         update = attn_out + moe_out.view(b, t, d)
         return self.connection.write(streams, mixed, update), new_state, used, balance
-
-    def decode_weights(self) -> dict | None:
-        """This block's operands of the one-call decode step (ops.DecodeStack: its weights, whether it
-        is the sparse layer and whether a linear layer rotates first), or None where that step cannot
-        serve it (the "sinkhorn" streams, more than 64 experts, top-k beyond 8, an expert width that is not a
-        multiple of 8)."""
-        connection, attention, moe = self.connection, self.attention, self.moe
-        if (connection.mode == "sinkhorn" or moe.experts > ops.LIMITS["experts"]
-                or moe.top_k > min(ops.LIMITS["top_k"], moe.experts) or moe.expert_down.shape[1] % 8):
-            return None
-        return {"sparse": self.sparse, "rotate": not self.sparse and attention.rope_before_feature,
-                "input_logits": connection.input_logits, "attn_norm": self.attn_norm.weight,
-                "qkv_weight": attention.qkv.weight, "output_logits": connection.output_logits,
-                "out_weight": attention.out.weight, "moe_norm": self.moe_norm.weight, "router": moe.router.weight,
-                "gate_up": moe.expert_gate_up, "down": moe.expert_down, "shared_up": moe.shared.up.weight,
-                "shared_down": moe.shared.down.weight}
-
-    def decode_settings(self) -> tuple:
-        """(object, attribute) for every setting decode_weights' caller builds the one-call step with, so
-        a change to one of them makes it build the step again."""
-        settings = ((self, "sparse"), (self.moe, "top_k"), (self.moe, "experts"), (self.connection, "mode"),
-                    (self.attn_norm, "eps"), (self.moe_norm, "eps"))
-        return settings if self.sparse else settings + ((self.attention, "rope_before_feature"),)
-
-
-@dataclass
-class _DecodeOperands:
-    """GLM53Flash's cached ops.DecodeStack for one product dtype, and how to tell it is still the model's:
-    each source tensor's place in the model (every link of module names from the model down to its
-    module, and its parameter name there) with the tensor it named, its storage (held, so a freed
-    address cannot come back under another tensor), shape and strides, and for bf16 copies the version
-    they were copied at (float32 operands point at the weights themselves, so a change in place needs
-    nothing); and every setting the call was built with (top-k, the streams' mode, the norms' eps, which
-    layers are sparse or rotate). A step checks all of it: each distinct link once, each kind of check
-    as one pass over parallel tuples (map over the modules' own dictionaries and the tensors' accessors):
-    for the ~130 weights of a flash step about half the time of a walk per weight (84 against 154 µs on a
-    2-core AVX2 EPYC, measured while building; more between decode steps, whose weight reads evict it)."""
-
-    stack: object
-    checks: tuple | None  # the parallel tuples `holds` compares; None: rebuild every step
-    settings: tuple  # ((owner, ...), (attribute, ...), (value, ...))
-    storages: tuple = ()  # held: a freed storage's address cannot return under another tensor
-
-    @classmethod
-    def of(cls, model: nn.Module, sources: list, settings: tuple, stack, bf16: bool) -> "_DecodeOperands":
-        paths = {id(parameter): tuple(name.split(".")) for name, parameter in model.named_parameters()}
-        checks = None
-        # every source a parameter, and bf16 copies only of tensors that count their changes (an inference
-        # tensor keeps no version: its copies are made again each step)
-        if all(id(tensor) in paths and not (bf16 and tensor.is_inference()) for tensor in sources):
-            # The links from the model down: (parent, name, child), the model itself as None (the table is
-            # keyed by the model and must not hold it), each link once, parents before their children.
-            links: dict[tuple[str, ...], tuple] = {}
-            owners = []
-            for tensor in sources:
-                module, path = model, paths[id(tensor)]
-                for depth, name in enumerate(path[:-1]):
-                    child = module._modules[name]
-                    links.setdefault(path[: depth + 1], (None if module is model else module, name, child))
-                    module = child
-                owners.append(None if module is model else module)
-            parents, names, children = zip(*links.values()) if links else ((), (), ())
-            tensors = tuple(sources)
-            checks = (parents, names, children, tuple(owners), tuple(paths[id(t)][-1] for t in tensors),
-                      tensors, [t.data_ptr() for t in tensors], [t.shape for t in tensors],
-                      [t.stride() for t in tensors], [t._version for t in tensors] if bf16 else None)
-        owners, names, values = (zip(*((o, n, getattr(o, n)) for o, n in settings)) if settings
-                                 else ((), (), ()))
-        return cls(stack, checks, (tuple(owners), tuple(names), tuple(values)),
-                   tuple(t.detach() for t in sources) if checks is not None else ())
-
-    def holds(self, model: nn.Module) -> bool:
-        if self.checks is None:
-            return False
-        parents, names, children, owners, parameter_names, tensors, pointers, shapes, strides, versions = self.checks
-        parents, owners = _rooted(parents, model), _rooted(owners, model)
-        same = operator.is_
-        if not (all(map(same, map(dict.get, map(_MODULES, parents), names), children))
-                and all(map(same, map(dict.get, map(_PARAMETERS, owners), parameter_names), tensors))
-                and list(map(torch.Tensor.data_ptr, tensors)) == pointers
-                and list(map(_SHAPE, tensors)) == shapes
-                and list(map(torch.Tensor.stride, tensors)) == strides
-                and (versions is None or list(map(_VERSION, tensors)) == versions)):
-            return False
-        owners, attributes, values = self.settings
-        return all(map(operator.eq, map(getattr, owners, attributes), values))
-
-
-def _rooted(modules: tuple, model: nn.Module) -> tuple:
-    """`modules` with the model in place of None (the table keeps no reference to its own key)."""
-    return tuple(model if module is None else module for module in modules) if None in modules else modules
-
-
-_MODULES, _PARAMETERS = operator.attrgetter("_modules"), operator.attrgetter("_parameters")
-_SHAPE, _VERSION = operator.attrgetter("shape"), operator.attrgetter("_version")
-
-
-def _runs_as_defined(module: nn.Module) -> bool:
-    """Whether calling `module` would run its class's forward and nothing else: no hooks of its own or
-    global ones, no forward set on the instance (the one-call step's head then stands in for the final
-    norm; otherwise the norm runs as called, after the step)."""
-    hooks = torch.nn.modules.module
-    return not (module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__
-                or getattr(hooks, "_global_forward_hooks", None) or getattr(hooks, "_global_forward_pre_hooks", None))
-
-
-# Each model's _DecodeOperands per product dtype ({False: float32, True: bf16}), outside the model: a
-# deep copy or a pickle of a model does not carry a table of pointers into the original's weights, the
-# entry goes with its model, and switching precision does not copy the bf16 weights again.
-_DECODE_OPERANDS: "weakref.WeakKeyDictionary[nn.Module, dict[bool, _DecodeOperands]]" = weakref.WeakKeyDictionary()
 
 
 class GLM53Flash(nn.Module):
@@ -235,78 +119,6 @@ class GLM53Flash(nn.Module):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         return ModelCache(batch_size, self.config.max_sequence_length, 0, [None] * self.config.layers)
-
-    # -- cached decoding in one call ---------------------------------------------------------------
-    def _decode_operands(self) -> "ops.DecodeStack | None":
-        """The blocks' decode-step operands (ops.DecodeStack), made once per weight version and product
-        dtype: an optimiser step or a load bumps a parameter's version, and a parameter or module set anew
-        changes what its path names, so the next step reads the new weights. Inside compute_in(bf16) the
-        weight products' weights are bf16 copies (half the bytes of a step that is bound by reading them;
-        the arithmetic stays float32, the router and norms float32). None where a block cannot take the
-        one-call step."""
-        bf16 = product_dtype() is torch.bfloat16
-        kept = _DECODE_OPERANDS.get(self)
-        cached = kept.get(bf16) if kept is not None else None
-        if cached is not None and cached.holds(self):
-            return cached.stack
-        layers = [block.decode_weights() for block in self.blocks]
-        if any(layer is None for layer in layers):
-            return None
-        sources = [tensor for layer in layers for tensor in layer.values() if isinstance(tensor, torch.Tensor)]
-        first = self.blocks[0]
-        shared = {(block.moe.top_k, block.connection.mode, block.attn_norm.eps, block.moe_norm.eps)
-                  for block in self.blocks}
-        # one top-k, streams' mode and eps for every block, and the weights as the C call reads them
-        if (len(shared) != 1 or first.attn_norm.eps != first.moe_norm.eps
-                or not ops.decode_tensors_serve(*sources)):
-            return None
-        if bf16:
-            with torch.no_grad():
-                layers = [{name: value.detach().to(torch.bfloat16).contiguous() if name in ops.PRODUCT_WEIGHTS
-                           else value for name, value in layer.items()} for layer in layers]
-        settings = tuple(setting for block in self.blocks for setting in block.decode_settings())
-        # The final norm and the tied head join the call where they are what the step after it would run
-        # (this RMSNorm and a float32 head, both read as they are): forward_embeddings then takes the
-        # hidden state and logits from the call for as many rows as ops.rms_norm and ops.linear serve.
-        head = None
-        norm, table = self.norm, self.embedding.weight
-        if (type(norm) is RMSNorm and ops.decode_tensors_serve(norm.weight, table) and table.dim() == 2
-                and norm.weight.shape == (self.config.dim,) and table.shape[1] == self.config.dim
-                and first.connection.streams <= ops.HEAD_MAX_STREAMS):
-            head = {"norm": norm.weight, "eps": norm.eps, "weight": table}
-            sources = sources + [norm.weight, table]
-            settings = settings + ((norm, "eps"),)
-        stack = ops.DecodeStack(layers, heads=self.config.heads, top_k=first.moe.top_k,
-                                double_residual=first.connection.mode == "double-residual",
-                                eps=first.attn_norm.eps, floor=DENOMINATOR_FLOOR, head=head)
-        _DECODE_OPERANDS.setdefault(self, {})[bf16] = _DecodeOperands.of(self, sources, settings, stack, bf16)
-        return stack
-
-    def _decode_stack(self, streams: torch.Tensor, position: int, cache: ModelCache):
-        """One cached token per row through every block in one C call (ops.DecodeStack) where it serves:
-        the CPU in float32 without gradients, up to 512 rows, the "double-residual" or "delta" streams.
-        -> (the new streams, routed slots [layers, E], the final norm of the streams' mean [B, 1, D] and its
-        logits [B, 1, V] where the call computed them too, else None and None) with the cache's states
-        advanced, or None: the blocks then run one by one (the test oracle), nothing changed."""
-        if not ops.decode_stack_serves(streams) or not ops.head_dim_serves(self.config.head_dim):
-            return None
-        stack = self._decode_operands()
-        if stack is None:
-            return None
-        states, after = [], []
-        for block, state in zip(self.blocks, cache.layers):
-            operands = block.attention.decode_operands(state, position)
-            if operands is None:
-                return None
-            states.append(operands[0])
-            after.append(operands[1])
-        cos, sin = self.rope.cos[position], self.rope.sin[position]
-        if stack.head_serves(streams.shape[1]) and _runs_as_defined(self.norm):
-            stepped = stack.step_with_head(streams, states, cos, sin)
-        else:
-            stepped = (*stack.step(streams, states, cos, sin), None, None)
-        cache.layers[:] = after
-        return stepped
 
     # -- forward -------------------------------------------------------------------------------
     def _check_ids(self, ids) -> None:
@@ -356,9 +168,10 @@ class GLM53Flash(nn.Module):
         position = self._check_length(b, t, cache)
         streams = embedded.unsqueeze(0).expand(cfg.streams, b, t, cfg.dim)  # [S, B, T, D]
         usage, balances = [], []
-        stepped = self._decode_stack(streams, position, cache) if cache is not None and t == 1 else None
+        # One cached token per row: every block (and the head) in one C call where it serves (model/ops/).
+        stepped = decode_step(self, streams, position, cache) if cache is not None and t == 1 else None
         hidden = logits = None
-        if stepped is not None:  # one cached token per row, every layer in one C call
+        if stepped is not None:
             streams, usage, hidden, logits = stepped  # routed slots [layers, E]; the head's, where it ran there
         else:
             for i, block in enumerate(self.blocks):

@@ -4,24 +4,20 @@ What bf16 means depends on the device:
 - **CUDA**: torch's bf16 autocast (what pretraining always used there).
 - **CPU**: the weight products only. Inside `compute_in`, every `nn.Linear`-style product of the model
   (`mixed_linear`: attention in/out, router, shared expert, tied head) and the routed experts' products
-  (`MixtureOfExperts.routed_blocked`) cast both operands to bf16 and hand back float32; their backward runs in
-  bf16 too (autograd casts the incoming gradient). Everything else stays float32 where it is now, and
-  the C kernels keep serving it: master weights and AdamW state, the losses, the router's softmax, the
-  norms, the SwiGLU activation, the residual streams, the linear-attention feature maps and states (its
-  masked blocks' two products take bf16 too: linear_attention.block_dtype), the sparse attention's
-  scores. Measured on the flash shapes (4096 x 192 @ 192 x 768) with AMX, bf16 GEMMs run ~7x faster than
-  fp32 and ~3x including the casts to and from float32; CPU autocast, which casts
-  every op's inputs and shuts our float32 kernels off, made the step slower than float32 (measured while
-  building; docs/ARCHITECTURE.md, "Precision").
-- **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `moe.BLOCKED_MIN_SLOTS`):
-  casting the weight and the result is a fixed cost that a few rows do not repay (numbers below).
-- **Cached decoding on the CPU** reads bf16 weights: a decode step of a few rows is bound by reading
-  the weights, so inside `compute_in(bf16)` the one-call decode step (ops.DecodeStack) reads bf16 copies of each block's
-  weight-product matrices (made once per weight version, lm.GLM53Flash._decode_operands) and widen them
-  to float32 in registers; their arithmetic stays float32 (a step equals the float32 step on the
-  weights rounded to bf16, bit for bit), the router, norms and head stay float32. `mixed_linear` leaves
-  a call that a C kernel serves to it, so prefills, full forwards and decode steps of many rows take
-  bf16 products.
+  (ops/experts.py, the blocked path) cast both operands to bf16 and hand back float32; their backward runs
+  in bf16 too (autograd casts the incoming gradient). Everything else stays float32, and the C kernels keep
+  serving it: master weights and AdamW state, the losses, the router's softmax, the norms, the SwiGLU
+  activation, the residual streams, the linear-attention feature maps and states (its masked blocks' two
+  products take bf16 too: ops.block_dtype), the sparse attention's scores. CPU autocast, which casts every
+  op's inputs and shuts the float32 kernels off, is not used (docs/ARCHITECTURE.md, "Precision").
+- **Only products with enough rows** (`BF16_MIN_ROWS`; the routed experts `ops.experts.BLOCKED_MIN_SLOTS`):
+  casting the weight and the result is a fixed cost that a few rows do not repay.
+- **Cached decoding on the CPU** reads bf16 weights: inside `compute_in(bf16)` the one-call decode step
+  (ops/decode_model.py) reads bf16 copies of each block's weight-product matrices, made once per weight
+  version, and widens them to float32 in registers; its arithmetic stays float32 (a step equals the float32
+  step on the weights rounded to bf16, bit for bit), the router, norms and head stay float32.
+  `mixed_linear` leaves a call that a C kernel serves to it, so prefills, full forwards and decode steps
+  of many rows take bf16 products.
 
 `auto` takes bf16 where the device accelerates it (CUDA with bf16; a CPU with AVX512-BF16 or AMX, read
 from /proc/cpuinfo) and fp32 elsewhere. fp32 stays bit-reproducible: outside `compute_in`, or inside
@@ -87,10 +83,10 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
 
 
 def resolve_precision(requested: str | None, device, cpuinfo: str | None = None) -> Precision:
-    """fp32 | bf16 | auto (or None: the default runs had before the choice) on `device` -> a Precision
-    with its reason; an unknown name or bf16 where the device cannot run it is a clear error."""
+    """fp32 | bf16 | auto (or None: the default, bf16 autocast on CUDA and fp32 elsewhere) on `device` -> a
+    Precision with its reason; an unknown name or bf16 where the device cannot run it is a clear error."""
     kind = torch.device(device).type
-    if requested is None:  # what runs did before the choice existed (their plans' identity leaves it out)
+    if requested is None:  # the default (plans and evaluations that name no precision leave it out)
         name = "bf16" if kind == "cuda" else "fp32"
         return Precision(name, "default", "default: bf16 autocast on CUDA, fp32 elsewhere (use auto for bf16 "
                                           "where the CPU accelerates it)")
@@ -138,11 +134,9 @@ def _cpu_products(dtype: torch.dtype):
 
 
 # Below this many rows a bf16 weight product on the CPU costs more than the float32 one: casting the weight
-# and the result is a fixed cost the few rows do not repay. Measured on the flash shapes with AMX (a
-# [rows, 192] x [192, 576] product with its backward, bf16 including the casts, over float32): 0.6x at 16
-# and 48 rows, 1.0x at 128, 1.3x at 256, 2.0x at 512, 2.8x at 4096. So a prefill of one prompt and RL's
-# update on a few short sequences stay float32 (a whole RL stage ran 0.84x as fast in bf16 before this
-# rule: results/bench/rl-before-min-rows.json), a pretraining batch (4096 rows) takes bf16.
+# and the result is a fixed cost the few rows do not repay (the figures: docs/ARCHITECTURE.md, "Precision").
+# So a prefill of one prompt and RL's update on a few short sequences stay float32, a pretraining batch
+# (4096 rows) takes bf16.
 BF16_MIN_ROWS = 256
 
 

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glm53_flash.model import ops
 from glm53_flash.model.ops import Linear
 from glm53_flash.model.rope import RotaryEmbedding
 
@@ -35,25 +34,29 @@ class SparseKV:
     positions: tuple[int, ...]
     room: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    def keep_rows(self, rows: torch.Tensor) -> "SparseKV":
+        """The state of the given batch rows only."""
+        index = rows.to(self.k.device)
+        return SparseKV(self.k.index_select(0, index), self.v.index_select(0, index), self.positions)
 
-def _with_room(state: SparseKV) -> tuple[torch.Tensor, torch.Tensor]:
-    """Buffers holding state's keys/values with at least one free slot after them (grown by half)."""
-    n = len(state.positions)
-    if state.room is not None and state.room[0].shape[2] > n:
-        return state.room
-    b, h, _, d = state.k.shape
-    capacity = n + max(8, n // 2)
-    buffers = []
-    for cached in (state.k, state.v):
-        buffer = cached.new_empty(b, h, capacity, d)
-        buffer[:, :, :n] = cached
-        buffers.append(buffer)
-    return buffers[0], buffers[1]
+    def with_room(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Buffers holding the keys/values with at least one free slot after them (grown by half)."""
+        n = len(self.positions)
+        if self.room is not None and self.room[0].shape[2] > n:
+            return self.room
+        b, h, _, d = self.k.shape
+        capacity = n + max(8, n // 2)
+        buffers = []
+        for cached in (self.k, self.v):
+            buffer = cached.new_empty(b, h, capacity, d)
+            buffer[:, :, :n] = cached
+            buffers.append(buffer)
+        return buffers[0], buffers[1]
 
-
-def _kept(keys: torch.Tensor, values: torch.Tensor, positions: tuple[int, ...]) -> SparseKV:
-    """The state after a decode step: the first len(positions) slots of the buffers, which stay its room."""
-    return SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
+    @staticmethod
+    def in_buffers(keys: torch.Tensor, values: torch.Tensor, positions: tuple[int, ...]) -> "SparseKV":
+        """The state after a decode step: the first len(positions) slots of the buffers, which stay its room."""
+        return SparseKV(keys[:, :, :len(positions)], values[:, :, :len(positions)], positions, (keys, values))
 
 
 # Shapes each cache of masks and kept-key indices holds at most: RL's shared-prompt update meets a new
@@ -91,6 +94,10 @@ class SparseAttention(nn.Module):
         self._masks: dict[tuple, torch.Tensor] = {}
         self._keep: dict[tuple, tuple[torch.Tensor, tuple[int, ...]]] = {}
 
+    @classmethod
+    def from_config(cls, cfg) -> "SparseAttention":
+        return cls(cfg.dim, cfg.heads, cfg.sparse_window, cfg.sparse_stride)
+
     def _mask(self, key: tuple, query_positions, key_positions, device) -> torch.Tensor:
         mask = self._masks.get(key)
         if mask is None:
@@ -102,6 +109,8 @@ class SparseAttention(nn.Module):
         self, x: torch.Tensor, rope: RotaryEmbedding, position: int = 0,
         state: SparseKV | None = None, return_state: bool = False,
     ) -> tuple[torch.Tensor, SparseKV | None]:
+        """x [B, T, D] at positions position.. after the cached `state` -> (out [B, T, D], the keys a later
+        query can still reach when return_state, else None)."""
         b, t, dim = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         q, k = rope(q, position), rope(k, position)
@@ -138,19 +147,19 @@ class SparseAttention(nn.Module):
         """One token on the cached keys, in place (see the module docstring)."""
         b, heads, _, d = q.shape
         n = len(state.positions)
-        keys, values = _with_room(state)
+        keys, values = state.with_room()
         keys[:, :, n] = k[:, :, 0]
         values[:, :, n] = v[:, :, 0]
         # Every kept key is visible to the query at `position` (that is what kept means), so no mask.
         out = F.scaled_dot_product_attention(q, keys[:, :, :n + 1].to(q.dtype), values[:, :, :n + 1].to(q.dtype))
         out = self.out(out.transpose(1, 2).reshape(b, 1, heads * d))
-        slot, positions = self._slot_for(position, state.positions)
+        slot, positions = self.slot_for(position, state.positions)
         if 0 <= slot < n:
             keys[:, :, slot] = keys[:, :, n]
             values[:, :, slot] = values[:, :, n]
-        return out, _kept(keys, values, positions)
+        return out, SparseKV.in_buffers(keys, values, positions)
 
-    def _slot_for(self, position: int, positions: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    def slot_for(self, position: int, positions: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """Where the key at `position` is kept after its step (-1: nowhere, len(positions): appended, else
         the slot of the key that just left the window) and the kept positions then."""
         leaving = position + 1 - self.window  # no query after this one reaches it, unless an anchor
@@ -160,15 +169,3 @@ class SparseAttention(nn.Module):
             slot = positions.index(leaving)
             return slot, positions[:slot] + (position,) + positions[slot + 1:]
         return len(positions), positions + (position,)
-
-    def decode_operands(self, state, position: int):
-        """This layer's part of the one-call decode step (ops.DecodeStack.step): ((keys, values, kept,
-        slot), the state after the step), or None where the step cannot serve this state. The buffers
-        have room for one more key (grown by half when full); the step stores the new key at `slot`."""
-        if not isinstance(state, SparseKV) or len(state.positions) > ops.library.MAX_SPARSE_KEYS:
-            return None
-        keys, values = _with_room(state)
-        if not ops.decode_tensors_serve(keys, values):
-            return None
-        slot, positions = self._slot_for(position, state.positions)
-        return (keys, values, len(state.positions), slot), _kept(keys, values, positions)

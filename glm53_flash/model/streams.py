@@ -7,12 +7,15 @@ per-stream weights. Modes (ModelConfig.stream_mode):
 - "delta": streams += S * softmax(out) * update; the identity path is counted once.
 - "sinkhorn": mHC-style; streams are first mixed by a doubly-stochastic S x S matrix (Sinkhorn
   iterations on learned logits, S^2 extra parameters per layer), then the delta update is added.
+The write's weighted sum is ops.add_outer (a hand-written backward, model/ops/streams.py).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from glm53_flash.model import ops
 
 SINKHORN_ITERATIONS = 8
 
@@ -24,40 +27,6 @@ def sinkhorn(logits: torch.Tensor, iterations: int = SINKHORN_ITERATIONS) -> tor
         log_matrix = log_matrix - log_matrix.logsumexp(dim=1, keepdim=True)
         log_matrix = log_matrix - log_matrix.logsumexp(dim=0, keepdim=True)
     return log_matrix.exp()
-
-
-def _add_outer_value(streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-    return torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0))
-
-
-class _AddOuter(torch.autograd.Function):
-    """streams + weights (x) update: streams [S, B, T, D], weights [S], update [B, T, D].
-
-    The same value as torch.addcmul(streams, weights.view(-1, 1, 1, 1), update.unsqueeze(0)), whose
-    autograd graph (the test oracle) forms two [S, B, T, D] products in the backward and reduces
-    them; here the weights' and the update's gradients are one matrix-vector product each over the
-    incoming [S, N] gradient, which passes on to the streams as it is."""
-
-    @staticmethod
-    def forward(ctx, streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(weights, update)
-        return _add_outer_value(streams, weights, update)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        weights, update = ctx.saved_tensors
-        flat = grad.reshape(grad.shape[0], -1)
-        # addcmul promoted: float32 streams with bf16 weights and update (CUDA autocast) give a float32
-        # gradient; the products run in its dtype and autograd casts each result back to its input's.
-        grad_weights = torch.mv(flat, update.reshape(-1).to(flat.dtype)) if ctx.needs_input_grad[1] else None
-        grad_update = torch.mv(flat.t(), weights.to(flat.dtype)).view(update.shape) if ctx.needs_input_grad[2] else None
-        return grad, grad_weights, grad_update
-
-
-def add_outer(streams: torch.Tensor, weights: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-    if not torch.is_grad_enabled():  # decoding: an autograd.Function's call costs more than the sum
-        return _add_outer_value(streams, weights, update)
-    return _AddOuter.apply(streams, weights, update)
 
 
 class StreamConnection(nn.Module):
@@ -84,8 +53,8 @@ class StreamConnection(nn.Module):
         """Add the block's update (without its input) back into the streams."""
         weights = torch.softmax(self.output_logits, dim=0).to(update.dtype)
         if self.mode == "double-residual":
-            return add_outer(streams, weights, mixed + update)
+            return ops.add_outer(streams, weights, mixed + update)
         if self.mode == "sinkhorn":
             mixing = sinkhorn(self.mixing_logits).to(streams.dtype)
             streams = torch.matmul(mixing, streams.flatten(1)).view(streams.shape)
-        return add_outer(streams, self.streams * weights, update)
+        return ops.add_outer(streams, self.streams * weights, update)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from glm53_flash.core.receipts import read_json, read_text, write_text
 
-DOCS = ("README.md", "docs/BENCHMARKS.md", "docs/STUDIES.md", "docs/TUTORIAL.md")
+DOCS = ("README.md", "docs/BENCHMARKS.md", "docs/TUTORIAL.md")  # docs/STUDIES.md: generated blocks (report/docs.py)
 BINDING = re.compile(r"<!--\s*cells:\s*(.*?)-->", re.S)
 TABLE_BINDING = re.compile(r"<!--\s*cells-table:\s*(\S+)\s+(\S+)\s*-->")
 TEXT_BINDING = re.compile(r"<!--\s*cells-text:\s*(\S+)\s+(\S+)\s*-->")

@@ -133,6 +133,14 @@ def statements(summary: dict) -> list[str]:
     third = ("**Varies with the CPU's arithmetic:** the same seeds give other results in fp32 and in bf16 ("
              + "; ".join(varies) + f" draws over {n} pretraining seeds), so one run is one draw from these "
              f"distributions.")
+    planned = len(summary["plan"]["pretrain_seeds"])
+    if n < planned:
+        floor = 2 / 2 ** n if n else 1.0
+        progress = (f"**In progress:** {n} of the plan's {planned} pretraining seeds have run (the table counts "
+                    f"each cell's draws). With {n} seeds the smallest possible two-sided sign-flip p is "
+                    f"{format_p(floor)}, so no comparison can hold yet; the tests are the plan's, for all "
+                    f"{planned} seeds.")
+        return [progress, first, second, third]
     return [first, second, third]
 
 

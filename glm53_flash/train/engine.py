@@ -10,7 +10,7 @@ rest, once:
   rate, for pretraining by step and for RL by update;
 - **the loop**: `StepLoop` runs the steps, hands each metrics row to the `MetricsSink`
   (metrics.jsonl, TensorBoard, W&B) and the progress bar, follows the thread governor (without it, after
-  a quiet start, runtime.BusyHint says once when the machine gets busy), fires "at position N" actions
+  a quiet start, shared_machine.BusyHint says once when the machine gets busy), fires "at position N" actions
   (checkpoints, evaluations) and stops early when told (a time cap);
 - **the run directory** (`Trainer`, for the loops that write one: pretraining and RL): the lock,
   fresh start or exact resume, checkpoints with their hashes, metrics rows cut back to the
@@ -50,8 +50,8 @@ from dataclasses import dataclass
 import torch
 
 from glm53_flash.core.receipts import append_text, read_json, read_jsonl, write_text
-from glm53_flash.core.runtime import (BusyHint, ShortSpinRestart, fused_optimizer_supported, restart_allowed,
-                                      restart_pays)
+from glm53_flash.core.runtime import fused_optimizer_supported
+from glm53_flash.core.shared_machine import BusyHint, ShortSpinRestart, restart_allowed, restart_pays
 from glm53_flash.train.config import SCHEDULES, STUDY_LEARNING_RATE
 
 OPTIMIZER_KERNELS = ("fused", "torch-default")
@@ -200,9 +200,9 @@ class StepLoop:
     after the step, every `(positions, action)` of `at_steps` with a position in (p, new] runs
     `action(new)` (a checkpoint, an evaluation). `stop_when(p)`, asked before each step, may end the
     loop early with a reason (kept in `stopped_by`; None when it ran to `stop`). A run that started on a
-    quiet machine with fixed threads and finds it busy (runtime.BusyHint) ends with
-    runtime.ShortSpinRestart after that step's actions, given `restart_from` and where the command allows
-    and it pays (runtime.restart_pays), or prints the hint once. The bar is the caller's to close
+    quiet machine with fixed threads and finds it busy (shared_machine.BusyHint) ends with
+    shared_machine.ShortSpinRestart after that step's actions, given `restart_from` and where the command allows
+    and it pays (shared_machine.restart_pays), or prints the hint once. The bar is the caller's to close
     (several loops may share one)."""
 
     start: int
@@ -212,12 +212,12 @@ class StepLoop:
     at_steps: Iterable[tuple[Collection[int], Callable[[int], None]]] = ()
     bar: object = None
     postfix: Callable[[dict], dict] | None = None
-    governor: object = None  # a runtime.ThreadGovernor: the thread count follows the free cores
+    governor: object = None  # a shared_machine.ThreadGovernor: the thread count follows the free cores
     advance: Callable[[int], int] | None = None
     stop_when: Callable[[int], str | None] | None = None
     stopped_by: str | None = None
     # The position a restart would resume from (the last checkpoint saved; None: none), where the run may
-    # restart itself with short spin waits (runtime.ShortSpinRestart) instead of only hinting at it.
+    # restart itself with short spin waits (shared_machine.ShortSpinRestart) instead of only hinting at it.
     restart_from: Callable[[], int | None] | None = None
 
     def run(self) -> int:
@@ -258,7 +258,7 @@ class StepLoop:
 
     def _busy(self, message: str, hint: BusyHint, position: int, per_position: list[float]) -> None:
         """The machine got busy: restart with short spin waits where that is allowed and pays
-        (runtime.restart_pays), else say how to (the hint)."""
+        (shared_machine.restart_pays), else say how to (the hint)."""
         resume_from = self.restart_from() if self.restart_from is not None and restart_allowed() else None
         if resume_from is not None and position < self.stop:
             busy = per_position[-hint.streak:]  # the steps that saw the load
@@ -533,7 +533,7 @@ class Trainer(abc.ABC):
         returns the final receipt on rank 0 ({} elsewhere)."""
         from glm53_flash.core.options import config_record
         from glm53_flash.core.progress import progress_bar
-        from glm53_flash.core.runtime import governed
+        from glm53_flash.core.shared_machine import governed
         from glm53_flash.train.distributed import lock_on_main, teardown_distributed
         from glm53_flash.train.rundir import AlreadyFinished, finished_receipt, interruptible
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from glm53_flash.core.receipts import UnsafeFileError, read_json
-from glm53_flash.core.runtime import ShortSpinRestart
+from glm53_flash.core.shared_machine import ShortSpinRestart
 
 LOCK_FILE = ".lock"
 

@@ -65,6 +65,7 @@ LIMIT_BOUNDS = {
     "memory_bytes": (64 * 2**20, 64 * 2**30),
     "output_bytes": (64 * 2**10, 256 * 2**20),
 }
+MAX_WORKERS = 256  # processes one Verifier may start
 ISOLATION_LEVELS = ("full", "partial")
 
 
@@ -139,8 +140,8 @@ class Verifier:
                  memory_mb: int = 256, output_bytes: int = 2**20, require_isolation: bool | None = None,
                  kernel_layers: bool = True) -> None:
         count = (os.cpu_count() or 1) if workers is None else workers
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 256:
-            raise ValueError(f"workers must be an integer from 1 to 256, got {workers!r}")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_WORKERS:
+            raise ValueError(f"workers must be an integer from 1 to {MAX_WORKERS}, got {workers!r}")
         for name, value in (("cpu_seconds", cpu_seconds), ("wall_seconds", wall_seconds),
                             ("memory_mb", memory_mb), ("output_bytes", output_bytes)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

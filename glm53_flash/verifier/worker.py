@@ -17,7 +17,7 @@ from __future__ import annotations
 
 # Only C modules past the interpreter's own start-up set: the pure-Python wrappers `json`, `signal`
 # and `socket` pull in `re`, `enum`, `selectors` and `collections` (1.5 MB of objects), and every
-# page of the zygote costs each fork and each exit (measured on a 2-core VM: ~0.15 ms per MB).
+# page of the zygote costs each fork and each exit.
 import _json
 import _signal
 import _socket
@@ -687,8 +687,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # A fixed program of ours, run once in the worker at start-up. The compiler, parser and eval loop
 # initialise state lazily; done here, every child inherits it warm instead of redoing it in
-# copy-on-write memory (measured on a 2-core VM: a child's compile took 2.5 ms without this,
-# 0.25 ms with it).
+# copy-on-write memory (a child's compile is then several times faster).
 _WARM_UP_SOURCE = '''"""warm-up"""
 def warm_up(x, text="abc"):
     values = [x, -x, abs(x), len(text), int(str(x))]

@@ -437,7 +437,7 @@ static void moe_combine(const float *expert_out, const int64_t *position, const 
     }
 }
 
-/* Training's combine of the routed experts' bf16 output rows (model/moe.py, MixtureOfExperts.routed_blocked):
+/* Training's combine of the routed experts' bf16 output rows (model/ops/experts.py, routed_blocked):
  * routed[t] = sum_j gates[t, j] * out[rows[t * k + j]], each row widened to float32, each product rounded,
  * then added in j's order: the arithmetic of gathering the rows, widening them, multiplying by the gates
  * and summing over j in torch, without the gathered copy, its widened copy and the [N, k, D] products. */

@@ -3,7 +3,7 @@ that steer dispatch, the sizes the C code's fixed buffers hold (`LIMITS`, checke
 C), the argument checks that raise `KernelArgumentError`, and the common part of every dispatch rule
 (`serves`: CPU float32, no gradients, no autocast, no compile tracing, a library that built).
 
-The library is compiled with the system's C compiler (about 5 s on a 2-core Xeon) into a per-user cache the
+The library is compiled with the system's C compiler (seconds) into a per-user cache the
 first time a process needs it, keyed by a hash of the source, compiler and flags, for the widest
 vectors the CPU has: 16 float lanes on AVX-512 (`cc -O3 -mavx512f -mavx2 -mfma -fopenmp`), else 8
 (`-mavx2 -mfma`); `GLM53_KERNEL_ISA=avx2` asks for the 8-lane build on an AVX-512 CPU. A CPU without
@@ -39,16 +39,13 @@ FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
 ISAS = {"avx512": (("avx512f", "avx2", "fma"), ("-mavx512f", "-mavx2", "-mfma")),
         "avx2": (("avx2", "fma"), ("-mavx2", "-mfma"))}
 
-# Measured on the flash shapes, 2 cores of an AVX2 host (AMD EPYC), weights cold in cache as in a
-# decode step: the dense kernel ran 1.8-2.2x faster than MKL's F.linear from 1 to 32 rows and tied
-# it from 48; the grouped expert kernels 1.3-2.8x faster than torch's grouped_mm and the padded
-# batched matmuls for 16 to 512 routed slots. On an AVX-512 host with every weight in its L3, the
-# 16-lane build ties torch on the step's products (docs/BENCHMARKS-HISTORY.md) and wins on the rest of it.
+# The kernels serve decode-sized products (weights cold in cache, few rows), where they beat MKL's
+# F.linear and torch's grouped products; `glm53 bench decode-weights` measures it (docs/BENCHMARKS.md).
 MAX_ROWS = 32
 
 MAX_GROUPED_ROWS = 512
 
-# The switches that steer dispatch (named in model/dispatch.py, which records them in receipts). False
+# The switches that steer dispatch (named in ops/dispatch.py, which records them in receipts). False
 # forces the eager torch path everywhere.
 ENABLED = os.environ.get("GLM53_KERNELS", "1") != "0"
 
@@ -132,9 +129,8 @@ def _SIGNATURES(pointer, size, real) -> dict:
 LIMITS = {"experts": 64, "top_k": 8, "head_dim": 256, "keys": 4096, "streams": 64, "slots": 4096}
 
 # Rows the fused step serves: its dense products run in the C kernel at any row count, and the
-# step still ran ~1.6-2x faster than the operations one by one (torch's GEMMs for the dense products
-# above library.MAX_ROWS) from 64 to 512 rows (flash model, 2-core AMD EPYC, measured while building); 512 is
-# the sampler's default batch.
+# step beats the operations one by one (torch's GEMMs for the dense products above library.MAX_ROWS)
+# up to this many rows; 512 is the sampler's default batch.
 MAX_FUSED_ROWS = 512
 MAX_SPARSE_KEYS = LIMITS["keys"] - 1  # kept keys a sparse decode step attends over (with the query's own)
 # C's status codes.

@@ -1,13 +1,16 @@
 """RMSNorm over the last dimension: the decode form (`rms_norm`: a few rows, no gradients; None where it
 does not serve, for the caller's own path) and the training pair (`rms_norm_forward` returning the
 inverse RMS per row, `rms_norm_backward` the gradients of x and the weight in one pass over memory
-each way; norm.py's autograd.Function calls them where `rms_norm_training_serves`). The reference is
-`reference_rms_norm`.
+each way, as one autograd op where `rms_norm_training_serves`). `rms_norm_layer` is norm.py's entry point:
+it picks one of them, or torch's fused rms_norm for inference elsewhere, or None (the layer's formula).
+The reference is `reference_rms_norm`.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from glm53_flash.model.ops import library
 
@@ -76,4 +79,37 @@ def reference_rms_norm(x, weight, eps):
     return _rms(x, weight, eps)
 
 
-__all__ = ["RMS_BLOCK", "reference_rms_norm", "rms_norm", "rms_norm_backward", "rms_norm_forward", "rms_norm_training_serves"]
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm by rms_norm_forward/backward; saves x and each row's 1 / rms."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        out, rstd = rms_norm_forward(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: torch.Tensor):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_w = rms_norm_backward(x, weight, rstd, grad_out)
+        return grad_x, grad_w, None
+
+
+def rms_norm_layer(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """RMSNorm of x [..., D] with gain `weight` by the fastest path that serves: inference on float32 inputs
+    outside autocast the C kernel for a few rows (decoding), else torch's fused rms_norm; training on
+    float32 CPU inputs the C forward/backward pair (one pass over memory each way; torch's fused rms_norm
+    was no faster in training than the formula, whose autograd graph makes about eight). None elsewhere:
+    the caller's formula."""
+    if (x.dtype == torch.float32 and weight.dtype == torch.float32 and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled(x.device.type)):
+        out = rms_norm(x, weight, eps)  # a few rows on the CPU (decoding)
+        return F.rms_norm(x, weight.shape, weight, eps) if out is None else out
+    if rms_norm_training_serves(x, weight):
+        return _RMSNormFunction.apply(x, weight, eps)
+    return None
+
+
+__all__ = ["RMS_BLOCK", "reference_rms_norm", "rms_norm", "rms_norm_backward", "rms_norm_forward", "rms_norm_layer",
+           "rms_norm_training_serves"]

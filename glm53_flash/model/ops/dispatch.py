@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from glm53_flash.core import receipts
-from glm53_flash.model import linear_attention, ops, moe
+from glm53_flash.model.ops import experts, library, linear_attention
 
 SWITCHES = {
     "GLM53_KERNELS": "environment: 0 turns every kernel off (ops.library.ENABLED = False)",
@@ -15,16 +15,16 @@ SWITCHES = {
     "GLM53_KERNEL_CACHE": "environment: where builds are cached (default ~/.cache/glm53_flash/kernels)",
     "ops.library.ENABLED": "False: the eager torch path everywhere",
     "ops.library.FUSED_DECODE": "False: a decode step op by op instead of every block in one C call",
-    "moe.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
-    "moe.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
-    "linear_attention.SCAN_ENABLED": "False: sequences longer than the chunk in the torch chunks, not the C scan",
+    "ops.experts.GROUPED_MM_ENABLED": "False: the MoE's many-row path without torch's grouped matmul",
+    "ops.experts.PADDED_ENABLED": "False: the MoE's few-row path without the padded batched matmuls",
+    "ops.linear_attention.SCAN_ENABLED": "False: sequences longer than the chunk in the torch chunks, not the C scan",
 }
 
 
 def dispatch_record() -> dict:
     """The switches' values in this process (what `SWITCHES` names)."""
-    return {"enabled": ops.library.ENABLED, "fused_decode": ops.library.FUSED_DECODE, "grouped_mm": moe.GROUPED_MM_ENABLED,
-            "padded": moe.PADDED_ENABLED, "linear_scan": linear_attention.SCAN_ENABLED,
+    return {"enabled": library.ENABLED, "fused_decode": library.FUSED_DECODE, "grouped_mm": experts.GROUPED_MM_ENABLED,
+            "padded": experts.PADDED_ENABLED, "linear_scan": linear_attention.SCAN_ENABLED,
             "environment": {name: os.environ.get(name) for name in SWITCHES if name.startswith("GLM53_")}}
 
 
