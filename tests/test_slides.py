@@ -584,3 +584,16 @@ def test_the_story_says_each_finding_from_the_receipts(deck):
     assert html.escape(findings.study_finding(plan, summary)) in sections["research-pretrain-switches"]
     assert findings.question(plan) == html.unescape(re.search(r'data-title="([^"]*)"',
                                                               sections["research-pretrain-switches"]).group(1))
+
+
+def test_table_numbers_do_not_wrap_and_wide_tables_split_evenly():
+    from glm53_flash.report.slides import TABLE_COLUMNS, split_table, unbreakable
+
+    text = unbreakable("61 (48.75-62.75; 34-70) 37.0%-74.0% [+1.2, -3.4] 3.05e-05 a-b -4")
+    assert text == ("61 (48.75\u201162.75; 34\u201170) 37.0%\u201174.0% [+1.2,\u00a0-3.4] 3.05e\u201105 a-b -4")
+    for width in range(TABLE_COLUMNS + 1, 3 * TABLE_COLUMNS):
+        columns = ["name", "split"] + [f"c{i}" for i in range(width - 2)]
+        parts = split_table(columns, [["a", "b"] + ["1"] * (width - 2)])
+        sizes = [len(part) - 2 for part, _ in parts]  # each part repeats the two key columns
+        assert all(len(part) <= TABLE_COLUMNS and part[:2] == ["name", "split"] for part, _ in parts)
+        assert sum(sizes) == width - 2 and max(sizes) - min(sizes) <= 1, (width, sizes)

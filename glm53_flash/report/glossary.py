@@ -170,7 +170,7 @@ PLAIN = {
     # splits
     "compositions.unseen_structures": "unseen compositions",
     "compositions.new_constants": "new constants",
-    "compositions.dev": "dev (compositions)",
+    "compositions.dev": "compositions dev",
     "unseen": "unseen compositions",
     "new-constants": "new constants",
     # rewards

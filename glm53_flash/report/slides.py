@@ -117,9 +117,10 @@ def dfn(key: str, text: str | None = None) -> str:
 
 def unbreakable(text: str) -> str:
     """Numbers that must not wrap in a table cell: an interval's two ends stay together, and so do the
-    parts of a number in scientific notation (3.05e-05)."""
+    parts of a number in scientific notation (3.05e-05) and the two ends of a range (48.75-62.75)."""
     text = re.sub(r"\[[^\]]{1,40}\]", lambda m: m.group(0).replace(" ", "\u00a0"), str(text))
-    return re.sub(r"(\d)e-(\d)", lambda m: f"{m.group(1)}e\u2011{m.group(2)}", text)
+    text = re.sub(r"(\d)e-(\d)", lambda m: f"{m.group(1)}e\u2011{m.group(2)}", text)
+    return re.sub(r"([\d%])-(?=\d)", "\\1\u2011", text)
 
 
 def table(columns, rows, numbers: bool = True, names: dict | None = None) -> str:
@@ -1069,13 +1070,16 @@ def key_columns(rows: list[list]) -> int:
 
 
 def split_table(columns: list, rows: list[list]) -> list[tuple[list, list[list]]]:
-    """A wide table as narrower ones of at most TABLE_COLUMNS columns, each with the key columns."""
+    """A wide table as narrower ones of at most TABLE_COLUMNS columns, each with the key columns and as
+    many of the others as the rest (so no part holds a lone column)."""
     if len(columns) <= TABLE_COLUMNS:
         return [(columns, rows)]
     keys = key_columns(rows)
     rest = list(range(keys, len(columns)))
-    width = TABLE_COLUMNS - keys
-    chunks = [rest[i:i + width] for i in range(0, len(rest), width)]
+    parts = -(-len(rest) // (TABLE_COLUMNS - keys))
+    base, extra = divmod(len(rest), parts)  # the first `extra` parts take one column more
+    starts = [i * base + min(i, extra) for i in range(parts + 1)]
+    chunks = [rest[starts[i]:starts[i + 1]] for i in range(parts)]
     return [([columns[i] for i in range(keys)] + [columns[i] for i in chunk],
              [[row[i] for i in range(keys)] + [row[i] for i in chunk] for row in rows]) for chunk in chunks]
 
