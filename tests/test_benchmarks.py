@@ -12,8 +12,8 @@ from glm53_flash.model import ops
 
 def test_bench_model_receipt_on_tiny_preset(tmp_path, capsys):
     output = tmp_path / "model.json"
-    run(preset="tiny", device_name="cpu", batch_size=2, seq_len=64, steps=1, warmup=1, decode_batch=2,
-        prompt_len=4, decode_total=12, reforward_every=3, output=str(output), precision_rounds=2,
+    run(preset="tiny", device="cpu", batch_size=2, sequence_length=64, steps=1, warmup=1, decode_batch=2,
+        prompt_length=4, decode_length=12, reforward_every=3, output=str(output), precision_rounds=2,
         peak_sizes=(64, 128), precisions="fp32,bf16")  # the default sizes take minutes where bf16 is emulated
     receipt = json.loads(output.read_text())
     training, decode = receipt["training"], receipt["decode"]
@@ -58,9 +58,9 @@ def test_bench_model_bad_lengths_are_clear_errors():
     import pytest
 
     with pytest.raises(ValueError, match="--sequence-length 200 exceeds"):
-        run(preset="tiny", seq_len=200)  # the tiny preset's context is 192
+        run(preset="tiny", sequence_length=200)  # the tiny preset's context is 192
     with pytest.raises(ValueError, match="--prompt-length"):
-        run(preset="tiny", seq_len=64, prompt_len=192)
+        run(preset="tiny", sequence_length=64, prompt_length=192)
 
 
 # `glm53 bench scaling`: hybrid vs every layer dense softmax attention.
@@ -320,7 +320,7 @@ def test_bench_precision_receipt_on_tiny_preset(tmp_path, capsys):
     from glm53_flash.benchmarks.precision import run as run_precision
 
     output = tmp_path / "precision.json"
-    result = run_precision(preset="tiny", device_name="cpu", steps=10, batch_size=2, seq_len=128, output=str(output))
+    result = run_precision(preset="tiny", device="cpu", steps=10, batch_size=2, sequence_length=128, output=str(output))
     receipt = json.loads(output.read_text())
     assert receipt["steps"] == 10 and len(receipt["loss_fp32"]) == len(receipt["loss_bf16"]) == 10
     assert receipt["loss_fp32"] != receipt["loss_bf16"]  # the bf16 products did change the run
@@ -343,9 +343,9 @@ def test_bench_precision_refuses_too_few_steps():
     from glm53_flash.benchmarks.precision import run as run_precision
 
     with pytest.raises(ValueError, match="at least 10"):
-        run_precision(preset="tiny", device_name="cpu", steps=3)
+        run_precision(preset="tiny", device="cpu", steps=3)
     with pytest.raises(ValueError, match="must differ from --seed"):
-        run_precision(preset="tiny", device_name="cpu", steps=10, seed=5, baseline_seed=5)
+        run_precision(preset="tiny", device="cpu", steps=10, seed=5, baseline_seed=5)
 
 
 def test_the_thread_governor_hands_its_starting_count_back(monkeypatch):
@@ -528,15 +528,15 @@ def test_benches_time_bf16_only_where_the_cpu_accelerates_it_unless_asked(tmp_pa
     for bad in ("fp16", "fp32,fp32", "", "auto,fp32"):
         with pytest.raises(ValueError, match="--precisions"):
             bench_precisions(bad, "cpu")
-    receipt = run_profile(preset="tiny", batch_size=2, seq_len=16, steps=1, warmup=0)
+    receipt = run_profile(preset="tiny", batch_size=2, sequence_length=16, steps=1, warmup=0)
     assert receipt["precisions"] == emulated and "fp32" in receipt and "bf16" not in receipt
-    model = run_model(preset="tiny", device_name="cpu", batch_size=2, seq_len=16, steps=1, warmup=0, decode_batch=1,
-                      prompt_len=4, decode_total=8, reforward_every=4, precision_rounds=2, peak_sizes=(32,))
+    model = run_model(preset="tiny", device="cpu", batch_size=2, sequence_length=16, steps=1, warmup=0, decode_batch=1,
+                      prompt_length=4, decode_length=8, reforward_every=4, precision_rounds=2, peak_sizes=(32,))
     assert model["training"]["precision_comparison"] == {"skipped": emulated["reason"]}
     from glm53_flash.benchmarks.rl import run as run_rl
 
     with pytest.raises(ValueError, match="--precisions"):  # refused before the model is built or timed
-        run_model(preset="tiny", device_name="cpu", precisions="fp32,bf61")
+        run_model(preset="tiny", device="cpu", precisions="fp32,bf61")
     with pytest.raises(ValueError, match="--busy times fp32 alone"):
         run_rl(str(tmp_path), busy=True, precisions="fp32")
 
@@ -560,4 +560,4 @@ def test_bench_profile_refuses_bad_input():
     with pytest.raises(ValueError, match="--steps"):
         run(preset="tiny", steps=0)
     with pytest.raises(ValueError, match="--sequence-length"):
-        run(preset="tiny", seq_len=100_000)
+        run(preset="tiny", sequence_length=100_000)

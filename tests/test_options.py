@@ -1,15 +1,18 @@
-"""Run configs declared once: every field of the training, evaluation, study and vision configs is a
+"""Run configs declared once: every field of the training, evaluation, study, vision and bench configs is a
 CLI flag whose help shows its default, and every field is recorded in the run's receipt."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 
 import pytest
 
+from glm53_flash.benchmarks.config import ArchitectureBench, LinearAttentionBench, ScalingBench, VerifyBench
 from glm53_flash.cli import build_parser
+from glm53_flash.commands.bench import BENCHES, library_function
 from glm53_flash.evaluation.config import EvalConfig
 from glm53_flash.experiments.pretraining_data import PretrainingDataStudyConfig
 from glm53_flash.experiments.rl_choices import RLChoicesStudyConfig
@@ -44,6 +47,7 @@ WITHOUT_FLAG = {
     (("experiment", "rl-choices"), RLChoicesStudyConfig),
     (("vision", "train"), VisionTrainConfig), (("vision", "train"), VisionTrainCommandConfig),
     (("vision", "pilot"), PilotConfig), (("vision", "pilot"), PilotCommandConfig),
+    *((("bench", bench.name), bench.config) for bench in BENCHES),
 ])
 def test_every_config_field_is_a_flag_whose_help_shows_its_default(command, config_type):
     actions = {action.dest: action for action in subcommand(*command)._actions}
@@ -110,6 +114,27 @@ def test_vision_flags_build_the_dataclass_defaults():
     assert from_arguments(PilotCommandConfig, args) == PilotCommandConfig(output="o")
 
 
+@pytest.mark.parametrize("bench", BENCHES, ids=lambda bench: bench.name)
+def test_every_bench_setting_is_a_keyword_of_its_library_function(bench):
+    """`glm53 bench NAME` calls its function with its config's fields as keywords (commands/bench.py)."""
+    parameters = inspect.signature(library_function(bench)).parameters
+    assert {field.name for field in dataclasses.fields(bench.config)} <= set(parameters)
+
+
+def test_bench_flags_parse_their_lists_and_keep_their_defaults():
+    args = subcommand("bench", "scaling").parse_args(["--positions", "8,16"])
+    assert from_arguments(ScalingBench, args) == ScalingBench(positions=(8, 16))
+    assert ScalingBench().sequence_lengths == (128, 256, 512, 1024)
+    args = subcommand("bench", "architecture").parse_args(["--seeds", "1,2", "--variants", "default, faithful"])
+    assert from_arguments(ArchitectureBench, args) == ArchitectureBench(seeds=(1, 2), variants=("default", "faithful"))
+    args = subcommand("bench", "linear-attention").parse_args([])
+    assert from_arguments(LinearAttentionBench, args).presets == ("study", "flash")
+    args = subcommand("bench", "verify").parse_args(["--memory-mb", "128"])  # the limits `glm53 verify` has too
+    assert from_arguments(VerifyBench, args) == VerifyBench(memory_mb=128)
+    with pytest.raises(SystemExit):
+        subcommand("bench", "scaling").parse_args(["--positions", "8,x"])
+
+
 def test_every_field_is_recorded_in_the_pretraining_receipt(tmp_path):
     cfg = PretrainConfig(output=str(tmp_path / "run"), steps=2, batch_size=2, sequence_length=128, preset="tiny",
                          device="cpu", quiet=True)
@@ -126,7 +151,8 @@ def test_building_the_cli_does_not_import_torch():
     # The parser, and the help of every command whose flags come from a run config (the study and
     # vision configs included), without torch.
     commands = [["pretrain"], ["rl"], ["select"], ["eval"], ["experiment", "pretraining-data"],
-                ["experiment", "rl-choices"], ["vision", "train"], ["vision", "pilot"]]
+                ["experiment", "rl-choices"], ["vision", "train"], ["vision", "pilot"],
+                *(["bench", bench.name] for bench in BENCHES)]
     code = ("import contextlib, io, sys\n"
             "from glm53_flash.cli import build_parser\n"
             "parser = build_parser()\n"

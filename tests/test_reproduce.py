@@ -145,7 +145,7 @@ def test_quick_pipeline_end_to_end_both_arms_and_resume(tmp_path, capsys, sealed
 
 
 def test_a_precision_that_resolves_to_the_default_is_the_same_plan(tmp_path):
-    """`glm53 reproduce --precision auto` (what `make demo` passes): on a CPU without bf16 it resolves to
+    """`glm53 reproduce --precision auto` (what `make demo PRECISION=auto` passes): on a CPU without bf16 it resolves to
     fp32, the CPU's default, so every plan and its identity stay as they are (the committed headline's
     plan); on a CPU with AVX512-BF16 it is bf16 on every stage, a new plan. An explicit bf16 on a CPU
     without it is a new plan too (emulated)."""

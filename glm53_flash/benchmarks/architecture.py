@@ -28,12 +28,17 @@ VARIANTS: dict[str, dict] = {
 
 
 def run(preset: str = "flash", steps: int = 60, batch_size: int = 16, seeds=(1,), tail: int = 10,
-        variants=tuple(VARIANTS), device: str = "auto", output: str | None = None) -> dict:
+        variants=(), device: str = "auto", output: str | None = None) -> dict:
+    """Pretrain each of `variants` (names of VARIANTS; none given: all of them) from each of `seeds`."""
+    variants = tuple(variants) or tuple(VARIANTS)
+    unknown = [name for name in variants if name not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant {unknown[0]!r}; allowed: {', '.join(VARIANTS)}")
+    if not seeds:
+        raise ValueError("--seeds must name at least one seed")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:
-            if name not in VARIANTS:
-                raise ValueError(f"unknown variant {name!r}; allowed: {', '.join(VARIANTS)}")
             losses, seconds = [], []
             for seed in seeds:
                 start = time.perf_counter()

@@ -5,7 +5,8 @@ killed when the measurement ends), with the thread count fixed and with the Thre
 
 With `--spin-counts` (compare_spin_counts) it runs that measurement once per OpenMP spin count in a child
 process (GOMP_SPINCOUNT is read when libgomp loads, so one process cannot hold two), round after round in
-alternating order, and pairs each round's figures with the first count's."""
+alternating order, and pairs each round's figures with the first count's. With `--mid-run` (busy_mid_run)
+it times whole pretraining runs instead, the busy process starting mid-run. `measure` is the command."""
 
 from __future__ import annotations
 
@@ -257,9 +258,9 @@ def _watched_run(argv: list[str], env: dict, out: Path, busy_after: int | None, 
             "elapsed_seconds": receipt["elapsed_seconds"]}
 
 
-def mid_run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128, steps: int = 12,
-            busy_after: int = 3, checkpoint_every: int = 4, precision: str | None = None,
-            output: str | None = None, quiet: bool = False) -> dict:
+def busy_mid_run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128, steps: int = 12,
+                 busy_after: int = 3, checkpoint_every: int = 4, precision: str | None = None,
+                 output: str | None = None, quiet: bool = False) -> dict:
     """A pretraining run of `steps` steps (`glm53 pretrain` in a child process, a checkpoint every
     `checkpoint_every`) three times: quiet; with this bench's busy process started after `busy_after`
     steps, the run going on with libgomp's long spins (GOMP_SPINCOUNT=300000 set, which the command keeps);
@@ -307,4 +308,28 @@ def mid_run(preset: str = "flash", batch_size: int = 32, sequence_length: int = 
     return _written(receipt, output, quiet)
 
 
-__all__ = ["competitor", "compare_spin_counts", "mid_run", "run"]
+def measure(preset: str = "flash", batch_size: int = 32, sequence_length: int = 128, steps: int = 3,
+            decode_batch: int = 16, decode_tokens: int = 16, precision: str | None = None,
+            spin_counts: str | None = None, rounds: int = 2, mid_run: int | None = None, busy_after: int = 3,
+            checkpoint_every: int = 4, output: str | None = None) -> dict:
+    """`glm53 bench contention`: the quiet and busy steps (`run`); with `spin_counts` ('300000,1000') the
+    same in a child process per OpenMP spin count, `rounds` times (`compare_spin_counts`); or with `mid_run`
+    (steps) whole pretraining runs, the busy process starting after `busy_after` steps (`busy_mid_run`)."""
+    if mid_run is not None:
+        if spin_counts is not None:
+            raise ValueError("--mid-run and --spin-counts are two measurements: take one")
+        return busy_mid_run(preset=preset, batch_size=batch_size, sequence_length=sequence_length, steps=mid_run,
+                            busy_after=busy_after, checkpoint_every=checkpoint_every, precision=precision,
+                            output=output)
+    step = dict(preset=preset, batch_size=batch_size, sequence_length=sequence_length, steps=steps,
+                decode_batch=decode_batch, decode_tokens=decode_tokens, precision=precision)
+    if spin_counts is not None:
+        try:
+            counts = [int(part) for part in spin_counts.split(",")]
+        except ValueError:
+            raise ValueError(f"--spin-counts takes comma-separated whole numbers, got {spin_counts!r}") from None
+        return compare_spin_counts(counts, rounds=rounds, output=output, **step)
+    return run(output=output, **step)
+
+
+__all__ = ["busy_mid_run", "competitor", "compare_spin_counts", "measure", "run"]

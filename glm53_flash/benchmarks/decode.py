@@ -126,7 +126,7 @@ def bench_eval(model, per_family: int, samples: int) -> dict:
     }
 
 
-def run(device_name: str = "cpu", preset: str = "flash", per_family: int = 3, samples: int = 16,
+def run(device: str = "cpu", preset: str = "flash", per_family: int = 3, samples: int = 16,
         max_new_tokens: int = 48, temperature: float = SAMPLED_DEFAULTS["temperature"], baseline_tasks: int | None = None,
         eval_per_family: int = 8, eval_samples: int = 8, threads: int | None = None,
         output: str | None = None) -> dict:
@@ -141,7 +141,7 @@ def run(device_name: str = "cpu", preset: str = "flash", per_family: int = 3, sa
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    device = resolve_device(device_name)
+    device = resolve_device(device)
     torch.manual_seed(MODEL_SEED)
     cfg = ModelConfig.preset(preset)
     model = GLM53Flash(cfg).to(device)

@@ -51,14 +51,15 @@ def _best(fn, repeats: int) -> float:
     return min(times)
 
 
-def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int = 48, rounds: int = 5,
+def run(preset: str = "flash", batch: int = 16, prompt_length: int = 64, steps: int = 48, rounds: int = 5,
         output: str | None = None) -> dict:
-    for name, value in (("--batch", batch), ("--steps", steps), ("--rounds", rounds), ("--prompt-length", prompt_len)):
+    for name, value in (("--batch", batch), ("--steps", steps), ("--rounds", rounds),
+                        ("--prompt-length", prompt_length)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     cfg = ModelConfig.preset(preset)
-    if prompt_len + steps > cfg.max_sequence_length:
-        raise ValueError(f"--prompt-length + --steps = {prompt_len + steps} exceeds the {preset} preset's context "
+    if prompt_length + steps > cfg.max_sequence_length:
+        raise ValueError(f"--prompt-length + --steps = {prompt_length + steps} exceeds the {preset} preset's context "
                          f"of {cfg.max_sequence_length}")
     if not ops.available():
         raise RuntimeError("the C decode kernels are not available here (glm53 info says why): the bf16 weight "
@@ -66,7 +67,7 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
     torch.manual_seed(0)
     model = GLM53Flash(cfg).eval()
     bf16 = resolve_precision("bf16", "cpu")
-    prompt = torch.randint(4, 260, (batch, prompt_len), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(4, 260, (batch, prompt_length), generator=torch.Generator().manual_seed(1))
     products = weight_products(model)
     ids = {id(p) for p in products}
     rest = [p for p in model.parameters() if id(p) not in ids]
@@ -112,7 +113,7 @@ def run(preset: str = "flash", batch: int = 16, prompt_len: int = 64, steps: int
     agreement = float((fp32_logits.argmax(-1) == bf16_logits.argmax(-1)).float().mean())
     scale = float(fp32_logits.abs().max())
     result = {
-        "benchmark": "decode-weights", "preset": preset, "batch": batch, "prompt_length": prompt_len,
+        "benchmark": "decode-weights", "preset": preset, "batch": batch, "prompt_length": prompt_length,
         "steps": steps, "rounds": rounds, "cpu_bf16_flags": cpu_bf16_flags(), "precision": bf16.record(),
         "weight_bytes": weight_bytes,
         "step_seconds": {name: {"median": median[name], "min": min(samples[name]), "max": max(samples[name]),

@@ -22,7 +22,7 @@ import torch
 from glm53_flash.benchmarks.common import print_table
 from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.model import ops
-from glm53_flash.model.config import ModelConfig
+from glm53_flash.model.config import PRESETS, ModelConfig
 from glm53_flash.model.linear_attention import DENOMINATOR_FLOOR, causal_linear_attention
 from glm53_flash.model.ops import linear_attention as linear_attention_ops
 from glm53_flash.model.rope import RotaryEmbedding
@@ -99,6 +99,10 @@ def whole_step(preset: str, batch: int, steps: int, rounds: int) -> dict:
 
 def run(presets=DEFAULT_PRESETS, batch: int = 32, steps: int = 192, rounds: int = 7, threads: int | None = None,
         rope: bool = False, step: bool = False, output: str | None = None) -> dict:
+    unknown = [preset for preset in presets if preset not in PRESETS]
+    if not presets or unknown:
+        raise ValueError(f"--presets must name presets among {', '.join(sorted(PRESETS))}; "
+                         f"got {','.join(presets)!r}")
     for name, value in (("--batch", batch), ("--steps", steps), ("--rounds", rounds)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")

@@ -269,38 +269,38 @@ def stage(what: str) -> None:
     print(f"[bench model {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
-def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, seq_len: int = 128,
-        steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_len: int = 64,
-        decode_total: int | None = None, reforward_every: int = 1, output: str | None = None,
+def run(preset: str = "flash", device: str = "auto", batch_size: int = 32, sequence_length: int = 128,
+        steps: int = 5, warmup: int = 2, decode_batch: int = 16, prompt_length: int = 64,
+        decode_length: int | None = None, reforward_every: int = 1, output: str | None = None,
         precision_rounds: int = 5, peak_sizes=PEAK_SIZES, precisions: str = "auto") -> dict:
-    device = resolve_device(device_name)
+    device = resolve_device(device)
     chosen = bench_precisions(precisions, device)  # a bad list is refused before anything is timed
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
-    decode_total = cfg.max_sequence_length if decode_total is None else decode_total
+    decode_length = cfg.max_sequence_length if decode_length is None else decode_length
     for name, value in (("--batch-size", batch_size), ("--steps", steps), ("--decode-batch", decode_batch),
                         ("--reforward-every", reforward_every)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
-    for name, value in (("--sequence-length", seq_len), ("--decode-length", decode_total)):
+    for name, value in (("--sequence-length", sequence_length), ("--decode-length", decode_length)):
         if value > cfg.max_sequence_length:
             raise ValueError(f"{name} {value} exceeds the {preset} preset's max_sequence_length "
                              f"{cfg.max_sequence_length}")
-    if not 1 <= prompt_len < decode_total:
-        raise ValueError(f"--prompt-length must lie in [1, --decode-length), got {prompt_len} and {decode_total}")
+    if not 1 <= prompt_length < decode_length:
+        raise ValueError(f"--prompt-length must lie in [1, --decode-length), got {prompt_length} and {decode_length}")
     model = GLM53Flash(cfg).to(device)
     # The peak is measured before and after the training steps and the higher rate is the
     # denominator: on a shared machine one low measurement would otherwise flatter the fraction.
     stage("fp32 matmul peak")
     peak_before = measure_matmul_peak(device, peak_sizes)
-    stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {seq_len}"
+    stage(f"training: {warmup} warm-up + {steps} timed steps of batch {batch_size} x {sequence_length}"
           + (f", then {steps} rounds of one eager and one kernel step" if compares_eager(device) else ""))
-    training = bench_training(model, device, batch_size, seq_len, steps, warmup)
+    training = bench_training(model, device, batch_size, sequence_length, steps, warmup)
     stage("fp32 matmul peak again")
     peak_after = measure_matmul_peak(device, peak_sizes)
     peak = max(peak_before, peak_after, key=lambda p: p["flops_per_second"])
     peak = dict(peak, before_training=peak_before["flops_per_second"], after_training=peak_after["flops_per_second"])
-    flops_per_token = training_flops_per_token(model, seq_len)
+    flops_per_token = training_flops_per_token(model, sequence_length)
     training["flops_per_token"] = flops_per_token
     training["flops_per_second"] = flops_per_token * training["tokens_per_second"]
     training["fraction_of_matmul_peak"] = training["flops_per_second"] / peak["flops_per_second"]
@@ -308,13 +308,13 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
         if chosen["names"] == ["fp32", "bf16"]:
             stage(f"precision: {PRECISION_WARMUP} bf16 warm-up steps, then {precision_rounds} rounds of both "
                   "peaks and one fp32 and one bf16 step")
-            training["precision_comparison"] = precision_comparison(model, device, batch_size, seq_len,
+            training["precision_comparison"] = precision_comparison(model, device, batch_size, sequence_length,
                                                                     precision_rounds, peak_sizes=peak_sizes)
         else:
             training["precision_comparison"] = {"skipped": chosen["reason"] if precisions == "auto" else
                                                 f"--precisions {precisions}: the comparison times fp32 against bf16"}
-    stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_len} -> {decode_total} tokens, twice")
-    decode = bench_decode(model, device, decode_batch, prompt_len, decode_total, reforward_every)
+    stage(f"decode: cached vs re-forward, batch {decode_batch}, {prompt_length} -> {decode_length} tokens, twice")
+    decode = bench_decode(model, device, decode_batch, prompt_length, decode_length, reforward_every)
     stage("decode step floors")
     floors = decode_floors(model, device, decode_batch)
     steps_after_prefill = decode["new_tokens_per_row"] - 1
@@ -339,7 +339,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
         ("fp32 matmul peak", f"{peak['flops_per_second'] / 1e9:.1f} GFLOP/s (higher of "
                              f"{peak['before_training'] / 1e9:.1f} before, "
                              f"{peak['after_training'] / 1e9:.1f} after training)"),
-        ("training tokens/s", f"{training['tokens_per_second']:.0f}  (batch {batch_size} x {seq_len}, "
+        ("training tokens/s", f"{training['tokens_per_second']:.0f}  (batch {batch_size} x {sequence_length}, "
                               f"min of {steps} steps)"),
         ("training FLOP/s", f"{training['flops_per_second'] / 1e9:.1f} GFLOP/s "
                             f"= {100 * training['fraction_of_matmul_peak']:.1f}% of peak"),
@@ -357,7 +357,7 @@ def run(preset: str = "flash", device_name: str = "auto", batch_size: int = 32, 
           [("training, bf16 vs fp32", f"not timed: {c['skipped']}")] if c else []),
         ("training peak memory", f"{training['peak_memory_bytes'] / gib:.2f} GiB ({training['peak_memory_kind']})"),
         ("decode, cached", f"{decode['cached_tokens_per_second']:.0f} tokens/s "
-                           f"(batch {decode_batch}, {prompt_len} -> {decode['total_length']}, best of "
+                           f"(batch {decode_batch}, {prompt_length} -> {decode['total_length']}, best of "
                            f"{decode['repeats']})"),
         ("decode, re-forward", f"{decode['reforward_tokens_per_second']:.1f} tokens/s"),
         ("decode speedup", f"{decode['speedup']:.1f}x"),

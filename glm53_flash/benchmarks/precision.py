@@ -38,14 +38,15 @@ def _worst(reference: list[float], other: list[float]) -> float:
     return max(abs(b - a) / a for a, b in zip(reference, other))
 
 
-def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batch_size: int = 32,
-        seq_len: int = 128, seed: int = 42, baseline_seed: int | None = None, output: str | None = None) -> dict:
+def run(preset: str = "flash", device: str = "auto", steps: int = 100, batch_size: int = 32,
+        sequence_length: int = 128, seed: int = 42, baseline_seed: int | None = None,
+        output: str | None = None) -> dict:
     if steps < WINDOW:
         raise ValueError(f"--steps must be at least {WINDOW}, got {steps}")
-    device = resolve_device(device_name)
+    device = resolve_device(device)
     cfg = ModelConfig.preset(preset)
-    if seq_len > cfg.max_sequence_length:
-        raise ValueError(f"--sequence-length {seq_len} exceeds the {preset} preset's {cfg.max_sequence_length}")
+    if sequence_length > cfg.max_sequence_length:
+        raise ValueError(f"--sequence-length {sequence_length} exceeds the {preset} preset's {cfg.max_sequence_length}")
     baseline_seed = seed + 1 if baseline_seed is None else baseline_seed
     if baseline_seed == seed:
         raise ValueError(f"--baseline-seed must differ from --seed ({seed}): it is the other seed's run")
@@ -56,7 +57,7 @@ def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batc
         runs[name] = {"model": model, "optimizer": make_optimizer(model, PRETRAINING),
                       "precision": resolve_precision(precision, device), "losses": [], "seconds": []}
     for step in range(steps):
-        inputs, labels = (t.to(device) for t in pretraining_batch(step, batch_size, seq_len))
+        inputs, labels = (t.to(device) for t in pretraining_batch(step, batch_size, sequence_length))
         for name, state in runs.items():
             synchronize(device)
             start = time.perf_counter()
@@ -78,7 +79,8 @@ def run(preset: str = "flash", device_name: str = "auto", steps: int = 100, batc
     median = {name: statistics.median(state["seconds"][skip:]) for name, state in runs.items()}
     result = {
         "benchmark": "precision", "preset": preset, "device": str(device), "steps": steps,
-        "batch_size": batch_size, "sequence_length": seq_len, "seed": seed, "data": "task stream, batches 0..steps-1",
+        "batch_size": batch_size, "sequence_length": sequence_length, "seed": seed,
+        "data": "task stream, batches 0..steps-1",
         "precisions": {name: state["precision"].record() for name, state in runs.items()},
         "loss_fp32": fp32, "loss_bf16": bf16,
         "step_seconds_fp32": runs["fp32"]["seconds"], "step_seconds_bf16": runs["bf16"]["seconds"],

@@ -76,8 +76,8 @@ def breakdown(events, wall_seconds: float, steps: int) -> dict:
             "top_operators": [row | {"share": row["seconds_per_step"] / step if step else 0.0} for row in operators[:TOP]]}
 
 
-def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, seq_len: int = 128, steps: int = 3,
-        warmup: int = 12, output: str | None = None, precisions: str = "auto") -> dict:
+def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, sequence_length: int = 128,
+        steps: int = 3, warmup: int = 12, output: str | None = None, precisions: str = "auto") -> dict:
     """Profile `steps` training steps per precision after `warmup` untimed steps of each (bf16 builds kernels
     per new shape), the precisions (`bench_precisions`) alternating step by step; plus as many unprofiled
     steps of each."""
@@ -96,12 +96,12 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
         raise ValueError("glm53 bench profile measures the CPU step (torch's CPU profiler); got "
                          f"--device {device_name}")
     cfg = ModelConfig.preset(preset)
-    if seq_len > cfg.max_sequence_length:
-        raise ValueError(f"--sequence-length {seq_len} exceeds the {preset} preset's {cfg.max_sequence_length}")
+    if sequence_length > cfg.max_sequence_length:
+        raise ValueError(f"--sequence-length {sequence_length} exceeds the {preset} preset's {cfg.max_sequence_length}")
     torch.manual_seed(0)
     model = GLM53Flash(cfg).to(device).train()
     optimizer = make_optimizer(model, PRETRAINING)
-    (inputs, labels), data = _training_batch(batch_size, seq_len)
+    (inputs, labels), data = _training_batch(batch_size, sequence_length)
     precisions = {name: resolve_precision(name, device) for name in chosen["names"]}
 
     def step(name: str) -> None:
@@ -132,7 +132,7 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
             "step_seconds_unprofiled": plain[name], "step_seconds_unprofiled_median": statistics.median(plain[name]),
             "precision": precisions[name].record()}
     result = {"benchmark": "profile", "preset": preset, "device": str(device), "threads": torch.get_num_threads(),
-              "batch_size": batch_size, "sequence_length": seq_len, "data": data, "warmup_steps": warmup,
+              "batch_size": batch_size, "sequence_length": sequence_length, "data": data, "warmup_steps": warmup,
               "steps": steps, "precisions": chosen,
               "order": f"per round: one step of each of {', '.join(precisions)} (unprofiled rounds first)",
               "groups_rules": {group: list(rules) for group, rules in GROUPS} | {OTHER: ["every other operator"],
@@ -149,7 +149,8 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
     for n in precisions:
         rows.append((f"top operators, {n}", ", ".join(f"{r['name']} {100 * r['share']:.0f}%"
                                                      for r in record[n]["top_operators"][:6])))
-    print_table(rows, title=f"glm53 bench profile  preset={preset}  batch={batch_size}x{seq_len}  steps={steps}")
+    print_table(rows, title=f"glm53 bench profile  preset={preset}  batch={batch_size}x{sequence_length}  "
+                            f"steps={steps}")
     if output:
         write_json(output, result)
         print(f"wrote {output}")

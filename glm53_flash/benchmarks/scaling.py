@@ -267,7 +267,7 @@ def draw_scaling(data: dict):
         return fig
 
 
-def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 4,
+def run(preset: str = "flash", device: str = "cpu", batch_size: int = 4,
         sequence_lengths=DEFAULT_SEQUENCE_LENGTHS, decode_batch: int = 4, positions=DEFAULT_POSITIONS,
         repeats: int = 3, warmup: int = 1, decode_repeats: int = 10, prefill_chunk: int = 512,
         threads: int | None = None, output: str | None = "runs/bench/scaling.json",
@@ -283,7 +283,7 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 4,
         if threads < 1:
             raise ValueError(f"--threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
-    device = resolve_device(device_name)
+    device = resolve_device(device)
     max_length = max(lengths[-1], positions[-1] + 1)
     configs = variant_configs(preset, max_length)
     torch.manual_seed(MODEL_SEED)

@@ -1,4 +1,4 @@
-"""CLI glue for the verifier: `glm53 verify` (judge one program) and `glm53 bench verify`.
+"""CLI glue for the verifier: `glm53 verify` (judge one program; `glm53 bench verify` is in commands/bench.py).
 
 Each `add_*_parser` registers a subcommand whose `func` takes the parsed Namespace and returns the
 exit code; the handlers only read flags, call library functions and print.
@@ -10,15 +10,10 @@ import argparse
 import json
 import sys
 
+from glm53_flash.core.options import add_arguments
 from glm53_flash.tasks import task_by_id
 from glm53_flash.verifier.policy import MAX_SOURCE_BYTES
-
-
-
-def add_limit_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cpu-seconds", type=float, default=1.0, help="CPU time per candidate (default 1)")
-    parser.add_argument("--wall-seconds", type=float, default=2.0, help="wall-clock time per candidate (default 2)")
-    parser.add_argument("--memory-mb", type=int, default=256, help="address-space cap per candidate (default 256)")
+from glm53_flash.verifier.sandbox import CandidateLimits
 
 
 def add_verify_parser(subparsers) -> argparse.ArgumentParser:
@@ -37,7 +32,7 @@ def add_verify_parser(subparsers) -> argparse.ArgumentParser:
                              "(exit status 0 full, 1 partial)")
     parser.add_argument("--require-isolation", action="store_true",
                         help="refuse to judge unless the sandbox reaches full isolation (exit status 2)")
-    add_limit_flags(parser)
+    add_arguments(parser, CandidateLimits)
     parser.set_defaults(func=run_verify_command)
     return parser
 

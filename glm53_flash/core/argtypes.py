@@ -1,5 +1,6 @@
-"""Comma-separated integer lists, parsed in one place: the flags' argparse type (`comma_ints`) and the
-library's parser (`parse_int_list`) that the option fields, the benchmarks and `glm53 reproduce` use."""
+"""Comma-separated lists, parsed in one place: of integers, the flags' argparse type (`comma_ints`) and the
+library's parser (`parse_int_list`) that the option fields, the benchmarks and `glm53 reproduce` use; of
+names, `comma_names`."""
 
 from __future__ import annotations
 
@@ -25,4 +26,10 @@ def comma_ints(text: str) -> tuple[int, ...]:
     return values
 
 
-__all__ = ["comma_ints", "parse_int_list"]
+def comma_names(text: str) -> tuple[str, ...]:
+    """The argparse type of a list of names: 'a, b' -> ('a', 'b') ('' -> ()); what the names may be is the
+    library's to check."""
+    return tuple(part.strip() for part in str(text).split(",") if part.strip())
+
+
+__all__ = ["comma_ints", "comma_names", "parse_int_list"]

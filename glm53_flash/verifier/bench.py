@@ -13,7 +13,7 @@ import random
 import time
 from collections import Counter
 
-from glm53_flash.core.receipts import provenance
+from glm53_flash.core.receipts import provenance, write_json
 from glm53_flash.tasks import frozen_tasks
 from glm53_flash.verifier.reference import evaluate_in_process
 from glm53_flash.verifier.sandbox import Verifier
@@ -63,6 +63,23 @@ def candidate_mix(count: int, seed: int = 0) -> list[tuple]:
             body = rng.choice(LIMIT_BODIES)
         mix.append((task, f"{task.prompt}\n    {body}\n", kind))
     return mix
+
+
+def run(output: str, count: int = 3000, workers: int = 2, seed: int = 0, time_limit_cases: int = 4,
+        repeats: int = 3, cpu_seconds: float = 1.0, wall_seconds: float = 2.0, memory_mb: int = 256) -> dict:
+    """`glm53 bench verify`: the counts checked, `run_verify_benchmark`, its table printed and its receipt
+    written to `output`."""
+    for flag, value, least in (("--count", count, 1), ("--workers", workers, 1), ("--repeats", repeats, 1),
+                               ("--time-limit-cases", time_limit_cases, 0)):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    receipt = run_verify_benchmark(count=count, workers=workers, seed=seed, time_limit_cases=time_limit_cases,
+                                   cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb,
+                                   repeats=repeats)
+    print(format_table(receipt))
+    write_json(output, receipt)
+    print(f"receipt: {output}")
+    return receipt
 
 
 def run_verify_benchmark(count: int = 3000, workers: int = 2, seed: int = 0, time_limit_cases: int = 4,

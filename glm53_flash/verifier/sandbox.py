@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glm53_flash.core import receipts
+from glm53_flash.core.options import option
 from glm53_flash.verifier import confinement
 from glm53_flash.verifier import worker as wire
 from glm53_flash.verifier.evaluation import Evaluation, mismatch_message
@@ -91,6 +92,16 @@ class SandboxLimits:
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
             if not low <= value <= high:
                 raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+
+
+@dataclass
+class CandidateLimits:
+    """The per-candidate limits a command takes as flags (`glm53 verify`, `glm53 bench verify`), declared
+    once (core/options.py): the `Verifier` arguments of the same names."""
+
+    cpu_seconds: float = option(1.0, help="CPU time per candidate")
+    wall_seconds: float = option(2.0, help="wall-clock time per candidate")
+    memory_mb: int = option(256, help="address-space cap per candidate, in MiB")
 
 
 @dataclass
