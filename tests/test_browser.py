@@ -99,7 +99,7 @@ def test_deck_opens_from_a_file_without_a_server(browser, deck_html, tmp_path):
 
 def test_a_note_saved_in_the_page_survives_a_server_restart(browser, deck_html, checkpoint, tmp_path):
     first = serve(deck_html, tmp_path / "notes", checkpoint)
-    note = "slow down on the McNemar slide"
+    note = "slow down on the bytes slide"
     try:
         browser.get(first.launch_url + "&slide=2")
         wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-notes-loaded") == "true")
@@ -110,7 +110,7 @@ def test_a_note_saved_in_the_page_survives_a_server_restart(browser, deck_html, 
     finally:
         stop(first)
     stored = json.loads((tmp_path / "notes" / "feedback.json").read_text())
-    assert stored["feedback"] == {"arms": note}  # the second slide
+    assert stored["feedback"] == {"bytes-vs-bpe": note}  # the second slide
     browser.execute_script("localStorage.clear()")  # the note must come back from the server, not the browser
     second = serve(deck_html, tmp_path / "notes", checkpoint)
     try:

@@ -7,6 +7,7 @@ import html
 import json
 import re
 import shutil
+from html.parser import HTMLParser
 
 import pytest
 from web_helpers import RESULTS
@@ -23,16 +24,14 @@ STUDIES = [(e.slide_id, e.title, e.command, e.summary) for e in deck_entries()]
 def build_deck(runs):
     return build_deck_with(runs, deck_entries())
 
-SLIDE_ORDER = ["result", "arms", "result-chart", "example", "architecture", "architecture-block", "bytes-vs-bpe", "pretraining",
-               "verifier", "rloo", "confirmation", "failures", "vision", "vision-charts", "research-pretraining-data",
-               "research-pretraining-data-charts", "research-rl-choices", "research-rl-choices-table",
-               "research-rl-choices-charts", "research-rl-choices-compositions", "research-rl-choices-compositions-table",
-               "research-rl-choices-compositions-charts", "research-rl-generalisation", "research-rl-generalisation-table",
-               "research-rl-generalisation-charts", "research-rl-generalisation-rerun",
-               "research-rl-generalisation-rerun-table", "research-rl-generalisation-rerun-charts", "research-rl-switches", "research-rl-switches-table",
-               "research-rl-switches-charts", "research-pretrain-switches", "research-pretrain-switches-charts",
-               "research-pretrain-switches-rerun", "research-pretrain-switches-rerun-charts",
-               "sources"]
+# The story, in order (a study's story slide is its first deck entry's id; its rerun joins it there); the
+# appendix follows, from the glossary to the sources.
+STORY = ["title", "bytes-vs-bpe", "architecture-block", "experts", "streams", "architecture", "pretraining",
+         "verifier", "rloo", "example", "splits", "scoring", "draws", "counting", "headline", "vision",
+         "research-pretraining-data", "research-rl-choices", "research-rl-choices-compositions",
+         "research-rl-generalisation", "research-rl-switches", "research-pretrain-switches", "playground"]
+APPENDIX_START = ["glossary", "glossary-2", "glossary-3", "methods", "headline-tests", "headline-cells", "result", "arms",
+                  "result-chart", "selection", "confirmation", "failures"]
 REPO = RESULTS.parent
 
 
@@ -43,10 +42,16 @@ def deck():
 
 @pytest.mark.slow
 def test_course_order_and_no_network_fetches(deck):
-    assert re.findall(r'<section class="slide" id="([^"]+)"', deck) == SLIDE_ORDER
+    ids = re.findall(r'<section class="slide[^"]*" id="([^"]+)"', deck)
+    story = re.findall(r'<section class="slide" id="([^"]+)"', deck)  # the appendix's slides have a class of their own
+    assert story == STORY and ids[:len(STORY)] == STORY
+    assert ids[len(STORY):len(STORY) + len(APPENDIX_START)] == APPENDIX_START and ids[-1] == "sources"
+    for slide_id, *_ in STUDIES:  # every study's answer is in the appendix, in the registry's order
+        assert f"{slide_id}-answer" in ids
+    assert [i for i in ids if i.endswith("-answer")] == [f"{slide_id}-answer" for slide_id, *_ in STUDIES]
     for pattern in (r'src="(?!data:)', r'href="https?:', r"@import", r"url\((?!#)", r"https?://"):
         assert not re.search(pattern, deck), pattern
-    assert deck.count('<aside class="notes">') == len(SLIDE_ORDER)
+    assert deck.count('<aside class="notes">') == len(ids)
     assert '<aside class="notes"></aside>' not in deck  # every slide has speaker notes
     assert "@media print" in deck and "break-after: page" in deck
 
@@ -73,20 +78,29 @@ def test_build_is_deterministic_and_follows_its_inputs(tmp_path, deck):
     assert "23/24" in build_deck(runs) and "23/24" not in deck
 
 
+def slides_of(deck) -> dict[str, str]:
+    """Each slide's whole section, by id."""
+    return {m.group(1): m.group(0) for m in re.finditer(r'<section class="slide[^"]*" id="([^"]+)".*?</section>',
+                                                        deck, re.S)}
+
+
 @pytest.mark.slow
 def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck):
+    from glm53_flash.report.glossary import cell, rl_arm_names
+
+    sections = slides_of(deck)
     for slide_id, _, command, relative in STUDIES:
         summary_path = RESULTS / relative
-        slide = deck[deck.index(f'id="{slide_id}"'):]  # its slide, and the table slide a long study adds
-        ends = [slide.index(f'<section class="slide" id="{other}"') for other in
-                [sid for sid, *_ in STUDIES if sid != slide_id] + ["sources"] if f'id="{other}"' in slide]
-        slide = slide[:min(ends)]
-        if summary_path.exists():  # committed results: their own table and answers, escaped
-            table = json.loads(summary_path.read_text())["headline_table"]
-            assert all(f"<th>{html.escape(str(c))}</th>" in slide for c in table["columns"]), slide_id
-            assert f"<td>{html.escape(str(table['rows'][0][0]))}</td>" in slide, slide_id
+        tables = "".join(text for key, text in sections.items() if key.startswith(f"{slide_id}-table"))
+        if summary_path.exists():  # committed results: their own table (the code's identifiers in words), escaped
+            summary = json.loads(summary_path.read_text())
+            table, names = summary["headline_table"], rl_arm_names(summary.get("arms"))
+            cells = html.unescape(re.sub(r"<[^>]+>", "|", tables)).replace("\u00a0", " ").replace("\u2011", "-")
+            assert all(f"|{cell(c, names)}|" in cells for c in table["columns"]), slide_id
+            for row in table["rows"]:  # every value as the summary has it (kept on one line, never changed)
+                assert all(f"|{cell(c, names)}|" in cells for c in row), (slide_id, row)
         else:
-            assert command in slide and relative in slide, slide_id
+            assert command in sections[slide_id] and relative in sections[slide_id], slide_id
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
     for _, _, _, relative in STUDIES:
@@ -97,11 +111,10 @@ def test_study_summaries_render_generically_or_name_their_command(tmp_path, deck
     (runs / "vision" / "summary.json").write_text(json.dumps({
         "headline_table": {"columns": ["arm", "held-out accuracy"], "rows": [["faithful", "0.917"]]},
         "answers": ["The faithful arm <wins> on held-out digits."]}))
-    built = build_deck(runs)
-    vision = built[built.index('id="vision"'):built.index('id="research-pretraining-data"')]
-    assert "<th>held-out accuracy</th>" in vision and "<td>0.917</td>" in vision
-    assert "&lt;wins&gt;" in vision  # text from receipts is escaped
-    assert "glm53 vision train" not in vision
+    built = slides_of(build_deck(runs))
+    assert "<th>held-out accuracy</th>" in built["vision-table"] and "<td>0.917</td>" in built["vision-table"]
+    assert "&lt;wins&gt;" in built["vision-answer"]  # text from receipts is escaped
+    assert "glm53 vision train" not in built["vision"]
 
 
 @pytest.mark.slow
@@ -130,9 +143,11 @@ def test_the_deck_describes_the_model_the_run_trained(tmp_path):
     deck = build_deck(runs)
     tiny = ModelConfig.preset("tiny")
     total = GLM53Flash(tiny).parameter_counts()["total"]
-    assert f"{total:,}" in deck and f"One hybrid block, {tiny.layers} times" in deck
-    result = deck[deck.index('id="result"'):deck.index('id="result-chart"')]
-    assert "25.7M" not in result and f"{total / 1e3:.0f}K-parameter" in result
+    pattern = tiny.attention_pattern
+    assert f"{total:,}" in deck
+    assert f"Attention in a rhythm: {pattern.count('linear')} linear, {pattern.count('sparse')} sparse" in deck
+    title = slides_of(deck)["title"]
+    assert "25.7 million" not in title and f"{total / 1e3:.0f} thousand" in title
 
 
 def test_every_file_a_slide_cites_is_in_the_repository(deck):
@@ -150,20 +165,22 @@ def test_every_file_a_slide_cites_is_in_the_repository(deck):
 
 
 def test_no_slide_shows_placeholder_content(deck):
-    headline = deck[deck.index("<main"):deck.index('id="vision"')]
-    assert "missing" not in headline and "placeholder" not in headline.lower()
-    assert "<svg" in headline[headline.index('id="result-chart"'):headline.index('id="architecture"')]
+    sections = slides_of(deck)
+    for slide_id in STORY:
+        assert "missing" not in sections[slide_id] and "placeholder" not in sections[slide_id].lower(), slide_id
+    for slide_id in ("headline", "pretraining", "rloo", "result-chart"):
+        assert "<svg" in sections[slide_id], slide_id
 
 
 def test_charts_are_inline_svg_with_text_and_stated_sample_sizes(deck):
     charts = re.findall(r'<svg class="chart".*?</svg>', deck, flags=re.S)
-    # per-seed, pretraining (loss and selection), RL (reward and selection), families; vision; the
-    # pretraining-data study's curves and differences; the RL-choices screen and confirmation, on the families
-    # and on the compositions suite; the RL-generalisation study's effects and its rerun's; the RL-switches study's effects;
-    # the pretraining-switch study's effects and its rerun's
-    assert len(charts) == 16
+    # the story: the pretraining loss, the RL reward, the headline distribution, vision, the pretraining-data
+    # curves, the RL-choices screen and confirmation on both suites, the generalisation, RL-switch and
+    # pretraining-switch effects; the appendix: per seed, selection, families, the pretraining-data
+    # differences, and the two reruns' effects
+    assert len(charts) == 18
     for svg in charts:
-        assert "<text" in svg and "n=" in svg
+        assert "<text" in svg and re.search(r"n=\d|of \d+", svg)  # each chart says how much it counts
         assert not re.search(r'<svg[^>]*\swidth="', svg)  # sized by the page, not fixed
     ids = re.findall(r'\sid="([^"]+)"', deck)
     assert len(ids) == len(set(ids)), "element ids repeat across charts"
@@ -202,7 +219,7 @@ def test_chart_fixes_reference_inside_axis_error_bars_and_families(tmp_path):
 def test_the_ledger_history_is_in_the_notes_not_on_the_result_slide(deck):
     """How often a split was opened, and why it was reopened, is process: the speaker's notes of the
     result slide carry it; the slide itself shows the result."""
-    section = re.search(r'<section class="slide" id="result".*?</section>', deck, re.S).group(0)
+    section = re.search(r'<section class="slide[^"]*" id="result".*?</section>', deck, re.S).group(0)
     body, notes = section.split('<aside class="notes">', 1)
     assert "The ledger records" not in body and "reopened" not in body
     assert "The ledger records" in notes
@@ -210,22 +227,27 @@ def test_the_ledger_history_is_in_the_notes_not_on_the_result_slide(deck):
 
 @pytest.mark.slow
 def test_each_study_with_a_summary_shows_its_charts(tmp_path, deck):
-    """The charts of a study's REPORT.md are on a slide of their own, drawn from the same summary.json
-    (so a changed summary changes the chart), and a study without a summary gets no chart slide."""
+    """The charts of a study's REPORT.md are on its slide (a rerun's in the appendix), drawn from the same
+    summary.json (so a changed summary changes the chart), and a study without a summary gets no chart."""
+    sections = slides_of(deck)
     for slide_id, _, _, relative in STUDIES:
-        section = re.search(rf'<section class="slide" id="{slide_id}-charts".*?</section>', deck, re.S)
-        assert section and '<svg class="chart"' in section.group(0), slide_id
-    charts = re.search(r'id="research-rl-choices-charts".*?</section>', deck, re.S).group(0)
+        where = f"{slide_id}-charts" if slide_id.endswith("-rerun") else slide_id
+        assert '<svg class="chart"' in sections[where], slide_id
+    from glm53_flash.report.glossary import rl_arm_names
+
+    charts = sections["research-rl-choices"]
     summary = json.loads((RESULTS / "rl-choices" / "summary.json").read_text())
-    assert all(f">{html.escape(arm['arm'])}<" in charts for arm in summary["arms"])  # every arm is a tick label
+    names = rl_arm_names(summary["arms"])
+    assert len(names) == len(summary["arms"])  # every arm, in words, is a tick label
+    assert all(f">{html.escape(names[arm['arm']])}<" in charts for arm in summary["arms"])
     assert f"(n={summary['confirmation']['n']})" in charts
     runs = tmp_path / "results"
     shutil.copytree(RESULTS, runs)
     summary["confirmation"]["n"] = 77
     (runs / "rl-choices" / "summary.json").write_text(json.dumps(summary))
     (runs / "vision" / "summary.json").unlink()
-    built = build_deck(runs)
-    assert "(n=77)" in built and 'id="vision-charts"' not in built
+    built = slides_of(build_deck(runs))
+    assert "(n=77)" in built["research-rl-choices"] and "<svg" not in built["vision"]
 
 
 def test_no_slide_shows_process_text(deck):
@@ -235,7 +257,7 @@ def test_no_slide_shows_process_text(deck):
         body = section.split('<aside class="notes">', 1)[0]
         for word in ("ledger", "reopen", ".venv/", "+dirty", "the issue", "this session"):
             assert word not in body, (re.search(r'id="([^"]+)"', section).group(1), word)
-    sources = re.search(r'<section class="slide" id="sources".*?</section>', deck, re.S).group(0)
+    sources = re.search(r'<section class="slide[^"]*" id="sources".*?</section>', deck, re.S).group(0)
     assert "<th></th>" not in sources  # a header bar says what its columns are
 
 
@@ -345,3 +367,236 @@ def test_the_deck_carries_its_policy_and_no_inline_style(deck):
     assert f"script-src {source_hash(scripts[0])}" in policy and f"style-src {source_hash(styles[0])}" in policy
     assert deck.index("Content-Security-Policy") < deck.index("<style>")
     assert not re.search(r"<[^>]+\sstyle=", deck) and "data-grow=" in deck
+
+
+# --------------------------------------------------------------------------- the deck teaches (issue 62)
+
+
+def body_html(section: str) -> str:
+    """A slide's body: what the learner reads on it (its title and speaker notes aside)."""
+    return section.split('<div class="body', 1)[1].split(">", 1)[1].rsplit('<aside class="notes">', 1)[0]
+
+
+def visible(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", markup))
+
+
+def body_words(section: str) -> int:
+    """The words of a slide's body text: everything on it but its charts' drawn text and its code blocks."""
+    return len(visible(re.sub(r"<svg.*?</svg>|<pre>.*?</pre>", " ", body_html(section), flags=re.S)).split())
+
+
+def test_story_slides_hold_at_most_90_words_of_body_text(deck):
+    from glm53_flash.report.slides import BODY_WORDS
+
+    assert BODY_WORDS == 90
+    counts = {slide_id: body_words(section) for slide_id, section in slides_of(deck).items()
+              if 'class="slide appendix"' not in section}
+    assert list(counts) == STORY
+    assert {slide_id: n for slide_id, n in counts.items() if n > BODY_WORDS} == {}
+    assert min(counts.values()) > 10  # and no slide is empty
+
+
+def undefined_terms(deck: str) -> list[tuple[str, str]]:
+    """(slide, term) for every glossary term a slide uses (its title, its body's text and its charts' text,
+    code blocks aside) that no <dfn> on it or on an earlier slide defines."""
+    from glm53_flash.report.glossary import GLOSSARY
+
+    defined, problems = set(), []
+    for slide_id, section in slides_of(deck).items():
+        body = body_html(section)
+        defined |= set(re.findall(r'<dfn data-term="([^"]+)"', body))
+        title = html.unescape(re.search(r'data-title="([^"]*)"', section).group(1))
+        text = title + " " + visible(re.sub(r"<pre>.*?</pre>", " ", body, flags=re.S))
+        problems += [(slide_id, term.key) for term in GLOSSARY if term.used_in(text) and term.key not in defined]
+    return problems
+
+
+def test_every_term_is_defined_on_or_before_the_first_slide_that_uses_it(deck):
+    from glm53_flash.report.glossary import GLOSSARY, TERMS
+
+    assert undefined_terms(deck) == []
+    assert set(re.findall(r'data-term="([^"]+)"', deck)) <= set(TERMS)
+    sections = slides_of(deck)
+    glossary = "".join(section for slide_id, section in sections.items() if slide_id.startswith("glossary"))
+    for term in GLOSSARY:  # the glossary slides define every term, with the definition the tooltips carry
+        assert f'<dfn data-term="{term.key}"' in glossary and f"<dd>{html.escape(term.definition)}</dd>" in glossary
+    assert 'href="#glossary"' in sections["title"]  # the story's first slide links to it
+    assert all('class="slide appendix"' in section for slide_id, section in sections.items()
+               if slide_id.startswith("glossary"))
+    # and the check sees a term used before its definition: Holm's, taken off the slide that defines it
+    first = sections["counting"]
+    without = deck.replace(first, first.replace('<dfn data-term="holm"', '<dfn data-term="token"'))
+    assert ("counting", "holm") in undefined_terms(without)
+
+
+class _SeriesColours(HTMLParser):
+    """Every data-series of one chart's SVG and the colours its elements draw with (fill and stroke), and
+    whether the chart has a legend (matplotlib's group id legend_N)."""
+
+    NEUTRAL = {"none", "#000000", "#ffffff", "black", "white"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str | None] = []
+        self.colours: dict[str, set] = {}
+        self.legend = False
+
+    def _element(self, attrs: dict) -> str | None:
+        series = attrs.get("data-series") or (self.stack[-1] if self.stack else None)
+        self.legend |= bool(re.search(r"-legend_\d+$", attrs.get("id") or ""))
+        if series is not None:
+            found = self.colours.setdefault(series, set())
+            found |= {attrs[a].lower() for a in ("fill", "stroke") if attrs.get(a)} - self.NEUTRAL
+        return series
+
+    def handle_starttag(self, tag, attrs):
+        self.stack.append(self._element(dict(attrs)))
+
+    def handle_startendtag(self, tag, attrs):
+        self._element(dict(attrs))
+
+    def handle_endtag(self, tag):
+        if self.stack:
+            self.stack.pop()
+
+
+def chart_series(svg: str) -> _SeriesColours:
+    parser = _SeriesColours()
+    parser.feed(svg)
+    return parser
+
+
+def test_every_chart_tags_its_conditions_in_their_palette_colour_with_a_legend(deck):
+    """One colour per condition across the deck: every series a chart draws is tagged with its condition's
+    name, the name is in the palette and the series is drawn in the palette's colour (so a condition has
+    the same colour on every slide); a chart with more than one condition has a legend."""
+    from glm53_flash.report.figures import PALETTE
+
+    seen: dict[str, set] = {}
+    for slide_id, section in slides_of(deck).items():
+        for svg in re.findall(r'<svg class="chart".*?</svg>', section, flags=re.S):
+            parsed = chart_series(svg)
+            assert parsed.colours, (slide_id, "a chart with no tagged series")
+            for name, colours in parsed.colours.items():
+                assert name in PALETTE, (slide_id, name)
+                assert PALETTE[name] in colours, (slide_id, name, colours)
+                seen.setdefault(name, set()).add(slide_id)
+            if len(parsed.colours) > 1:
+                assert parsed.legend, (slide_id, sorted(parsed.colours))
+    assert len(set(PALETTE.values())) == len(PALETTE)  # no colour means two things
+    for arm in ("faithful", "ours"):  # the arms' colours are the headline distribution's
+        from glm53_flash.report.distribution import ARM_COLOURS
+        from glm53_flash.report.figures import to_hex_colour
+
+        assert PALETTE[arm] == to_hex_colour(ARM_COLOURS[arm]) and len(seen[arm]) >= 3
+    assert len(seen["baseline"]) >= 3  # the vision and both RL-choices slides
+
+
+def test_the_checker_sees_an_untagged_colour_and_a_missing_legend():
+    svg = ('<svg class="chart"><g data-series="ours"><path stroke="#1f77b4"/></g>'
+           '<g data-series="faithful"><path fill="#ff7f0e"/></g></svg>')
+    parsed = chart_series(svg)
+    assert parsed.colours == {"ours": {"#1f77b4"}, "faithful": {"#ff7f0e"}} and not parsed.legend
+    assert chart_series(svg.replace("</svg>", '<g id="x-legend_1"></g></svg>')).legend
+
+
+# Raw identifiers, hashes and timestamps a learner should never meet on a slide (code blocks and code spans
+# aside for identifiers: code is code; the sources slide's commit aside for hashes).
+HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b|\b\d{7,}\b")
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+\b")
+
+
+def test_no_slide_shows_a_hash_a_timestamp_or_a_code_identifier(deck):
+    for slide_id, section in slides_of(deck).items():
+        body = re.sub(r"<pre>.*?</pre>", " ", body_html(section), flags=re.S)
+        title = html.unescape(re.search(r'data-title="([^"]*)"', section).group(1))
+        text = title + " " + visible(re.sub(r"<code class='commit'>.*?</code>", " ", body))
+        assert not HASH.search(text), (slide_id, HASH.search(text).group(0))
+        assert not TIMESTAMP.search(text), (slide_id, TIMESTAMP.search(text).group(0))
+        prose = title + " " + visible(re.sub(r"<code[^>]*>.*?</code>", " ", body, flags=re.S))
+        assert not IDENTIFIER.search(prose), (slide_id, IDENTIFIER.search(prose).group(0))
+    assert [slide_id for slide_id, section in slides_of(deck).items() if "class='commit'" in section] == ["sources"]
+
+
+def identifiers_on_slides() -> set[str]:
+    """The code's names for conditions, RL arms and settings that are not words (they hold '-', '_' or
+    '.'): every study condition the palette colours, every arm of a committed RL-choices summary, and
+    every identifier the glossary has a plain name for."""
+    from glm53_flash.report.figures import PALETTE
+    from glm53_flash.report.glossary import PLAIN
+
+    names = {name for name in PALETTE if re.search(r"[-_.]", name)}
+    for path in RESULTS.glob("rl-choices*/summary.json"):
+        names |= {arm["arm"] for arm in json.loads(path.read_text())["arms"] if re.search(r"[-_.]", arm["arm"])}
+    return names | {key for key in PLAIN if re.search(r"[-_.]", key)}
+
+
+def test_no_slide_shows_a_condition_by_its_code_name(deck):
+    """Conditions, arms and settings are named in words on every slide, charts included (code aside)."""
+    names = identifiers_on_slides()
+    assert {"repeated-8", "temp-low", "group-16-matched-updates", "linear_rope", "new-constants"} <= names
+    for slide_id, section in slides_of(deck).items():
+        body = re.sub(r"<pre>.*?</pre>|<code[^>]*>.*?</code>", " ", body_html(section), flags=re.S)
+        text = visible(body)
+        found = [name for name in names if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text)]
+        assert found == [], (slide_id, found)
+
+
+def test_an_rl_arm_is_named_by_what_it_changes():
+    from glm53_flash.report.glossary import rl_arm_names, rl_setting
+
+    base = {"groups": 16, "group_size": 8, "temperature": 0.35, "invalid_penalty": -0.1, "reward_mode": "binary"}
+    assert rl_setting(dict(base, temperature=0.2), base) == "temperature 0.2"
+    assert rl_setting(dict(base, groups=32, group_size=4), base) == "groups of 4 (as many samples)"
+    assert rl_setting(dict(base, group_size=16), base) == "groups of 16 (as many updates)"
+    assert rl_setting(dict(base, reward_mode="case-fraction", invalid_penalty=0.0), base) == (
+        "refusal penalty 0; reward: share of tests passed")
+    assert rl_setting(base, base) == "baseline"
+    arms = [{"arm": "baseline", "settings": base}, {"arm": "hot", "settings": dict(base, temperature=0.8)}]
+    assert rl_arm_names(arms) == {"baseline": "baseline", "hot": "temperature 0.8"}
+    assert rl_arm_names({"faithful": {}}) == {} and rl_arm_names([{"arm": "x"}]) == {}
+
+
+def test_the_sources_slide_names_the_code_that_built_the_deck(deck):
+    """The commit and the state of the tree are read when the deck is built, not copied from a receipt."""
+    from glm53_flash.core.receipts import git_commit
+
+    commit = git_commit()
+    sources = slides_of(deck)["sources"]
+    if commit is None:
+        assert "not a git checkout" in sources
+        return
+    assert f"<code class='commit'>{commit.removesuffix('+dirty')[:12]}</code>" in sources
+    assert ("with uncommitted changes" in sources) == commit.endswith("+dirty")
+    assert ("a clean tree" in sources) != commit.endswith("+dirty")
+    assert "glm53 slides build --runs results" in sources
+
+
+def test_the_story_says_each_finding_from_the_receipts(deck):
+    """The headline's findings and the studies' sentences come from the committed summaries at build time."""
+    from glm53_flash.report import findings
+
+    sections = slides_of(deck)
+    distribution = json.loads((RESULTS / "headline-distribution" / "distribution.json").read_text())
+    for sentence in findings.headline_findings(distribution):
+        assert html.escape(sentence.split(" took off")[0]) in sections["headline"]
+    plan = json.loads((RESULTS / "pretrain-switches" / "plan.json").read_text())
+    summary = json.loads((RESULTS / "pretrain-switches" / "summary.json").read_text())
+    assert html.escape(findings.study_finding(plan, summary)) in sections["research-pretrain-switches"]
+    assert findings.question(plan) == html.unescape(re.search(r'data-title="([^"]*)"',
+                                                              sections["research-pretrain-switches"]).group(1))
+
+
+def test_table_numbers_do_not_wrap_and_wide_tables_split_evenly():
+    from glm53_flash.report.slides import TABLE_COLUMNS, split_table, unbreakable
+
+    text = unbreakable("61 (48.75-62.75; 34-70) 37.0%-74.0% [+1.2, -3.4] 3.05e-05 a-b -4")
+    assert text == ("61 (48.75\u201162.75; 34\u201170) 37.0%\u201174.0% [+1.2,\u00a0-3.4] 3.05e\u201105 a-b -4")
+    for width in range(TABLE_COLUMNS + 1, 3 * TABLE_COLUMNS):
+        columns = ["name", "split"] + [f"c{i}" for i in range(width - 2)]
+        parts = split_table(columns, [["a", "b"] + ["1"] * (width - 2)])
+        sizes = [len(part) - 2 for part, _ in parts]  # each part repeats the two key columns
+        assert all(len(part) <= TABLE_COLUMNS and part[:2] == ["name", "split"] for part, _ in parts)
+        assert sum(sizes) == width - 2 and max(sizes) - min(sizes) <= 1, (width, sizes)

@@ -29,7 +29,7 @@ def _cells(summary: dict) -> list[tuple[str, str, dict]]:
 def distribution_figure(summary: dict):
     """Confirm (of 24) and holdout (of 96) after RL, one point per draw (pretraining seed x RL seed),
     a box per arm and precision, the original's 16/24 as a dashed line."""
-    from glm53_flash.report.figures import REFERENCE, pyplot, style
+    from glm53_flash.report.figures import REFERENCE, pyplot, series, style
 
     plt = pyplot()
     cells = _cells(summary)
@@ -43,14 +43,15 @@ def distribution_figure(summary: dict):
                            medianprops={"color": "black"}, boxprops={"color": "0.4"}, whiskerprops={"color": "0.4"},
                            capprops={"color": "0.4"})
                 offsets = [((i * 37) % 11 - 5) * 0.03 for i in range(len(values))]  # a fixed jitter
-                ax.scatter([position + o for o in offsets], values, s=18, alpha=0.75, color=ARM_COLOURS.get(arm),
-                           marker=PRECISION_MARKERS.get(precision, "o"), zorder=3)
+                series(arm, ax.scatter([position + o for o in offsets], values, s=18, alpha=0.75,
+                                       color=ARM_COLOURS.get(arm), marker=PRECISION_MARKERS.get(precision, "o"),
+                                       zorder=3))
             ax.set_xticks(range(len(cells)), [f"{arm}\n{precision}" for arm, precision, _ in cells])
             ax.set_ylim(-0.5, total + 0.5)
             ax.set_ylabel("tasks solved (greedy)")
             ax.set_title(title)
             if key == "confirm_after":
-                ax.axhline(16, color=REFERENCE, linestyle="--", linewidth=1.5)
+                series("original", ax.axhline(16, color=REFERENCE, linestyle="--", linewidth=1.5))
         handles = [plt.Line2D([], [], color=ARM_COLOURS[a], marker="o", linestyle="", label=ARM_NAMES[a])
                    for a in summary["plan"]["arms"]]
         handles += [plt.Line2D([], [], color="0.3", marker=PRECISION_MARKERS[p], linestyle="", label=p)

@@ -1,6 +1,7 @@
-"""Charts for every report, one toolkit: the style, the colours of trained and untrained families,
-reference lines that stay inside the axis, error bars from the receipts' intervals, and two outputs:
-PNG files for REPORT.md and inline SVG for the deck (text kept as text, so a browser can measure it).
+"""Charts for every report, one toolkit: the style, the palette (one colour per condition, the same on
+every chart of the project), reference lines that stay inside the axis, error bars from the receipts'
+intervals, and two outputs: PNG files for REPORT.md and inline SVG for the deck (text kept as text, so a
+browser can measure it; each series tagged with its condition's name, so a test can check its colour).
 
 Every chart function takes plain numbers (computed elsewhere: report/headline.py, the studies'
 analysis) and returns a matplotlib Figure; nothing here reads a file or computes a statistic, and
@@ -14,6 +15,16 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from glm53_flash.report.distribution import ARM_COLOURS
+
+
+def to_hex_colour(value) -> str:
+    """Any matplotlib colour as '#rrggbb', the way the SVG writes it."""
+    from matplotlib.colors import to_hex
+
+    return to_hex(value)
+
+
 # Smallest text on any chart, in points. A deck chart is drawn at 72 points per inch and shown at
 # least at its natural size, so this is also its smallest text in CSS pixels.
 MIN_FONT_PT = 11
@@ -23,13 +34,26 @@ STYLE = {
     "figure.titlesize": 13, "svg.fonttype": "none", "svg.hashsalt": "glm53-figures",
     "font.family": "sans-serif", "axes.spines.top": False, "axes.spines.right": False,
 }
-BEFORE = "0.55"  # grey: the model before RL
-TRAINED = "tab:green"  # families RL trained on: solid bars
-UNTRAINED = "tab:purple"  # families RL never saw: hatched bars
-UNTRAINED_HATCH = "///"
-REFERENCE = "tab:red"  # published numbers of the original miniature: dashed lines
-SEED_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-                "tab:olive", "tab:cyan")
+# The palette: one colour per condition across every chart (the deck's and the reports'), keyed by the
+# condition's name. A colour means one thing: the arms keep report/distribution.ARM_COLOURS; the study
+# conditions keep theirs on every slide; a difference between two conditions that no arm owns is drawn in
+# EFFECT; RL seeds of one arm are shades of the arm's colour (seed_shades). A name not here has no colour:
+# colour() says so, rather than letting matplotlib's cycle give it one that means something else.
+PALETTE = {
+    **{arm: to_hex_colour(value) for arm, value in ARM_COLOURS.items()},  # ours blue, faithful orange
+    "original": "#d62728",           # the original miniature's published numbers: dashed red lines
+    "before RL": "#8c8c8c",          # the model before RL: the pretrained checkpoint
+    # the pretraining-data study's conditions
+    "repeated-8": "#9467bd", "diverse-88": "#2ca02c", "diverse-blocked": "#8c564b", "curriculum-8-to-88": "#e377c2",
+    # the RL-choices study: the baseline recipe, the two temperatures confirmed, every other arm of the screen;
+    # the vision path's baseline is its own baseline architecture (the one the faithful one is measured against)
+    "baseline": "#17becf", "temp-low": "#bcbd22", "temp-high": "#393b79", "other arms": "#c7c7c7",
+    "effect": "#404040",             # a difference between conditions (a paired effect, a comparison)
+}
+BEFORE = PALETTE["before RL"]
+REFERENCE = PALETTE["original"]
+EFFECT = PALETTE["effect"]
+UNTRAINED_HATCH = "///"  # families RL never saw: hatched bars
 PNG_DPI = 110
 
 
@@ -49,8 +73,46 @@ def style():
         yield plt
 
 
-def seed_colour(index: int) -> str:
-    return SEED_COLOURS[index % len(SEED_COLOURS)]
+def colour(name: str) -> str:
+    """The palette's colour of a condition (a hex string), or a ValueError naming the known ones."""
+    if name not in PALETTE:
+        raise ValueError(f"no colour for {name!r} in report/figures.PALETTE; known: {', '.join(sorted(PALETTE))}")
+    return PALETTE[name]
+
+
+def seed_shades(name: str, count: int) -> list[str]:
+    """`count` shades of a condition's colour, darkest first: the RL seeds of one arm (the first is the
+    condition's own colour, the others mixed towards white)."""
+    from matplotlib.colors import to_rgb
+
+    base = to_rgb(colour(name))
+    return [to_hex_colour(tuple(c + (1 - c) * 0.55 * i / max(count - 1, 1) for c in base)) for i in range(count)]
+
+
+SERIES_GID = "glm53-series-"
+
+
+def series(name: str, *artists) -> None:
+    """Tag the artists that draw one condition (lines, markers, bars; containers are opened) with its
+    name: the deck's SVG carries it as data-series="NAME" on each, so a test can check that the condition
+    has its palette colour and that a chart with several conditions has a legend."""
+    flat, stack = [], list(artists)
+    while stack:
+        artist = stack.pop()
+        if isinstance(artist, (tuple, list)):  # matplotlib's containers are tuples
+            stack.extend(a for a in artist if a is not None)
+        elif artist is not None:
+            flat.append(artist)
+    for artist in flat:
+        fig = artist.figure
+        while fig is not None and getattr(fig, "figure", fig) is not fig:  # a subfigure's root figure
+            fig = fig.figure
+        if fig is None:
+            raise ValueError(f"series {name!r}: an artist not in a figure")
+        tags = fig.__dict__.setdefault("_glm53_series", {})
+        gid = f"{SERIES_GID}{len(tags)}"
+        tags[gid] = name
+        artist.set_gid(gid)
 
 
 def include_in_axis(ax, values, axis: str = "y", pad: float = 0.05) -> None:
@@ -159,6 +221,7 @@ def to_svg(fig, prefix: str) -> str:
     """Inline SVG (no XML prologue, no fixed size: the page sizes it), ids prefixed to stay unique in a
     page holding several charts, styles as presentation attributes (no inline style for the page's
     content security policy to allow). Deterministic: no date, fixed hash salt."""
+    tags = getattr(fig, "_glm53_series", {})
     buffer = io.StringIO()
     with pyplot().rc_context({"svg.fonttype": "none", "svg.hashsalt": "glm53-figures"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
@@ -172,13 +235,16 @@ def to_svg(fig, prefix: str) -> str:
     text = re.sub(r'\sxmlns(:xlink)?="[^"]*"', "", text)  # inline in HTML: the parser knows both namespaces
     # scaled into a taller box, the drawing keeps its aspect and sits at the box's top
     text = text.replace("<svg ", f'<svg class="chart" data-natural-width="{width}" preserveAspectRatio="xMidYMin meet" ', 1)
+    from html import escape
+
+    # each tagged series: its condition's name as data-series, in place of matplotlib's id for its group
+    text = re.sub(rf'id="({SERIES_GID}\d+)"', lambda m: f'data-series="{escape(tags[m.group(1)])}"', text)
     text = re.sub(r'id="([^"]+)"', rf'id="{prefix}-\1"', text)
     text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
     text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', text)
     return re.sub(r"\n\s*", "\n", text).strip()
 
 
-__all__ = ["BEFORE", "MIN_FONT_PT", "REFERENCE", "TRAINED", "UNTRAINED", "UNTRAINED_HATCH", "include_in_axis",
-           "interval_errors", "pyplot", "reference_line", "save_png", "seed_colour", "shared_legend", "smallest_text_pt",
-           "style",
-           "to_svg"]
+__all__ = ["BEFORE", "EFFECT", "MIN_FONT_PT", "PALETTE", "REFERENCE", "UNTRAINED_HATCH", "colour", "include_in_axis",
+           "interval_errors", "pyplot", "reference_line", "save_png", "seed_shades", "series", "shared_legend",
+           "smallest_text_pt", "style", "to_hex_colour", "to_svg"]

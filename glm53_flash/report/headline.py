@@ -100,57 +100,67 @@ def learning_chart_data(out: Path | None, summary: RunSummary) -> dict | None:
         rewards[seed] = ([r["last_group"] for r in m], smooth)
     return {"loss": ([r["step"] for r in rows], [r["loss"] for r in rows]), "rewards": rewards, "window": window,
             "batch": summary.plan.pretrain.batch_size,
-            "group_size": summary.plan.rl.group_size}
+            "group_size": summary.plan.rl.group_size, "invalid_penalty": summary.plan.rl.invalid_penalty}
 
 
 # --------------------------------------------------------------------------- charts (drawing only)
 
 
-def draw_greedy(data: dict, size=(6.4, 4.2)):
+def draw_greedy(data: dict, size=(6.4, 4.2), arm: str = "ours"):
+    """Before RL (grey) and after RL per RL seed (the arm's colour), the original's published result as a
+    dashed line."""
     with figures.style() as plt:
         fig, ax = plt.subplots(figsize=size)
-        labels = ["before RL"] + [f"seed {row['seed']}" for row in data["seeds"]]
+        labels = ["before RL"] + [f"RL seed {row['seed']}" for row in data["seeds"]]
         values = [data["before"]] + [row["after"] for row in data["seeds"]]
         counts = [data["before_solved"]] + [row["after_solved"] for row in data["seeds"]]
-        bars = ax.bar(labels, values, color=[figures.BEFORE] + [figures.TRAINED] * len(data["seeds"]))
+        bars = ax.bar(labels, values, color=[figures.BEFORE] + [figures.colour(arm)] * len(data["seeds"]))
+        figures.series("before RL", bars[0])
+        figures.series(arm, *bars[1:])
+        bars[0].set_label("before RL")
+        bars[1].set_label(f"after RL ({arm}), one bar per RL seed")
         centres = [row["after"] for row in data["seeds"]]
         intervals = [row["interval"] for row in data["seeds"]]
         if any(intervals):
             ax.errorbar(range(1, len(values)), centres, yerr=figures.interval_errors(centres, intervals), fmt="none",
-                        ecolor="black", capsize=5, label="95% CI of the paired change")
+                        ecolor="black", capsize=5, label="95% interval of the change")
         for bar, count in zip(bars, counts):
             ax.annotate(f"{count}/{data['tasks']}", (bar.get_x() + bar.get_width() / 2, 0), xytext=(0, 4),
                         textcoords="offset points", ha="center", va="bottom", color="white", fontweight="bold")
         ax.set_ylim(0, 100)
         figures.reference_line(ax, data["reference"]["value"], data["reference"]["label"])
+        figures.series("original", ax.lines[-1])
         figures.include_in_axis(ax, [i[1] for i in intervals if i])
-        ax.set(ylabel=f"pass@1 over {data['tasks']} tasks (%)",
+        ax.set(ylabel=f"tasks solved, greedy (% of {data['tasks']})",
                title=f"Greedy pass@1, trained families, confirm split (n={data['tasks']})")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
         fig.tight_layout()
     return fig
 
 
-def draw_family_changes(data: dict, size=(11, 4.4)):
+def draw_family_changes(data: dict, size=(11, 4.4), arm: str = "ours"):
+    """Per family, the change RL made to the exact sampled rate: one bar per RL seed (shades of the arm's
+    colour), hatched for the families RL never trained on."""
     with figures.style() as plt:
         fig, ax = plt.subplots(figsize=size, layout="constrained")
         families, seeds = data["families"], data["seeds"]
         width = 0.8 / max(1, len(seeds))
-        untrained = [i for i, f in enumerate(families) if f not in data["trained"]]
-        if untrained:
-            ax.axvspan(min(untrained) - 0.5, max(untrained) + 0.5, color=figures.UNTRAINED, alpha=0.07, lw=0)
+        shades = figures.seed_shades(arm, len(seeds))
         for j, seed in enumerate(seeds):
             xs = [i - 0.4 + width * (j + 0.5) for i in range(len(families))]
             values = [data["change"][seed][f] for f in families]
             intervals = [data["interval"][seed][f] for f in families]
-            ax.bar(xs, values, width, color=figures.seed_colour(j), label=f"seed {seed}",
-                   hatch=[figures.UNTRAINED_HATCH if f not in data["trained"] else "" for f in families],
-                   edgecolor="white", linewidth=0)
+            bars = ax.bar(xs, values, width, color=shades[j], label=f"RL seed {seed}",
+                          hatch=[figures.UNTRAINED_HATCH if f not in data["trained"] else "" for f in families],
+                          edgecolor="white", linewidth=0)
+            figures.series(arm, bars)
             ax.errorbar(xs, values, yerr=figures.interval_errors(values, intervals), fmt="none", ecolor="black",
                         elinewidth=1, capsize=2)
         ax.axhline(0, color="black", lw=0.8)
+        from glm53_flash.report.glossary import label
+
         ax.set_xticks(range(len(families)),
-                      [f + ("\n(trained)" if f in data["trained"] else "\n(untrained)") for f in families])
+                      [label(f) + ("\n(trained)" if f in data["trained"] else "\n(untrained)") for f in families])
         from matplotlib.patches import Patch
 
         handles, _ = ax.get_legend_handles_labels()
@@ -159,35 +169,46 @@ def draw_family_changes(data: dict, size=(11, 4.4)):
                           label="not trained: hatched")]
         rollouts = sorted(set(data["rollouts"].values()))
         n = "/".join(map(str, rollouts))
-        ax.set(ylabel="change in exact rate (points)",
-               title=f"Exact sampled completions per family, after RL minus before, 95% CI (n={n} per family)")
+        ax.set(ylabel="change in exact completions (points)",
+               title=f"Exact sampled completions per family, after RL minus before, 95% interval (n={n} per family)")
         figures.shared_legend(fig, handles)
     return fig
 
 
-def selection_panel(ax, data: dict, phase: str) -> None:
-    """phase 'pretrain': exact dev rollouts per pretraining checkpoint; 'rl': one line per seed."""
+def selection_panel(ax, data: dict, phase: str, arm: str = "ours") -> None:
+    """phase 'pretrain': exact dev rollouts per pretraining checkpoint; 'rl': one line per RL seed."""
     if phase == "pretrain":
-        ax.plot([s for s, _ in data["pretrain"]], [v for _, v in data["pretrain"]], marker="o", color=figures.BEFORE)
-        ax.set(title=f"Dev selection, pretraining (n={data['pretrain_rollouts']} rollouts)", xlabel="step",
-               ylabel="exact dev rollouts")
+        (line,) = ax.plot([s for s, _ in data["pretrain"]], [v for _, v in data["pretrain"]], marker="o",
+                          color=figures.BEFORE)
+        figures.series("before RL", line)
+        ax.set(title=f"Dev selection, pretraining (n={data['pretrain_rollouts']} rollouts)", xlabel="pretraining step",
+               ylabel="exact dev rollouts (count)")
         return
-    for j, (seed, points) in enumerate(data["rl"].items()):
-        ax.plot([s for s, _ in points], [v for _, v in points], marker="o", color=figures.seed_colour(j),
-                label=f"seed {seed}")
-    ax.set(title=f"Dev selection, RL (n={data['rl_rollouts']} rollouts)", xlabel="group", ylabel="exact dev rollouts")
+    for shade, (seed, points) in zip(figures.seed_shades(arm, len(data["rl"])), data["rl"].items()):
+        lines = ax.plot([s for s, _ in points], [v for _, v in points], marker="o", color=shade,
+                        label=f"RL seed {seed}")
+        figures.series(arm, lines)
+    ax.set(title=f"Dev selection, RL, {arm} arm (n={data['rl_rollouts']} rollouts)", xlabel="RL update (group)",
+           ylabel="exact dev rollouts (count)")
 
 
 def loss_panel(ax, data: dict) -> None:
-    ax.plot(*data["loss"], color=figures.BEFORE)
-    ax.set(title=f"Pretraining loss (batch of {data['batch']})", xlabel="step", ylabel="token cross-entropy")
+    (line,) = ax.plot(*data["loss"], color=figures.BEFORE)
+    figures.series("before RL", line)
+    ax.set(title=f"Pretraining loss (batch of {data['batch']} sequences)", xlabel="pretraining step",
+           ylabel="loss (nats per byte)")
 
 
-def reward_panel(ax, data: dict) -> None:
-    for j, (seed, (xs, ys)) in enumerate(data["rewards"].items()):
-        ax.plot(xs, ys, color=figures.seed_colour(j), label=f"seed {seed}")
-    ax.set(title=f"RL mean reward (n={data['group_size']} samples per group)", xlabel="group",
-           ylabel=f"reward, moving mean of {data['window']}")
+def reward_panel(ax, data: dict, arm: str = "ours") -> None:
+    """Each RL seed's mean reward per group (a moving mean), on the reward's whole range: from the invalid
+    program's penalty to 1 (every sample passes)."""
+    for shade, (seed, (xs, ys)) in zip(figures.seed_shades(arm, len(data["rewards"])), data["rewards"].items()):
+        lines = ax.plot(xs, ys, color=shade, label=f"RL seed {seed}")
+        figures.series(arm, lines)
+    penalty = data.get("invalid_penalty", 0.0)
+    ax.set_ylim(min(penalty, 0.0) - 0.02, 1.02)
+    ax.set(title=f"RL reward: 1 pass, 0 fail, {penalty:g} refused\n(n={data['group_size']} samples per group)",
+           xlabel="RL update (group)", ylabel=f"mean reward (moving mean of {data['window']})")
 
 
 def draw_panels(panels, size=(11, 4), stacked: bool = False):
@@ -203,13 +224,21 @@ def draw_panels(panels, size=(11, 4), stacked: bool = False):
     return fig
 
 
-def draw_selection(data: dict, size=(11, 4)):
-    return draw_panels([(selection_panel, data, "pretrain")] + ([(selection_panel, data, "rl")] if data["rl"] else []),
-                       size)
+def draw_selection(data: dict, size=(11, 4), arm: str = "ours"):
+    return draw_panels([(selection_panel, data, "pretrain")] + ([(selection_panel, data, "rl", arm)] if data["rl"]
+                                                                else []), size)
 
 
-def draw_learning(data: dict, size=(11, 4)):
-    return draw_panels([(loss_panel, data), (reward_panel, data)], size)
+def draw_learning(data: dict, size=(11, 4), arm: str = "ours"):
+    return draw_panels([(loss_panel, data), (reward_panel, data, arm)], size)
+
+
+def run_arm(out: Path) -> str:
+    """The arm a run directory belongs to, for its colour: a two-arm reproduce directory names its arms'
+    directories after them (faithful/, ours/); any other run is drawn as ours."""
+    from glm53_flash.report.distribution import ARM_COLOURS
+
+    return out.name if out.name in ARM_COLOURS else "ours"
 
 
 def make_charts(out: Path, summary: RunSummary) -> dict[str, str]:
@@ -224,7 +253,7 @@ def make_charts(out: Path, summary: RunSummary) -> dict[str, str]:
     for key, (name, draw, data) in figures_by_name.items():
         if data is None:
             continue
-        figures.save_png(draw(data), charts / name, within=out)
+        figures.save_png(draw(data, arm=run_arm(out)), charts / name, within=out)
         paths[key] = f"charts/{name}"
     return paths
 
