@@ -63,11 +63,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def deck_html():
-    from glm53_flash.experiments.registry import deck_entries
+    from glm53_flash.experiments.registry import deck_entries, study_of
     from glm53_flash.report.slides import build_deck
     from web_helpers import RESULTS
 
-    return build_deck(RESULTS, deck_entries())
+    return build_deck(RESULTS, deck_entries(), study_of)
 
 
 @pytest.fixture(scope="module")

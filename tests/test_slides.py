@@ -13,7 +13,7 @@ import pytest
 from web_helpers import RESULTS
 
 from glm53_flash.cli import main
-from glm53_flash.experiments.registry import deck_entries
+from glm53_flash.experiments.registry import deck_entries, study_of
 from glm53_flash.report.slides import RELEASED, build_deck as build_deck_with
 
 # The deck's study slides, as `glm53 slides build` reads them from the study registry: (slide id, title, command,
@@ -22,7 +22,7 @@ STUDIES = [(e.slide_id, e.title, e.command, e.summary) for e in deck_entries()]
 
 
 def build_deck(runs):
-    return build_deck_with(runs, deck_entries())
+    return build_deck_with(runs, deck_entries(), study_of)
 
 # The story, in order (a study's story slide is its first deck entry's id; its rerun joins it there); the
 # appendix follows, from the glossary to the sources.
@@ -486,7 +486,7 @@ def test_every_chart_tags_its_conditions_in_their_palette_colour_with_a_legend(d
                 assert parsed.legend, (slide_id, sorted(parsed.colours))
     assert len(set(PALETTE.values())) == len(PALETTE)  # no colour means two things
     for arm in ("faithful", "ours"):  # the arms' colours are the headline distribution's
-        from glm53_flash.report.distribution import ARM_COLOURS
+        from glm53_flash.report.figures import ARM_COLOURS
         from glm53_flash.report.figures import to_hex_colour
 
         assert PALETTE[arm] == to_hex_colour(ARM_COLOURS[arm]) and len(seen[arm]) >= 3

@@ -59,10 +59,10 @@ def register(sub) -> None:
 
 
 def _run_build(args) -> int:
-    from glm53_flash.experiments.registry import deck_entries
+    from glm53_flash.experiments.registry import deck_entries, study_of
     from glm53_flash.report.slides import write_deck
 
-    path = write_deck(args.runs, args.output, deck_entries())
+    path = write_deck(args.runs, args.output, deck_entries(), study_of)
     print(f"wrote {path} ({path.stat().st_size:,} bytes) from {args.runs}")
     return 0
 
@@ -80,7 +80,7 @@ def _dump_stacks_on_sigusr1() -> None:
 
 
 def _run_serve(args) -> int:
-    from glm53_flash.experiments.registry import deck_entries
+    from glm53_flash.experiments.registry import deck_entries, study_of
     from glm53_flash.report.slides import build_deck
     from glm53_flash.web.playground import NO_CHECKPOINT_HELP, Playground, default_checkpoint
     from glm53_flash.web.server import check_limits, is_loopback, start_server
@@ -97,7 +97,7 @@ def _run_serve(args) -> int:
               file=sys.stderr)
     _dump_stacks_on_sigusr1()
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
-    deck = build_deck(args.runs, deck_entries())
+    deck = build_deck(args.runs, deck_entries(), study_of)
     playground = Playground(checkpoint, per_minute=args.generations_per_minute, device=args.device,
                             precision=args.precision)
     try:

@@ -10,8 +10,6 @@ from glm53_flash.report.format import format_p
 from glm53_flash.report.tables import markdown_table
 
 CHART_FILE = "distribution.png"
-# One colour per arm across every chart of the project (report/figures.py names the palette).
-ARM_COLOURS = {"faithful": "tab:orange", "ours": "tab:blue"}
 PRECISION_MARKERS = {"fp32": "o", "bf16": "D"}
 ARM_NAMES = {"faithful": "faithful (the original's recipe)", "ours": "ours (our defaults)"}
 
@@ -29,7 +27,7 @@ def _cells(summary: dict) -> list[tuple[str, str, dict]]:
 def distribution_figure(summary: dict):
     """Confirm (of 24) and holdout (of 96) after RL, one point per draw (pretraining seed x RL seed),
     a box per arm and precision, the original's 16/24 as a dashed line."""
-    from glm53_flash.report.figures import REFERENCE, pyplot, series, style
+    from glm53_flash.report.figures import ARM_COLOURS, REFERENCE, pyplot, series, style
 
     plt = pyplot()
     cells = _cells(summary)
@@ -151,5 +149,5 @@ def headline_block(summary: dict, chart: str) -> list[str]:
             *[f"- {s}" for s in statements(summary)]]
 
 
-__all__ = ["ARM_COLOURS", "CHART_FILE", "cell_rows", "distribution_figure", "effect_text", "headline_block",
+__all__ = ["CHART_FILE", "cell_rows", "distribution_figure", "effect_text", "headline_block",
            "primary_rows", "statements", "write_chart"]

@@ -15,7 +15,8 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from glm53_flash.report.distribution import ARM_COLOURS
+# One colour per arm across every chart of the project.
+ARM_COLOURS = {"faithful": "tab:orange", "ours": "tab:blue"}
 
 
 def to_hex_colour(value) -> str:
@@ -35,7 +36,7 @@ STYLE = {
     "font.family": "sans-serif", "axes.spines.top": False, "axes.spines.right": False,
 }
 # The palette: one colour per condition across every chart (the deck's and the reports'), keyed by the
-# condition's name. A colour means one thing: the arms keep report/distribution.ARM_COLOURS; the study
+# condition's name. A colour means one thing: the arms keep ARM_COLOURS; the study
 # conditions keep theirs on every slide; a difference between two conditions that no arm owns is drawn in
 # EFFECT; RL seeds of one arm are shades of the arm's colour (seed_shades). A name not here has no colour:
 # colour() says so, rather than letting matplotlib's cycle give it one that means something else.

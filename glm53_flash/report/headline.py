@@ -236,7 +236,7 @@ def draw_learning(data: dict, size=(11, 4), arm: str = "ours"):
 def run_arm(out: Path) -> str:
     """The arm a run directory belongs to, for its colour: a two-arm reproduce directory names its arms'
     directories after them (faithful/, ours/); any other run is drawn as ours."""
-    from glm53_flash.report.distribution import ARM_COLOURS
+    from glm53_flash.report.figures import ARM_COLOURS
 
     return out.name if out.name in ARM_COLOURS else "ours"
 

@@ -30,6 +30,8 @@ in the presenter view (key P or `?presenter`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +181,7 @@ class Inputs:
     studies: tuple = ()  # the study slides' entries, in order (experiments/registry.py deck_entries)
     distribution: dict | None = None
     code: str | None = None  # the git commit of the code building the deck, "+dirty" with uncommitted changes
+    study_of: Callable | None = None  # a plan.json -> its registered study (experiments/registry.py study_of)
 
     @property
     def plan(self) -> ReproducePlan:
@@ -199,7 +202,7 @@ class Inputs:
         return f"{total / 1e6:.1f} million" if total >= 1e6 else f"{total / 1e3:.0f} thousand"
 
     @classmethod
-    def load(cls, runs: str | Path, studies: tuple = ()) -> "Inputs":
+    def load(cls, runs: str | Path, studies: tuple = (), study_of: Callable | None = None) -> "Inputs":
         """The headline's slides describe one run: a one-arm directory's, or a two-arm directory's
         `ours` arm (the two-arm summary is kept for the slide that compares the arms)."""
         from glm53_flash.core.receipts import git_commit
@@ -217,7 +220,7 @@ class Inputs:
         plan = summary.plan
         distribution = read_json(runs / DISTRIBUTION) if (runs / DISTRIBUTION).is_file() else None
         return cls(runs, run, summary, miniature_facts(plan.pretrain.preset, plan.pretrain.model_overrides), arms,
-                   tuple(studies), distribution, git_commit())
+                   tuple(studies), distribution, git_commit(), study_of)
 
 
 # --------------------------------------------------------------------------- facts from the code
@@ -729,8 +732,7 @@ def _study_charts(charts: list) -> str:
 def study_slides(x: Inputs) -> list[Slide]:
     """Each study's question, its answer in a sentence (a rerun's agreement in another) and its charts,
     drawn from its summary.json; a study not in this build names the command that makes it."""
-    from glm53_flash.experiments.registry import study_of
-
+    study_of = x.study_of
     slides = []
     for group in study_groups(x):
         entry = group[0]
@@ -1091,8 +1093,7 @@ def split_table(columns: list, rows: list[list]) -> list[tuple[list, list[list]]
 def study_appendix(x: Inputs) -> list[Slide]:
     """Per study in the build: its answer as the study wrote it (identifiers in words), its table (split
     over slides when wide), and a rerun's charts."""
-    from glm53_flash.experiments.registry import study_of
-
+    study_of = x.study_of
     slides = []
     for entry in x.studies:
         read = read_study(x, entry)
@@ -1203,10 +1204,11 @@ SLIDES = (slide_title, slide_bytes, slide_attention, slide_experts, slide_stream
           slide_confirmation, slide_failures, study_appendix, slide_sources)
 
 
-def build_deck(runs: str | Path, studies: tuple) -> str:
+def build_deck(runs: str | Path, studies: tuple, study_of: Callable) -> str:
     """The whole deck as one HTML string (with a token placeholder the server fills in); `studies` are the
-    study slides' entries (experiments/registry.py deck_entries)."""
-    inputs = Inputs.load(runs, studies)
+    study slides' entries and `study_of` finds a plan's study (experiments/registry.py deck_entries and
+    study_of: the studies sit above the reports, so the caller hands them down)."""
+    inputs = Inputs.load(runs, studies, study_of)
     slides: list[Slide] = []
     for make in SLIDES:
         made = make(inputs)
@@ -1248,7 +1250,7 @@ def render(slides: list[Slide]) -> str:
             f"<script>{script}</script></body></html>\n")
 
 
-def write_deck(runs: str | Path, output: str | Path, studies: tuple) -> Path:
+def write_deck(runs: str | Path, output: str | Path, studies: tuple, study_of: Callable) -> Path:
     from glm53_flash.core.receipts import write_text
 
-    return write_text(output, build_deck(runs, studies))
+    return write_text(output, build_deck(runs, studies, study_of))
