@@ -20,9 +20,10 @@ REOPEN ?= make demo: a rerun of the committed headline's plan
 # On a machine something else keeps busy: make demo DEMO_FLAGS=--adapt-threads (the math threads follow
 # the free cores; on a quiet machine nothing changes).
 DEMO_FLAGS ?=
-# fp32 by default: the original's arithmetic. In the committed distribution bf16 moves the faithful arm's
-# draws (RL takes off less often), so bf16 would not reproduce the original; it is faster on CPUs with
-# AVX512-BF16 or AMX: make demo PRECISION=auto.
+# fp32 by default: the original's arithmetic, which the README's original figures came from. In the
+# committed draws so far the faithful arm's RL took off less often in bf16 (not yet shown at the level of
+# pretraining seeds: results/headline-distribution/REPORT.md). bf16 is faster on CPUs with AVX512-BF16 or
+# AMX: make demo PRECISION=auto.
 PRECISION ?= fp32
 demo: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision $(PRECISION) $(DEMO_FLAGS) --reopen "$(REOPEN)" --allow-dirty
