@@ -60,8 +60,8 @@ GLOSSARY: tuple[Term, ...] = (
          "and memory; a static check refuses anything outside a small part of Python first.", r"\bsandbox(?:ed)?\b"),
     Term("rl", "RL (reinforcement learning)", "learning from a reward given to the model's own outputs.",
          r"\bRL\b"),
-    Term("reward", "reward", "the score of one sampled program: 1 when the hidden tests pass, 0 when they fail, a "
-         "small penalty when the verifier refuses it.", r"\brewards?\b"),
+    Term("reward", "reward", "the score of one sampled program: the share of its task's hidden test cases it passes "
+         "(1 when all pass), a small penalty when the verifier refuses it.", r"\brewards?\b"),
     Term("rloo", "RLOO (REINFORCE leave-one-out)", "sample a group of completions per prompt; each one's advantage "
          "is its reward minus the mean reward of the others; make above-average completions more likely.",
          r"\bRLOO\b"),

@@ -539,8 +539,8 @@ def slide_scoring(x: Inputs) -> Slide:
         f"<p>Tasks come in {dfn('family', 'families')} (double, increment, even, ...). A family's tasks compute "
         f"one function under different names, so {g['tasks']} tasks of {len(x.summary.trained_families)} "
         f"families are {len(x.summary.trained_families)} independent functions, not {g['tasks']}.</p>"
-        f"<p>Our committed run, confirm split, greedy: {g['before_solved']} of {g['tasks']} before RL; {after} "
-        f"of {g['tasks']} after, for {len(x.seeds)} RL seeds.</p>",
+        f"<p>One {dfn('draw', 'draw')}, confirm split: {g['before_solved']} of {g['tasks']} before RL; {after} "
+        f"after ({len(x.seeds)} RL seeds); the headline places it.</p>",
         f"pass@k is estimated without bias from n samples per task: 1 - C(n-c, k) / C(n, k), where c of the n "
         "samples pass. pass@1 with greedy decoding is one answer per task, so it is an exact count. The "
         "families: the original's eight (increment, double, even, square, absolute, nonnegative, reverse, "
