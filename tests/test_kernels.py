@@ -101,7 +101,7 @@ def test_moe_takes_the_kernels_when_decoding_and_equals_torch_and_the_dense_refe
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(ops.library, "ENABLED", True)
     taken.clear()
-    moe(x)  # gradients on: the grouped kernel or the chunk loop, which have a backward
+    moe(x, with_balance=False)  # gradients on: the C layer declines; the grouped kernel or the chunk loop
     assert not taken
 
 

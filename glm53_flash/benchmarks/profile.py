@@ -76,7 +76,7 @@ def breakdown(events, wall_seconds: float, steps: int) -> dict:
             "top_operators": [row | {"share": row["seconds_per_step"] / step if step else 0.0} for row in operators[:TOP]]}
 
 
-def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, sequence_length: int = 128,
+def run(preset: str = "flash", device: str = "cpu", batch_size: int = 32, sequence_length: int = 128,
         steps: int = 3, warmup: int = 12, output: str | None = None, precisions: str = "auto") -> dict:
     """Profile `steps` training steps per precision after `warmup` untimed steps of each (bf16 builds kernels
     per new shape), the precisions (`bench_precisions`) alternating step by step; plus as many unprofiled
@@ -90,11 +90,10 @@ def run(preset: str = "flash", device_name: str = "cpu", batch_size: int = 32, s
             raise ValueError(f"{name} must be at least 1, got {value}")
     if warmup < 0:
         raise ValueError(f"--warmup must be at least 0, got {warmup}")
-    device = resolve_device(device_name)
+    device = resolve_device(device)
     chosen = bench_precisions(precisions, device)  # a bad list is refused before anything is built
     if device.type != "cpu":
-        raise ValueError("glm53 bench profile measures the CPU step (torch's CPU profiler); got "
-                         f"--device {device_name}")
+        raise ValueError(f"glm53 bench profile measures the CPU step (torch's CPU profiler); got {device}")
     cfg = ModelConfig.preset(preset)
     if sequence_length > cfg.max_sequence_length:
         raise ValueError(f"--sequence-length {sequence_length} exceeds the {preset} preset's {cfg.max_sequence_length}")

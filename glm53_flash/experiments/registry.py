@@ -48,7 +48,7 @@ def rerunnable() -> list[str]:
 
 
 def deck_entries() -> tuple[DeckEntry, ...]:
-    """What the course deck's study slides show, in order (report/slides.py `build_deck(runs, studies=...)`)."""
+    """What the course deck's study slides show, in order (report/slides.py `build_deck(runs, studies, study_of)`)."""
     return (VISION, *(entry for study in STUDIES.values() for entry in study.deck))
 
 

@@ -174,9 +174,9 @@ def _list(values: list[str]) -> str:
 
 
 def readme_statements(summary: dict) -> str | None:
-    """The README's headline statements, every figure read from this summary (the README shows this text
-    as it is; tests/test_docs_cells.py checks that). None until both arms, their holdout receipts and at
-    least two pretraining seeds are in."""
+    """The headline statements of a two-arm run, every figure read from this summary (its summary.json's
+    `readme` field, which experiments/reproduce.py writes). None until both arms, their holdout receipts and
+    at least two pretraining seeds are in."""
     comparison = summary["comparison"]
     equivalence = comparison.get("faithful_equivalent_to_original")
     holdout = comparison.get("ours_vs_faithful_holdout")

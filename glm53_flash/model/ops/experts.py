@@ -283,7 +283,7 @@ def combine_rows(out: torch.Tensor, rows: torch.Tensor, gates: torch.Tensor) -> 
 
 
 
-__all__ = ["BLOCKED_MIN_SLOTS", "GROUPED_MM_ENABLED", "PADDED_ENABLED", "PADDED_MAX_ROWS", "PRODUCT_BLOCK",
-           "blocked_dtype", "blocked_layout", "combine_rows", "expert_path", "grouped_mm_usable", "moe_layer_in_c",
+# The switches and thresholds stay out of __all__: set them here (ops.experts.X), where the code reads them.
+__all__ = ["blocked_dtype", "blocked_layout", "combine_rows", "expert_path", "grouped_mm_usable", "moe_layer_in_c",
            "padded_positions", "padded_usable", "padding_pays", "routed_blocked", "routed_experts", "run_blocked",
            "run_grouped", "run_padded", "run_skinny", "run_sorted", "sorted_experts"]
