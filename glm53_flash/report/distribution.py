@@ -134,10 +134,13 @@ def statements(summary: dict) -> list[str]:
     planned = len(summary["plan"]["pretrain_seeds"])
     if n < planned:
         floor = 2 / 2 ** n if n else 1.0
+        holm_floor = min(1.0, len(primary) * floor)
+        verdict = ("so no comparison can hold yet" if holm_floor > alpha else
+                   "so what holds now is an interim look")
         progress = (f"**In progress:** {n} of the plan's {planned} pretraining seeds have run (the table counts "
                     f"each cell's draws). With {n} seeds the smallest possible two-sided sign-flip p is "
-                    f"{format_p(floor)}, so no comparison can hold yet; the tests are the plan's, for all "
-                    f"{planned} seeds.")
+                    f"{format_p(floor)}, {format_p(holm_floor)} after Holm over the {len(primary)} primary "
+                    f"comparisons, {verdict}; the tests are the plan's, for all {planned} seeds.")
         return [progress, first, second, third]
     return [first, second, third]
 
