@@ -35,7 +35,8 @@ from glm53_flash.experiments.config import (
     RerunnableStudyConfig, allow_dirty_option, ledger_option, open_sealed_option, parse_count_or_all, parse_name_list,
     parse_seed_range, reopen_option,
 )
-from glm53_flash.experiments.reruns import LEVELS, RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.reruns import (LEVELS, RERUN_MARGIN, check_same_design, points,
+                                             spread_cells, studies_compared)
 from glm53_flash.experiments.runner import unit_openings
 from glm53_flash.experiments.study import DeckEntry, MakeTarget, Study, after_holm_sentence
 from glm53_flash.model.config import PRESETS
@@ -589,12 +590,8 @@ def _check_sealed_weights(receipt: dict, found: dict, design: dict, arm: str, se
 VERBS = {"better": "RL raises it", "worse": "RL lowers it", "not shown": "not shown"}
 
 
-def _points(value: float) -> str:
-    return f"{100 * value:+.1f}"
-
-
 def _interval(values) -> str:
-    return "n/a" if values is None else f"[{_points(values[0])}, {_points(values[1])}]"
+    return "n/a" if values is None else f"[{points(values[0])}, {points(values[1])}]"
 
 
 def answers(plan: dict, summary: dict) -> list[str]:
@@ -611,13 +608,13 @@ def answers(plan: dict, summary: dict) -> list[str]:
         lines.append(
             f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])}: after minus "
             f"before RL on the strong pass rate, over {c['units']['n']} structure groups (each the mean of its "
-            f"behaviours) and {seeds['n']} pretraining seeds, {_points(c['mean_difference'])} points: "
+            f"behaviours) and {seeds['n']} pretraining seeds, {points(c['mean_difference'])} points: "
             f"{after_holm(VERBS[holm['verdict']], holm['comparisons'], 'groups and seeds')} (Holm p groups "
             f"{holm['units']:.3g}, seeds {holm['seeds']:.3g}; per comparison groups p {c['units']['sign_flip_p']:.3g}, "
-            f"CI {_points(c['units']['interval'][0])} to {_points(c['units']['interval'][1])}; seeds "
+            f"CI {points(c['units']['interval'][0])} to {points(c['units']['interval'][1])}; seeds "
             + ("p n/a" if seeds["t_test_p"] is None else
-               f"p {seeds['t_test_p']:.3g}, CI {_points(seeds['interval'][0])} to {_points(seeds['interval'][1])}")
-            + f"). Over behaviours, a secondary view: {_points(behaviours['mean_difference'])} points (p "
+               f"p {seeds['t_test_p']:.3g}, CI {points(seeds['interval'][0])} to {points(seeds['interval'][1])}")
+            + f"). Over behaviours, a secondary view: {points(behaviours['mean_difference'])} points (p "
             f"{behaviours['units']['sign_flip_p']:.3g})" + _detectable_note(result) + ".")
     return lines
 
@@ -645,10 +642,10 @@ def headline_table(summary: dict) -> dict:
         rows.append([row["arm"], row["reward"], SHORT_NAMES.get(row["split"], row["split"]),
                      f"{100 * sum(values['before']) / len(values['before']):.1f}%",
                      f"{100 * sum(values['after']) / len(values['after']):.1f}%",
-                     f"{_points(c['mean_difference'])} {_interval(c['units']['interval'])}",
+                     f"{points(c['mean_difference'])} {_interval(c['units']['interval'])}",
                      _interval(c["seeds"]["interval"]), f"{holm['units']:.3g} / {holm['seeds']:.3g}",
                      f"{c['units']['n']} / {c['seeds']['n']}", holm["verdict"],
-                     f"{_points(behaviours['mean_difference'])} {_interval(behaviours['units']['interval'])}"])
+                     f"{points(behaviours['mean_difference'])} {_interval(behaviours['units']['interval'])}"])
     return {"columns": columns, "rows": rows}
 
 
@@ -676,13 +673,13 @@ def report_lines(plan: dict, summary: dict) -> list[str]:
             c, holm, behaviours = row[verdict]["comparison"], row[verdict]["holm"], row[verdict]["behaviours"]
             units, seeds = c["units"], c["seeds"]
             seed_text = "n/a" if seeds["interval"] is None else \
-                f"{_points(seeds['mean'])} {_interval(seeds['interval'])} p {seeds['t_test_p']:.3g}"
+                f"{points(seeds['mean'])} {_interval(seeds['interval'])} p {seeds['t_test_p']:.3g}"
             fp = row["false_passes"]
             lines.append(f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | {verdict} | "
                          f"{100 * mean(row[verdict]['before']):.1f}% | {100 * mean(row[verdict]['after']):.1f}% | "
-                         f"{_points(units['mean'])} {_interval(units['interval'])} p {units['sign_flip_p']:.3g} "
+                         f"{points(units['mean'])} {_interval(units['interval'])} p {units['sign_flip_p']:.3g} "
                          f"({units['n']}) | {seed_text} | {c['verdict']} | {holm['units']:.3g} / {holm['seeds']:.3g} | "
-                         f"{holm['verdict']} | {_points(behaviours['mean_difference'])} "
+                         f"{holm['verdict']} | {points(behaviours['mean_difference'])} "
                          f"{_interval(behaviours['units']['interval'])} p {behaviours['units']['sign_flip_p']:.3g} "
                          f"({behaviours['units']['n']}) | "
                          + (f"{share(fp['before'])} / {share(fp['after'])}" if verdict == "three" else "") + " |")
@@ -785,8 +782,7 @@ def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict
             "spread": spread,
             "pooled": {"seeds": pooled_rows[key]["seeds"], "comparison": cp["comparison"], "holm": cp.get("holm")},
         })
-    return {"first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
-            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+    return {**studies_compared(first_plan, rerun_plan, "seeds"),
             "alpha": alpha, "margin": margin, "verdict": "strong", "rows": rows,
             "all_hold": bool(rows) and all(r["holds"] for r in rows),
             "rule": "a row holds when both studies give the same result and the same direction (or none) at alpha "
@@ -797,9 +793,6 @@ def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict
 
 def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
     """REPORT.md's section: the table of each row in both studies and together."""
-    def signed(value):
-        return f"{100 * value:+.1f}"
-
     lines = ["", f"## Against the first study (`{first_name}`, seeds "
                  f"{', '.join(map(str, comparison['first']['seeds']))})", "",
              f"Rule (the one fixed before this rerun's sealed splits were opened, its levels now the structure groups "
@@ -815,11 +808,11 @@ def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
         seeds_ci = both["seeds"]["interval"]
         lines.append(
             f"| {row['arm']} | {row['reward']} | {SHORT_NAMES.get(row['split'], row['split'])} | "
-            f"{signed(row['first']['mean_difference'])} {row['first']['verdict']} | "
-            f"{signed(row['rerun']['mean_difference'])} {row['rerun']['verdict']} | "
+            f"{points(row['first']['mean_difference'])} {row['first']['verdict']} | "
+            f"{points(row['rerun']['mean_difference'])} {row['rerun']['verdict']} | "
             f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
-            + spread_cells(spread) + f" | {signed(both['mean_difference'])}, seeds CI "
-            + ("n/a" if seeds_ci is None else f"[{signed(seeds_ci[0])}, {signed(seeds_ci[1])}]")
+            + spread_cells(spread) + f" | {points(both['mean_difference'])}, seeds CI "
+            + ("n/a" if seeds_ci is None else f"[{points(seeds_ci[0])}, {points(seeds_ci[1])}]")
             + f" ({len(row['pooled']['seeds'])} seeds) | {row['pooled']['holm']['verdict']} | "
             + ("n/a" if not row["pooled"]["holm"] else
                f"{row['pooled']['holm']['units']:.3g} / {row['pooled']['holm']['seeds']:.3g}") + " |")
@@ -1021,7 +1014,7 @@ class Generalisation(Study):
             f"RL's effect on the strong pass rate of the sealed splits (after minus before RL, over structure groups "
             f"and {seeds} pretraining seeds)",
             [(f"{row['arm']}, {row['reward']}-case reward, {SHORT_NAMES.get(row['split'], row['split'])} "
-              f"{_points(row['strong']['comparison']['mean_difference'])} points",
+              f"{points(row['strong']['comparison']['mean_difference'])} points",
               row["strong"]["holm"]["verdict"] != "not shown") for row in rows], len(rows), "groups and seeds")
 
     def check_rerun(self, first_plan: dict, plan: dict) -> None:

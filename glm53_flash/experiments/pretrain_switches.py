@@ -48,7 +48,7 @@ from glm53_flash.experiments.config import (
     RerunnableStudyConfig, allow_dirty_option, ledger_option, open_sealed_option, parse_count_or_all, parse_seed_range,
     reopen_option,
 )
-from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, points, spread_cells, studies_compared
 from glm53_flash.experiments.runner import sealed_opening
 from glm53_flash.experiments.study import SELECTION_FILE, DeckEntry, MakeTarget, Study, after_holm_sentence
 from glm53_flash.model.config import PRESETS
@@ -667,8 +667,7 @@ def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict
                                     "runs_interval": both["runs"]["interval"]}})
         phases[phase] = {"rows": rows, "all_hold": all(r["holds"] for r in rows)}
     return {"study": STUDY,
-            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
-            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            **studies_compared(first_plan, rerun_plan, "seeds"),
             "alpha": alpha, "margin": margin, "phases": phases,
             "rule": "a switch holds when both studies give the same verdict and the same direction (or none) after "
                     "Holm over structure groups and over runs; it reproduces its size when the 90% interval of the "
@@ -677,9 +676,6 @@ def compare_rerun(first_plan: dict, first_receipts: list[dict], rerun_plan: dict
 
 
 def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
-    def signed(value):
-        return f"{100 * value:+.1f}"
-
     lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
                  f"{', '.join(map(str, comparison['first']['seeds']))})", "",
              f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Main effects in points "
@@ -691,11 +687,11 @@ def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
         for row in result["rows"]:
             s, d, both = row["spread"], row["directions"], row["pooled"]
             lines.append(
-                f"| {row['switch']} | {signed(row['first']['effect'])} {row['first']['verdict']} | "
-                f"{signed(row['rerun']['effect'])} {row['rerun']['verdict']} | "
+                f"| {row['switch']} | {points(row['first']['effect'])} {row['first']['verdict']} | "
+                f"{points(row['rerun']['effect'])} {row['rerun']['verdict']} | "
                 f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['groups'])}, {'/'.join(d['runs'])}) | "
                 f"{spread_cells(s)} | "
-                f"{signed(both['effect'])} | {both['verdict']} |")
+                f"{points(both['effect'])} | {both['verdict']} |")
         lines.append("")
     lines += ["`holds` lists each level's direction after Holm in the first study / the rerun (`+` the original's "
               "value raises the pass rate at alpha, `-` lowers it, `0` not shown). `both together` is one factorial "

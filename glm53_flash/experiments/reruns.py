@@ -48,13 +48,24 @@ def check_same_design(first: dict, rerun: dict, study: str, own: tuple, what: st
         raise ValueError(f"a rerun needs disjoint pretraining seeds; both studies have {shared}")
 
 
+def studies_compared(first_plan: dict, rerun_plan: dict, *design_keys: str) -> dict:
+    """A rerun comparison's `first` and `rerun` entries: each plan's sha256 and its design's `design_keys`."""
+    return {name: {"plan_sha256": plan["plan_sha256"], **{key: plan["design"][key] for key in design_keys}}
+            for name, plan in (("first", first_plan), ("rerun", rerun_plan))}
+
+
+def points(value: float) -> str:
+    """A fraction as signed percentage points, one decimal (+1.2)."""
+    return f"{100 * value:+.1f}"
+
+
 def spread_cells(spread: dict | None) -> str:
     """A rerun table's two cells of a row's spread: the rerun's effect minus the first's with its 90% interval
     (points), and whether it lies within the margin, with the smallest margin the data show."""
     if spread is None:
         return "n/a | n/a"
-    low, high = (f"{100 * v:+.1f}" for v in spread["interval"])
-    return (f"{100 * spread['difference']:+.1f} [{low}, {high}] | {'yes' if spread['equivalent'] else 'no'} (shown "
+    low, high = (points(v) for v in spread["interval"])
+    return (f"{points(spread['difference'])} [{low}, {high}] | {'yes' if spread['equivalent'] else 'no'} (shown "
             f"within {100 * spread['smallest_margin']:.1f})")
 
 

@@ -28,7 +28,7 @@ from glm53_flash.experiments.config import (
     RerunnableStudyConfig, allow_dirty_option, ledger_option, open_sealed_option, parse_name_list, parse_seed_range,
     reopen_option,
 )
-from glm53_flash.experiments.reruns import LEVELS, RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.reruns import LEVELS, RERUN_MARGIN, check_same_design, points, spread_cells
 from glm53_flash.experiments.runner import sealed_opening
 from glm53_flash.experiments.study import (
     SELECTION_FILE, DeckEntry, MakeTarget, Study, after_holm_sentence, level_power,
@@ -573,7 +573,6 @@ def _compositions_answers(plan: dict, summary: dict) -> tuple[list[str], dict]:
                if flagged else ""))
     if confirmation is not None:
         groups = confirmation["groups"]
-        seeds = groups["seeds"]
         answers.append(
             f"Confirmation on {confirmation['n']} fresh RL seeds from this one pretrained checkpoint and the "
             f"{design['confirm_split']} split (opened by no other step of this study): does {confirmation['candidate']} "
@@ -739,7 +738,7 @@ def report_lines(plan: dict, summary: dict, charts: dict) -> list[str]:
     from glm53_flash.report.format import format_p
     from glm53_flash.report.tables import markdown_table
 
-    design, _analysis = plan["design"], plan["analysis"]
+    design = plan["design"]
     recipe = design["recipe"]
     pretrained = ", ".join(f"{split} {v['solved']}/{v['tasks']}" for split, v in summary["pretrained"].items())
     lines = [
@@ -888,12 +887,9 @@ def compare_rerun(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
 
 
 def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
-    def signed(value):
-        return f"{100 * value:+.1f}"
-
     def result(side):
         if "holm" in side:  # the compositions suite: over structure groups, after Holm at groups and seeds
-            return (f"{signed(side['groups_mean'])} over groups, {side['result']} (Holm p {side['holm']['units']:.3g} / "
+            return (f"{points(side['groups_mean'])} over groups, {side['result']} (Holm p {side['holm']['units']:.3g} / "
                     f"{side['holm']['seeds']:.3g})")
         return f"{side['mean']:+.1f} (Holm p {side['holm_p']:.3g})"
 

@@ -27,7 +27,7 @@ from glm53_flash.experiments import generalisation as gen
 from glm53_flash.experiments.config import (
     RerunnableStudyConfig, parse_count_or_all, parse_name_list, parse_seed_range,
 )
-from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, spread_cells
+from glm53_flash.experiments.reruns import RERUN_MARGIN, check_same_design, points, spread_cells, studies_compared
 from glm53_flash.experiments.study import DeckEntry, MakeTarget, Study, after_holm_sentence
 from glm53_flash.train.config import RLConfig
 
@@ -400,8 +400,7 @@ def compare_rerun(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
                      "directions": {"units": [da[0], db[0]], "seeds": [da[1], db[1]]},
                      "holds": a["verdict"] == b["verdict"] and da == db, "spread": spread})
     return {"study": STUDY,
-            "first": {"plan_sha256": first_plan["plan_sha256"], "seeds": first_plan["design"]["seeds"]},
-            "rerun": {"plan_sha256": rerun_plan["plan_sha256"], "seeds": rerun_plan["design"]["seeds"]},
+            **studies_compared(first_plan, rerun_plan, "seeds"),
             "alpha": alpha, "margin": margin, "rows": rows,
             "all_hold": bool(rows) and all(r["holds"] for r in rows),
             "rule": "a row holds when both studies give the same verdict and the same direction (or none) after Holm "
@@ -411,9 +410,6 @@ def compare_rerun(first_plan: dict, first: dict, rerun_plan: dict, rerun: dict,
 
 
 def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
-    def signed(value):
-        return f"{100 * value:+.1f}"
-
     lines = ["", f"## Against the first study (`{first_name}`, pretraining seeds "
                  f"{', '.join(map(str, comparison['first']['seeds']))})", "",
              f"Rule: {comparison['rule']}; margin {100 * comparison['margin']:.1f} points. Effects in points of "
@@ -423,8 +419,8 @@ def rerun_report_lines(comparison: dict, first_name: str) -> list[str]:
     for row in comparison["rows"]:
         spread, d = row["spread"], row["directions"]
         lines.append(
-            f"| {row['arm']} | {row['switch']} | {signed(row['first']['mean'])} {row['first']['verdict']} | "
-            f"{signed(row['rerun']['mean'])} {row['rerun']['verdict']} | "
+            f"| {row['arm']} | {row['switch']} | {points(row['first']['mean'])} {row['first']['verdict']} | "
+            f"{points(row['rerun']['mean'])} {row['rerun']['verdict']} | "
             f"{'yes' if row['holds'] else 'NO'} ({'/'.join(d['units'])}, {'/'.join(d['seeds'])}) | "
             + spread_cells(spread) + " |")
     lines += ["", "`holds` lists each level's direction after Holm in the first study / the rerun (`+` the flip "

@@ -13,6 +13,7 @@ two-threaded run), and a receipt is written atomically only when its unit has fi
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import shutil
 from collections.abc import Callable
@@ -52,7 +53,7 @@ class MakeTarget:
     rule: str
 
 
-class Study:
+class Study(abc.ABC):
     """What a study declares in its own module; every method has the study's plan (or its flags) and returns
     plain data. The runner (experiments/runner.py) calls them in this order for `glm53 experiment NAME`:
     `plan(cfg, None)` (the draft: the flags checked before anything is timed), `check_rerun` (with
@@ -69,14 +70,16 @@ class Study:
     rerunnable: bool = False            # `--rerun-of`: compare_rerun and its kin are defined
 
     # the plan
+    @abc.abstractmethod
     def plan(self, cfg, speed) -> dict:
         """The plan of these flags: design, units, analysis, power and the time estimate from `speed` (what
         `speed` measured on this machine; None for the draft, which validates the flags)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def speed(self, cfg, draft: dict):
         """This machine's speed for the plan's estimate, measured as each worker runs (one thread)."""
-        raise NotImplementedError
+        ...
 
     def power_lines(self, plan: dict) -> list[str]:
         """The plan's power, as `glm53 experiment` prints it before the first run."""
@@ -89,22 +92,25 @@ class Study:
         touched (a refused one costs no training); none by default."""
         yield None
 
+    @abc.abstractmethod
     def run(self, session) -> int:
         """The phases: every pending unit of this shard through the study's worker function; returns how many
         ran. A study with phases (a decision on dev before a sealed split, units that need another's
         receipt) overrides it."""
-        raise NotImplementedError
+        ...
 
     # the analysis
+    @abc.abstractmethod
     def analyze(self, out: Path, plan: dict, receipts: list[dict]) -> tuple[dict, list[str], dict]:
         """(summary, REPORT.md's lines, {chart: PNG file}) from the plan and the receipts alone; the summary
         holds `answers` and `headline_table`."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def answer(self, plan: dict, summary: dict) -> str:
         """The study's result in a sentence or two for the docs, from its summary: what holds after its own
         Holm correction at the levels it names (`after_holm_sentence`)."""
-        raise NotImplementedError
+        ...
 
     # the rerun on disjoint seeds (rerunnable studies)
     def check_rerun(self, first_plan: dict, plan: dict) -> None:
@@ -115,7 +121,7 @@ class Study:
         raise ValueError(f"`{self.name}` studies have no rerun comparison")
 
     def rerun_report_lines(self, comparison: dict, first_name: str) -> list[str]:
-        raise NotImplementedError
+        raise ValueError(f"`{self.name}` studies have no rerun comparison")
 
     def rerun_verdicts(self, comparison: dict) -> dict:
         """What `glm53 analyze --rerun-of` prints of the comparison."""

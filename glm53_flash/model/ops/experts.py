@@ -33,9 +33,9 @@ GROUPED_MM_ENABLED = hasattr(F, "grouped_mm")
 # With a handful of rows per expert, the grouped kernel's per-expert GEMMs run far below the memory
 # bandwidth; the batched form reads each expert's weights at close to it. The padding costs E * C
 # rows of work for the M routed slots, so the batched form is taken only while E * C stays small and
-# close to M (measured on the flash shapes, 2 cores: 1.3-3x faster with the slots spread over the
-# experts, up to 5x slower when identical rows, e.g. one prompt's samples before they diverge, all
-# pick the same two experts). A switch for tests and benchmarks, like GROUPED_MM_ENABLED.
+# close to M: it wins when the slots spread over the experts and loses when identical rows (one
+# prompt's samples before they diverge) all pick the same experts (`glm53 bench decode-weights`).
+# A switch for tests and benchmarks, like GROUPED_MM_ENABLED.
 PADDED_MAX_ROWS = 512
 PADDED_ENABLED = True
 PRODUCT_BLOCK = 128  # the blocked path rounds each expert's row count up to a multiple of this
