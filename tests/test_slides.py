@@ -589,6 +589,15 @@ def test_the_story_says_each_finding_from_the_receipts(deck):
                                                               sections["research-pretrain-switches"]).group(1))
 
 
+def test_no_slide_claims_more_units_for_the_headlines_benchmark_than_its_functions_give(deck):
+    """The deck's text holds to the unit count of the confirm and holdout splits (3 functions; the count
+    itself is recomputed from the tasks in tests/test_tasks.py)."""
+    from unit_claims import claimed_unit_counts
+
+    text = html.unescape(re.sub(r"<(script|style)\b.*?</\1>", " ", deck, flags=re.DOTALL))
+    assert [claim for claim in claimed_unit_counts(text) if claim[0] > 3] == []
+
+
 def test_table_numbers_do_not_wrap_and_wide_tables_split_evenly():
     from glm53_flash.report.slides import TABLE_COLUMNS, split_table, unbreakable
 

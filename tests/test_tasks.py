@@ -232,6 +232,29 @@ def test_a_family_is_one_function_whichever_description_a_task_carries():
     assert len({function_of(t) for t in every}) == len(FAMILIES) == len({t.unit for t in every})
 
 
+HEADLINE_DOCS = ("README.md", "docs/*.md", "results/*/REPORT.md")
+
+
+def test_no_document_claims_more_units_for_the_headlines_benchmark_than_its_functions_give():
+    """Every unit count that README, a doc or a study report states in a sentence about the confirm or
+    holdout split of the trained families is at most the count recomputed from the task functions (3)."""
+    from pathlib import Path
+
+    from glm53_flash.tasks.families import function_of
+    from unit_claims import claimed_unit_counts
+
+    repo = Path(__file__).resolve().parents[1]
+    trained = ("increment", "double", "even")
+    units = max(len({function_of(t) for t in frozen_tasks(split, n, trained)}) for split, n in (("confirm", 8),
+                                                                                                  ("holdout", 32)))
+    assert units == 3
+    assert claimed_unit_counts("On the confirm split 6 of 6 units went up (sign-flip p 0.0312).")[0][0] > units
+    claims = [(path.relative_to(repo), count, sentence) for pattern in HEADLINE_DOCS for path in sorted(repo.glob(pattern))
+              for count, sentence in claimed_unit_counts(path.read_text(encoding="utf-8"))]
+    assert claims, "the headline's report states its unit count"
+    assert [claim for claim in claims if claim[1] > units] == []
+
+
 def test_the_tasks_api_builds_a_sealed_split_only_for_its_opening(tmp_path, monkeypatch):
     """Through glm53_flash.tasks a sealed split's tasks (prompts and tests) need an opening of that split,
     granted by the ledger; its task ids and unit count need none; other splits need none."""
