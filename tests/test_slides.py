@@ -544,6 +544,27 @@ def test_no_slide_shows_a_condition_by_its_code_name(deck):
         assert found == [], (slide_id, found)
 
 
+def test_the_rl_switches_are_named_by_what_they_do():
+    """A switch and its values read as what they change, in the study's own sentences as in its tables."""
+    from glm53_flash.experiments.rl_switches import SWITCHES
+    from glm53_flash.report.glossary import PLAIN, plain
+
+    assert plain("faithful: logprob_source untempered -> sampler +1.2 points") == (
+        "faithful: temperature in the update dropped -> kept +1.2 points")
+    assert plain("ours: eos_handling append -> omit; x -> sampler") == (
+        "ours: end-of-text token trained -> not trained; x -> sampler")
+    values = {"untempered", "sampler", "sequence-mean", "constant", "omit", "append"}
+    assert set(SWITCHES) | values <= set(PLAIN)
+
+
+def test_no_rl_switches_slide_shows_a_switch_value_by_its_code_name(deck):
+    for slide_id, section in slides_of(deck).items():
+        if "rl-switches" in slide_id:
+            text = visible(re.sub(r"<pre>.*?</pre>|<code[^>]*>.*?</code>", " ", body_html(section), flags=re.S))
+            assert not re.search(r"\b(untempered|sampler|constant|omit|append|log-?prob\w*)\b", text), (
+                slide_id, re.search(r"\b(untempered|sampler|constant|omit|append|log-?prob\w*)\b", text)[0])
+
+
 def test_an_rl_arm_is_named_by_what_it_changes():
     from glm53_flash.report.glossary import rl_arm_names, rl_setting
 

@@ -101,8 +101,8 @@ GLOSSARY: tuple[Term, ...] = (
     Term("precision", "fp32 and bf16", "two ways to store numbers: 32-bit floats, and 16-bit 'brain floats' "
          "with fewer digits, faster on CPUs that have them.", r"\b(?:fp32|bf16)\b"),
     Term("baseline", "baseline", "the recipe a study measures the others against: its default.", r"\bbaseline\b"),
-    Term("switch", "switch", "a setting on which the faithful arm and ours differ, such as where RL takes its "
-         "log-probabilities from.", r"\bswitch(?:es)?\b"),
+    Term("switch", "switch", "a setting on which the faithful arm and ours differ, such as whether RL's update "
+         "keeps the temperature it sampled at.", r"\bswitch(?:es)?\b"),
     Term("structure", "structure", "a template of generated functions: tasks of one structure behave alike, so "
          "a structure group is one independent unit.", r"\bstructures?\b"),
     Term("screen", "screen", "a first round that tries every setting briefly, on dev, only to pick the one to "
@@ -156,15 +156,15 @@ PLAIN = {
     "rope-before-feature-map": "rotary, before the feature map",
     "hard-count": "hard counts (no gradient)",
     # RL switches and their values
-    "logprob_source": "log-probabilities",
-    "loss_normalization": "loss scaling",
-    "eos_handling": "end marker",
-    "untempered": "untempered",
-    "sampler": "as sampled",
-    "sequence-mean": "per sequence",
-    "constant": "by a constant",
-    "omit": "omitted",
-    "append": "appended",
+    "logprob_source": "temperature in the update",
+    "loss_normalization": "loss averaged",
+    "eos_handling": "end-of-text token",
+    "untempered": "dropped",
+    "sampler": "kept",
+    "sequence-mean": "per answer",
+    "constant": "over a fixed length",
+    "omit": "not trained",
+    "append": "trained",
     # task families
     "list_sum": "list sum",
     # splits
@@ -210,8 +210,10 @@ def label(identifier: str) -> str:
 def plain(text: str, names: dict | None = None) -> str:
     """`text` (a sentence a study wrote) with the code's identifiers in it in words: only those that cannot
     be ordinary words (with '_', '.' or '-'), whole words, longest first; `names` adds a study's own (its
-    RL arms, rl_arm_names)."""
+    RL arms, rl_arm_names). A change written 'A -> B' is named in words when both sides have plain names."""
     known = {**PLAIN, **(names or {})}
+    text = re.sub(r"(?<![\w.-])([\w.-]+) -> ([\w.-]+)(?![\w-])",
+                  lambda m: (f"{known[m[1]]} -> {known[m[2]]}" if m[1] in known and m[2] in known else m[0]), text)
     for identifier in sorted((k for k in known if re.search(r"[_.-]", k)), key=len, reverse=True):
         text = re.sub(rf"(?<![\w.-]){re.escape(identifier)}(?![\w-])", known[identifier], text)
     return text
