@@ -32,7 +32,7 @@ def distribution_figure(summary: dict):
     plt = pyplot()
     cells = _cells(summary)
     with style():
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
         for ax, key, total, title in ((axes[0], "confirm_after", 24, "confirm split after RL (of 24 tasks)"),
                                       (axes[1], "holdout_after", 96, "holdout split after RL (of 96 tasks)")):
             for position, (arm, precision, _) in enumerate(cells):
@@ -55,8 +55,8 @@ def distribution_figure(summary: dict):
         handles += [plt.Line2D([], [], color="0.3", marker=PRECISION_MARKERS[p], linestyle="", label=p)
                     for p in summary["plan"]["precisions"]]
         handles.append(plt.Line2D([], [], color=REFERENCE, linestyle="--", label="the original's published 16/24"))
-        fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.legend(handles=handles, loc="lower center", ncol=(len(handles) + 1) // 2, frameon=False)
+        fig.tight_layout(rect=(0, 0.15, 1, 1))
     return fig
 
 
