@@ -20,10 +20,11 @@ REOPEN ?= make demo: a rerun of the committed headline's plan
 # On a machine something else keeps busy: make demo DEMO_FLAGS=--adapt-threads (the math threads follow
 # the free cores; on a quiet machine nothing changes).
 DEMO_FLAGS ?=
-# fp32 by default: the original's arithmetic, which the README's original figures came from. In the
-# committed draws so far the faithful arm's RL took off less often in bf16 (not yet shown at the level of
-# pretraining seeds: results/headline-distribution/REPORT.md). bf16 is faster on CPUs with AVX512-BF16 or
-# AMX: make demo PRECISION=auto.
+# fp32 by default: the original's arithmetic. At the demo's pretraining seed (42) fp32 gives the original's
+# figures bit for bit on AVX-512 CPUs, while in bf16 the faithful arm's RL fails to take off on most of its
+# RL seeds there; over all the committed pretraining seeds bf16's effect on either arm is not shown
+# (results/headline-distribution/REPORT.md). bf16 is faster on CPUs with AVX512-BF16 or AMX:
+# make demo PRECISION=auto.
 PRECISION ?= fp32
 demo: $(STAMP)
 	$(BIN)/glm53 reproduce --preset headline --output runs/demo --device cpu --precision $(PRECISION) $(DEMO_FLAGS) --reopen "$(REOPEN)" --allow-dirty
