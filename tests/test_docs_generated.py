@@ -157,13 +157,19 @@ def test_the_bench_figures_are_rendered_from_the_receipts_and_follow_them(tmp_pa
     import json
 
     from glm53_flash.report.doc_blocks import BENCH_RECEIPTS, render_bench_figures
+    from glm53_flash.report.docs import cpu_name
 
     root = _bench_checkout(tmp_path)
     text = render_bench_figures(root)
     model = json.loads((root / BENCH_RECEIPTS["model"]).read_text())
     comparison = model["training"]["precision_comparison"]
-    assert text.startswith("Measured on AMD EPYC (AVX512-BF16, 2 cores), torch 2.13.0+cpu.")
-    assert f"{comparison['bf16']['step_seconds_min']:.3f} s" in text and "at `f3a9bdd` |" in text
+    provenance = model["provenance"]
+    assert text.startswith(f"Measured on {cpu_name(provenance)}, torch {provenance['versions']['torch']}.")
+    assert "family" in cpu_name(provenance) and "cores)" in cpu_name(provenance)
+    commit = provenance["git_commit"]
+    for relative in BENCH_RECEIPTS.values():  # the committed figures come from clean trees
+        assert not json.loads((root / relative).read_text())["provenance"]["git_commit"].endswith("+dirty"), relative
+    assert f"{comparison['bf16']['step_seconds_min']:.3f} s" in text and f"at `{commit[:7]}` |" in text
     comparison["bf16"]["step_seconds_min"] = 0.123456
     model["provenance"]["git_commit"] = "abcdef0123456789+dirty"
     (root / BENCH_RECEIPTS["model"]).write_text(json.dumps(model))
