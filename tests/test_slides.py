@@ -619,6 +619,22 @@ def test_no_slide_claims_more_units_for_the_headlines_benchmark_than_its_functio
     assert [claim for claim in claimed_unit_counts(text) if claim[0] > 3] == []
 
 
+def test_the_headline_finding_says_yet_only_while_seeds_are_to_run():
+    from glm53_flash.report import findings
+
+    summary = json.loads((RESULTS / "headline-distribution" / "distribution.json").read_text())
+    planned = len(summary["plan"]["pretrain_seeds"])
+    seeds = {row["pretrain_seed"] for row in summary["draws"]}
+    last = findings.headline_findings(summary)[2]
+    assert ("yet" in last) == (len(seeds) < planned)
+    held = any(test.get("holds") for test in summary["primary"].values())
+    assert last.startswith("Shown" if held else "Nothing is shown")
+    partial = dict(summary, draws=[row for row in summary["draws"] if row["pretrain_seed"] != max(seeds)])
+    if len(seeds) == planned:
+        assert f"({planned - 1} of {planned} planned pretraining seeds have run)" in findings.headline_findings(partial)[2]
+        assert f"with all {planned} pretraining seeds in." in last
+
+
 def test_table_numbers_do_not_wrap_and_wide_tables_split_evenly():
     from glm53_flash.report.slides import TABLE_COLUMNS, split_table, unbreakable
 

@@ -196,7 +196,8 @@ def _primary_words(name: str) -> str:
 
 def headline_findings(summary: dict) -> list[str]:
     """One short sentence per finding of the headline distribution: where the original's one run falls
-    among the draws, how the arithmetic changes whether RL takes off, and what holds so far."""
+    among the draws, how the arithmetic changes whether RL takes off, and what holds (so far, while
+    pretraining seeds of the plan are still to run)."""
     cells = summary["cells"]
     draws = summary["draws"]
     above = sum(c["original_place"]["above"] for c in cells.values())
@@ -214,8 +215,12 @@ def headline_findings(summary: dict) -> list[str]:
     held = [_primary_words(name) for name, test in primary.items() if test.get("holds")]
     seeds = len({row["pretrain_seed"] for row in draws})
     planned = len(summary["plan"]["pretrain_seeds"])
-    third = ((f"Shown: {_listing(held)}" if held else "Nothing is shown yet")
-             + f" ({seeds} of {planned} planned pretraining seeds have run).")
+    if seeds < planned:
+        third = ((f"Shown so far: {_listing(held)}" if held else "Nothing is shown yet")
+                 + f" ({seeds} of {planned} planned pretraining seeds have run).")
+    else:
+        third = ((f"Shown: {_listing(held)}" if held else "Nothing is shown")
+                 + f" after Holm, with all {planned} pretraining seeds in.")
     return [first, second, third]
 
 
