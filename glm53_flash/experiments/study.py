@@ -94,9 +94,9 @@ class Study(abc.ABC):
 
     @abc.abstractmethod
     def run(self, session) -> int:
-        """The phases: every pending unit of this shard through the study's worker function; returns how many
-        ran. A study with phases (a decision on dev before a sealed split, units that need another's
-        receipt) overrides it."""
+        """The phases: every pending unit of this shard through the study's worker function, in the order
+        its decisions need (a decision on dev before a sealed split, units that need another's receipt);
+        returns how many ran."""
         ...
 
     # the analysis

@@ -220,10 +220,10 @@ def plain(text: str, names: dict | None = None) -> str:
 
 
 def cell(value, names: dict | None = None) -> str:
-    """One table cell in words: a cell that is an identifier (or 'A -> B' of two) by its plain name, any
-    other through plain()."""
-    known = {**PLAIN, **(names or {})}
-    return " -> ".join(known.get(part, plain(part, names)) for part in str(value).split(" -> "))
+    """One table cell in words: a cell that is one identifier by its plain name, any other (an 'A -> B'
+    change among them) through plain()."""
+    text = str(value)
+    return {**PLAIN, **(names or {})}.get(text) or plain(text, names)
 
 
 def rl_setting(settings: dict, baseline: dict) -> str:

@@ -30,9 +30,8 @@ in the presenter view (key P or `?presenter`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
